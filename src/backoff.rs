@@ -1,0 +1,105 @@
+//! Capped, jittered exponential backoff that resets after a healthy period.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Exponential backoff: `initial · 2ⁿ`, capped at `max`, with ± `jitter`/2 spread so
+/// that many clients do not retry in step, and reset after `reset_after` of health.
+#[derive(Clone, Debug)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    jitter: f64,
+    reset_after: Duration,
+    attempt: u32,
+    healthy_since: Option<Instant>,
+}
+
+impl Backoff {
+    /// A backoff from `initial` up to `max`; jitter 0.5; reset after `max` of health.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Self { initial, max, jitter: 0.5, reset_after: max, attempt: 0, healthy_since: None }
+    }
+
+    /// Sets the fraction of random spread (0: none, 1: from 0.5× to 1.5×).
+    pub fn with_jitter(mut self, jitter: f64) -> Self {
+        self.jitter = jitter.clamp(0.0, 1.0);
+        self
+    }
+
+    /// Sets how long things must go well before the next failure starts from `initial`.
+    pub fn with_reset_after(mut self, d: Duration) -> Self {
+        self.reset_after = d;
+        self
+    }
+
+    /// The delay before the next attempt, after a failure.
+    pub fn next_delay(&mut self) -> Duration {
+        if let Some(since) = self.healthy_since.take() {
+            if since.elapsed() >= self.reset_after {
+                self.attempt = 0;
+            }
+        }
+        let base = self.initial.saturating_mul(1u32 << self.attempt.min(20)).min(self.max);
+        self.attempt = self.attempt.saturating_add(1);
+        let spread = 1.0 - self.jitter / 2.0 + self.jitter * fastrand::f64();
+        base.mul_f64(spread).min(self.max)
+    }
+
+    /// Records that the guarded thing works now; the counter resets once it has
+    /// stayed healthy for `reset_after`.
+    pub fn mark_healthy(&mut self) {
+        if self.healthy_since.is_none() {
+            self.healthy_since = Some(Instant::now());
+        }
+    }
+
+    /// Forgets all failures at once.
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+        self.healthy_since = None;
+    }
+
+    /// Failures counted since the last reset.
+    pub fn attempts(&self) -> u32 {
+        self.attempt
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_double_up_to_the_cap_without_jitter() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1)).with_jitter(0.0);
+        let got: Vec<_> = (0..6).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(got, vec![100, 200, 400, 800, 1000, 1000]);
+    }
+
+    #[test]
+    fn jitter_stays_within_its_band() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(10)).with_jitter(0.5);
+        for _ in 0..100 {
+            b.reset();
+            let d = b.next_delay();
+            assert!(d >= Duration::from_millis(75) && d <= Duration::from_millis(125), "{d:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resets_only_after_a_healthy_period() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(10))
+            .with_jitter(0.0)
+            .with_reset_after(Duration::from_secs(60));
+        b.next_delay();
+        b.next_delay();
+        b.mark_healthy();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(b.next_delay(), Duration::from_millis(400), "too short a healthy spell keeps the count");
+        b.mark_healthy();
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(b.next_delay(), Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,437 @@
+//! The pod-status cache: one writer ([`CacheWriter`]), many cheap readers
+//! ([`PodCache`]), the kubelet cache's `get_newer_than` on a monotonic clock, and a
+//! change feed for subscribers.
+//!
+//! Freshness uses [`tokio::time::Instant`], never wall time, so clock steps cannot wedge
+//! waiters (kubernetes#134153). "Newer than `t`" is strict everywhere: an entry
+//! modified at `t`, or a global timestamp equal to `t`, does not satisfy a waiter
+//! for `t` (the kubelet's cache is strict in one place and not the other).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
+
+use tokio::sync::{broadcast, oneshot};
+use tokio::time::Instant;
+
+use crate::model::PodStatus;
+
+/// One pod's cache entry. Immutable once stored; replaced as a whole.
+#[derive(Clone, Debug)]
+pub struct CacheEntry {
+    /// The pod UID.
+    pub uid: Arc<str>,
+    /// The last status read, if any succeeded.
+    pub status: Option<Arc<PodStatus>>,
+    /// The error of the latest inspection, if it failed (the status is then the last
+    /// good one).
+    pub error: Option<Arc<str>>,
+    /// When the status was read (monotonic): the time taken before inspecting.
+    pub modified: Instant,
+    /// `modified` in wall time, for display and the API.
+    pub modified_wall: SystemTime,
+    /// The cache's change sequence number of this write.
+    pub seq: u64,
+}
+
+/// What changed in the cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CacheChange {
+    /// A pod's entry was written.
+    Set {
+        /// Pod UID.
+        uid: Arc<str>,
+        /// Change sequence number.
+        seq: u64,
+    },
+    /// A pod's entry was removed.
+    Deleted {
+        /// Pod UID.
+        uid: Arc<str>,
+        /// Change sequence number.
+        seq: u64,
+    },
+    /// The global timestamp advanced (a full relist completed).
+    Time {
+        /// Change sequence number.
+        seq: u64,
+    },
+}
+
+/// The answer of [`PodCache::get_newer_than`].
+#[derive(Clone, Debug)]
+pub struct Fresh {
+    /// The entry, or `None` when the runtime has no such pod.
+    pub entry: Option<Arc<CacheEntry>>,
+    /// The global timestamp at the time of the answer.
+    pub global: Option<Instant>,
+}
+
+struct Waiter {
+    min: Instant,
+    tx: oneshot::Sender<Fresh>,
+}
+
+#[derive(Default)]
+struct State {
+    pods: HashMap<Arc<str>, Arc<CacheEntry>>,
+    global: Option<Instant>,
+    global_wall: Option<SystemTime>,
+    waiters: HashMap<Arc<str>, Vec<Waiter>>,
+    seq: u64,
+}
+
+struct Shared {
+    state: RwLock<State>,
+    changes: broadcast::Sender<CacheChange>,
+}
+
+/// A reader of the cache. Cheap to clone.
+#[derive(Clone)]
+pub struct PodCache {
+    shared: Arc<Shared>,
+}
+
+/// The cache's only writer. Not `Clone`: whoever holds it is the single writer.
+pub struct CacheWriter {
+    shared: Arc<Shared>,
+}
+
+impl State {
+    fn is_fresh(&self, uid: &str, min: Instant) -> bool {
+        self.pods.get(uid).is_some_and(|e| e.modified > min) || self.global.is_some_and(|g| g > min)
+    }
+
+    fn answer(&self, uid: &str) -> Fresh {
+        Fresh { entry: self.pods.get(uid).cloned(), global: self.global }
+    }
+
+    /// Wakes the waiters on `uid` whose condition now holds; drops abandoned ones.
+    fn notify(&mut self, uid: &str) {
+        let Some(list) = self.waiters.remove(uid) else { return };
+        let mut keep = Vec::new();
+        for w in list {
+            if w.tx.is_closed() {
+                continue;
+            }
+            if self.is_fresh(uid, w.min) {
+                let _ = w.tx.send(self.answer(uid));
+            } else {
+                keep.push(w);
+            }
+        }
+        if !keep.is_empty() {
+            self.waiters.insert(Arc::from(uid), keep);
+        }
+    }
+}
+
+/// Creates an empty cache: the writer and a reader.
+pub fn new() -> (CacheWriter, PodCache) {
+    let (changes, _) = broadcast::channel(4096);
+    let shared = Arc::new(Shared { state: RwLock::new(State::default()), changes });
+    (CacheWriter { shared: shared.clone() }, PodCache { shared })
+}
+
+impl PodCache {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.shared.state.read().expect("cache lock")
+    }
+
+    /// The entry of `uid`, if the cache has one.
+    pub fn get(&self, uid: &str) -> Option<Arc<CacheEntry>> {
+        self.read().pods.get(uid).cloned()
+    }
+
+    /// Waits until the cache holds something newer than `min` for `uid`: an entry
+    /// modified after `min`, or a completed relist that started after `min` (then a
+    /// missing entry means the pod does not exist). Cancel-safe: drop the future to
+    /// stop waiting.
+    pub async fn get_newer_than(&self, uid: &str, min: Instant) -> Fresh {
+        let rx = {
+            let mut s = self.shared.state.write().expect("cache lock");
+            if s.is_fresh(uid, min) {
+                return s.answer(uid);
+            }
+            let (tx, rx) = oneshot::channel();
+            let list = s.waiters.entry(Arc::from(uid)).or_default();
+            list.retain(|w| !w.tx.is_closed());
+            list.push(Waiter { min, tx });
+            rx
+        };
+        match rx.await {
+            Ok(fresh) => fresh,
+            // The writer is gone (shutdown): answer with what there is.
+            Err(_) => self.read().answer(uid),
+        }
+    }
+
+    /// The global timestamp: the start of the last completed full relist.
+    pub fn global_timestamp(&self) -> Option<Instant> {
+        self.read().global
+    }
+
+    /// The global timestamp in wall time.
+    pub fn global_timestamp_wall(&self) -> Option<SystemTime> {
+        self.read().global_wall
+    }
+
+    /// Every entry, sorted by UID.
+    pub fn snapshot(&self) -> Vec<Arc<CacheEntry>> {
+        let mut v: Vec<_> = self.read().pods.values().cloned().collect();
+        v.sort_by(|a, b| a.uid.cmp(&b.uid));
+        v
+    }
+
+    /// Number of pods cached.
+    pub fn len(&self) -> usize {
+        self.read().pods.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The sequence number of the latest change.
+    pub fn seq(&self) -> u64 {
+        self.read().seq
+    }
+
+    /// Number of callers blocked in `get_newer_than` (abandoned ones may be counted
+    /// until the next write for their pod).
+    pub fn waiters(&self) -> usize {
+        self.read().waiters.values().map(Vec::len).sum()
+    }
+
+    /// Subscribes to changes. A subscriber that falls more than 4096 changes behind
+    /// receives `Lagged` and should re-read with [`PodCache::snapshot`].
+    pub fn subscribe(&self) -> broadcast::Receiver<CacheChange> {
+        self.shared.changes.subscribe()
+    }
+}
+
+impl CacheWriter {
+    /// A reader of this cache.
+    pub fn reader(&self) -> PodCache {
+        PodCache { shared: self.shared.clone() }
+    }
+
+    /// Stores a pod's status read at `modified` (the time taken before inspecting),
+    /// with the inspection error if it failed. On error with no new status, the last
+    /// good status is kept beside the error.
+    pub fn set(&mut self, uid: &str, status: Option<Arc<PodStatus>>, error: Option<String>, modified: Instant) {
+        let change = {
+            let mut s = self.shared.state.write().expect("cache lock");
+            s.seq += 1;
+            let seq = s.seq;
+            let key: Arc<str> = s.pods.get_key_value(uid).map(|(k, _)| k.clone()).unwrap_or_else(|| Arc::from(uid));
+            let status = status.or_else(|| s.pods.get(uid).and_then(|e| e.status.clone()));
+            let wall = SystemTime::now() - modified.elapsed();
+            let entry = CacheEntry {
+                uid: key.clone(),
+                status,
+                error: error.map(Arc::from),
+                modified,
+                modified_wall: wall,
+                seq,
+            };
+            s.pods.insert(key.clone(), Arc::new(entry));
+            s.notify(uid);
+            CacheChange::Set { uid: key, seq }
+        };
+        let _ = self.shared.changes.send(change);
+    }
+
+    /// Removes a pod (it no longer exists in the runtime). Waiters are released by
+    /// the next global timestamp advance, as in the kubelet.
+    pub fn delete(&mut self, uid: &str) {
+        let change = {
+            let mut s = self.shared.state.write().expect("cache lock");
+            let Some((key, _)) = s.pods.remove_entry(uid) else { return };
+            s.seq += 1;
+            CacheChange::Deleted { uid: key, seq: s.seq }
+        };
+        let _ = self.shared.changes.send(change);
+    }
+
+    /// Advances the global timestamp to `ts` (the start of a completed full relist)
+    /// and wakes every waiter it satisfies. A timestamp older than the current one is
+    /// ignored.
+    pub fn update_time(&mut self, ts: Instant) {
+        let change = {
+            let mut s = self.shared.state.write().expect("cache lock");
+            if s.global.is_some_and(|g| g >= ts) {
+                return;
+            }
+            s.global = Some(ts);
+            s.global_wall = Some(SystemTime::now() - ts.elapsed());
+            s.seq += 1;
+            let uids: Vec<_> = s.waiters.keys().cloned().collect();
+            for uid in uids {
+                s.notify(&uid);
+            }
+            CacheChange::Time { seq: s.seq }
+        };
+        let _ = self.shared.changes.send(change);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn status(uid: &str) -> Arc<PodStatus> {
+        Arc::new(PodStatus {
+            uid: uid.into(),
+            name: "p".into(),
+            namespace: "ns".into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            ips: vec![],
+            sandboxes: vec![],
+            containers: vec![],
+            observed_at: SystemTime::now(),
+        })
+    }
+
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn get_newer_than_answers_at_once_when_the_entry_is_newer() {
+        let (mut w, r) = new();
+        let t0 = Instant::now();
+        tokio::time::advance(Duration::from_millis(5)).await;
+        w.set("a", Some(status("a")), None, Instant::now());
+        let got = r.get_newer_than("a", t0).await;
+        assert_eq!(got.entry.unwrap().status.as_ref().unwrap().uid, "a");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn get_newer_than_wakes_on_a_newer_set_but_not_an_older_one() {
+        let (mut w, r) = new();
+        let old = Instant::now();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let min = Instant::now();
+        let waiter = tokio::spawn({
+            let r = r.clone();
+            async move { r.get_newer_than("a", min).await }
+        });
+        settle().await;
+        w.set("a", Some(status("a")), None, old);
+        settle().await;
+        assert!(!waiter.is_finished(), "a status read before min must not wake the waiter");
+        w.set("a", Some(status("a")), None, min);
+        settle().await;
+        assert!(!waiter.is_finished(), "a status read exactly at min is not newer");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        w.set("a", Some(status("a")), None, Instant::now());
+        let got = tokio::time::timeout(Duration::from_secs(1), waiter).await.unwrap().unwrap();
+        assert!(got.entry.unwrap().modified > min);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn get_newer_than_wakes_on_a_global_timestamp_advance() {
+        let (mut w, r) = new();
+        let min = Instant::now();
+        let waiter = tokio::spawn({
+            let r = r.clone();
+            async move { r.get_newer_than("missing", min).await }
+        });
+        settle().await;
+        w.update_time(min);
+        settle().await;
+        assert!(!waiter.is_finished(), "a relist that started at min is not newer");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        w.update_time(Instant::now());
+        let got = tokio::time::timeout(Duration::from_secs(1), waiter).await.unwrap().unwrap();
+        assert!(got.entry.is_none(), "an unknown pod after a newer relist does not exist");
+        assert!(got.global.unwrap() > min);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_forever_before_the_first_relist() {
+        let (_w, r) = new();
+        let res = tokio::time::timeout(Duration::from_secs(60), r.get_newer_than("a", Instant::now())).await;
+        assert!(res.is_err(), "nothing is newer before the cache was ever filled");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn many_waiters_on_many_pods_all_wake_once_with_their_own_pod() {
+        let (mut w, r) = new();
+        let min = Instant::now();
+        let mut handles = Vec::new();
+        for i in 0..200 {
+            let r = r.clone();
+            let uid = format!("pod-{}", i % 20);
+            handles.push(tokio::spawn(async move { (uid.clone(), r.get_newer_than(&uid, min).await) }));
+        }
+        settle().await;
+        assert_eq!(r.waiters(), 200);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        for i in 0..10 {
+            w.set(&format!("pod-{i}"), Some(status(&format!("pod-{i}"))), None, Instant::now());
+        }
+        settle().await;
+        assert_eq!(r.waiters(), 100, "only waiters of the written pods wake");
+        w.update_time(Instant::now());
+        for h in handles {
+            let (uid, fresh) = tokio::time::timeout(Duration::from_secs(1), h).await.unwrap().unwrap();
+            if let Some(e) = fresh.entry {
+                assert_eq!(&*e.uid, uid);
+            }
+        }
+        assert_eq!(r.waiters(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_waiter_is_dropped_on_the_next_write() {
+        let (mut w, r) = new();
+        let min = Instant::now();
+        let res = tokio::time::timeout(Duration::from_millis(10), r.get_newer_than("a", min)).await;
+        assert!(res.is_err());
+        assert_eq!(r.waiters(), 1);
+        w.set("a", Some(status("a")), None, min);
+        assert_eq!(r.waiters(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_error_keeps_the_last_good_status() {
+        let (mut w, r) = new();
+        w.set("a", Some(status("a")), None, Instant::now());
+        w.set("a", None, Some("boom".into()), Instant::now());
+        let e = r.get("a").unwrap();
+        assert_eq!(e.error.as_deref(), Some("boom"));
+        assert!(e.status.is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn subscribers_see_every_change_in_order() {
+        let (mut w, r) = new();
+        let mut sub = r.subscribe();
+        w.set("a", Some(status("a")), None, Instant::now());
+        w.delete("a");
+        w.delete("a");
+        w.update_time(Instant::now());
+        assert!(matches!(sub.recv().await.unwrap(), CacheChange::Set { seq: 1, .. }));
+        assert!(matches!(sub.recv().await.unwrap(), CacheChange::Deleted { seq: 2, .. }));
+        assert!(matches!(sub.recv().await.unwrap(), CacheChange::Time { seq: 3 }));
+        assert!(r.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_global_timestamp_never_goes_back() {
+        let (mut w, r) = new();
+        let t0 = Instant::now();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        w.update_time(Instant::now());
+        w.update_time(t0);
+        assert!(r.global_timestamp().unwrap() > t0);
+    }
+}

@@ -1,0 +1,274 @@
+//! The CRI client over a unix socket: per-call deadlines, a jittered backoff gate while
+//! the runtime is unreachable, and per-call metrics.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use super::{CriError, EventStream, RuntimeService};
+use crate::backoff::Backoff;
+use crate::metrics::{CriMetrics, MethodCode, MethodLabel};
+use crate::proto::runtime as cri;
+use crate::proto::runtime::runtime_service_client::RuntimeServiceClient;
+use crate::uds::{UdsError, parse_unix_endpoint};
+
+/// How the client treats calls.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Deadline of each unary call.
+    pub timeout: Duration,
+    /// First wait after the runtime was found unreachable.
+    pub backoff_initial: Duration,
+    /// Longest wait between dials while the runtime is unreachable.
+    pub backoff_max: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(2),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A CRI `RuntimeService` client on a unix socket. Cheap to clone; clones share the
+/// connection and the reachability gate.
+#[derive(Clone)]
+pub struct CriClient {
+    inner: RuntimeServiceClient<Channel>,
+    endpoint: Arc<str>,
+    opts: ClientOptions,
+    gate: Arc<Mutex<Gate>>,
+    metrics: Option<CriMetrics>,
+}
+
+/// While the runtime is unreachable, calls fail fast until `next_attempt`.
+struct Gate {
+    backoff: Backoff,
+    next_attempt: Option<Instant>,
+}
+
+impl CriClient {
+    /// A client for `endpoint` (`unix:///path`). Connects lazily: a runtime that is not
+    /// up yet is not an error here; calls fail until it is.
+    pub fn new(endpoint: &str, opts: ClientOptions, metrics: Option<CriMetrics>) -> Result<Self, UdsError> {
+        let path = parse_unix_endpoint(endpoint)?;
+        let channel = crate::uds::lazy_channel(path);
+        let inner = RuntimeServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024);
+        let backoff = Backoff::new(opts.backoff_initial, opts.backoff_max);
+        Ok(Self {
+            inner,
+            endpoint: Arc::from(endpoint),
+            opts,
+            gate: Arc::new(Mutex::new(Gate { backoff, next_attempt: None })),
+            metrics,
+        })
+    }
+
+    /// The raw tonic client, for callers that need calls outside the trait (the
+    /// end-to-end harness creates pods with it).
+    pub fn raw(&self) -> RuntimeServiceClient<Channel> {
+        self.inner.clone()
+    }
+
+    async fn unary<T, F, Fut>(&self, method: &'static str, f: F) -> Result<T, CriError>
+    where
+        F: FnOnce(RuntimeServiceClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        if let Some(at) = self.gate.lock().expect("gate lock").next_attempt {
+            let now = Instant::now();
+            if now < at {
+                self.record(method, "Unavailable", None);
+                return Err(CriError::Unreachable { method, endpoint: self.endpoint.clone(), retry_in: at - now });
+            }
+        }
+        let started = Instant::now();
+        let out = tokio::time::timeout(self.opts.timeout, f(self.inner.clone(), self.opts.timeout)).await;
+        let elapsed = started.elapsed();
+        match out {
+            Ok(Ok(resp)) => {
+                self.record(method, "OK", Some(elapsed));
+                let mut gate = self.gate.lock().expect("gate lock");
+                if gate.next_attempt.take().is_some() {
+                    tracing::info!(endpoint = %self.endpoint, "runtime reachable again");
+                }
+                gate.backoff.reset();
+                Ok(resp.into_inner())
+            }
+            Ok(Err(status)) => {
+                self.record(method, code_name(status.code()), Some(elapsed));
+                if status.code() == tonic::Code::Unavailable {
+                    let mut gate = self.gate.lock().expect("gate lock");
+                    let wait = gate.backoff.next_delay();
+                    gate.next_attempt = Some(Instant::now() + wait);
+                }
+                Err(CriError::Call { method, endpoint: self.endpoint.clone(), status })
+            }
+            Err(_) => {
+                self.record(method, "DeadlineExceeded", Some(elapsed));
+                Err(CriError::Timeout { method, endpoint: self.endpoint.clone(), timeout: self.opts.timeout })
+            }
+        }
+    }
+
+    fn record(&self, method: &'static str, code: &str, elapsed: Option<Duration>) {
+        if let Some(m) = &self.metrics {
+            m.requests.get_or_create(&MethodCode { method: method.to_owned(), code: code.to_owned() }).inc();
+            if let Some(d) = elapsed {
+                m.duration.get_or_create(&MethodLabel { method: method.to_owned() }).observe(d.as_secs_f64());
+            }
+        }
+    }
+}
+
+fn request<T>(msg: T, timeout: Duration) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.set_timeout(timeout);
+    req
+}
+
+/// The canonical name of a gRPC code, as used in metric labels.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "Canceled",
+        Unknown => "Unknown",
+        InvalidArgument => "InvalidArgument",
+        DeadlineExceeded => "DeadlineExceeded",
+        NotFound => "NotFound",
+        AlreadyExists => "AlreadyExists",
+        PermissionDenied => "PermissionDenied",
+        ResourceExhausted => "ResourceExhausted",
+        FailedPrecondition => "FailedPrecondition",
+        Aborted => "Aborted",
+        OutOfRange => "OutOfRange",
+        Unimplemented => "Unimplemented",
+        Internal => "Internal",
+        Unavailable => "Unavailable",
+        DataLoss => "DataLoss",
+        Unauthenticated => "Unauthenticated",
+    }
+}
+
+impl RuntimeService for CriClient {
+    fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    async fn version(&self) -> Result<cri::VersionResponse, CriError> {
+        self.unary("Version", |mut c, t| async move {
+            c.version(request(cri::VersionRequest { version: "v1".into() }, t)).await
+        })
+        .await
+    }
+
+    async fn list_pod_sandboxes(&self, filter: Option<cri::PodSandboxFilter>) -> Result<Vec<cri::PodSandbox>, CriError> {
+        let resp = self
+            .unary("ListPodSandbox", |mut c, t| async move {
+                c.list_pod_sandbox(request(cri::ListPodSandboxRequest { filter }, t)).await
+            })
+            .await?;
+        Ok(resp.items)
+    }
+
+    async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus, CriError> {
+        let id = id.to_owned();
+        let resp = self
+            .unary("PodSandboxStatus", |mut c, t| async move {
+                c.pod_sandbox_status(request(cri::PodSandboxStatusRequest { pod_sandbox_id: id, verbose: false }, t))
+                    .await
+            })
+            .await?;
+        resp.status.ok_or(CriError::Incomplete {
+            method: "PodSandboxStatus",
+            endpoint: self.endpoint.clone(),
+            field: "status",
+        })
+    }
+
+    async fn list_containers(&self, filter: Option<cri::ContainerFilter>) -> Result<Vec<cri::Container>, CriError> {
+        let resp = self
+            .unary("ListContainers", |mut c, t| async move {
+                c.list_containers(request(cri::ListContainersRequest { filter }, t)).await
+            })
+            .await?;
+        Ok(resp.containers)
+    }
+
+    async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
+        let id = id.to_owned();
+        let resp = self
+            .unary("ContainerStatus", |mut c, t| async move {
+                c.container_status(request(cri::ContainerStatusRequest { container_id: id, verbose: false }, t)).await
+            })
+            .await?;
+        resp.status.ok_or(CriError::Incomplete {
+            method: "ContainerStatus",
+            endpoint: self.endpoint.clone(),
+            field: "status",
+        })
+    }
+
+    /// Returns at once; the call is made when the stream is first polled, because
+    /// containerd sends the response headers only with the first event. Errors of the
+    /// call itself (for instance `Unimplemented`) arrive as the stream's first item.
+    async fn container_events(&self) -> Result<EventStream, CriError> {
+        enum State {
+            Open(RuntimeServiceClient<Channel>),
+            Streaming(tonic::Streaming<cri::ContainerEventResponse>),
+            Done,
+        }
+        let endpoint = self.endpoint.clone();
+        let metrics = self.metrics.clone();
+        let stream = futures_util::stream::unfold(State::Open(self.inner.clone()), move |state| {
+            let endpoint = endpoint.clone();
+            let metrics = metrics.clone();
+            async move {
+                let err = |status: tonic::Status| CriError::Call { method: "GetContainerEvents", endpoint, status };
+                let mut streaming = match state {
+                    State::Done => return None,
+                    State::Streaming(s) => s,
+                    State::Open(mut c) => {
+                        let res = c.get_container_events(cri::GetEventsRequest {}).await;
+                        if let Some(m) = &metrics {
+                            let code = res.as_ref().map(|_| tonic::Code::Ok).unwrap_or_else(|s| s.code());
+                            m.requests
+                                .get_or_create(&MethodCode {
+                                    method: "GetContainerEvents".into(),
+                                    code: code_name(code).into(),
+                                })
+                                .inc();
+                        }
+                        match res {
+                            Ok(resp) => resp.into_inner(),
+                            Err(status) => return Some((Err(err(status)), State::Done)),
+                        }
+                    }
+                };
+                match streaming.message().await {
+                    Ok(Some(ev)) => Some((Ok(ev), State::Streaming(streaming))),
+                    Ok(None) => None,
+                    Err(status) => Some((Err(err(status)), State::Done)),
+                }
+            }
+        });
+        Ok(stream.boxed())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<(), CriError> {
+        let id = id.to_owned();
+        self.unary("RemoveContainer", |mut c, t| async move {
+            c.remove_container(request(cri::RemoveContainerRequest { container_id: id }, t)).await
+        })
+        .await?;
+        Ok(())
+    }
+}

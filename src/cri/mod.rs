@@ -1,0 +1,112 @@
+//! The CRI seam: the runtime calls plegd makes, as a trait with a tonic implementation
+//! ([`client::CriClient`]) and the simulated runtime ([`crate::sim::SimRuntime`]).
+
+pub mod client;
+pub mod spec;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::Stream;
+
+use crate::proto::runtime as cri;
+
+/// A stream of CRI container events.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<cri::ContainerEventResponse, CriError>> + Send>>;
+
+/// Errors of CRI calls; each names the runtime endpoint and the call.
+#[derive(Debug, thiserror::Error)]
+pub enum CriError {
+    /// The runtime answered with an error status.
+    #[error("cri {method} on {endpoint} failed: {code:?}: {message}", code = status.code(), message = status.message())]
+    Call {
+        /// CRI method.
+        method: &'static str,
+        /// Runtime endpoint.
+        endpoint: Arc<str>,
+        /// The status returned.
+        #[source]
+        status: tonic::Status,
+    },
+    /// No answer within the call's deadline.
+    #[error("cri {method} on {endpoint} timed out after {timeout:?}")]
+    Timeout {
+        /// CRI method.
+        method: &'static str,
+        /// Runtime endpoint.
+        endpoint: Arc<str>,
+        /// The deadline.
+        timeout: Duration,
+    },
+    /// The runtime is known to be unreachable; plegd waits before dialing again.
+    #[error("cri {method} on {endpoint} skipped: runtime unreachable, next attempt in {retry_in:?}")]
+    Unreachable {
+        /// CRI method.
+        method: &'static str,
+        /// Runtime endpoint.
+        endpoint: Arc<str>,
+        /// Time until the next dial.
+        retry_in: Duration,
+    },
+    /// The runtime answered OK but left out a required field.
+    #[error("cri {method} on {endpoint} returned no {field}")]
+    Incomplete {
+        /// CRI method.
+        method: &'static str,
+        /// Runtime endpoint.
+        endpoint: Arc<str>,
+        /// The missing field.
+        field: &'static str,
+    },
+}
+
+impl CriError {
+    /// The gRPC code this error stands for.
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            Self::Call { status, .. } => status.code(),
+            Self::Timeout { .. } => tonic::Code::DeadlineExceeded,
+            Self::Unreachable { .. } => tonic::Code::Unavailable,
+            Self::Incomplete { .. } => tonic::Code::Internal,
+        }
+    }
+
+    /// Whether the runtime said the object does not exist.
+    pub fn is_not_found(&self) -> bool {
+        self.code() == tonic::Code::NotFound
+    }
+
+    /// Whether the runtime does not implement the call (containerd 1.6's events).
+    pub fn is_unimplemented(&self) -> bool {
+        self.code() == tonic::Code::Unimplemented
+    }
+}
+
+/// The runtime calls plegd uses. Implemented over gRPC by [`client::CriClient`] and
+/// in-process by the simulated runtime.
+pub trait RuntimeService: Clone + Send + Sync + 'static {
+    /// The endpoint, for messages.
+    fn endpoint(&self) -> &str;
+    /// `Version`.
+    fn version(&self) -> impl Future<Output = Result<cri::VersionResponse, CriError>> + Send;
+    /// `ListPodSandbox` with an optional filter.
+    fn list_pod_sandboxes(
+        &self,
+        filter: Option<cri::PodSandboxFilter>,
+    ) -> impl Future<Output = Result<Vec<cri::PodSandbox>, CriError>> + Send;
+    /// `PodSandboxStatus` (not verbose).
+    fn pod_sandbox_status(&self, id: &str) -> impl Future<Output = Result<cri::PodSandboxStatus, CriError>> + Send;
+    /// `ListContainers` with an optional filter.
+    fn list_containers(
+        &self,
+        filter: Option<cri::ContainerFilter>,
+    ) -> impl Future<Output = Result<Vec<cri::Container>, CriError>> + Send;
+    /// `ContainerStatus` (not verbose).
+    fn container_status(&self, id: &str) -> impl Future<Output = Result<cri::ContainerStatus, CriError>> + Send;
+    /// `GetContainerEvents`: resolves once the stream is open.
+    fn container_events(&self) -> impl Future<Output = Result<EventStream, CriError>> + Send;
+    /// `RemoveContainer`.
+    fn remove_container(&self, id: &str) -> impl Future<Output = Result<(), CriError>> + Send;
+}

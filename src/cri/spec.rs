@@ -1,0 +1,167 @@
+//! Request builders for pods and containers the way the kubelet fills them in, shared
+//! by the churn driver, the tests and the end-to-end harness.
+
+use std::collections::HashMap;
+
+use crate::proto::runtime as cri;
+
+/// The kubelet's pod labels on sandboxes and containers.
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// Pod name label.
+pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+/// Pod namespace label.
+pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+/// Container name label.
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+
+/// What a pod looks like to the runtime.
+#[derive(Clone, Debug)]
+pub struct PodSpec {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// Sandbox attempt.
+    pub attempt: u32,
+    /// Extra labels on the sandbox (the pod's labels).
+    pub labels: HashMap<String, String>,
+    /// Host networking (needed on machines with no CNI).
+    pub host_network: bool,
+    /// Parent cgroup (empty: the runtime's default).
+    pub cgroup_parent: String,
+}
+
+impl PodSpec {
+    /// A pod with a random-looking UID derived from namespace and name.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: format!("{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}", fastrand::u32(..), fastrand::u16(..), fastrand::u16(..0xfff), fastrand::u16(..0xfff), fastrand::u64(..0xffff_ffff_ffff)),
+            attempt: 0,
+            labels: HashMap::new(),
+            host_network: true,
+            cgroup_parent: String::new(),
+        }
+    }
+
+    /// Adds a pod label.
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.labels.insert(k.into(), v.into());
+        self
+    }
+
+    /// The sandbox config the kubelet would send.
+    pub fn sandbox_config(&self) -> cri::PodSandboxConfig {
+        let mut labels = self.labels.clone();
+        labels.insert(POD_UID_LABEL.into(), self.uid.clone());
+        labels.insert(POD_NAME_LABEL.into(), self.name.clone());
+        labels.insert(POD_NAMESPACE_LABEL.into(), self.namespace.clone());
+        let ns = cri::NamespaceOption {
+            network: if self.host_network { cri::NamespaceMode::Node } else { cri::NamespaceMode::Pod } as i32,
+            pid: cri::NamespaceMode::Container as i32,
+            ipc: cri::NamespaceMode::Pod as i32,
+            target_id: String::new(),
+        };
+        cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: self.name.clone(),
+                uid: self.uid.clone(),
+                namespace: self.namespace.clone(),
+                attempt: self.attempt,
+            }),
+            hostname: String::new(),
+            log_directory: String::new(),
+            dns_config: None,
+            labels,
+            annotations: HashMap::new(),
+            linux: Some(cri::LinuxPodSandboxConfig {
+                cgroup_parent: self.cgroup_parent.clone(),
+                security_context: Some(cri::LinuxSandboxSecurityContext {
+                    namespace_options: Some(ns),
+                    ..Default::default()
+                }),
+            }),
+        }
+    }
+
+    /// `RunPodSandboxRequest` for this pod.
+    pub fn run_request(&self) -> cri::RunPodSandboxRequest {
+        cri::RunPodSandboxRequest { config: Some(self.sandbox_config()), runtime_handler: String::new() }
+    }
+
+    /// `CreateContainerRequest` for a container of this pod.
+    pub fn create_request(&self, sandbox_id: &str, c: &ContainerSpec) -> cri::CreateContainerRequest {
+        let mut labels = HashMap::new();
+        labels.insert(POD_UID_LABEL.into(), self.uid.clone());
+        labels.insert(POD_NAME_LABEL.into(), self.name.clone());
+        labels.insert(POD_NAMESPACE_LABEL.into(), self.namespace.clone());
+        labels.insert(CONTAINER_NAME_LABEL.into(), c.name.clone());
+        cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.into(),
+            config: Some(cri::ContainerConfig {
+                metadata: Some(cri::ContainerMetadata { name: c.name.clone(), attempt: c.attempt }),
+                image: Some(cri::ImageSpec { image: c.image.clone(), annotations: HashMap::new() }),
+                command: c.command.clone(),
+                args: Vec::new(),
+                working_dir: String::new(),
+                envs: Vec::new(),
+                mounts: Vec::new(),
+                labels,
+                annotations: c.annotations.clone(),
+                log_path: c.log_path.clone(),
+                linux: None,
+            }),
+            sandbox_config: Some(self.sandbox_config()),
+        }
+    }
+}
+
+/// What a container looks like to the runtime.
+#[derive(Clone, Debug)]
+pub struct ContainerSpec {
+    /// Name within the pod.
+    pub name: String,
+    /// Restart attempt.
+    pub attempt: u32,
+    /// Image reference.
+    pub image: String,
+    /// Command.
+    pub command: Vec<String>,
+    /// Annotations (the simulated runtime reads `plegd.sim/*` here).
+    pub annotations: HashMap<String, String>,
+    /// Log path relative to the pod's log directory.
+    pub log_path: String,
+}
+
+impl ContainerSpec {
+    /// A container that runs until stopped.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            attempt: 0,
+            image: "docker.io/library/busybox:latest".into(),
+            command: vec!["sleep".into(), "3600".into()],
+            annotations: HashMap::new(),
+            log_path: String::new(),
+        }
+    }
+
+    /// The next restart attempt of the same container.
+    pub fn attempt(mut self, attempt: u32) -> Self {
+        self.attempt = attempt;
+        self
+    }
+
+    /// Exits on its own after `after` with `code` (a shell command for real runtimes,
+    /// annotations for the simulated one).
+    pub fn exits_after(mut self, after: std::time::Duration, code: i32) -> Self {
+        let secs = after.as_secs_f64();
+        self.command = vec!["sh".into(), "-c".into(), format!("sleep {secs}; exit {code}")];
+        self.annotations.insert(crate::sim::EXIT_AFTER.into(), humantime::format_duration(after).to_string());
+        self.annotations.insert(crate::sim::EXIT_CODE.into(), code.to_string());
+        self
+    }
+}

@@ -1,0 +1,9 @@
+//! plegd: a node-local container lifecycle observer.
+pub mod proto;
+pub mod backoff;
+pub mod cri;
+pub mod metrics;
+pub mod model;
+pub mod sim;
+pub mod uds;
+pub mod cache;

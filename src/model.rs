@@ -1,0 +1,297 @@
+//! The pod-status model plegd keeps in its cache, converted once from the CRI's types.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::proto::{plegd as api, runtime as cri};
+
+/// A container's state, as the CRI reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ContainerState {
+    /// Created, not started.
+    Created,
+    /// Running.
+    Running,
+    /// Exited.
+    Exited,
+    /// The runtime does not know.
+    Unknown,
+}
+
+/// A sandbox's state, as the CRI reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SandboxState {
+    /// The sandbox is up.
+    Ready,
+    /// The sandbox was stopped or failed.
+    NotReady,
+}
+
+/// One container of a pod, from `ContainerStatus`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ContainerStatus {
+    /// Runtime container id.
+    pub id: String,
+    /// Container name within the pod.
+    pub name: String,
+    /// Restart attempt.
+    pub attempt: u32,
+    /// State.
+    pub state: ContainerState,
+    /// Creation time, nanoseconds since the epoch.
+    #[serde(serialize_with = "ser_nanos")]
+    pub created_at: i64,
+    /// Start time, nanoseconds since the epoch (0: not started).
+    #[serde(serialize_with = "ser_nanos")]
+    pub started_at: i64,
+    /// Finish time, nanoseconds since the epoch (0: not finished).
+    #[serde(serialize_with = "ser_nanos")]
+    pub finished_at: i64,
+    /// Exit code, meaningful once finished.
+    pub exit_code: i32,
+    /// CamelCase reason for the state (`Completed`, `Error`, `OOMKilled`).
+    pub reason: String,
+    /// Human-readable detail.
+    pub message: String,
+    /// Image reference.
+    pub image: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// One sandbox of a pod, from `PodSandboxStatus`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SandboxStatus {
+    /// Runtime sandbox id.
+    pub id: String,
+    /// Sandbox attempt.
+    pub attempt: u32,
+    /// State.
+    pub state: SandboxState,
+    /// Creation time, nanoseconds since the epoch.
+    #[serde(serialize_with = "ser_nanos")]
+    pub created_at: i64,
+    /// Primary IP (empty with host networking).
+    pub ip: String,
+    /// Further IPs.
+    pub additional_ips: Vec<String>,
+}
+
+/// A pod as plegd's cache holds it: the kubelet's `PodStatus`, built from CRI calls.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PodStatus {
+    /// Pod UID.
+    pub uid: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod namespace.
+    pub namespace: String,
+    /// Labels of the newest sandbox.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations of the newest sandbox.
+    pub annotations: BTreeMap<String, String>,
+    /// Pod IPs (newest ready sandbox), kept after the pod dies like the kubelet does.
+    pub ips: Vec<String>,
+    /// Sandboxes, newest first.
+    pub sandboxes: Vec<SandboxStatus>,
+    /// Containers, newest first.
+    pub containers: Vec<ContainerStatus>,
+    /// When plegd read this status.
+    #[serde(serialize_with = "ser_time")]
+    pub observed_at: SystemTime,
+}
+
+impl ContainerState {
+    /// From the CRI enum value; unknown values map to `Unknown`.
+    pub fn from_cri(v: i32) -> Self {
+        match cri::ContainerState::try_from(v) {
+            Ok(cri::ContainerState::ContainerCreated) => Self::Created,
+            Ok(cri::ContainerState::ContainerRunning) => Self::Running,
+            Ok(cri::ContainerState::ContainerExited) => Self::Exited,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// The API enum.
+    pub fn to_api(self) -> api::ContainerState {
+        match self {
+            Self::Created => api::ContainerState::Created,
+            Self::Running => api::ContainerState::Running,
+            Self::Exited => api::ContainerState::Exited,
+            Self::Unknown => api::ContainerState::Unknown,
+        }
+    }
+}
+
+impl SandboxState {
+    /// From the CRI enum value; anything but READY is not ready.
+    pub fn from_cri(v: i32) -> Self {
+        if v == cri::PodSandboxState::SandboxReady as i32 {
+            Self::Ready
+        } else {
+            Self::NotReady
+        }
+    }
+}
+
+impl ContainerStatus {
+    /// Converts a CRI `ContainerStatus`.
+    pub fn from_cri(s: &cri::ContainerStatus) -> Self {
+        let md = s.metadata.clone().unwrap_or_default();
+        Self {
+            id: s.id.clone(),
+            name: md.name,
+            attempt: md.attempt,
+            state: ContainerState::from_cri(s.state),
+            created_at: s.created_at,
+            started_at: s.started_at,
+            finished_at: s.finished_at,
+            exit_code: s.exit_code,
+            reason: s.reason.clone(),
+            message: s.message.clone(),
+            image: s.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
+            labels: s.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            annotations: s.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        }
+    }
+}
+
+impl SandboxStatus {
+    /// Converts a CRI `PodSandboxStatus`.
+    pub fn from_cri(s: &cri::PodSandboxStatus) -> Self {
+        let md = s.metadata.clone().unwrap_or_default();
+        let net = s.network.clone().unwrap_or_default();
+        Self {
+            id: s.id.clone(),
+            attempt: md.attempt,
+            state: SandboxState::from_cri(s.state),
+            created_at: s.created_at,
+            ip: net.ip,
+            additional_ips: net.additional_ips.into_iter().map(|p| p.ip).collect(),
+        }
+    }
+}
+
+impl PodStatus {
+    /// The container or sandbox with this id, as (name, is_sandbox).
+    pub fn find(&self, id: &str) -> Option<(&str, bool)> {
+        if let Some(c) = self.containers.iter().find(|c| c.id == id) {
+            return Some((&c.name, false));
+        }
+        self.sandboxes.iter().find(|s| s.id == id).map(|_| ("", true))
+    }
+
+    /// The API message.
+    pub fn to_api(&self, error: Option<&str>) -> api::PodStatus {
+        api::PodStatus {
+            uid: self.uid.clone(),
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            labels: self.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            annotations: self.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            ips: self.ips.clone(),
+            sandboxes: self
+                .sandboxes
+                .iter()
+                .map(|s| api::SandboxInfo {
+                    id: s.id.clone(),
+                    attempt: s.attempt,
+                    state: match s.state {
+                        SandboxState::Ready => api::SandboxState::Ready,
+                        SandboxState::NotReady => api::SandboxState::Notready,
+                    } as i32,
+                    created_at: nanos_to_timestamp(s.created_at),
+                    ip: s.ip.clone(),
+                    additional_ips: s.additional_ips.clone(),
+                })
+                .collect(),
+            containers: self
+                .containers
+                .iter()
+                .map(|c| api::ContainerInfo {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    attempt: c.attempt,
+                    state: c.state.to_api() as i32,
+                    created_at: nanos_to_timestamp(c.created_at),
+                    started_at: nanos_to_timestamp(c.started_at),
+                    finished_at: nanos_to_timestamp(c.finished_at),
+                    exit_code: c.exit_code,
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                    image: c.image.clone(),
+                    labels: c.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    annotations: c.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                })
+                .collect(),
+            observed_at: Some(system_to_timestamp(self.observed_at)),
+            error: error.unwrap_or_default().to_owned(),
+        }
+    }
+}
+
+/// Nanoseconds since the epoch as a `SystemTime`; `None` for 0 or negative.
+pub fn nanos_to_system(ns: i64) -> Option<SystemTime> {
+    (ns > 0).then(|| UNIX_EPOCH + Duration::from_nanos(ns as u64))
+}
+
+/// A `SystemTime` as nanoseconds since the epoch.
+pub fn system_to_nanos(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+/// Nanoseconds since the epoch as a protobuf timestamp; `None` for 0.
+pub fn nanos_to_timestamp(ns: i64) -> Option<prost_types::Timestamp> {
+    (ns > 0).then(|| prost_types::Timestamp {
+        seconds: ns.div_euclid(1_000_000_000),
+        nanos: ns.rem_euclid(1_000_000_000) as i32,
+    })
+}
+
+/// A `SystemTime` as a protobuf timestamp.
+pub fn system_to_timestamp(t: SystemTime) -> prost_types::Timestamp {
+    nanos_to_timestamp(system_to_nanos(t)).unwrap_or_default()
+}
+
+/// RFC 3339 with milliseconds, the one time format of plegd's JSON.
+pub fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn ser_nanos<S: serde::Serializer>(ns: &i64, s: S) -> Result<S::Ok, S::Error> {
+    match nanos_to_system(*ns) {
+        Some(t) => s.serialize_str(&humantime::format_rfc3339_nanos(t).to_string()),
+        None => s.serialize_none(),
+    }
+}
+
+fn ser_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&rfc3339(*t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nanos_round_trip_through_timestamp() {
+        let ts = nanos_to_timestamp(1_700_000_000_123_456_789).unwrap();
+        assert_eq!(ts.seconds, 1_700_000_000);
+        assert_eq!(ts.nanos, 123_456_789);
+        assert!(nanos_to_timestamp(0).is_none());
+    }
+
+    #[test]
+    fn unknown_cri_state_maps_to_unknown() {
+        assert_eq!(ContainerState::from_cri(99), ContainerState::Unknown);
+        assert_eq!(ContainerState::from_cri(1), ContainerState::Running);
+        assert_eq!(SandboxState::from_cri(0), SandboxState::Ready);
+        assert_eq!(SandboxState::from_cri(7), SandboxState::NotReady);
+    }
+}

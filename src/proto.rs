@@ -1,0 +1,12 @@
+//! Generated protobuf and gRPC code for the CRI subset and plegd's API.
+#![allow(missing_docs, clippy::all)]
+
+/// CRI runtime.v1 (the subset plegd uses).
+pub mod runtime {
+    tonic::include_proto!("runtime.v1");
+}
+
+/// plegd's own API.
+pub mod plegd {
+    tonic::include_proto!("plegd.v1");
+}

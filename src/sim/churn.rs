@@ -1,0 +1,151 @@
+//! Pod churn for the simulated runtime: keeps a population of pods and changes them at
+//! a steady rate the way a busy node does (deaths, restarts, replacements, stops).
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::SimRuntime;
+use crate::cri::spec::{ContainerSpec, PodSpec};
+
+/// How much churn to make.
+#[derive(Clone, Debug)]
+pub struct ChurnConfig {
+    /// Pods kept alive.
+    pub pods: usize,
+    /// Containers in each pod.
+    pub containers_per_pod: usize,
+    /// Changes per second (0: populate only).
+    pub churn_per_sec: f64,
+}
+
+/// The churn driver.
+pub struct Churn {
+    sim: SimRuntime,
+    cfg: ChurnConfig,
+    pods: Vec<LivePod>,
+    serial: u64,
+}
+
+struct LivePod {
+    spec: PodSpec,
+    sandbox_id: String,
+    containers: Vec<LiveContainer>,
+}
+
+struct LiveContainer {
+    spec: ContainerSpec,
+    id: String,
+    /// The previous attempt, kept dead like the kubelet keeps one for logs.
+    previous: Option<String>,
+}
+
+const NAMESPACES: [&str; 3] = ["default", "kube-system", "monitoring"];
+const APPS: [&str; 4] = ["web", "api", "cache", "worker"];
+
+impl Churn {
+    /// A driver for `sim`.
+    pub fn new(sim: SimRuntime, cfg: ChurnConfig) -> Self {
+        Self { sim, cfg, pods: Vec::new(), serial: 0 }
+    }
+
+    async fn add_pod(&mut self) {
+        self.serial += 1;
+        let app = APPS[self.serial as usize % APPS.len()];
+        let ns = NAMESPACES[self.serial as usize % NAMESPACES.len()];
+        let spec = PodSpec::new(ns, &format!("{app}-{}", self.serial)).label("app", app);
+        let Ok(sandbox_id) = self.sim.run_pod_sandbox(spec.run_request()).await else { return };
+        let mut containers = Vec::new();
+        for i in 0..self.cfg.containers_per_pod {
+            let c = ContainerSpec::new(if i == 0 { app } else { "sidecar" });
+            let c = if i > 0 { ContainerSpec { name: format!("sidecar-{i}"), ..c } } else { c };
+            if let Ok(id) = self.sim.create_container(spec.create_request(&sandbox_id, &c)).await {
+                let _ = self.sim.start_container(&id).await;
+                containers.push(LiveContainer { spec: c, id, previous: None });
+            }
+        }
+        self.pods.push(LivePod { spec, sandbox_id, containers });
+    }
+
+    /// Creates pods until the population is reached.
+    pub async fn populate(&mut self) {
+        while self.pods.len() < self.cfg.pods {
+            self.add_pod().await;
+        }
+    }
+
+    /// Makes one random change.
+    pub async fn step(&mut self) {
+        if self.pods.is_empty() {
+            self.populate().await;
+            return;
+        }
+        let p = fastrand::usize(..self.pods.len());
+        match fastrand::u8(..10) {
+            // A container's process dies with some exit code.
+            0..=2 => {
+                let pod = &self.pods[p];
+                if let Some(c) = pod.containers.get(fastrand::usize(..pod.containers.len().max(1))) {
+                    let code = [0, 1, 2, 137][fastrand::usize(..4)];
+                    let reason = if code == 0 { "Completed" } else { "Error" };
+                    self.sim.exit_container(&c.id, code, reason);
+                }
+            }
+            // The kubelet restarts a dead container as the next attempt.
+            3..=5 => {
+                let pod = &mut self.pods[p];
+                let sandbox_id = pod.sandbox_id.clone();
+                for c in pod.containers.iter_mut() {
+                    let exited = self
+                        .sim
+                        .container_status_cri(&c.id)
+                        .await
+                        .is_ok_and(|s| s.state == crate::proto::runtime::ContainerState::ContainerExited as i32);
+                    if !exited {
+                        continue;
+                    }
+                    if let Some(old) = c.previous.take() {
+                        let _ = self.sim.remove_container_cri(&old).await;
+                    }
+                    let next = c.spec.clone().attempt(c.spec.attempt + 1);
+                    if let Ok(id) = self.sim.create_container(pod.spec.create_request(&sandbox_id, &next)).await {
+                        let _ = self.sim.start_container(&id).await;
+                        c.previous = Some(std::mem::replace(&mut c.id, id));
+                        c.spec = next;
+                    }
+                    break;
+                }
+            }
+            // A pod is deleted and another one scheduled.
+            6..=7 => {
+                let pod = self.pods.swap_remove(p);
+                let _ = self.sim.stop_pod_sandbox(&pod.sandbox_id).await;
+                let _ = self.sim.remove_pod_sandbox(&pod.sandbox_id).await;
+                self.add_pod().await;
+            }
+            // The kubelet stops a container (a failed probe, say).
+            _ => {
+                let pod = &self.pods[p];
+                if let Some(c) = pod.containers.first() {
+                    let _ = self.sim.stop_container(&c.id).await;
+                }
+            }
+        }
+    }
+
+    /// Populates, then churns at the configured rate until shutdown.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        self.populate().await;
+        if self.cfg.churn_per_sec <= 0.0 {
+            return;
+        }
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / self.cfg.churn_per_sec));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => self.step().await,
+            }
+        }
+    }
+}

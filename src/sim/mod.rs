@@ -1,0 +1,814 @@
+//! The simulated CRI runtime: containerd's call semantics, errors and event order over
+//! in-memory sandboxes and containers, with fault injection for tests.
+//!
+//! Containers behave like busybox commands in the end-to-end suite: the annotations
+//! `plegd.sim/exit-after` (a duration) and `plegd.sim/exit-code` make a started
+//! container exit on its own; otherwise it runs until stopped.
+
+pub mod churn;
+pub mod server;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use futures_util::StreamExt;
+use tokio::sync::{Notify, broadcast, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tonic::{Code, Status};
+
+use crate::cri::{CriError, EventStream, RuntimeService};
+use crate::model::system_to_nanos;
+use crate::proto::runtime as cri;
+
+/// Annotation: a started container exits on its own after this long (`2s`, `150ms`).
+pub const EXIT_AFTER: &str = "plegd.sim/exit-after";
+/// Annotation: the exit code of such an exit (default 0).
+pub const EXIT_CODE: &str = "plegd.sim/exit-code";
+
+/// What an injected fault does to a matching call.
+#[derive(Clone, Debug)]
+pub enum FaultAction {
+    /// Answer with this status.
+    Error(Code, String),
+    /// Never answer (until the caller gives up).
+    Hang,
+    /// Answer after a delay.
+    Delay(Duration),
+}
+
+/// A fault injected into the simulated runtime.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    /// CRI method name (`ContainerStatus`, `ListPodSandbox`, …).
+    pub method: &'static str,
+    /// Only calls about this id (sandbox or container id), if set.
+    pub target: Option<String>,
+    /// What to do.
+    pub action: FaultAction,
+    /// How many calls it affects; `None`: until cleared.
+    pub times: Option<u32>,
+}
+
+/// How `GetContainerEvents` behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventsMode {
+    /// Streams events (containerd 1.7).
+    Stream,
+    /// Answers `Unimplemented` (containerd 1.6).
+    Unimplemented,
+    /// Answers OK and ends the stream at once (CRI-O with pod events off).
+    EmptyOk,
+}
+
+/// Counts of what the simulated runtime holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimCounts {
+    /// Sandboxes (any state).
+    pub sandboxes: usize,
+    /// Ready sandboxes.
+    pub ready_sandboxes: usize,
+    /// Containers (any state).
+    pub containers: usize,
+    /// Running containers.
+    pub running: usize,
+}
+
+/// The simulated runtime. Cheap to clone; clones share state.
+#[derive(Clone)]
+pub struct SimRuntime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    faults: Mutex<Vec<Fault>>,
+    events: broadcast::Sender<cri::ContainerEventResponse>,
+    events_mode: Mutex<EventsMode>,
+    drop_streams: watch::Sender<u64>,
+    reaper: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    seq: u64,
+    sandboxes: HashMap<String, Sandbox>,
+    containers: HashMap<String, Container>,
+    names: HashSet<String>,
+}
+
+struct Sandbox {
+    seq: u64,
+    id: String,
+    metadata: cri::PodSandboxMetadata,
+    state: cri::PodSandboxState,
+    created_at: i64,
+    labels: HashMap<String, String>,
+    annotations: HashMap<String, String>,
+    runtime_handler: String,
+    name: String,
+}
+
+struct Container {
+    seq: u64,
+    id: String,
+    sandbox_id: String,
+    metadata: cri::ContainerMetadata,
+    image: String,
+    state: cri::ContainerState,
+    created_at: i64,
+    started_at: i64,
+    finished_at: i64,
+    exit_code: i32,
+    reason: String,
+    labels: HashMap<String, String>,
+    annotations: HashMap<String, String>,
+    log_path: String,
+    name: String,
+    exit_at: Option<Instant>,
+}
+
+fn now_nanos() -> i64 {
+    system_to_nanos(SystemTime::now())
+}
+
+fn new_id() -> String {
+    (0..4).map(|_| format!("{:016x}", fastrand::u64(..))).collect()
+}
+
+fn sandbox_not_found(id: &str) -> Status {
+    Status::not_found(format!("an error occurred when try to find sandbox \"{id}\": not found"))
+}
+
+fn container_not_found(id: &str) -> Status {
+    Status::not_found(format!("an error occurred when try to find container \"{id}\": not found"))
+}
+
+/// Resolves an id or unique id prefix, as containerd's truncated-index lookups do.
+fn resolve<'a, T>(map: &'a HashMap<String, T>, id: &str) -> Option<&'a String> {
+    if id.is_empty() {
+        return None;
+    }
+    if let Some((k, _)) = map.get_key_value(id) {
+        return Some(k);
+    }
+    let mut hits = map.keys().filter(|k| k.starts_with(id));
+    match (hits.next(), hits.next()) {
+        (Some(k), None) => Some(k),
+        _ => None,
+    }
+}
+
+fn labels_match(labels: &HashMap<String, String>, selector: &HashMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+impl Sandbox {
+    fn status(&self) -> cri::PodSandboxStatus {
+        cri::PodSandboxStatus {
+            id: self.id.clone(),
+            metadata: Some(self.metadata.clone()),
+            state: self.state as i32,
+            created_at: self.created_at,
+            network: Some(cri::PodSandboxNetworkStatus::default()),
+            labels: self.labels.clone(),
+            annotations: self.annotations.clone(),
+            runtime_handler: self.runtime_handler.clone(),
+        }
+    }
+
+    fn listed(&self) -> cri::PodSandbox {
+        cri::PodSandbox {
+            id: self.id.clone(),
+            metadata: Some(self.metadata.clone()),
+            state: self.state as i32,
+            created_at: self.created_at,
+            labels: self.labels.clone(),
+            annotations: self.annotations.clone(),
+            runtime_handler: self.runtime_handler.clone(),
+        }
+    }
+}
+
+impl Container {
+    fn status(&self) -> cri::ContainerStatus {
+        cri::ContainerStatus {
+            id: self.id.clone(),
+            metadata: Some(self.metadata.clone()),
+            state: self.state as i32,
+            created_at: self.created_at,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            exit_code: self.exit_code,
+            image: Some(cri::ImageSpec { image: self.image.clone(), annotations: HashMap::new() }),
+            image_ref: self.image.clone(),
+            reason: self.reason.clone(),
+            message: String::new(),
+            labels: self.labels.clone(),
+            annotations: self.annotations.clone(),
+            log_path: self.log_path.clone(),
+        }
+    }
+
+    fn listed(&self) -> cri::Container {
+        cri::Container {
+            id: self.id.clone(),
+            pod_sandbox_id: self.sandbox_id.clone(),
+            metadata: Some(self.metadata.clone()),
+            image: Some(cri::ImageSpec { image: self.image.clone(), annotations: HashMap::new() }),
+            image_ref: self.image.clone(),
+            state: self.state as i32,
+            created_at: self.created_at,
+            labels: self.labels.clone(),
+            annotations: self.annotations.clone(),
+        }
+    }
+
+    /// Marks the container exited; returns whether it was running (an event is due).
+    fn exit(&mut self, code: i32, reason: &str) -> bool {
+        let running = matches!(self.state, cri::ContainerState::ContainerRunning | cri::ContainerState::ContainerUnknown);
+        if running {
+            self.state = cri::ContainerState::ContainerExited;
+            self.finished_at = now_nanos();
+            self.exit_code = code;
+            self.reason = reason.to_owned();
+            self.exit_at = None;
+        }
+        running
+    }
+}
+
+impl State {
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn event(&self, id: &str, kind: cri::ContainerEventType, sandbox_id: &str) -> cri::ContainerEventResponse {
+        let sandbox = self.sandboxes.get(sandbox_id);
+        let mut statuses: Vec<_> = self.containers.values().filter(|c| c.sandbox_id == sandbox_id).collect();
+        statuses.sort_by_key(|c| c.seq);
+        cri::ContainerEventResponse {
+            container_id: id.to_owned(),
+            container_event_type: kind as i32,
+            created_at: now_nanos(),
+            pod_sandbox_status: sandbox.map(Sandbox::status),
+            containers_statuses: statuses.into_iter().map(Container::status).collect(),
+        }
+    }
+
+    /// Stops every running container of a sandbox, then the sandbox; returns the events.
+    fn stop_sandbox(&mut self, sandbox_id: &str) -> Vec<cri::ContainerEventResponse> {
+        let mut events = Vec::new();
+        let mut ids: Vec<_> =
+            self.containers.values().filter(|c| c.sandbox_id == sandbox_id).map(|c| (c.seq, c.id.clone())).collect();
+        ids.sort();
+        for (_, id) in ids {
+            let exited = self.containers.get_mut(&id).is_some_and(|c| c.exit(137, "Error"));
+            if exited {
+                events.push(self.event(&id, cri::ContainerEventType::ContainerStoppedEvent, sandbox_id));
+            }
+        }
+        if let Some(sb) = self.sandboxes.get_mut(sandbox_id) {
+            if sb.state == cri::PodSandboxState::SandboxReady {
+                sb.state = cri::PodSandboxState::SandboxNotready;
+                events.push(self.event(sandbox_id, cri::ContainerEventType::ContainerStoppedEvent, sandbox_id));
+            }
+        }
+        events
+    }
+}
+
+impl Default for SimRuntime {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SimRuntime {
+    /// An empty runtime whose event stream works.
+    pub fn new() -> Self {
+        let (events, _) = broadcast::channel(4096);
+        Self {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State::default()),
+                faults: Mutex::new(Vec::new()),
+                events,
+                events_mode: Mutex::new(EventsMode::Stream),
+                drop_streams: watch::channel(0).0,
+                reaper: Notify::new(),
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().expect("sim state lock")
+    }
+
+    fn publish(&self, events: Vec<cri::ContainerEventResponse>) {
+        for ev in events {
+            // No subscriber is fine: containerd drops events nobody listens to.
+            let _ = self.inner.events.send(ev);
+        }
+    }
+
+    /// Adds a fault.
+    pub fn inject(&self, fault: Fault) {
+        self.inner.faults.lock().expect("faults lock").push(fault);
+    }
+
+    /// Removes all faults.
+    pub fn clear_faults(&self) {
+        self.inner.faults.lock().expect("faults lock").clear();
+    }
+
+    /// Sets how `GetContainerEvents` behaves for new streams.
+    pub fn set_events_mode(&self, mode: EventsMode) {
+        *self.inner.events_mode.lock().expect("mode lock") = mode;
+    }
+
+    /// Ends every open event stream with an error, as a runtime restart would.
+    pub fn drop_event_streams(&self) {
+        self.inner.drop_streams.send_modify(|g| *g += 1);
+    }
+
+    /// Number of open event streams.
+    pub fn event_subscribers(&self) -> usize {
+        self.inner.events.receiver_count()
+    }
+
+    /// Counts of what the runtime holds.
+    pub fn counts(&self) -> SimCounts {
+        let s = self.state();
+        SimCounts {
+            sandboxes: s.sandboxes.len(),
+            ready_sandboxes: s.sandboxes.values().filter(|b| b.state == cri::PodSandboxState::SandboxReady).count(),
+            containers: s.containers.len(),
+            running: s.containers.values().filter(|c| c.state == cri::ContainerState::ContainerRunning).count(),
+        }
+    }
+
+    /// Applies the first matching fault, if any.
+    async fn fault(&self, method: &'static str, target: &str) -> Result<(), Status> {
+        let action = {
+            let mut faults = self.inner.faults.lock().expect("faults lock");
+            let pos = faults.iter().position(|f| {
+                f.method == method && f.target.as_deref().is_none_or(|t| !target.is_empty() && target.starts_with(t))
+            });
+            let Some(pos) = pos else { return Ok(()) };
+            let action = faults[pos].action.clone();
+            if let Some(n) = faults[pos].times.as_mut() {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    faults.remove(pos);
+                }
+            }
+            action
+        };
+        match action {
+            FaultAction::Error(code, msg) => Err(Status::new(code, msg)),
+            FaultAction::Hang => std::future::pending().await,
+            FaultAction::Delay(d) => {
+                tokio::time::sleep(d).await;
+                Ok(())
+            }
+        }
+    }
+
+    /// `Version`.
+    pub async fn version(&self) -> Result<cri::VersionResponse, Status> {
+        self.fault("Version", "").await?;
+        Ok(cri::VersionResponse {
+            version: "0.1.0".into(),
+            runtime_name: "plegd-sim".into(),
+            runtime_version: env!("CARGO_PKG_VERSION").into(),
+            runtime_api_version: "v1".into(),
+        })
+    }
+
+    /// `Status`.
+    pub async fn status(&self) -> Result<cri::StatusResponse, Status> {
+        self.fault("Status", "").await?;
+        let cond = |t: &str| cri::RuntimeCondition { r#type: t.into(), status: true, reason: String::new(), message: String::new() };
+        Ok(cri::StatusResponse {
+            status: Some(cri::RuntimeStatus { conditions: vec![cond("RuntimeReady"), cond("NetworkReady")] }),
+            info: HashMap::new(),
+        })
+    }
+
+    /// `RunPodSandbox`: creates a READY sandbox; emits CREATED then STARTED.
+    pub async fn run_pod_sandbox(&self, req: cri::RunPodSandboxRequest) -> Result<String, Status> {
+        self.fault("RunPodSandbox", "").await?;
+        let config = req.config.unwrap_or_default();
+        let Some(md) = config.metadata else {
+            return Err(Status::invalid_argument("sandbox config must include metadata"));
+        };
+        if md.name.is_empty() || md.uid.is_empty() || md.namespace.is_empty() {
+            return Err(Status::invalid_argument("sandbox metadata must include name, uid and namespace"));
+        }
+        let id = new_id();
+        let name = format!("{}_{}_{}_{}", md.name, md.namespace, md.uid, md.attempt);
+        let mut s = self.state();
+        if !s.names.insert(name.clone()) {
+            let owner = s.sandboxes.values().find(|b| b.name == name).map(|b| b.id.clone()).unwrap_or_default();
+            return Err(Status::unknown(format!(
+                "failed to reserve sandbox name \"{name}\": name \"{name}\" is reserved for \"{owner}\""
+            )));
+        }
+        let seq = s.next_seq();
+        s.sandboxes.insert(
+            id.clone(),
+            Sandbox {
+                seq,
+                id: id.clone(),
+                metadata: md,
+                state: cri::PodSandboxState::SandboxReady,
+                created_at: now_nanos(),
+                labels: config.labels,
+                annotations: config.annotations,
+                runtime_handler: req.runtime_handler,
+                name,
+            },
+        );
+        let events = vec![
+            s.event(&id, cri::ContainerEventType::ContainerCreatedEvent, &id),
+            s.event(&id, cri::ContainerEventType::ContainerStartedEvent, &id),
+        ];
+        drop(s);
+        self.publish(events);
+        Ok(id)
+    }
+
+    /// `StopPodSandbox`: kills its containers, then marks it NOTREADY. Idempotent;
+    /// NotFound for an unknown id.
+    pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), Status> {
+        self.fault("StopPodSandbox", id).await?;
+        let mut s = self.state();
+        let Some(id) = resolve(&s.sandboxes, id).cloned() else { return Err(sandbox_not_found(id)) };
+        let events = s.stop_sandbox(&id);
+        drop(s);
+        self.publish(events);
+        Ok(())
+    }
+
+    /// `RemovePodSandbox`: stops, removes its containers, then the sandbox. Idempotent.
+    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), Status> {
+        self.fault("RemovePodSandbox", id).await?;
+        let mut s = self.state();
+        let Some(id) = resolve(&s.sandboxes, id).cloned() else { return Ok(()) };
+        let mut events = s.stop_sandbox(&id);
+        let mut ids: Vec<_> = s.containers.values().filter(|c| c.sandbox_id == id).map(|c| (c.seq, c.id.clone())).collect();
+        ids.sort();
+        for (_, cid) in ids {
+            if let Some(c) = s.containers.remove(&cid) {
+                s.names.remove(&c.name);
+            }
+            events.push(s.event(&cid, cri::ContainerEventType::ContainerDeletedEvent, &id));
+        }
+        let ev = s.event(&id, cri::ContainerEventType::ContainerDeletedEvent, &id);
+        if let Some(sb) = s.sandboxes.remove(&id) {
+            s.names.remove(&sb.name);
+        }
+        events.push(ev);
+        drop(s);
+        self.publish(events);
+        Ok(())
+    }
+
+    /// `PodSandboxStatus`.
+    pub async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus, Status> {
+        self.fault("PodSandboxStatus", id).await?;
+        let s = self.state();
+        let key = resolve(&s.sandboxes, id).ok_or_else(|| sandbox_not_found(id))?;
+        Ok(s.sandboxes[key].status())
+    }
+
+    /// `ListPodSandbox`, oldest first.
+    pub async fn list_pod_sandbox(&self, filter: Option<cri::PodSandboxFilter>) -> Result<Vec<cri::PodSandbox>, Status> {
+        self.fault("ListPodSandbox", "").await?;
+        let s = self.state();
+        let f = filter.unwrap_or_default();
+        let id = if f.id.is_empty() {
+            None
+        } else {
+            match resolve(&s.sandboxes, &f.id) {
+                Some(k) => Some(k.clone()),
+                None => return Ok(Vec::new()),
+            }
+        };
+        let mut out: Vec<_> = s
+            .sandboxes
+            .values()
+            .filter(|b| id.as_ref().is_none_or(|i| *i == b.id))
+            .filter(|b| f.state.as_ref().is_none_or(|st| st.state == b.state as i32))
+            .filter(|b| labels_match(&b.labels, &f.label_selector))
+            .collect();
+        out.sort_by_key(|b| b.seq);
+        Ok(out.into_iter().map(Sandbox::listed).collect())
+    }
+
+    /// `CreateContainer`: a CREATED container in a READY sandbox; emits CREATED.
+    pub async fn create_container(&self, req: cri::CreateContainerRequest) -> Result<String, Status> {
+        self.fault("CreateContainer", &req.pod_sandbox_id).await?;
+        let config = req.config.unwrap_or_default();
+        let Some(md) = config.metadata.clone() else {
+            return Err(Status::invalid_argument("container config must include metadata"));
+        };
+        let mut s = self.state();
+        let Some(sid) = resolve(&s.sandboxes, &req.pod_sandbox_id).cloned() else {
+            return Err(Status::not_found(format!("failed to find sandbox id \"{}\": not found", req.pod_sandbox_id)));
+        };
+        let sb = &s.sandboxes[&sid];
+        if sb.state != cri::PodSandboxState::SandboxReady {
+            return Err(Status::unknown(format!("sandbox container \"{sid}\" is not running")));
+        }
+        let name = format!("{}_{}_{}", md.name, sb.name, md.attempt);
+        if !s.names.insert(name.clone()) {
+            let owner = s.containers.values().find(|c| c.name == name).map(|c| c.id.clone()).unwrap_or_default();
+            return Err(Status::unknown(format!(
+                "failed to reserve container name \"{name}\": name \"{name}\" is reserved for \"{owner}\""
+            )));
+        }
+        let id = new_id();
+        let seq = s.next_seq();
+        s.containers.insert(
+            id.clone(),
+            Container {
+                seq,
+                id: id.clone(),
+                sandbox_id: sid.clone(),
+                metadata: md,
+                image: config.image.map(|i| i.image).unwrap_or_default(),
+                state: cri::ContainerState::ContainerCreated,
+                created_at: now_nanos(),
+                started_at: 0,
+                finished_at: 0,
+                exit_code: 0,
+                reason: String::new(),
+                labels: config.labels,
+                annotations: config.annotations,
+                log_path: config.log_path,
+                name,
+                exit_at: None,
+            },
+        );
+        let ev = s.event(&id, cri::ContainerEventType::ContainerCreatedEvent, &sid);
+        drop(s);
+        self.publish(vec![ev]);
+        Ok(id)
+    }
+
+    /// `StartContainer`: CREATED → RUNNING; emits STARTED.
+    pub async fn start_container(&self, id: &str) -> Result<(), Status> {
+        self.fault("StartContainer", id).await?;
+        let mut s = self.state();
+        let Some(id) = resolve(&s.containers, id).cloned() else { return Err(container_not_found(id)) };
+        let sid = s.containers[&id].sandbox_id.clone();
+        if s.sandboxes.get(&sid).is_none_or(|b| b.state != cri::PodSandboxState::SandboxReady) {
+            return Err(Status::unknown(format!("sandbox container \"{sid}\" is not running")));
+        }
+        let c = s.containers.get_mut(&id).expect("resolved above");
+        if c.state != cri::ContainerState::ContainerCreated {
+            let state = cri::ContainerState::try_from(c.state as i32).map(|st| st.as_str_name()).unwrap_or("UNKNOWN");
+            return Err(Status::unknown(format!(
+                "failed to set starting state for container \"{id}\": container is in {state} state"
+            )));
+        }
+        c.state = cri::ContainerState::ContainerRunning;
+        c.started_at = now_nanos();
+        let exit_after = c.annotations.get(EXIT_AFTER).and_then(|v| humantime::parse_duration(v).ok());
+        if let Some(d) = exit_after {
+            c.exit_at = Some(Instant::now() + d);
+        }
+        let ev = s.event(&id, cri::ContainerEventType::ContainerStartedEvent, &sid);
+        drop(s);
+        self.publish(vec![ev]);
+        if exit_after.is_some() {
+            self.inner.reaper.notify_one();
+        }
+        Ok(())
+    }
+
+    /// `StopContainer`: RUNNING → EXITED (137, as after SIGKILL); idempotent.
+    pub async fn stop_container(&self, id: &str) -> Result<(), Status> {
+        self.fault("StopContainer", id).await?;
+        let mut s = self.state();
+        let Some(id) = resolve(&s.containers, id).cloned() else { return Err(container_not_found(id)) };
+        let c = s.containers.get_mut(&id).expect("resolved above");
+        let sid = c.sandbox_id.clone();
+        if c.exit(137, "Error") {
+            let ev = s.event(&id, cri::ContainerEventType::ContainerStoppedEvent, &sid);
+            drop(s);
+            self.publish(vec![ev]);
+        }
+        Ok(())
+    }
+
+    /// `RemoveContainer`: kills a running container first; idempotent.
+    pub async fn remove_container_cri(&self, id: &str) -> Result<(), Status> {
+        self.fault("RemoveContainer", id).await?;
+        let mut s = self.state();
+        let Some(id) = resolve(&s.containers, id).cloned() else { return Ok(()) };
+        let mut events = Vec::new();
+        let sid = s.containers[&id].sandbox_id.clone();
+        if s.containers.get_mut(&id).is_some_and(|c| c.exit(137, "Error")) {
+            events.push(s.event(&id, cri::ContainerEventType::ContainerStoppedEvent, &sid));
+        }
+        if let Some(c) = s.containers.remove(&id) {
+            s.names.remove(&c.name);
+        }
+        events.push(s.event(&id, cri::ContainerEventType::ContainerDeletedEvent, &sid));
+        drop(s);
+        self.publish(events);
+        Ok(())
+    }
+
+    /// `ListContainers`, oldest first.
+    pub async fn list_containers_cri(&self, filter: Option<cri::ContainerFilter>) -> Result<Vec<cri::Container>, Status> {
+        self.fault("ListContainers", "").await?;
+        let s = self.state();
+        let f = filter.unwrap_or_default();
+        let id = if f.id.is_empty() {
+            None
+        } else {
+            match resolve(&s.containers, &f.id) {
+                Some(k) => Some(k.clone()),
+                None => return Ok(Vec::new()),
+            }
+        };
+        let sid = if f.pod_sandbox_id.is_empty() {
+            None
+        } else {
+            match resolve(&s.sandboxes, &f.pod_sandbox_id) {
+                Some(k) => Some(k.clone()),
+                None => return Ok(Vec::new()),
+            }
+        };
+        let mut out: Vec<_> = s
+            .containers
+            .values()
+            .filter(|c| id.as_ref().is_none_or(|i| *i == c.id))
+            .filter(|c| sid.as_ref().is_none_or(|i| *i == c.sandbox_id))
+            .filter(|c| f.state.as_ref().is_none_or(|st| st.state == c.state as i32))
+            .filter(|c| labels_match(&c.labels, &f.label_selector))
+            .collect();
+        out.sort_by_key(|c| c.seq);
+        Ok(out.into_iter().map(Container::listed).collect())
+    }
+
+    /// `ContainerStatus`.
+    pub async fn container_status_cri(&self, id: &str) -> Result<cri::ContainerStatus, Status> {
+        self.fault("ContainerStatus", id).await?;
+        let s = self.state();
+        let key = resolve(&s.containers, id).ok_or_else(|| container_not_found(id))?;
+        Ok(s.containers[key].status())
+    }
+
+    /// `GetContainerEvents`, per the events mode.
+    pub async fn events(&self) -> Result<impl futures_util::Stream<Item = Result<cri::ContainerEventResponse, Status>> + Send + 'static, Status> {
+        self.fault("GetContainerEvents", "").await?;
+        let mode = *self.inner.events_mode.lock().expect("mode lock");
+        if mode == EventsMode::Unimplemented {
+            return Err(Status::unimplemented("unknown method GetContainerEvents for service runtime.v1.RuntimeService"));
+        }
+        let rx = self.inner.events.subscribe();
+        let mut drop_rx = self.inner.drop_streams.subscribe();
+        drop_rx.mark_unchanged();
+        let empty = mode == EventsMode::EmptyOk;
+        Ok(futures_util::stream::unfold((rx, drop_rx, empty), |(mut rx, mut drop_rx, done)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                tokio::select! {
+                    _ = drop_rx.changed() => {
+                        return Some((Err(Status::unavailable("event stream closed: runtime restarting")), (rx, drop_rx, true)));
+                    }
+                    ev = rx.recv() => match ev {
+                        Ok(ev) => return Some((Ok(ev), (rx, drop_rx, false))),
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            // containerd discards events a slow subscriber cannot take.
+                            tracing::warn!(dropped = n, "sim: event subscriber too slow, events discarded");
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            }
+        }))
+    }
+
+    /// Makes a running container exit on its own (its process died), as the runtime
+    /// would report it; emits STOPPED. Returns false if it was not running.
+    pub fn exit_container(&self, id: &str, code: i32, reason: &str) -> bool {
+        let mut s = self.state();
+        let Some(id) = resolve(&s.containers, id).cloned() else { return false };
+        let c = s.containers.get_mut(&id).expect("resolved above");
+        let sid = c.sandbox_id.clone();
+        if !c.exit(code, reason) {
+            return false;
+        }
+        let ev = s.event(&id, cri::ContainerEventType::ContainerStoppedEvent, &sid);
+        drop(s);
+        self.publish(vec![ev]);
+        true
+    }
+
+    /// Makes a sandbox die on its own (its pause process exited); its containers are
+    /// killed with it.
+    pub fn kill_sandbox(&self, id: &str) -> bool {
+        let mut s = self.state();
+        let Some(id) = resolve(&s.sandboxes, id).cloned() else { return false };
+        let events = s.stop_sandbox(&id);
+        drop(s);
+        let any = !events.is_empty();
+        self.publish(events);
+        any
+    }
+
+    /// Exits every container whose `plegd.sim/exit-after` has passed.
+    fn reap_due(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let mut s = self.state();
+        let mut due: Vec<_> = s
+            .containers
+            .values()
+            .filter(|c| c.exit_at.is_some_and(|t| t <= now))
+            .map(|c| (c.seq, c.id.clone()))
+            .collect();
+        due.sort();
+        let mut events = Vec::new();
+        for (_, id) in due {
+            let c = s.containers.get_mut(&id).expect("listed above");
+            let code = c.annotations.get(EXIT_CODE).and_then(|v| v.parse().ok()).unwrap_or(0);
+            let reason = if code == 0 { "Completed" } else { "Error" };
+            let sid = c.sandbox_id.clone();
+            if c.exit(code, reason) {
+                events.push(s.event(&id, cri::ContainerEventType::ContainerStoppedEvent, &sid));
+            }
+        }
+        let next = s.containers.values().filter_map(|c| c.exit_at).min();
+        drop(s);
+        self.publish(events);
+        next
+    }
+
+    /// Runs the reaper that makes containers exit on schedule, until shutdown.
+    pub async fn run_reaper(self, shutdown: CancellationToken) {
+        loop {
+            let next = self.reap_due();
+            let sleep = async {
+                match next {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.inner.reaper.notified() => {}
+                _ = sleep => {}
+            }
+        }
+    }
+}
+
+const IN_PROCESS: &str = "sim://in-process";
+
+fn call_err(method: &'static str) -> impl FnOnce(Status) -> CriError {
+    move |status| CriError::Call { method, endpoint: Arc::from(IN_PROCESS), status }
+}
+
+impl RuntimeService for SimRuntime {
+    fn endpoint(&self) -> &str {
+        IN_PROCESS
+    }
+
+    async fn version(&self) -> Result<cri::VersionResponse, CriError> {
+        SimRuntime::version(self).await.map_err(call_err("Version"))
+    }
+
+    async fn list_pod_sandboxes(&self, filter: Option<cri::PodSandboxFilter>) -> Result<Vec<cri::PodSandbox>, CriError> {
+        self.list_pod_sandbox(filter).await.map_err(call_err("ListPodSandbox"))
+    }
+
+    async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus, CriError> {
+        SimRuntime::pod_sandbox_status(self, id).await.map_err(call_err("PodSandboxStatus"))
+    }
+
+    async fn list_containers(&self, filter: Option<cri::ContainerFilter>) -> Result<Vec<cri::Container>, CriError> {
+        self.list_containers_cri(filter).await.map_err(call_err("ListContainers"))
+    }
+
+    async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
+        self.container_status_cri(id).await.map_err(call_err("ContainerStatus"))
+    }
+
+    async fn container_events(&self) -> Result<EventStream, CriError> {
+        let s = self.events().await.map_err(call_err("GetContainerEvents"))?;
+        Ok(s.map(|r| r.map_err(call_err("GetContainerEvents"))).boxed())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<(), CriError> {
+        self.remove_container_cri(id).await.map_err(call_err("RemoveContainer"))
+    }
+}

@@ -1,0 +1,119 @@
+//! Unix-socket endpoints: parsing `unix://` addresses, binding with safe permissions,
+//! and dialing them from tonic.
+
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use tokio::net::{UnixListener, UnixStream};
+
+/// Errors of endpoint parsing and socket binding.
+#[derive(Debug, thiserror::Error)]
+pub enum UdsError {
+    /// The endpoint is not of the form `unix:///absolute/path`.
+    #[error("endpoint {0:?} is not a unix socket address (expected unix:///absolute/path)")]
+    NotUnix(String),
+    /// Another process serves on the socket already.
+    #[error("socket {0} is in use by another process")]
+    InUse(PathBuf),
+    /// A file that is not a socket stands where the socket should go.
+    #[error("{0} exists and is not a socket")]
+    NotASocket(PathBuf),
+    /// Creating, removing or binding failed.
+    #[error("cannot bind {path}: {source}")]
+    Io {
+        /// The socket path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Parses `unix:///path` (or a bare absolute path) into the socket path.
+pub fn parse_unix_endpoint(endpoint: &str) -> Result<PathBuf, UdsError> {
+    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    if !endpoint.starts_with("unix://") && !endpoint.starts_with('/') {
+        return Err(UdsError::NotUnix(endpoint.to_owned()));
+    }
+    if !path.starts_with('/') || path.len() < 2 {
+        return Err(UdsError::NotUnix(endpoint.to_owned()));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// Binds a listening socket at `path`: creates the parent directory with mode 0750 if
+/// missing, replaces a stale socket file (one nobody answers on), refuses a live one,
+/// and sets the socket's mode.
+pub async fn bind(path: &Path, mode: u32) -> Result<UnixListener, UdsError> {
+    let io_err = |source| UdsError::Io { path: path.to_owned(), source };
+    if let Some(dir) = path.parent() {
+        if !dir.exists() {
+            std::fs::DirBuilder::new().recursive(true).mode(0o750).create(dir).map_err(io_err)?;
+        }
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(md) if md.file_type().is_socket() => {
+            if UnixStream::connect(path).await.is_ok() {
+                return Err(UdsError::InUse(path.to_owned()));
+            }
+            std::fs::remove_file(path).map_err(io_err)?;
+        }
+        Ok(_) => return Err(UdsError::NotASocket(path.to_owned())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(e)),
+    }
+    let listener = UnixListener::bind(path).map_err(io_err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io_err)?;
+    Ok(listener)
+}
+
+/// A lazily connecting tonic channel to a unix socket; tonic redials on the next call
+/// after the connection breaks.
+pub fn lazy_channel(path: PathBuf) -> tonic::transport::Channel {
+    // The URI is required by tonic but never dialed: the connector below is.
+    tonic::transport::Endpoint::from_static("http://plegd.invalid")
+        .connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                let stream = UnixStream::connect(path).await?;
+                Ok::<_, io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_unix_urls_and_rejects_others() {
+        assert_eq!(parse_unix_endpoint("unix:///run/x.sock").unwrap(), PathBuf::from("/run/x.sock"));
+        assert_eq!(parse_unix_endpoint("/run/x.sock").unwrap(), PathBuf::from("/run/x.sock"));
+        assert!(parse_unix_endpoint("tcp://127.0.0.1:1").is_err());
+        assert!(parse_unix_endpoint("unix://relative").is_err());
+        assert!(parse_unix_endpoint("unix://").is_err());
+    }
+
+    #[tokio::test]
+    async fn bind_replaces_a_stale_socket_and_refuses_a_live_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/api.sock");
+        let live = bind(&path, 0o660).await.unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o660);
+        let dir_mode = std::fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(dir_mode, 0o750);
+        assert!(matches!(bind(&path, 0o660).await, Err(UdsError::InUse(_))));
+        drop(live);
+        bind(&path, 0o660).await.expect("stale socket is replaced");
+    }
+
+    #[tokio::test]
+    async fn bind_refuses_to_clobber_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("file");
+        std::fs::write(&path, b"x").unwrap();
+        assert!(matches!(bind(&path, 0o660).await, Err(UdsError::NotASocket(_))));
+    }
+}
