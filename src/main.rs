@@ -1,1 +1,142 @@
-fn main() {}
+//! The `plegd` binary: parse arguments, set up logging, validate the config, run the
+//! chosen command, shut down gracefully, and exit with a meaningful status.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use plegd::config::{self, Cli, Command, RunConfig};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Exit status for usage errors (sysexits' EX_USAGE).
+const EX_USAGE: u8 = 64;
+/// How long tasks get to finish after a shutdown signal.
+const GRACE: Duration = Duration::from_secs(10);
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_exit(e),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("plegd: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(cli))
+}
+
+/// Help and version go to stdout with status 0; every other parse error is one line
+/// naming the flag, with status 64.
+fn clap_exit(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { ExitCode::from(EX_USAGE) } else { ExitCode::SUCCESS }
+        }
+        _ => usage(e.to_string().lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ")),
+    }
+}
+
+fn usage(msg: &str) -> ExitCode {
+    eprintln!("plegd: {msg}");
+    ExitCode::from(EX_USAGE)
+}
+
+async fn run(cli: Cli) -> ExitCode {
+    let log = match &cli.command {
+        Command::Run(a) => &a.log,
+        Command::Demo(a) => &a.log,
+        Command::Sim(a) => &a.log,
+    };
+    let default_level = if matches!(cli.command, Command::Demo(_)) { "warn" } else { "info" };
+    if let Err(msg) = plegd::telemetry::init(log, default_level) {
+        return usage(&msg);
+    }
+    let shutdown = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    tracker.spawn(signals(shutdown.clone()));
+
+    let status = match cli.command {
+        Command::Run(args) => {
+            let cfg = match RunConfig::try_from(&args) {
+                Ok(c) => c,
+                Err(e) => return usage(&e.to_string()),
+            };
+            match plegd::app::start(&cfg, &tracker, &shutdown).await {
+                Ok(_sidecar) => {
+                    shutdown.cancelled().await;
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("plegd: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Demo(args) => {
+            let churn = match config::churn_config(&args.churn) {
+                Ok(c) => c,
+                Err(e) => return usage(&e.to_string()),
+            };
+            let cfg = plegd::demo::DemoConfig {
+                duration: args.duration,
+                churn,
+                relist_period: args.relist_period,
+                admin_addr: args.admin_addr,
+                output: args.output,
+            };
+            match plegd::demo::run(cfg, shutdown.clone()).await {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("plegd: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Sim(args) => {
+            let churn = match config::churn_config(&args.churn) {
+                Ok(c) => c,
+                Err(e) => return usage(&e.to_string()),
+            };
+            match plegd::sim::serve_cli(&args.listen, churn, args.events, &tracker, shutdown.clone()).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("plegd: {e}");
+                    ExitCode::from(EX_USAGE)
+                }
+            }
+        }
+    };
+    shutdown.cancel();
+    tracker.close();
+    if tokio::time::timeout(GRACE, tracker.wait()).await.is_err() {
+        tracing::warn!("tasks did not stop within {GRACE:?}; exiting anyway");
+    }
+    status
+}
+
+/// Cancels `shutdown` on the first SIGINT or SIGTERM; exits at once on the second.
+async fn signals(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! {
+        _ = shutdown.cancelled() => return,
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down (send the signal again to exit at once)");
+    shutdown.cancel();
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    std::process::exit(130);
+}

@@ -812,3 +812,36 @@ impl RuntimeService for SimRuntime {
         self.remove_container_cri(id).await.map_err(call_err("RemoveContainer"))
     }
 }
+
+/// Errors of `plegd sim`.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The listen address is unusable.
+    #[error("--listen: {0}")]
+    Listen(#[from] crate::uds::UdsError),
+}
+
+/// `plegd sim`: serves the simulated runtime on `listen` with churn until shutdown.
+pub async fn serve_cli(
+    listen: &str,
+    churn: churn::ChurnConfig,
+    events: crate::config::SimEvents,
+    tracker: &tokio_util::task::TaskTracker,
+    shutdown: CancellationToken,
+) -> Result<(), SimError> {
+    let path = crate::uds::parse_unix_endpoint(listen)?;
+    let listener = crate::uds::bind(&path, 0o660).await?;
+    let sim = SimRuntime::new();
+    sim.set_events_mode(match events {
+        crate::config::SimEvents::Stream => EventsMode::Stream,
+        crate::config::SimEvents::Unimplemented => EventsMode::Unimplemented,
+        crate::config::SimEvents::Empty => EventsMode::EmptyOk,
+    });
+    tracing::info!(socket = %path.display(), pods = churn.pods, churn_per_sec = churn.churn_per_sec, "simulated runtime serving");
+    tracker.spawn(churn::Churn::new(sim.clone(), churn).run(shutdown.clone()));
+    if let Err(e) = server::serve(sim, listener, shutdown.clone()).await {
+        tracing::error!(error = %e, "simulated runtime stopped");
+    }
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}

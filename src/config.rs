@@ -1,0 +1,323 @@
+//! The command line (clap, one flattened argument struct per subsystem, every flag
+//! with a `PLEGD_…` variable) and its one fallible conversion to validated configs.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::uds::parse_unix_endpoint;
+
+/// plegd: a node-local container lifecycle observer for CRI runtimes.
+#[derive(Debug, Parser)]
+#[command(name = "plegd", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the sidecar next to a CRI runtime.
+    Run(RunArgs),
+    /// Run the simulated runtime with pod churn and the sidecar against it, and show
+    /// the lifecycle events live. Needs nothing installed.
+    Demo(DemoArgs),
+    /// Serve the simulated CRI runtime on a unix socket.
+    Sim(SimArgs),
+}
+
+/// Flags of the CRI client.
+#[derive(Debug, Args)]
+pub struct RuntimeArgs {
+    /// CRI runtime socket.
+    #[arg(long, env = "PLEGD_RUNTIME_ENDPOINT", default_value = "unix:///run/containerd/containerd.sock")]
+    pub runtime_endpoint: String,
+    /// Deadline of each CRI call.
+    #[arg(long, env = "PLEGD_RUNTIME_REQUEST_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub runtime_request_timeout: Duration,
+}
+
+/// Flags of the PLEG.
+#[derive(Debug, Args)]
+pub struct PlegArgs {
+    /// Relist period.
+    #[arg(long, env = "PLEGD_RELIST_PERIOD", default_value = "1s", value_parser = parse_duration)]
+    pub relist_period: Duration,
+    /// Health: the longest time without a completed relist.
+    #[arg(long, env = "PLEGD_RELIST_THRESHOLD", default_value = "3m", value_parser = parse_duration)]
+    pub relist_threshold: Duration,
+    /// Pods inspected at once during a relist.
+    #[arg(long, env = "PLEGD_INSPECT_CONCURRENCY", default_value_t = 8)]
+    pub inspect_concurrency: usize,
+    /// Longest time one pod's inspection may take before it is retried next relist.
+    #[arg(long, env = "PLEGD_INSPECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub inspect_timeout: Duration,
+}
+
+/// Flags of the admin HTTP server.
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// HTTP: metrics, health, debug.
+    #[arg(long, env = "PLEGD_ADMIN_ADDR", default_value = "127.0.0.1:9477")]
+    pub admin_addr: SocketAddr,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Flags of logging.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log format.
+    #[arg(long, env = "PLEGD_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// Log filter (`info`, `plegd=debug`, …); overrides RUST_LOG.
+    #[arg(long, env = "PLEGD_LOG_LEVEL")]
+    pub log_level: Option<String>,
+}
+
+/// `plegd run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// CRI client.
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// PLEG.
+    #[command(flatten)]
+    pub pleg: PlegArgs,
+    /// Admin HTTP.
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Flags of the simulated runtime's churn.
+#[derive(Debug, Args)]
+pub struct ChurnArgs {
+    /// Pods kept alive.
+    #[arg(long, env = "PLEGD_PODS", default_value_t = 20)]
+    pub pods: usize,
+    /// Containers per pod.
+    #[arg(long, env = "PLEGD_CONTAINERS_PER_POD", default_value_t = 2)]
+    pub containers_per_pod: usize,
+    /// Changes per second.
+    #[arg(long, env = "PLEGD_CHURN_PER_SEC", default_value_t = 5.0)]
+    pub churn_per_sec: f64,
+}
+
+/// `plegd demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Stop after this long (default: run until Ctrl-C).
+    #[arg(long, env = "PLEGD_DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Pod churn.
+    #[command(flatten)]
+    pub churn: ChurnArgs,
+    /// Relist period.
+    #[arg(long, env = "PLEGD_RELIST_PERIOD", default_value = "1s", value_parser = parse_duration)]
+    pub relist_period: Duration,
+    /// HTTP: metrics, health, debug (port 0 picks a free port).
+    #[arg(long, env = "PLEGD_ADMIN_ADDR", default_value = "127.0.0.1:0")]
+    pub admin_addr: SocketAddr,
+    /// Output: readable lines, or JSON lines.
+    #[arg(short = 'o', long, env = "PLEGD_OUTPUT", value_enum, default_value = "text")]
+    pub output: OutputFormat,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// How client commands print.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Readable lines or tables.
+    Text,
+    /// JSON lines.
+    Json,
+}
+
+/// How the simulated runtime answers `GetContainerEvents`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SimEvents {
+    /// Stream events (containerd 1.7).
+    Stream,
+    /// Answer Unimplemented (containerd 1.6).
+    Unimplemented,
+    /// Answer OK with an empty stream (CRI-O with pod events off).
+    Empty,
+}
+
+/// `plegd sim`.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Socket to serve the CRI on.
+    #[arg(long, env = "PLEGD_SIM_LISTEN", default_value = "unix:///run/plegd/sim.sock")]
+    pub listen: String,
+    /// Pod churn.
+    #[command(flatten)]
+    pub churn: ChurnArgs,
+    /// How GetContainerEvents behaves.
+    #[arg(long, env = "PLEGD_SIM_EVENTS", value_enum, default_value = "stream")]
+    pub events: SimEvents,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// A flag with a value that parses but makes no sense.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid value for {flag}: {reason}")]
+pub struct ConfigError {
+    /// The flag.
+    pub flag: &'static str,
+    /// Why.
+    pub reason: String,
+}
+
+/// The sidecar's validated configuration.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// CRI endpoint, `unix:///…`.
+    pub runtime_endpoint: String,
+    /// Its socket path.
+    pub runtime_socket: PathBuf,
+    /// Deadline of each CRI call.
+    pub runtime_request_timeout: Duration,
+    /// Relist period.
+    pub relist_period: Duration,
+    /// Health threshold.
+    pub relist_threshold: Duration,
+    /// Inspection concurrency.
+    pub inspect_concurrency: usize,
+    /// Inspection deadline per pod.
+    pub inspect_timeout: Duration,
+    /// Admin address.
+    pub admin_addr: SocketAddr,
+}
+
+fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError { flag, reason: reason.into() }
+}
+
+fn positive(flag: &'static str, d: Duration) -> Result<Duration, ConfigError> {
+    if d.is_zero() { Err(invalid(flag, "must be greater than zero")) } else { Ok(d) }
+}
+
+impl TryFrom<&RunArgs> for RunConfig {
+    type Error = ConfigError;
+
+    fn try_from(a: &RunArgs) -> Result<Self, ConfigError> {
+        let runtime_socket = parse_unix_endpoint(&a.runtime.runtime_endpoint)
+            .map_err(|e| invalid("--runtime-endpoint", e.to_string()))?;
+        let relist_period = positive("--relist-period", a.pleg.relist_period)?;
+        let relist_threshold = positive("--relist-threshold", a.pleg.relist_threshold)?;
+        if relist_threshold <= relist_period {
+            return Err(invalid("--relist-threshold", "must be longer than --relist-period"));
+        }
+        if a.pleg.inspect_concurrency == 0 {
+            return Err(invalid("--inspect-concurrency", "must be at least 1"));
+        }
+        Ok(Self {
+            runtime_endpoint: format!("unix://{}", runtime_socket.display()),
+            runtime_socket,
+            runtime_request_timeout: positive("--runtime-request-timeout", a.runtime.runtime_request_timeout)?,
+            relist_period,
+            relist_threshold,
+            inspect_concurrency: a.pleg.inspect_concurrency,
+            inspect_timeout: positive("--inspect-timeout", a.pleg.inspect_timeout)?,
+            admin_addr: a.admin.admin_addr,
+        })
+    }
+}
+
+impl RunConfig {
+    /// A config for a sidecar on `endpoint` with defaults elsewhere (tests, demo).
+    pub fn for_endpoint(endpoint: &str) -> Result<Self, ConfigError> {
+        let args = Cli::try_parse_from(["plegd", "run", "--runtime-endpoint", endpoint])
+            .map_err(|e| invalid("--runtime-endpoint", e.to_string()))?;
+        match &args.command {
+            Command::Run(a) => Self::try_from(a),
+            _ => unreachable!("parsed a run command"),
+        }
+    }
+}
+
+/// Parses `500ms`, `1s`, `3m`, `24h`, `1h30m`; a bare number is seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{e} (expected a duration such as 500ms, 1s, 3m, 24h)"))
+}
+
+/// Validates the churn flags.
+pub fn churn_config(a: &ChurnArgs) -> Result<crate::sim::churn::ChurnConfig, ConfigError> {
+    if !a.churn_per_sec.is_finite() || a.churn_per_sec < 0.0 {
+        return Err(invalid("--churn-per-sec", "must be a number ≥ 0"));
+    }
+    Ok(crate::sim::churn::ChurnConfig {
+        pods: a.pods,
+        containers_per_pod: a.containers_per_pod,
+        churn_per_sec: a.churn_per_sec,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(extra: &[&str]) -> Result<RunConfig, String> {
+        let mut argv = vec!["plegd", "run"];
+        argv.extend_from_slice(extra);
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        let Command::Run(a) = cli.command else { unreachable!() };
+        RunConfig::try_from(&a).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_follow_the_contract() {
+        let c = run_args(&[]).unwrap();
+        assert_eq!(c.runtime_endpoint, "unix:///run/containerd/containerd.sock");
+        assert_eq!(c.relist_period, Duration::from_secs(1));
+        assert_eq!(c.relist_threshold, Duration::from_secs(180));
+        assert_eq!(c.admin_addr, "127.0.0.1:9477".parse().unwrap());
+    }
+
+    #[test]
+    fn a_non_unix_endpoint_names_the_flag() {
+        let e = run_args(&["--runtime-endpoint", "tcp://1.2.3.4:5"]).unwrap_err();
+        assert!(e.starts_with("invalid value for --runtime-endpoint"), "{e}");
+    }
+
+    #[test]
+    fn a_malformed_duration_names_the_flag() {
+        let e = run_args(&["--relist-period", "soon"]).unwrap_err();
+        assert!(e.contains("--relist-period"), "{e}");
+        let e = run_args(&["--relist-period", "0s"]).unwrap_err();
+        assert!(e.contains("--relist-period"), "{e}");
+        let e = run_args(&["--relist-threshold", "1s", "--relist-period", "2s"]).unwrap_err();
+        assert!(e.contains("--relist-threshold"), "{e}");
+    }
+
+    #[test]
+    fn durations_accept_bare_seconds_and_units() {
+        assert_eq!(parse_duration("300").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert!(parse_duration("-1s").is_err());
+    }
+}

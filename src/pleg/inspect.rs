@@ -1,0 +1,75 @@
+//! Reading one pod's full status from the runtime (the kubelet's `GetPodStatus`).
+
+use std::time::SystemTime;
+
+use super::records::RuntimePod;
+use crate::cri::{CriError, RuntimeService};
+use crate::model::{ContainerStatus, PodStatus, SandboxState, SandboxStatus};
+
+/// Reads the status of every sandbox and container the listing showed for `pod`.
+/// Objects that vanished since the listing (NotFound) are skipped; any other error
+/// fails the inspection. When no sandbox is ready and the fresh status has no IPs,
+/// `previous_ips` are kept, as the kubelet keeps a dead pod's IP.
+pub async fn inspect_pod<R: RuntimeService>(
+    runtime: &R,
+    pod: &RuntimePod,
+    previous_ips: &[String],
+) -> Result<PodStatus, CriError> {
+    let observed_at = SystemTime::now();
+    let mut sandboxes = Vec::with_capacity(pod.sandboxes.len());
+    let mut newest = None;
+    for s in &pod.sandboxes {
+        match runtime.pod_sandbox_status(&s.id).await {
+            Ok(st) => {
+                let converted = SandboxStatus::from_cri(&st);
+                if newest.as_ref().is_none_or(|(_, n): &(_, SandboxStatus)| n.created_at < converted.created_at) {
+                    newest = Some((st, converted.clone()));
+                }
+                sandboxes.push(converted);
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut containers = Vec::with_capacity(pod.containers.len());
+    for c in &pod.containers {
+        match runtime.container_status(&c.id).await {
+            Ok(st) => containers.push(ContainerStatus::from_cri(&st)),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    containers.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    let (name, namespace, labels, annotations, ips) = match &newest {
+        Some((raw, conv)) => {
+            let md = raw.metadata.clone().unwrap_or_default();
+            let mut ips = Vec::new();
+            if conv.state == SandboxState::Ready && !conv.ip.is_empty() {
+                ips.push(conv.ip.clone());
+                ips.extend(conv.additional_ips.iter().cloned());
+            }
+            (
+                md.name,
+                md.namespace,
+                raw.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                raw.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                ips,
+            )
+        }
+        None => (pod.name.clone(), pod.namespace.clone(), Default::default(), Default::default(), Vec::new()),
+    };
+    let any_ready = sandboxes.iter().any(|s| s.state == SandboxState::Ready);
+    let ips = if ips.is_empty() && !any_ready { previous_ips.to_vec() } else { ips };
+    Ok(PodStatus {
+        uid: pod.uid.clone(),
+        name: if name.is_empty() { pod.name.clone() } else { name },
+        namespace: if namespace.is_empty() { pod.namespace.clone() } else { namespace },
+        labels,
+        annotations,
+        ips,
+        sandboxes,
+        containers,
+        observed_at,
+    })
+}

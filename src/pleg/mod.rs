@@ -1,0 +1,261 @@
+//! Pod lifecycle events and the PLEG that produces them: the kubelet's state table,
+//! pod records, pod inspection, health and the GenericPLEG relister.
+
+pub mod generic;
+pub mod health;
+pub mod inspect;
+pub mod records;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::model::{ContainerState, PodStatus, SandboxState, system_to_timestamp};
+use crate::proto::plegd as api;
+
+/// What a lifecycle event says happened (the kubelet's PLEG types plus reconciler ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EventType {
+    /// Now running, was not.
+    ContainerStarted,
+    /// Now exited.
+    ContainerDied,
+    /// No longer exists.
+    ContainerRemoved,
+    /// Now created or unknown.
+    ContainerChanged,
+    /// The pod was re-inspected without a container transition.
+    PodSync,
+    /// A container keeps dying.
+    CrashLoop,
+    /// A crash-looping container has stayed up.
+    CrashLoopCleared,
+}
+
+/// Which path noticed a change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EventSource {
+    /// A full relist.
+    Relist,
+    /// A targeted relist of one pod.
+    PodRelist,
+    /// A targeted relist triggered by the CRI event stream.
+    CriEvent,
+    /// A reconciler.
+    Reconciler,
+}
+
+/// A pod lifecycle event.
+#[derive(Clone, Debug, Serialize)]
+pub struct PodLifecycleEvent {
+    /// Pod UID.
+    pub pod_uid: String,
+    /// Pod namespace.
+    pub pod_namespace: String,
+    /// Pod name.
+    pub pod_name: String,
+    /// What happened.
+    #[serde(rename = "type")]
+    pub kind: EventType,
+    /// Container or sandbox id (empty for pod-level events).
+    pub container_id: String,
+    /// Container name (empty for sandboxes).
+    pub container_name: String,
+    /// Whether `container_id` is the pod's sandbox.
+    pub is_sandbox: bool,
+    /// Which path noticed it.
+    pub source: EventSource,
+    /// When plegd saw it.
+    #[serde(serialize_with = "ser_time")]
+    pub observed_at: SystemTime,
+    /// The runtime's time of the change, where known.
+    #[serde(serialize_with = "ser_opt_time")]
+    pub runtime_timestamp: Option<SystemTime>,
+    /// The pod's status after the change (absent once the pod is gone).
+    pub pod: Option<Arc<PodStatus>>,
+    /// Extra words from the producer.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// The kubelet's internal container states for diffing relists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PlegState {
+    /// Running (a READY sandbox counts as running).
+    Running,
+    /// Exited (a NOTREADY sandbox counts as exited).
+    Exited,
+    /// Created or unknown.
+    Unknown,
+    /// Not in the listing.
+    NonExistent,
+}
+
+impl EventType {
+    /// The API enum name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ContainerStarted => "CONTAINER_STARTED",
+            Self::ContainerDied => "CONTAINER_DIED",
+            Self::ContainerRemoved => "CONTAINER_REMOVED",
+            Self::ContainerChanged => "CONTAINER_CHANGED",
+            Self::PodSync => "POD_SYNC",
+            Self::CrashLoop => "CRASH_LOOP",
+            Self::CrashLoopCleared => "CRASH_LOOP_CLEARED",
+        }
+    }
+
+    /// The API enum.
+    pub fn to_api(self) -> api::LifecycleEventType {
+        match self {
+            Self::ContainerStarted => api::LifecycleEventType::ContainerStarted,
+            Self::ContainerDied => api::LifecycleEventType::ContainerDied,
+            Self::ContainerRemoved => api::LifecycleEventType::ContainerRemoved,
+            Self::ContainerChanged => api::LifecycleEventType::ContainerChanged,
+            Self::PodSync => api::LifecycleEventType::PodSync,
+            Self::CrashLoop => api::LifecycleEventType::CrashLoop,
+            Self::CrashLoopCleared => api::LifecycleEventType::CrashLoopCleared,
+        }
+    }
+}
+
+impl EventSource {
+    /// The API enum name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Relist => "RELIST",
+            Self::PodRelist => "POD_RELIST",
+            Self::CriEvent => "CRI_EVENT",
+            Self::Reconciler => "RECONCILER",
+        }
+    }
+
+    /// The API enum.
+    pub fn to_api(self) -> api::EventSource {
+        match self {
+            Self::Relist => api::EventSource::Relist,
+            Self::PodRelist => api::EventSource::PodRelist,
+            Self::CriEvent => api::EventSource::CriEvent,
+            Self::Reconciler => api::EventSource::Reconciler,
+        }
+    }
+}
+
+impl PodLifecycleEvent {
+    /// From the runtime's time of the change to `observed_at`, where known.
+    pub fn latency(&self) -> Option<Duration> {
+        self.runtime_timestamp.and_then(|t| self.observed_at.duration_since(t).ok())
+    }
+
+    /// The API message.
+    pub fn to_api(&self) -> api::LifecycleEvent {
+        api::LifecycleEvent {
+            pod_uid: self.pod_uid.clone(),
+            pod_namespace: self.pod_namespace.clone(),
+            pod_name: self.pod_name.clone(),
+            r#type: self.kind.to_api() as i32,
+            container_id: self.container_id.clone(),
+            container_name: self.container_name.clone(),
+            is_sandbox: self.is_sandbox,
+            source: self.source.to_api() as i32,
+            observed_at: Some(system_to_timestamp(self.observed_at)),
+            runtime_timestamp: self.runtime_timestamp.map(system_to_timestamp),
+            pod: self.pod.as_ref().map(|p| p.to_api(None)),
+            message: self.message.clone(),
+        }
+    }
+}
+
+impl PlegState {
+    /// A container's state as the kubelet sees it: Created counts as unknown.
+    pub fn of_container(s: ContainerState) -> Self {
+        match s {
+            ContainerState::Running => Self::Running,
+            ContainerState::Exited => Self::Exited,
+            ContainerState::Created | ContainerState::Unknown => Self::Unknown,
+        }
+    }
+
+    /// A sandbox as a pseudo-container: READY is running, anything else exited.
+    pub fn of_sandbox(s: SandboxState) -> Self {
+        match s {
+            SandboxState::Ready => Self::Running,
+            SandboxState::NotReady => Self::Exited,
+        }
+    }
+}
+
+/// The kubelet's transition table: the events for a container that was `old` at the
+/// previous relist and is `new` now. Died comes before Removed.
+pub fn transition_events(old: PlegState, new: PlegState) -> &'static [EventType] {
+    use EventType::*;
+    use PlegState::*;
+    if old == new {
+        return &[];
+    }
+    match new {
+        Running => &[ContainerStarted],
+        Exited => &[ContainerDied],
+        Unknown => &[ContainerChanged],
+        NonExistent => match old {
+            Exited => &[ContainerRemoved],
+            _ => &[ContainerDied, ContainerRemoved],
+        },
+    }
+}
+
+fn ser_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::model::rfc3339(*t))
+}
+
+fn ser_opt_time<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_str(&crate::model::rfc3339(*t)),
+        None => s.serialize_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EventType::*;
+    use super::PlegState::*;
+    use super::*;
+
+    #[test]
+    fn transition_table_matches_the_kubelet() {
+        let table: &[(PlegState, PlegState, &[EventType])] = &[
+            (Running, Running, &[]),
+            (Running, Exited, &[ContainerDied]),
+            (Running, Unknown, &[ContainerChanged]),
+            (Running, NonExistent, &[ContainerDied, ContainerRemoved]),
+            (Exited, Running, &[ContainerStarted]),
+            (Exited, Exited, &[]),
+            (Exited, Unknown, &[ContainerChanged]),
+            (Exited, NonExistent, &[ContainerRemoved]),
+            (Unknown, Running, &[ContainerStarted]),
+            (Unknown, Exited, &[ContainerDied]),
+            (Unknown, Unknown, &[]),
+            (Unknown, NonExistent, &[ContainerDied, ContainerRemoved]),
+            (NonExistent, Running, &[ContainerStarted]),
+            (NonExistent, Exited, &[ContainerDied]),
+            (NonExistent, Unknown, &[ContainerChanged]),
+            (NonExistent, NonExistent, &[]),
+        ];
+        for (old, new, want) in table {
+            assert_eq!(transition_events(*old, *new), *want, "{old:?} -> {new:?}");
+        }
+    }
+
+    #[test]
+    fn created_containers_are_unknown_and_sandboxes_are_pseudo_containers() {
+        assert_eq!(PlegState::of_container(ContainerState::Created), Unknown);
+        assert_eq!(PlegState::of_container(ContainerState::Unknown), Unknown);
+        assert_eq!(PlegState::of_container(ContainerState::Running), Running);
+        assert_eq!(PlegState::of_container(ContainerState::Exited), Exited);
+        assert_eq!(PlegState::of_sandbox(SandboxState::Ready), Running);
+        assert_eq!(PlegState::of_sandbox(SandboxState::NotReady), Exited);
+    }
+}

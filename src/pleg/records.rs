@@ -1,0 +1,307 @@
+//! The runtime's listing grouped into pods, and the pod records a relist diffs: the
+//! state committed at the last successful inspection (`old`) against the listing now
+//! (`current`).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::{EventType, PlegState, transition_events};
+use crate::cri::spec::{CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL};
+use crate::model::{ContainerState, SandboxState};
+use crate::proto::runtime as cri;
+
+/// A container or sandbox as the listing shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeContainer {
+    /// Runtime id.
+    pub id: String,
+    /// Container name (empty for sandboxes).
+    pub name: String,
+    /// State for diffing.
+    pub state: PlegState,
+    /// Attempt.
+    pub attempt: u32,
+    /// Creation time, ns.
+    pub created_at: i64,
+}
+
+/// A pod as the listing shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimePod {
+    /// Pod UID.
+    pub uid: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod namespace.
+    pub namespace: String,
+    /// Sandboxes, newest first.
+    pub sandboxes: Vec<RuntimeContainer>,
+    /// Containers, newest first.
+    pub containers: Vec<RuntimeContainer>,
+}
+
+/// A pod's record: committed state and the current listing.
+#[derive(Clone, Debug, Default)]
+struct PodRecord {
+    old: Option<RuntimePod>,
+    current: Option<RuntimePod>,
+}
+
+/// Pod records by UID.
+#[derive(Default)]
+pub struct PodRecords {
+    records: HashMap<String, PodRecord>,
+}
+
+/// One container's change between the committed state and now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// Container or sandbox id.
+    pub id: String,
+    /// Container name (empty for sandboxes).
+    pub name: String,
+    /// Whether it is the sandbox.
+    pub is_sandbox: bool,
+    /// Event type.
+    pub kind: EventType,
+}
+
+impl RuntimePod {
+    /// The state of `id` in this pod: containers first, then sandboxes.
+    pub fn state_of(&self, id: &str) -> PlegState {
+        self.containers
+            .iter()
+            .chain(&self.sandboxes)
+            .find(|c| c.id == id)
+            .map_or(PlegState::NonExistent, |c| c.state)
+    }
+}
+
+/// Groups a listing into pods by UID: sandboxes by their metadata, containers by their
+/// sandbox (or by the kubelet's pod-UID label when the sandbox is not listed).
+/// Containers that belong to no pod are left out.
+pub fn group_pods(sandboxes: Vec<cri::PodSandbox>, containers: Vec<cri::Container>) -> BTreeMap<String, RuntimePod> {
+    let mut pods: BTreeMap<String, RuntimePod> = BTreeMap::new();
+    let mut sandbox_pod: HashMap<String, String> = HashMap::new();
+    for s in sandboxes {
+        let md = s.metadata.clone().unwrap_or_default();
+        let uid = if md.uid.is_empty() { s.labels.get(POD_UID_LABEL).cloned().unwrap_or_default() } else { md.uid };
+        if uid.is_empty() {
+            continue;
+        }
+        sandbox_pod.insert(s.id.clone(), uid.clone());
+        let pod = pods.entry(uid.clone()).or_insert_with(|| RuntimePod { uid, ..Default::default() });
+        if pod.name.is_empty() {
+            pod.name = md.name;
+            pod.namespace = md.namespace;
+        }
+        pod.sandboxes.push(RuntimeContainer {
+            id: s.id,
+            name: String::new(),
+            state: PlegState::of_sandbox(SandboxState::from_cri(s.state)),
+            attempt: md.attempt,
+            created_at: s.created_at,
+        });
+    }
+    for c in containers {
+        let uid = sandbox_pod.get(&c.pod_sandbox_id).cloned().or_else(|| c.labels.get(POD_UID_LABEL).cloned());
+        let Some(uid) = uid else { continue };
+        let md = c.metadata.clone().unwrap_or_default();
+        let pod = pods.entry(uid.clone()).or_insert_with(|| RuntimePod {
+            uid,
+            name: c.labels.get(POD_NAME_LABEL).cloned().unwrap_or_default(),
+            namespace: c.labels.get(POD_NAMESPACE_LABEL).cloned().unwrap_or_default(),
+            ..Default::default()
+        });
+        let name = if md.name.is_empty() { c.labels.get(CONTAINER_NAME_LABEL).cloned().unwrap_or_default() } else { md.name };
+        pod.containers.push(RuntimeContainer {
+            id: c.id,
+            name,
+            state: PlegState::of_container(ContainerState::from_cri(c.state)),
+            attempt: md.attempt,
+            created_at: c.created_at,
+        });
+    }
+    for pod in pods.values_mut() {
+        pod.sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.id.cmp(&b.id)));
+        pod.containers.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.id.cmp(&b.id)));
+    }
+    pods
+}
+
+impl PodRecords {
+    /// Replaces every record's current listing: pods not in `pods` become absent.
+    pub fn set_current(&mut self, mut pods: BTreeMap<String, RuntimePod>) {
+        for (uid, rec) in self.records.iter_mut() {
+            rec.current = pods.remove(uid);
+        }
+        for (uid, pod) in pods {
+            self.records.insert(uid, PodRecord { old: None, current: Some(pod) });
+        }
+    }
+
+    /// Replaces one pod's current listing (a targeted relist).
+    pub fn set_current_one(&mut self, uid: &str, pod: Option<RuntimePod>) {
+        self.records.entry(uid.to_owned()).or_default().current = pod;
+    }
+
+    /// UIDs of all records, sorted.
+    pub fn uids(&self) -> Vec<String> {
+        let mut v: Vec<_> = self.records.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// The current listing of a pod.
+    pub fn current(&self, uid: &str) -> Option<&RuntimePod> {
+        self.records.get(uid).and_then(|r| r.current.as_ref())
+    }
+
+    /// The committed listing of a pod.
+    pub fn old(&self, uid: &str) -> Option<&RuntimePod> {
+        self.records.get(uid).and_then(|r| r.old.as_ref())
+    }
+
+    /// The pod's name and namespace from whichever listing has them.
+    pub fn pod_name(&self, uid: &str) -> (String, String) {
+        let r = self.records.get(uid);
+        let p = r.and_then(|r| r.current.as_ref().or(r.old.as_ref()));
+        p.map(|p| (p.namespace.clone(), p.name.clone())).unwrap_or_default()
+    }
+
+    /// The transitions of a pod since its last commit, ordered so that a pod reads
+    /// naturally: sandbox starts, then container changes, then sandbox deaths.
+    pub fn transitions(&self, uid: &str) -> Vec<Transition> {
+        let Some(rec) = self.records.get(uid) else { return Vec::new() };
+        let (old, cur) = (rec.old.as_ref(), rec.current.as_ref());
+        let mut seen = HashSet::new();
+        let mut sandbox_up = Vec::new();
+        let mut containers = Vec::new();
+        let mut sandbox_down = Vec::new();
+        let all = cur.into_iter().chain(old);
+        let entries = all
+            .clone()
+            .flat_map(|p| p.containers.iter().map(|c| (c, false)))
+            .chain(all.flat_map(|p| p.sandboxes.iter().map(|c| (c, true))));
+        for (c, is_sandbox) in entries {
+            if !seen.insert(c.id.as_str()) {
+                continue;
+            }
+            let before = old.map_or(PlegState::NonExistent, |p| p.state_of(&c.id));
+            let now = cur.map_or(PlegState::NonExistent, |p| p.state_of(&c.id));
+            for &kind in transition_events(before, now) {
+                let t = Transition { id: c.id.clone(), name: c.name.clone(), is_sandbox, kind };
+                match (is_sandbox, kind) {
+                    (false, _) => containers.push(t),
+                    (true, EventType::ContainerStarted | EventType::ContainerChanged) => sandbox_up.push(t),
+                    (true, _) => sandbox_down.push(t),
+                }
+            }
+        }
+        sandbox_up.extend(containers);
+        sandbox_up.extend(sandbox_down);
+        sandbox_up
+    }
+
+    /// Commits a pod after a successful inspection: `old = current`; a pod that is
+    /// gone loses its record.
+    pub fn commit(&mut self, uid: &str) {
+        if let Some(rec) = self.records.get_mut(uid) {
+            match rec.current.take() {
+                Some(cur) => rec.old = Some(cur),
+                None => {
+                    self.records.remove(uid);
+                }
+            }
+        }
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether there are no records.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sandbox(id: &str, uid: &str, ready: bool, created: i64) -> cri::PodSandbox {
+        cri::PodSandbox {
+            id: id.into(),
+            metadata: Some(cri::PodSandboxMetadata { name: "p".into(), uid: uid.into(), namespace: "ns".into(), attempt: 0 }),
+            state: if ready { 0 } else { 1 },
+            created_at: created,
+            ..Default::default()
+        }
+    }
+
+    fn container(id: &str, sandbox: &str, name: &str, state: cri::ContainerState, created: i64) -> cri::Container {
+        cri::Container {
+            id: id.into(),
+            pod_sandbox_id: sandbox.into(),
+            metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
+            state: state as i32,
+            created_at: created,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn groups_containers_by_sandbox_and_falls_back_to_the_uid_label() {
+        let mut orphan = container("c3", "gone", "x", cri::ContainerState::ContainerExited, 3);
+        orphan.labels.insert(POD_UID_LABEL.into(), "u2".into());
+        let stray = container("c4", "gone", "y", cri::ContainerState::ContainerExited, 4);
+        let pods = group_pods(
+            vec![sandbox("s1", "u1", true, 1)],
+            vec![
+                container("c1", "s1", "a", cri::ContainerState::ContainerRunning, 1),
+                container("c2", "s1", "a", cri::ContainerState::ContainerRunning, 2),
+                orphan,
+                stray,
+            ],
+        );
+        assert_eq!(pods.len(), 2);
+        let ids: Vec<_> = pods["u1"].containers.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["c2", "c1"], "newest first");
+        assert_eq!(pods["u2"].containers[0].id, "c3");
+    }
+
+    #[test]
+    fn a_vanished_running_container_gives_died_then_removed_and_sandbox_events_frame_the_pod() {
+        let mut recs = PodRecords::default();
+        let listing = |state| {
+            group_pods(vec![sandbox("s1", "u1", true, 1)], vec![container("c1", "s1", "a", state, 1)])
+        };
+        recs.set_current(listing(cri::ContainerState::ContainerRunning));
+        let kinds: Vec<_> = recs.transitions("u1").into_iter().map(|t| (t.id, t.kind)).collect();
+        assert_eq!(kinds, [("s1".into(), EventType::ContainerStarted), ("c1".into(), EventType::ContainerStarted)]);
+        recs.commit("u1");
+        recs.set_current(BTreeMap::new());
+        let kinds: Vec<_> = recs.transitions("u1").into_iter().map(|t| (t.id, t.kind)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("c1".into(), EventType::ContainerDied),
+                ("c1".into(), EventType::ContainerRemoved),
+                ("s1".into(), EventType::ContainerDied),
+                ("s1".into(), EventType::ContainerRemoved),
+            ]
+        );
+        recs.commit("u1");
+        assert!(recs.is_empty());
+    }
+
+    #[test]
+    fn an_uncommitted_pod_keeps_its_transitions() {
+        let mut recs = PodRecords::default();
+        recs.set_current(group_pods(vec![sandbox("s1", "u1", true, 1)], vec![]));
+        assert_eq!(recs.transitions("u1").len(), 1);
+        recs.set_current(group_pods(vec![sandbox("s1", "u1", true, 1)], vec![]));
+        assert_eq!(recs.transitions("u1").len(), 1, "not committed: the change is still pending");
+    }
+}
