@@ -82,10 +82,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
 }
 
 async fn metrics(State(s): State<Arc<AdminState>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-        s.metrics.encode(),
-    )
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
         .into_response()
 }
 
@@ -109,7 +106,9 @@ async fn readyz(State(s): State<Arc<AdminState>>) -> Response {
     }
     match s.health.check() {
         Ok(()) => (StatusCode::OK, "ok\n").into_response(),
-        Err(msg) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: PLEG is not healthy: {msg}\n")).into_response(),
+        Err(msg) => {
+            (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: PLEG is not healthy: {msg}\n")).into_response()
+        }
     }
 }
 

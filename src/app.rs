@@ -65,8 +65,9 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
     let pleg = GenericPleg::new(client.clone(), writer, events_tx, health.clone(), Some(metrics.pleg.clone()), relist)
         .with_liveness(liveness.clone());
     let handle = pleg.handle();
-    let admin = AdminServer::bind(cfg.admin_addr, AdminState { metrics: metrics.clone(), health: health.clone(), liveness })
-        .await?;
+    let admin =
+        AdminServer::bind(cfg.admin_addr, AdminState { metrics: metrics.clone(), health: health.clone(), liveness })
+            .await?;
     let admin_addr = admin.local_addr();
 
     tracker.spawn(publisher.run(shutdown.clone()));

@@ -36,10 +36,10 @@ impl Backoff {
 
     /// The delay before the next attempt, after a failure.
     pub fn next_delay(&mut self) -> Duration {
-        if let Some(since) = self.healthy_since.take() {
-            if since.elapsed() >= self.reset_after {
-                self.attempt = 0;
-            }
+        if let Some(since) = self.healthy_since.take()
+            && since.elapsed() >= self.reset_after
+        {
+            self.attempt = 0;
         }
         let base = self.initial.saturating_mul(1u32 << self.attempt.min(20)).min(self.max);
         self.attempt = self.attempt.saturating_add(1);

@@ -69,13 +69,25 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
     run_cfg.admin_addr = cfg.admin_addr;
     let sidecar = crate::app::start(&run_cfg, &tracker, &inner).await?;
     let mut events = sidecar.feed.subscribe();
-    eprintln!("plegd demo: simulated runtime with {} pods × {} containers, {} changes/s", cfg.churn.pods, cfg.churn.containers_per_pod, cfg.churn.churn_per_sec);
+    eprintln!(
+        "plegd demo: simulated runtime with {} pods × {} containers, {} changes/s",
+        cfg.churn.pods, cfg.churn.containers_per_pod, cfg.churn.churn_per_sec
+    );
     eprintln!("  runtime socket  {endpoint}");
     eprintln!("  metrics         http://{}/metrics", sidecar.admin_addr);
-    eprintln!("  health          http://{}/healthz   readiness http://{}/readyz", sidecar.admin_addr, sidecar.admin_addr);
-    eprintln!("  stop with Ctrl-C{}", cfg.duration.map(|d| format!(" (or after {})", humantime::format_duration(d))).unwrap_or_default());
+    eprintln!(
+        "  health          http://{}/healthz   readiness http://{}/readyz",
+        sidecar.admin_addr, sidecar.admin_addr
+    );
+    eprintln!(
+        "  stop with Ctrl-C{}",
+        cfg.duration.map(|d| format!(" (or after {})", humantime::format_duration(d))).unwrap_or_default()
+    );
     if cfg.output == OutputFormat::Text {
-        println!("{:<12}  {:<18}  {:<8}  {:<32}  {:<14}  {:<12}  latency", "time", "event", "source", "pod", "container", "id");
+        println!(
+            "{:<12}  {:<18}  {:<8}  {:<32}  {:<14}  {:<12}  latency",
+            "time", "event", "source", "pod", "container", "id"
+        );
     }
 
     let deadline = async {
@@ -130,7 +142,13 @@ fn scratch_dir() -> Result<PathBuf, DemoError> {
 pub fn format_line(ev: &PodLifecycleEvent) -> String {
     let time = humantime::format_rfc3339_millis(ev.observed_at).to_string();
     let clock = time.get(11..23).unwrap_or(&time);
-    let container = if ev.is_sandbox { "(sandbox)" } else if ev.container_name.is_empty() { "-" } else { &ev.container_name };
+    let container = if ev.is_sandbox {
+        "(sandbox)"
+    } else if ev.container_name.is_empty() {
+        "-"
+    } else {
+        &ev.container_name
+    };
     let id = if ev.container_id.is_empty() { "-" } else { &ev.container_id[..ev.container_id.len().min(12)] };
     let latency = ev.latency().map(|l| format!("{:.1}ms", l.as_secs_f64() * 1e3)).unwrap_or_else(|| "-".into());
     let pod = format!("{}/{}", ev.pod_namespace, ev.pod_name);
@@ -141,7 +159,11 @@ pub fn format_line(ev: &PodLifecycleEvent) -> String {
         .filter(|_| ev.kind == crate::pleg::EventType::ContainerDied)
         .map(|c| format!("  exit {}", c.exit_code))
         .unwrap_or_default();
-    format!("{clock:<12}  {:<18}  {:<8}  {pod:<32}  {container:<14}  {id:<12}  {latency}{exit}", ev.kind.as_str(), ev.source.as_str())
+    format!(
+        "{clock:<12}  {:<18}  {:<8}  {pod:<32}  {container:<14}  {id:<12}  {latency}{exit}",
+        ev.kind.as_str(),
+        ev.source.as_str()
+    )
 }
 
 fn print_summary(s: &DemoSummary) {

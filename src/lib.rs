@@ -1,16 +1,16 @@
 //! plegd: a node-local container lifecycle observer.
-pub mod proto;
-pub mod backoff;
-pub mod cri;
-pub mod metrics;
-pub mod model;
-pub mod sim;
-pub mod uds;
-pub mod cache;
-pub mod pleg;
 pub mod admin;
 pub mod app;
+pub mod backoff;
+pub mod cache;
 pub mod config;
+pub mod cri;
 pub mod demo;
+pub mod metrics;
+pub mod model;
+pub mod pleg;
+pub mod proto;
 pub mod publish;
+pub mod sim;
 pub mod telemetry;
+pub mod uds;

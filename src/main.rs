@@ -36,7 +36,11 @@ fn clap_exit(e: clap::Error) -> ExitCode {
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
-            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { ExitCode::from(EX_USAGE) } else { ExitCode::SUCCESS }
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                ExitCode::from(EX_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            }
         }
         _ => usage(e.to_string().lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ")),
     }

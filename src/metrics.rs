@@ -137,16 +137,40 @@ impl Metrics {
             running_containers: Family::default(),
         };
         r.register("plegd_pleg_relist_duration_seconds", "Duration of a full relist.", pleg.relist_duration.clone());
-        r.register("plegd_pleg_relist_interval_seconds", "Time between the starts of two full relists.", pleg.relist_interval.clone());
-        r.register("plegd_pleg_last_seen_seconds", "Unix time at which the last completed relist started.", pleg.last_seen.clone());
-        r.register("plegd_pleg_pod_relist_duration_seconds", "Duration of a targeted relist of one pod.", pleg.pod_relist_duration.clone());
+        r.register(
+            "plegd_pleg_relist_interval_seconds",
+            "Time between the starts of two full relists.",
+            pleg.relist_interval.clone(),
+        );
+        r.register(
+            "plegd_pleg_last_seen_seconds",
+            "Unix time at which the last completed relist started.",
+            pleg.last_seen.clone(),
+        );
+        r.register(
+            "plegd_pleg_pod_relist_duration_seconds",
+            "Duration of a targeted relist of one pod.",
+            pleg.pod_relist_duration.clone(),
+        );
         r.register("plegd_pleg_mode", "1 for the PLEG mode in use.", pleg.mode.clone());
         r.register("plegd_evented_connections", "CRI event streams established.", pleg.evented_connections.clone());
-        r.register("plegd_evented_connection_errors", "CRI event streams that failed or ended.", pleg.evented_connection_errors.clone());
+        r.register(
+            "plegd_evented_connection_errors",
+            "CRI event streams that failed or ended.",
+            pleg.evented_connection_errors.clone(),
+        );
         r.register("plegd_pleg_relist_errors", "Relists whose runtime listing failed.", pleg.relist_errors.clone());
-        r.register("plegd_pleg_inspection_errors", "Pod inspections that failed and will be retried.", pleg.inspection_errors.clone());
+        r.register(
+            "plegd_pleg_inspection_errors",
+            "Pod inspections that failed and will be retried.",
+            pleg.inspection_errors.clone(),
+        );
         r.register("plegd_cache_pods", "Pods in the status cache.", pleg.cache_pods.clone());
-        r.register("plegd_running_containers", "Containers by state at the last relist.", pleg.running_containers.clone());
+        r.register(
+            "plegd_running_containers",
+            "Containers by state at the last relist.",
+            pleg.running_containers.clone(),
+        );
 
         let cri = CriMetrics {
             requests: Family::default(),

@@ -132,11 +132,7 @@ impl ContainerState {
 impl SandboxState {
     /// From the CRI enum value; anything but READY is not ready.
     pub fn from_cri(v: i32) -> Self {
-        if v == cri::PodSandboxState::SandboxReady as i32 {
-            Self::Ready
-        } else {
-            Self::NotReady
-        }
+        if v == cri::PodSandboxState::SandboxReady as i32 { Self::Ready } else { Self::NotReady }
     }
 }
 

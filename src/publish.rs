@@ -24,7 +24,10 @@ pub struct EventFeed {
 
 /// Creates the producer side (bounded: a full channel makes producers wait, it never
 /// drops), the publisher, and the feed.
-pub fn channel(capacity: usize, metrics: Option<EventMetrics>) -> (mpsc::Sender<PodLifecycleEvent>, Publisher, EventFeed) {
+pub fn channel(
+    capacity: usize,
+    metrics: Option<EventMetrics>,
+) -> (mpsc::Sender<PodLifecycleEvent>, Publisher, EventFeed) {
     let (in_tx, rx) = mpsc::channel(capacity);
     let (tx, _) = broadcast::channel(capacity.max(16));
     (in_tx, Publisher { rx, tx: tx.clone(), metrics }, EventFeed { tx })
@@ -44,10 +47,10 @@ impl Publisher {
             m.total
                 .get_or_create(&TypeSource { r#type: ev.kind.as_str().into(), source: ev.source.as_str().into() })
                 .inc();
-            if let Some(t) = ev.runtime_timestamp {
-                if let Ok(d) = std::time::SystemTime::now().duration_since(t) {
-                    m.delivery_latency.observe(d.as_secs_f64());
-                }
+            if let Some(t) = ev.runtime_timestamp
+                && let Ok(d) = std::time::SystemTime::now().duration_since(t)
+            {
+                m.delivery_latency.observe(d.as_secs_f64());
             }
         }
         let _ = self.tx.send(Arc::new(ev));

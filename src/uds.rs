@@ -47,10 +47,10 @@ pub fn parse_unix_endpoint(endpoint: &str) -> Result<PathBuf, UdsError> {
 /// and sets the socket's mode.
 pub async fn bind(path: &Path, mode: u32) -> Result<UnixListener, UdsError> {
     let io_err = |source| UdsError::Io { path: path.to_owned(), source };
-    if let Some(dir) = path.parent() {
-        if !dir.exists() {
-            std::fs::DirBuilder::new().recursive(true).mode(0o750).create(dir).map_err(io_err)?;
-        }
+    if let Some(dir) = path.parent()
+        && !dir.exists()
+    {
+        std::fs::DirBuilder::new().recursive(true).mode(0o750).create(dir).map_err(io_err)?;
     }
     match std::fs::symlink_metadata(path) {
         Ok(md) if md.file_type().is_socket() => {
@@ -72,14 +72,15 @@ pub async fn bind(path: &Path, mode: u32) -> Result<UnixListener, UdsError> {
 /// after the connection breaks.
 pub fn lazy_channel(path: PathBuf) -> tonic::transport::Channel {
     // The URI is required by tonic but never dialed: the connector below is.
-    tonic::transport::Endpoint::from_static("http://plegd.invalid")
-        .connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
+    tonic::transport::Endpoint::from_static("http://plegd.invalid").connect_with_connector_lazy(tower::service_fn(
+        move |_: tonic::transport::Uri| {
             let path = path.clone();
             async move {
                 let stream = UnixStream::connect(path).await?;
                 Ok::<_, io::Error>(hyper_util::rt::TokioIo::new(stream))
             }
-        }))
+        },
+    ))
 }
 
 #[cfg(test)]

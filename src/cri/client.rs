@@ -102,6 +102,10 @@ impl CriClient {
                 gate.backoff.reset();
                 Ok(resp.into_inner())
             }
+            Ok(Err(status)) if is_deadline(&status) => {
+                self.record(method, "DeadlineExceeded", Some(elapsed));
+                Err(CriError::Timeout { method, endpoint: self.endpoint.clone(), timeout: self.opts.timeout })
+            }
             Ok(Err(status)) => {
                 self.record(method, code_name(status.code()), Some(elapsed));
                 if status.code() == tonic::Code::Unavailable {
@@ -126,6 +130,13 @@ impl CriClient {
             }
         }
     }
+}
+
+/// Whether a status means the call's deadline passed: tonic reports the deadline it
+/// enforces from `grpc-timeout` as `Cancelled: Timeout expired`.
+fn is_deadline(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::DeadlineExceeded
+        || (status.code() == tonic::Code::Cancelled && status.message().contains("Timeout expired"))
 }
 
 fn request<T>(msg: T, timeout: Duration) -> tonic::Request<T> {
@@ -170,7 +181,10 @@ impl RuntimeService for CriClient {
         .await
     }
 
-    async fn list_pod_sandboxes(&self, filter: Option<cri::PodSandboxFilter>) -> Result<Vec<cri::PodSandbox>, CriError> {
+    async fn list_pod_sandboxes(
+        &self,
+        filter: Option<cri::PodSandboxFilter>,
+    ) -> Result<Vec<cri::PodSandbox>, CriError> {
         let resp = self
             .unary("ListPodSandbox", |mut c, t| async move {
                 c.list_pod_sandbox(request(cri::ListPodSandboxRequest { filter }, t)).await
@@ -217,50 +231,58 @@ impl RuntimeService for CriClient {
         })
     }
 
-    /// Returns at once; the call is made when the stream is first polled, because
-    /// containerd sends the response headers only with the first event. Errors of the
-    /// call itself (for instance `Unimplemented`) arrive as the stream's first item.
+    /// Sends the call at once and returns a stream of its events. The response is not
+    /// awaited here, because containerd sends its headers only with the first event;
+    /// errors of the call itself (for instance `Unimplemented`) arrive as the stream's
+    /// first item. Dropping the stream ends the call.
     async fn container_events(&self) -> Result<EventStream, CriError> {
-        enum State {
-            Open(RuntimeServiceClient<Channel>),
-            Streaming(tonic::Streaming<cri::ContainerEventResponse>),
-            Done,
-        }
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        let mut client = self.inner.clone();
         let endpoint = self.endpoint.clone();
         let metrics = self.metrics.clone();
-        let stream = futures_util::stream::unfold(State::Open(self.inner.clone()), move |state| {
-            let endpoint = endpoint.clone();
-            let metrics = metrics.clone();
-            async move {
-                let err = |status: tonic::Status| CriError::Call { method: "GetContainerEvents", endpoint, status };
-                let mut streaming = match state {
-                    State::Done => return None,
-                    State::Streaming(s) => s,
-                    State::Open(mut c) => {
-                        let res = c.get_container_events(cri::GetEventsRequest {}).await;
-                        if let Some(m) = &metrics {
-                            let code = res.as_ref().map(|_| tonic::Code::Ok).unwrap_or_else(|s| s.code());
-                            m.requests
-                                .get_or_create(&MethodCode {
-                                    method: "GetContainerEvents".into(),
-                                    code: code_name(code).into(),
-                                })
-                                .inc();
-                        }
-                        match res {
-                            Ok(resp) => resp.into_inner(),
-                            Err(status) => return Some((Err(err(status)), State::Done)),
-                        }
-                    }
+        let pump = async move {
+            let err = |status: tonic::Status| CriError::Call {
+                method: "GetContainerEvents",
+                endpoint: endpoint.clone(),
+                status,
+            };
+            let opened = tokio::select! {
+                _ = tx.closed() => return,
+                res = client.get_container_events(cri::GetEventsRequest {}) => res,
+            };
+            if let Some(m) = &metrics {
+                let code = opened.as_ref().map(|_| tonic::Code::Ok).unwrap_or_else(|s| s.code());
+                m.requests
+                    .get_or_create(&MethodCode { method: "GetContainerEvents".into(), code: code_name(code).into() })
+                    .inc();
+            }
+            let mut streaming = match opened {
+                Ok(resp) => resp.into_inner(),
+                Err(status) => {
+                    let _ = tx.send(Err(err(status))).await;
+                    return;
+                }
+            };
+            loop {
+                let msg = tokio::select! {
+                    _ = tx.closed() => return,
+                    msg = streaming.message() => msg,
                 };
-                match streaming.message().await {
-                    Ok(Some(ev)) => Some((Ok(ev), State::Streaming(streaming))),
-                    Ok(None) => None,
-                    Err(status) => Some((Err(err(status)), State::Done)),
+                let item = match msg {
+                    Ok(Some(ev)) => Ok(ev),
+                    Ok(None) => return,
+                    Err(status) => Err(err(status)),
+                };
+                let last = item.is_err();
+                if tx.send(item).await.is_err() || last {
+                    return;
                 }
             }
-        });
-        Ok(stream.boxed())
+        };
+        // The task lives exactly as long as the returned stream: it returns as soon as
+        // the receiver is dropped, even while the call waits for an event.
+        tokio::spawn(pump);
+        Ok(tokio_stream::wrappers::ReceiverStream::new(rx).boxed())
     }
 
     async fn remove_container(&self, id: &str) -> Result<(), CriError> {

@@ -39,7 +39,14 @@ impl PodSpec {
         Self {
             namespace: namespace.into(),
             name: name.into(),
-            uid: format!("{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}", fastrand::u32(..), fastrand::u16(..), fastrand::u16(..0xfff), fastrand::u16(..0xfff), fastrand::u64(..0xffff_ffff_ffff)),
+            uid: format!(
+                "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+                fastrand::u32(..),
+                fastrand::u16(..),
+                fastrand::u16(..0xfff),
+                fastrand::u16(..0xfff),
+                fastrand::u64(..0xffff_ffff_ffff)
+            ),
             attempt: 0,
             labels: HashMap::new(),
             host_network: true,

@@ -201,7 +201,8 @@ impl<R: RuntimeService> GenericPleg<R> {
             let (namespace, name) = self.records.pod_name(&uid);
             self.records.commit(&uid);
             let was_reinspect = self.reinspect.contains(&uid);
-            let events = build_events(&uid, &namespace, &name, &transitions, status, was_reinspect, EventSource::Relist);
+            let events =
+                build_events(&uid, &namespace, &name, &transitions, status, was_reinspect, EventSource::Relist);
             outcome.events += events.len();
             for ev in events {
                 if self.events.send(ev).await.is_err() {

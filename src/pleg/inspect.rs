@@ -39,8 +39,8 @@ pub async fn inspect_pod<R: RuntimeService>(
             Err(e) => return Err(e),
         }
     }
-    sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at));
-    containers.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+    containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
     let (name, namespace, labels, annotations, ips) = match &newest {
         Some((raw, conv)) => {
             let md = raw.metadata.clone().unwrap_or_default();

@@ -68,11 +68,7 @@ pub struct Transition {
 impl RuntimePod {
     /// The state of `id` in this pod: containers first, then sandboxes.
     pub fn state_of(&self, id: &str) -> PlegState {
-        self.containers
-            .iter()
-            .chain(&self.sandboxes)
-            .find(|c| c.id == id)
-            .map_or(PlegState::NonExistent, |c| c.state)
+        self.containers.iter().chain(&self.sandboxes).find(|c| c.id == id).map_or(PlegState::NonExistent, |c| c.state)
     }
 }
 
@@ -112,7 +108,8 @@ pub fn group_pods(sandboxes: Vec<cri::PodSandbox>, containers: Vec<cri::Containe
             namespace: c.labels.get(POD_NAMESPACE_LABEL).cloned().unwrap_or_default(),
             ..Default::default()
         });
-        let name = if md.name.is_empty() { c.labels.get(CONTAINER_NAME_LABEL).cloned().unwrap_or_default() } else { md.name };
+        let name =
+            if md.name.is_empty() { c.labels.get(CONTAINER_NAME_LABEL).cloned().unwrap_or_default() } else { md.name };
         pod.containers.push(RuntimeContainer {
             id: c.id,
             name,
@@ -233,7 +230,12 @@ mod tests {
     fn sandbox(id: &str, uid: &str, ready: bool, created: i64) -> cri::PodSandbox {
         cri::PodSandbox {
             id: id.into(),
-            metadata: Some(cri::PodSandboxMetadata { name: "p".into(), uid: uid.into(), namespace: "ns".into(), attempt: 0 }),
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "p".into(),
+                uid: uid.into(),
+                namespace: "ns".into(),
+                attempt: 0,
+            }),
             state: if ready { 0 } else { 1 },
             created_at: created,
             ..Default::default()
@@ -274,9 +276,8 @@ mod tests {
     #[test]
     fn a_vanished_running_container_gives_died_then_removed_and_sandbox_events_frame_the_pod() {
         let mut recs = PodRecords::default();
-        let listing = |state| {
-            group_pods(vec![sandbox("s1", "u1", true, 1)], vec![container("c1", "s1", "a", state, 1)])
-        };
+        let listing =
+            |state| group_pods(vec![sandbox("s1", "u1", true, 1)], vec![container("c1", "s1", "a", state, 1)]);
         recs.set_current(listing(cri::ContainerState::ContainerRunning));
         let kinds: Vec<_> = recs.transitions("u1").into_iter().map(|t| (t.id, t.kind)).collect();
         assert_eq!(kinds, [("s1".into(), EventType::ContainerStarted), ("c1".into(), EventType::ContainerStarted)]);

@@ -227,7 +227,8 @@ impl Container {
 
     /// Marks the container exited; returns whether it was running (an event is due).
     fn exit(&mut self, code: i32, reason: &str) -> bool {
-        let running = matches!(self.state, cri::ContainerState::ContainerRunning | cri::ContainerState::ContainerUnknown);
+        let running =
+            matches!(self.state, cri::ContainerState::ContainerRunning | cri::ContainerState::ContainerUnknown);
         if running {
             self.state = cri::ContainerState::ContainerExited;
             self.finished_at = now_nanos();
@@ -270,11 +271,11 @@ impl State {
                 events.push(self.event(&id, cri::ContainerEventType::ContainerStoppedEvent, sandbox_id));
             }
         }
-        if let Some(sb) = self.sandboxes.get_mut(sandbox_id) {
-            if sb.state == cri::PodSandboxState::SandboxReady {
-                sb.state = cri::PodSandboxState::SandboxNotready;
-                events.push(self.event(sandbox_id, cri::ContainerEventType::ContainerStoppedEvent, sandbox_id));
-            }
+        if let Some(sb) = self.sandboxes.get_mut(sandbox_id)
+            && sb.state == cri::PodSandboxState::SandboxReady
+        {
+            sb.state = cri::PodSandboxState::SandboxNotready;
+            events.push(self.event(sandbox_id, cri::ContainerEventType::ContainerStoppedEvent, sandbox_id));
         }
         events
     }
@@ -390,7 +391,12 @@ impl SimRuntime {
     /// `Status`.
     pub async fn status(&self) -> Result<cri::StatusResponse, Status> {
         self.fault("Status", "").await?;
-        let cond = |t: &str| cri::RuntimeCondition { r#type: t.into(), status: true, reason: String::new(), message: String::new() };
+        let cond = |t: &str| cri::RuntimeCondition {
+            r#type: t.into(),
+            status: true,
+            reason: String::new(),
+            message: String::new(),
+        };
         Ok(cri::StatusResponse {
             status: Some(cri::RuntimeStatus { conditions: vec![cond("RuntimeReady"), cond("NetworkReady")] }),
             info: HashMap::new(),
@@ -458,7 +464,8 @@ impl SimRuntime {
         let mut s = self.state();
         let Some(id) = resolve(&s.sandboxes, id).cloned() else { return Ok(()) };
         let mut events = s.stop_sandbox(&id);
-        let mut ids: Vec<_> = s.containers.values().filter(|c| c.sandbox_id == id).map(|c| (c.seq, c.id.clone())).collect();
+        let mut ids: Vec<_> =
+            s.containers.values().filter(|c| c.sandbox_id == id).map(|c| (c.seq, c.id.clone())).collect();
         ids.sort();
         for (_, cid) in ids {
             if let Some(c) = s.containers.remove(&cid) {
@@ -485,7 +492,10 @@ impl SimRuntime {
     }
 
     /// `ListPodSandbox`, oldest first.
-    pub async fn list_pod_sandbox(&self, filter: Option<cri::PodSandboxFilter>) -> Result<Vec<cri::PodSandbox>, Status> {
+    pub async fn list_pod_sandbox(
+        &self,
+        filter: Option<cri::PodSandboxFilter>,
+    ) -> Result<Vec<cri::PodSandbox>, Status> {
         self.fault("ListPodSandbox", "").await?;
         let s = self.state();
         let f = filter.unwrap_or_default();
@@ -625,7 +635,10 @@ impl SimRuntime {
     }
 
     /// `ListContainers`, oldest first.
-    pub async fn list_containers_cri(&self, filter: Option<cri::ContainerFilter>) -> Result<Vec<cri::Container>, Status> {
+    pub async fn list_containers_cri(
+        &self,
+        filter: Option<cri::ContainerFilter>,
+    ) -> Result<Vec<cri::Container>, Status> {
         self.fault("ListContainers", "").await?;
         let s = self.state();
         let f = filter.unwrap_or_default();
@@ -666,11 +679,16 @@ impl SimRuntime {
     }
 
     /// `GetContainerEvents`, per the events mode.
-    pub async fn events(&self) -> Result<impl futures_util::Stream<Item = Result<cri::ContainerEventResponse, Status>> + Send + 'static, Status> {
+    pub async fn events(
+        &self,
+    ) -> Result<impl futures_util::Stream<Item = Result<cri::ContainerEventResponse, Status>> + Send + 'static, Status>
+    {
         self.fault("GetContainerEvents", "").await?;
         let mode = *self.inner.events_mode.lock().expect("mode lock");
         if mode == EventsMode::Unimplemented {
-            return Err(Status::unimplemented("unknown method GetContainerEvents for service runtime.v1.RuntimeService"));
+            return Err(Status::unimplemented(
+                "unknown method GetContainerEvents for service runtime.v1.RuntimeService",
+            ));
         }
         let rx = self.inner.events.subscribe();
         let mut drop_rx = self.inner.drop_streams.subscribe();
@@ -787,7 +805,10 @@ impl RuntimeService for SimRuntime {
         SimRuntime::version(self).await.map_err(call_err("Version"))
     }
 
-    async fn list_pod_sandboxes(&self, filter: Option<cri::PodSandboxFilter>) -> Result<Vec<cri::PodSandbox>, CriError> {
+    async fn list_pod_sandboxes(
+        &self,
+        filter: Option<cri::PodSandboxFilter>,
+    ) -> Result<Vec<cri::PodSandbox>, CriError> {
         self.list_pod_sandbox(filter).await.map_err(call_err("ListPodSandbox"))
     }
 

@@ -25,7 +25,11 @@ impl SimService {
 }
 
 /// Serves `sim` on `listener` until `shutdown`; runs the exit reaper alongside.
-pub async fn serve(sim: SimRuntime, listener: UnixListener, shutdown: CancellationToken) -> Result<(), tonic::transport::Error> {
+pub async fn serve(
+    sim: SimRuntime,
+    listener: UnixListener,
+    shutdown: CancellationToken,
+) -> Result<(), tonic::transport::Error> {
     let reaper = tokio::spawn(sim.clone().run_reaper(shutdown.clone()));
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     let res = tonic::transport::Server::builder()
@@ -47,57 +51,90 @@ impl RuntimeService for SimService {
         self.sim.version().await.map(Response::new)
     }
 
-    async fn run_pod_sandbox(&self, r: Request<cri::RunPodSandboxRequest>) -> Result<Response<cri::RunPodSandboxResponse>, Status> {
+    async fn run_pod_sandbox(
+        &self,
+        r: Request<cri::RunPodSandboxRequest>,
+    ) -> Result<Response<cri::RunPodSandboxResponse>, Status> {
         let id = self.sim.run_pod_sandbox(r.into_inner()).await?;
         Ok(Response::new(cri::RunPodSandboxResponse { pod_sandbox_id: id }))
     }
 
-    async fn stop_pod_sandbox(&self, r: Request<cri::StopPodSandboxRequest>) -> Result<Response<cri::StopPodSandboxResponse>, Status> {
+    async fn stop_pod_sandbox(
+        &self,
+        r: Request<cri::StopPodSandboxRequest>,
+    ) -> Result<Response<cri::StopPodSandboxResponse>, Status> {
         self.sim.stop_pod_sandbox(&r.into_inner().pod_sandbox_id).await?;
         Ok(Response::new(cri::StopPodSandboxResponse {}))
     }
 
-    async fn remove_pod_sandbox(&self, r: Request<cri::RemovePodSandboxRequest>) -> Result<Response<cri::RemovePodSandboxResponse>, Status> {
+    async fn remove_pod_sandbox(
+        &self,
+        r: Request<cri::RemovePodSandboxRequest>,
+    ) -> Result<Response<cri::RemovePodSandboxResponse>, Status> {
         self.sim.remove_pod_sandbox(&r.into_inner().pod_sandbox_id).await?;
         Ok(Response::new(cri::RemovePodSandboxResponse {}))
     }
 
-    async fn pod_sandbox_status(&self, r: Request<cri::PodSandboxStatusRequest>) -> Result<Response<cri::PodSandboxStatusResponse>, Status> {
+    async fn pod_sandbox_status(
+        &self,
+        r: Request<cri::PodSandboxStatusRequest>,
+    ) -> Result<Response<cri::PodSandboxStatusResponse>, Status> {
         let status = self.sim.pod_sandbox_status(&r.into_inner().pod_sandbox_id).await?;
         Ok(Response::new(cri::PodSandboxStatusResponse { status: Some(status), ..Default::default() }))
     }
 
-    async fn list_pod_sandbox(&self, r: Request<cri::ListPodSandboxRequest>) -> Result<Response<cri::ListPodSandboxResponse>, Status> {
+    async fn list_pod_sandbox(
+        &self,
+        r: Request<cri::ListPodSandboxRequest>,
+    ) -> Result<Response<cri::ListPodSandboxResponse>, Status> {
         let items = self.sim.list_pod_sandbox(r.into_inner().filter).await?;
         Ok(Response::new(cri::ListPodSandboxResponse { items }))
     }
 
-    async fn create_container(&self, r: Request<cri::CreateContainerRequest>) -> Result<Response<cri::CreateContainerResponse>, Status> {
+    async fn create_container(
+        &self,
+        r: Request<cri::CreateContainerRequest>,
+    ) -> Result<Response<cri::CreateContainerResponse>, Status> {
         let id = self.sim.create_container(r.into_inner()).await?;
         Ok(Response::new(cri::CreateContainerResponse { container_id: id }))
     }
 
-    async fn start_container(&self, r: Request<cri::StartContainerRequest>) -> Result<Response<cri::StartContainerResponse>, Status> {
+    async fn start_container(
+        &self,
+        r: Request<cri::StartContainerRequest>,
+    ) -> Result<Response<cri::StartContainerResponse>, Status> {
         self.sim.start_container(&r.into_inner().container_id).await?;
         Ok(Response::new(cri::StartContainerResponse {}))
     }
 
-    async fn stop_container(&self, r: Request<cri::StopContainerRequest>) -> Result<Response<cri::StopContainerResponse>, Status> {
+    async fn stop_container(
+        &self,
+        r: Request<cri::StopContainerRequest>,
+    ) -> Result<Response<cri::StopContainerResponse>, Status> {
         self.sim.stop_container(&r.into_inner().container_id).await?;
         Ok(Response::new(cri::StopContainerResponse {}))
     }
 
-    async fn remove_container(&self, r: Request<cri::RemoveContainerRequest>) -> Result<Response<cri::RemoveContainerResponse>, Status> {
+    async fn remove_container(
+        &self,
+        r: Request<cri::RemoveContainerRequest>,
+    ) -> Result<Response<cri::RemoveContainerResponse>, Status> {
         self.sim.remove_container_cri(&r.into_inner().container_id).await?;
         Ok(Response::new(cri::RemoveContainerResponse {}))
     }
 
-    async fn list_containers(&self, r: Request<cri::ListContainersRequest>) -> Result<Response<cri::ListContainersResponse>, Status> {
+    async fn list_containers(
+        &self,
+        r: Request<cri::ListContainersRequest>,
+    ) -> Result<Response<cri::ListContainersResponse>, Status> {
         let containers = self.sim.list_containers_cri(r.into_inner().filter).await?;
         Ok(Response::new(cri::ListContainersResponse { containers }))
     }
 
-    async fn container_status(&self, r: Request<cri::ContainerStatusRequest>) -> Result<Response<cri::ContainerStatusResponse>, Status> {
+    async fn container_status(
+        &self,
+        r: Request<cri::ContainerStatusRequest>,
+    ) -> Result<Response<cri::ContainerStatusResponse>, Status> {
         let status = self.sim.container_status_cri(&r.into_inner().container_id).await?;
         Ok(Response::new(cri::ContainerStatusResponse { status: Some(status), ..Default::default() }))
     }
@@ -106,7 +143,10 @@ impl RuntimeService for SimService {
         self.sim.status().await.map(Response::new)
     }
 
-    async fn get_container_events(&self, _: Request<cri::GetEventsRequest>) -> Result<Response<Self::GetContainerEventsStream>, Status> {
+    async fn get_container_events(
+        &self,
+        _: Request<cri::GetEventsRequest>,
+    ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
         let s = self.sim.events().await?;
         Ok(Response::new(s.boxed()))
     }

@@ -1,0 +1,190 @@
+//! The `plegd` binary: usage errors, a runtime that is missing at start, the demo and
+//! graceful shutdown.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_plegd");
+
+fn plegd(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).env_remove("RUST_LOG").output().expect("run plegd")
+}
+
+fn assert_usage_error(args: &[&str], names: &str) {
+    let out = plegd(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line, no usage dump: {stderr}");
+    assert!(stderr.contains(names), "{args:?}: the error names {names}: {stderr}");
+    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{stderr}");
+}
+
+#[test]
+fn an_unknown_flag_is_a_one_line_usage_error() {
+    assert_usage_error(&["run", "--bogus"], "--bogus");
+}
+
+#[test]
+fn a_malformed_duration_names_the_flag() {
+    assert_usage_error(&["run", "--relist-period", "soon"], "--relist-period");
+    assert_usage_error(&["run", "--relist-threshold", "0s"], "--relist-threshold");
+}
+
+#[test]
+fn an_endpoint_that_is_not_unix_names_the_flag() {
+    assert_usage_error(&["run", "--runtime-endpoint", "tcp://127.0.0.1:1"], "--runtime-endpoint");
+}
+
+#[test]
+fn a_bad_admin_address_and_a_bad_log_filter_name_their_flags() {
+    assert_usage_error(&["run", "--admin-addr", "localhost"], "--admin-addr");
+    assert_usage_error(&["run", "--log-level", "plegd=loud"], "--log-level");
+    assert_usage_error(&["run", "--log-format", "xml"], "--log-format");
+}
+
+#[test]
+fn flags_can_come_from_the_environment() {
+    let out = Command::new(BIN).args(["run"]).env("PLEGD_RELIST_PERIOD", "never").output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--relist-period"));
+}
+
+#[test]
+fn help_lists_every_flag_with_its_environment_variable() {
+    let out = plegd(&["run", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for (flag, env) in [
+        ("--runtime-endpoint", "PLEGD_RUNTIME_ENDPOINT"),
+        ("--relist-period", "PLEGD_RELIST_PERIOD"),
+        ("--relist-threshold", "PLEGD_RELIST_THRESHOLD"),
+        ("--admin-addr", "PLEGD_ADMIN_ADDR"),
+        ("--log-format", "PLEGD_LOG_FORMAT"),
+    ] {
+        assert!(help.contains(flag) && help.contains(env), "{flag} / {env} missing from:\n{help}");
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    Some((code, body))
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sigterm(child: &Child) {
+    let ok = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(ok.success());
+}
+
+#[test]
+fn a_runtime_missing_at_start_is_not_ready_then_ready_once_it_appears() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run/containerd.sock");
+    let endpoint = format!("unix://{}", socket.display());
+    let port = free_port();
+    let mut sidecar = Killed(
+        Command::new(BIN)
+            .args(["run", "--runtime-endpoint", &endpoint, "--admin-addr", &format!("127.0.0.1:{port}")])
+            .args(["--relist-period", "100ms"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the admin server", Duration::from_secs(10), || get(port, "/livez").is_some());
+    assert_eq!(get(port, "/livez").unwrap().0, 200);
+    let (code, body) = get(port, "/readyz").unwrap();
+    assert_eq!(code, 503, "{body}");
+    let (code, body) = get(port, "/healthz").unwrap();
+    assert_eq!((code, body.trim()), (500, "PLEG is not healthy: pleg has yet to be successful"));
+
+    let _sim = Killed(
+        Command::new(BIN)
+            .args(["sim", "--listen", &endpoint, "--pods", "3", "--churn-per-sec", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("readiness", Duration::from_secs(15), || get(port, "/readyz").is_some_and(|(c, _)| c == 200));
+    assert_eq!(get(port, "/healthz").unwrap().0, 200);
+    let metrics = get(port, "/metrics").unwrap().1;
+    assert!(metrics.contains("plegd_cache_pods 3"), "{metrics}");
+    assert!(metrics.contains("plegd_cri_requests_total{method=\"ListPodSandbox\",code=\"OK\"}"), "{metrics}");
+
+    sigterm(&sidecar.0);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = sidecar.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "no graceful exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    let mut stderr = String::new();
+    sidecar.0.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(stderr.contains("not reachable yet"), "the wait for the runtime is logged: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn an_admin_address_in_use_is_a_clear_error() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = plegd(&["run", "--runtime-endpoint", "unix:///nonexistent/cri.sock", "--admin-addr", &addr]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot listen on") && stderr.contains(&addr), "{stderr}");
+}
+
+#[test]
+fn the_demo_shows_lifecycle_events_and_exits_zero() {
+    let out = plegd(&["demo", "--duration", "3s", "--pods", "4", "--churn-per-sec", "5", "--relist-period", "200ms"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stdout.lines().filter(|l| l.contains("CONTAINER_STARTED")).count() >= 8, "{stdout}");
+    assert!(stderr.contains("/metrics"), "the demo says where the metrics are: {stderr}");
+    assert!(stderr.contains("events,"), "the demo ends with a summary: {stderr}");
+}
+
+#[test]
+fn the_demo_prints_json_lines_with_o_json() {
+    let out = plegd(&["demo", "--duration", "2s", "--pods", "2", "-o", "json", "--relist-period", "200ms"]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let first = stdout.lines().next().expect("at least one event");
+    let v: serde_json::Value = serde_json::from_str(first).unwrap();
+    assert_eq!(v["type"], "CONTAINER_STARTED");
+    assert_eq!(v["source"], "RELIST");
+    assert!(v["pod"]["uid"].is_string());
+}

@@ -1,0 +1,279 @@
+//! The GenericPLEG relister against the simulated runtime over a real unix socket.
+
+mod support;
+
+use std::time::Duration;
+
+use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::model::ContainerState;
+use plegd::sim::{Fault, FaultAction};
+use support::{SimHarness, exit_code, pleg, summary};
+use tokio::time::Instant;
+
+fn s(kind: &'static str, name: &str) -> (&'static str, String) {
+    (kind, name.to_string())
+}
+
+#[tokio::test]
+async fn relist_emits_started_for_a_new_pod_sandbox_first() {
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_secs(2));
+    assert!(p.relist().await.is_empty(), "an empty runtime has no events");
+    let pod = PodSpec::new("default", "web").label("app", "web");
+    h.run_pod(&pod, &[ContainerSpec::new("app"), ContainerSpec::new("log")]).await;
+    let evs = p.relist().await;
+    assert_eq!(
+        summary(&evs),
+        [s("CONTAINER_STARTED", "(sandbox)"), s("CONTAINER_STARTED", "log"), s("CONTAINER_STARTED", "app")]
+    );
+    let ev = &evs[1];
+    assert_eq!(ev.pod_uid, pod.uid);
+    assert_eq!((ev.pod_namespace.as_str(), ev.pod_name.as_str()), ("default", "web"));
+    assert!(ev.runtime_timestamp.is_some(), "started events carry the runtime's start time");
+    let cached = p.cache.get(&pod.uid).expect("cached");
+    let status = cached.status.as_ref().unwrap();
+    assert_eq!(status.containers.len(), 2);
+    assert_eq!(status.labels.get("app").map(String::as_str), Some("web"));
+    assert!(p.relist().await.is_empty(), "nothing changed, nothing emitted");
+}
+
+#[tokio::test]
+async fn relist_emits_died_with_the_exit_code_for_a_container_that_exits() {
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_secs(2));
+    let pod = PodSpec::new("default", "job");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("main")]).await;
+    p.relist().await;
+    assert!(h.sim.exit_container(&ids[0], 3, "Error"));
+    let evs = p.relist().await;
+    assert_eq!(summary(&evs), [s("CONTAINER_DIED", "main")]);
+    assert_eq!(exit_code(&evs[0]), Some(3));
+    assert!(evs[0].runtime_timestamp.is_some(), "died events carry the finish time");
+}
+
+#[tokio::test]
+async fn relist_emits_only_removed_for_an_exited_container_that_is_removed() {
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_secs(2));
+    let pod = PodSpec::new("default", "web");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("a"), ContainerSpec::new("b")]).await;
+    p.relist().await;
+    h.remove_container(&ids[0]).await; // running: killed and removed between relists
+    h.stop_container(&ids[1]).await;
+    p.relist().await;
+    h.remove_container(&ids[1]).await; // already exited: only removed
+    let evs = p.relist().await;
+    assert_eq!(summary(&evs), [s("CONTAINER_REMOVED", "b")]);
+    let pod_status = p.cache.get(&pod.uid).unwrap().status.clone().unwrap();
+    assert!(pod_status.containers.is_empty());
+}
+
+#[tokio::test]
+async fn relist_emits_died_then_removed_for_vanished_container() {
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_secs(2));
+    let pod = PodSpec::new("default", "web");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("a")]).await;
+    p.relist().await;
+    h.remove_container(&ids[0]).await;
+    let evs = p.relist().await;
+    assert_eq!(summary(&evs), [s("CONTAINER_DIED", "a"), s("CONTAINER_REMOVED", "a")]);
+}
+
+#[tokio::test]
+async fn relist_emits_started_for_a_restart_with_a_new_attempt() {
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_secs(2));
+    let pod = PodSpec::new("default", "web");
+    let (sid, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    p.relist().await;
+    h.sim.exit_container(&ids[0], 1, "Error");
+    let next = h.start_container(&pod, &sid, &ContainerSpec::new("app").attempt(1)).await;
+    let evs = p.relist().await;
+    assert_eq!(summary(&evs), [s("CONTAINER_STARTED", "app"), s("CONTAINER_DIED", "app")]);
+    let started = evs.iter().find(|e| e.kind.as_str() == "CONTAINER_STARTED").unwrap();
+    assert_eq!(started.container_id, next);
+    let status = p.cache.get(&pod.uid).unwrap().status.clone().unwrap();
+    assert_eq!(status.containers[0].attempt, 1, "newest attempt first");
+    assert_eq!(status.containers[1].state, ContainerState::Exited);
+}
+
+#[tokio::test]
+async fn sandbox_death_reports_its_containers_then_the_sandbox() {
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_secs(2));
+    let pod = PodSpec::new("default", "web");
+    let (sid, _) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    p.relist().await;
+    assert!(h.sim.kill_sandbox(&sid));
+    let evs = p.relist().await;
+    assert_eq!(summary(&evs), [s("CONTAINER_DIED", "app"), s("CONTAINER_DIED", "(sandbox)")]);
+    h.remove_pod(&sid).await;
+    let evs = p.relist().await;
+    assert_eq!(summary(&evs), [s("CONTAINER_REMOVED", "app"), s("CONTAINER_REMOVED", "(sandbox)")]);
+    assert!(p.cache.get(&pod.uid).is_none(), "a pod gone from the runtime leaves the cache");
+}
+
+#[tokio::test]
+async fn an_inspection_failure_holds_the_pods_events_and_stores_the_error_until_it_recovers() {
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_secs(2));
+    let good = PodSpec::new("default", "good");
+    let bad = PodSpec::new("default", "bad");
+    h.run_pod(&good, &[ContainerSpec::new("app")]).await;
+    let (_, bad_ids) = h.run_pod(&bad, &[ContainerSpec::new("app")]).await;
+    h.sim.inject(Fault {
+        method: "ContainerStatus",
+        target: Some(bad_ids[0].clone()),
+        action: FaultAction::Error(tonic::Code::Internal, "disk on fire".into()),
+        times: Some(1),
+    });
+    let evs = p.relist().await;
+    assert!(evs.iter().all(|e| e.pod_uid == good.uid), "the failing pod's events are held back");
+    assert_eq!(evs.len(), 2);
+    let entry = p.cache.get(&bad.uid).expect("the error is cached");
+    assert!(entry.error.as_deref().unwrap().contains("disk on fire"), "{:?}", entry.error);
+    assert!(entry.error.as_deref().unwrap().contains("ContainerStatus"), "errors name the call");
+    let evs = p.relist().await;
+    assert_eq!(summary(&evs), [s("CONTAINER_STARTED", "(sandbox)"), s("CONTAINER_STARTED", "app")]);
+    assert!(evs.iter().all(|e| e.pod_uid == bad.uid));
+    assert!(p.cache.get(&bad.uid).unwrap().error.is_none(), "recovery clears the error");
+}
+
+#[tokio::test]
+async fn a_hung_inspection_does_not_stall_the_relist() {
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_millis(300));
+    let stuck = PodSpec::new("default", "stuck");
+    let (_, stuck_ids) = h.run_pod(&stuck, &[ContainerSpec::new("app")]).await;
+    let others: Vec<_> = (0..5).map(|i| PodSpec::new("default", &format!("ok-{i}"))).collect();
+    for pod in &others {
+        h.run_pod(pod, &[ContainerSpec::new("app")]).await;
+    }
+    h.sim.inject(Fault {
+        method: "ContainerStatus",
+        target: Some(stuck_ids[0].clone()),
+        action: FaultAction::Hang,
+        times: None,
+    });
+    let started = Instant::now();
+    let evs = p.relist().await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "the relist waited {took:?} on a hung call");
+    assert_eq!(evs.len(), 10, "every other pod's sandbox and container started");
+    assert!(evs.iter().all(|e| e.pod_uid != stuck.uid));
+    assert!(p.cache.get(&stuck.uid).unwrap().error.is_some());
+    h.sim.clear_faults();
+    let evs = p.relist().await;
+    assert_eq!(evs.len(), 2);
+    assert!(evs.iter().all(|e| e.pod_uid == stuck.uid));
+}
+
+#[tokio::test]
+async fn a_failed_listing_changes_nothing_and_does_not_count_as_activity() {
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_secs(2));
+    let pod = PodSpec::new("default", "web");
+    h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    h.sim.inject(Fault {
+        method: "ListContainers",
+        target: None,
+        action: FaultAction::Error(tonic::Code::Internal, "boom".into()),
+        times: Some(1),
+    });
+    let err = p.pleg.relist().await.unwrap_err().to_string();
+    assert!(err.contains("ListContainers") && err.contains(&h.endpoint), "{err}");
+    assert!(p.drain().is_empty());
+    assert!(p.cache.is_empty());
+    assert!(p.cache.global_timestamp().is_none());
+    assert!(!p.health.first_relist_done());
+    assert_eq!(p.relist().await.len(), 2);
+    assert!(p.health.first_relist_done());
+}
+
+#[tokio::test]
+async fn get_newer_than_is_released_by_the_next_relist() {
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_secs(2));
+    let pod = PodSpec::new("default", "web");
+    p.relist().await;
+    let min = Instant::now();
+    let cache = p.cache.clone();
+    let uid = pod.uid.clone();
+    let waiter = tokio::spawn(async move { cache.get_newer_than(&uid, min).await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!waiter.is_finished());
+    h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    p.relist().await;
+    let fresh = tokio::time::timeout(Duration::from_secs(1), waiter).await.unwrap().unwrap();
+    assert_eq!(fresh.entry.unwrap().status.as_ref().unwrap().containers.len(), 1);
+}
+
+#[tokio::test]
+async fn a_runtime_socket_missing_at_start_is_retried_until_it_appears() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("late.sock");
+    let endpoint = format!("unix://{}", socket.display());
+    let client = plegd::cri::client::CriClient::new(&endpoint, support::fast_client(), None).unwrap();
+    let mut p = pleg(client, Duration::from_secs(2));
+    let err = p.pleg.relist().await.unwrap_err().to_string();
+    assert!(err.contains("ListPodSandbox") && err.contains(&endpoint), "{err}");
+    // While the runtime is down, calls fail fast instead of dialing every time.
+    let err = p.pleg.relist().await.unwrap_err().to_string();
+    assert!(err.contains("unreachable"), "{err}");
+
+    let sim = plegd::sim::SimRuntime::new();
+    let listener = plegd::uds::bind(&socket, 0o660).await.unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(plegd::sim::server::serve(sim.clone(), listener, shutdown.clone()));
+    let pod = PodSpec::new("default", "web");
+    sim.run_pod_sandbox(pod.run_request()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match p.pleg.relist().await {
+            Ok(o) => {
+                assert_eq!(o.pods, 1);
+                break;
+            }
+            Err(e) => assert!(Instant::now() < deadline, "runtime never came back: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(p.drain().len(), 1);
+    shutdown.cancel();
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn the_relister_loop_recovers_after_the_runtime_restarts() {
+    let h = SimHarness::start().await;
+    let p = pleg(h.client(), Duration::from_secs(2));
+    let (mut events, cache) = (p.events, p.cache.clone());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(p.pleg.run(shutdown.clone()));
+    let pod = PodSpec::new("default", "web");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    let first = tokio::time::timeout(Duration::from_secs(3), events.recv()).await.unwrap().unwrap();
+    assert_eq!(first.kind.as_str(), "CONTAINER_STARTED");
+    while tokio::time::timeout(Duration::from_millis(300), events.recv()).await.is_ok() {}
+
+    // The runtime goes away; a container dies while it is down; it comes back.
+    h.shutdown.cancel();
+    h.tracker.close();
+    h.tracker.wait().await;
+    h.sim.exit_container(&ids[0], 137, "Error");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let restarted = SimHarness {
+        shutdown: tokio_util::sync::CancellationToken::new(),
+        tracker: tokio_util::task::TaskTracker::new(),
+        ..h
+    };
+    restarted.serve().await;
+    let died = tokio::time::timeout(Duration::from_secs(5), events.recv()).await.expect("died after restart").unwrap();
+    assert_eq!(died.kind.as_str(), "CONTAINER_DIED");
+    assert_eq!(died.container_id, ids[0]);
+    assert_eq!(cache.get(&pod.uid).unwrap().status.as_ref().unwrap().containers[0].exit_code, 137);
+    shutdown.cancel();
+    task.await.unwrap();
+    restarted.stop().await;
+}

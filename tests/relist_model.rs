@@ -1,0 +1,201 @@
+//! Property: for any sequence of runtime changes with relists in between, each relist
+//! emits exactly the state table's events per container (against the runtime's state
+//! at the previous relist), and after the last relist the cache equals the runtime.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use plegd::cache;
+use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::model::{ContainerState, SandboxState};
+use plegd::pleg::generic::{GenericPleg, RelistConfig};
+use plegd::pleg::health::PlegHealth;
+use plegd::pleg::{EventType, PlegState, transition_events};
+use plegd::sim::SimRuntime;
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Op {
+    RunPod,
+    AddContainer { pod: usize, name: u8 },
+    Exit { container: usize, code: i32 },
+    Stop { container: usize },
+    RemoveContainer { container: usize },
+    StopPod { pod: usize },
+    RemovePod { pod: usize },
+    KillSandbox { pod: usize },
+    CreateOnly { pod: usize, name: u8 },
+    Relist,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => Just(Op::RunPod),
+        4 => (any::<usize>(), 0u8..3).prop_map(|(pod, name)| Op::AddContainer { pod, name }),
+        1 => (any::<usize>(), 0u8..3).prop_map(|(pod, name)| Op::CreateOnly { pod, name }),
+        2 => (any::<usize>(), prop_oneof![Just(0), Just(1), Just(137)]).prop_map(|(container, code)| Op::Exit { container, code }),
+        1 => any::<usize>().prop_map(|container| Op::Stop { container }),
+        1 => any::<usize>().prop_map(|container| Op::RemoveContainer { container }),
+        1 => any::<usize>().prop_map(|pod| Op::StopPod { pod }),
+        1 => any::<usize>().prop_map(|pod| Op::RemovePod { pod }),
+        1 => any::<usize>().prop_map(|pod| Op::KillSandbox { pod }),
+        3 => Just(Op::Relist),
+    ]
+}
+
+/// The runtime's truth: every id's PLEG state, and per pod its containers and sandboxes.
+async fn truth(sim: &SimRuntime) -> (HashMap<String, PlegState>, BTreeMap<String, PodTruth>) {
+    let mut states = HashMap::new();
+    let mut pods: BTreeMap<String, PodTruth> = BTreeMap::new();
+    let mut sandbox_pod = HashMap::new();
+    for s in sim.list_pod_sandbox(None).await.unwrap() {
+        let uid = s.metadata.as_ref().unwrap().uid.clone();
+        let state = SandboxState::from_cri(s.state);
+        states.insert(s.id.clone(), PlegState::of_sandbox(state));
+        sandbox_pod.insert(s.id.clone(), uid.clone());
+        pods.entry(uid).or_default().sandboxes.insert(s.id, state);
+    }
+    for c in sim.list_containers_cri(None).await.unwrap() {
+        let st = sim.container_status_cri(&c.id).await.unwrap();
+        let state = ContainerState::from_cri(st.state);
+        states.insert(c.id.clone(), PlegState::of_container(state));
+        let uid = sandbox_pod[&c.pod_sandbox_id].clone();
+        pods.entry(uid).or_default().containers.insert(c.id, (state, st.exit_code));
+    }
+    (states, pods)
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+struct PodTruth {
+    sandboxes: BTreeMap<String, SandboxState>,
+    containers: BTreeMap<String, (ContainerState, i32)>,
+}
+
+struct World {
+    sim: SimRuntime,
+    pods: Vec<(PodSpec, String)>,
+    containers: Vec<String>,
+    attempts: HashMap<(usize, u8), u32>,
+}
+
+impl World {
+    async fn apply(&mut self, op: &Op) {
+        let pick = |n: usize, len: usize| if len == 0 { None } else { Some(n % len) };
+        match *op {
+            Op::RunPod => {
+                let spec = PodSpec::new("ns", &format!("p{}", self.pods.len()));
+                let sid = self.sim.run_pod_sandbox(spec.run_request()).await.unwrap();
+                self.pods.push((spec, sid));
+            }
+            Op::AddContainer { pod, name } | Op::CreateOnly { pod, name } => {
+                let Some(p) = pick(pod, self.pods.len()) else { return };
+                let attempt = self.attempts.entry((p, name)).or_insert(0);
+                let spec = ContainerSpec::new(&format!("c{name}")).attempt(*attempt);
+                *attempt += 1;
+                let (pod_spec, sid) = &self.pods[p];
+                if let Ok(id) = self.sim.create_container(pod_spec.create_request(sid, &spec)).await {
+                    if matches!(op, Op::AddContainer { .. }) {
+                        let _ = self.sim.start_container(&id).await;
+                    }
+                    self.containers.push(id);
+                }
+            }
+            Op::Exit { container, code } => {
+                if let Some(c) = pick(container, self.containers.len()) {
+                    self.sim.exit_container(&self.containers[c], code, "Error");
+                }
+            }
+            Op::Stop { container } => {
+                if let Some(c) = pick(container, self.containers.len()) {
+                    let _ = self.sim.stop_container(&self.containers[c]).await;
+                }
+            }
+            Op::RemoveContainer { container } => {
+                if let Some(c) = pick(container, self.containers.len()) {
+                    self.sim.remove_container_cri(&self.containers[c]).await.unwrap();
+                }
+            }
+            Op::StopPod { pod } => {
+                if let Some(p) = pick(pod, self.pods.len()) {
+                    let _ = self.sim.stop_pod_sandbox(&self.pods[p].1).await;
+                }
+            }
+            Op::RemovePod { pod } => {
+                if let Some(p) = pick(pod, self.pods.len()) {
+                    self.sim.remove_pod_sandbox(&self.pods[p].1).await.unwrap();
+                }
+            }
+            Op::KillSandbox { pod } => {
+                if let Some(p) = pick(pod, self.pods.len()) {
+                    self.sim.kill_sandbox(&self.pods[p].1);
+                }
+            }
+            Op::Relist => {}
+        }
+    }
+}
+
+fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    rt.block_on(async move {
+        let sim = SimRuntime::new();
+        let (writer, reader) = cache::new();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1_000_000);
+        let cfg =
+            RelistConfig { period: Duration::from_secs(1), concurrency: 4, inspect_timeout: Duration::from_secs(5) };
+        let mut pleg = GenericPleg::new(sim.clone(), writer, tx, PlegHealth::new(Duration::from_secs(180)), None, cfg);
+        let mut world = World { sim: sim.clone(), pods: Vec::new(), containers: Vec::new(), attempts: HashMap::new() };
+        let mut seen: HashMap<String, PlegState> = HashMap::new();
+        let mut ops = ops;
+        ops.push(Op::Relist);
+        for op in &ops {
+            world.apply(op).await;
+            if !matches!(op, Op::Relist) {
+                continue;
+            }
+            pleg.relist().await.unwrap();
+            let (now, _) = truth(&sim).await;
+            let mut got: BTreeMap<String, Vec<EventType>> = BTreeMap::new();
+            while let Ok(ev) = rx.try_recv() {
+                prop_assert!(ev.kind != EventType::PodSync, "no re-inspection happened, so no POD_SYNC");
+                got.entry(ev.container_id.clone()).or_default().push(ev.kind);
+            }
+            let mut want: BTreeMap<String, Vec<EventType>> = BTreeMap::new();
+            for id in seen.keys().chain(now.keys()) {
+                let before = seen.get(id).copied().unwrap_or(PlegState::NonExistent);
+                let after = now.get(id).copied().unwrap_or(PlegState::NonExistent);
+                let evs = transition_events(before, after);
+                if !evs.is_empty() {
+                    want.insert(id.clone(), evs.to_vec());
+                }
+            }
+            prop_assert_eq!(&got, &want, "events after {:?}", op);
+            seen = now;
+        }
+        // The cache equals the runtime after the last relist.
+        let (_, pods) = truth(&sim).await;
+        let mut cached: BTreeMap<String, PodTruth> = BTreeMap::new();
+        for entry in reader.snapshot() {
+            prop_assert!(entry.error.is_none());
+            let st = entry.status.as_ref().unwrap();
+            let t = cached.entry(entry.uid.to_string()).or_default();
+            for s in &st.sandboxes {
+                t.sandboxes.insert(s.id.clone(), s.state);
+            }
+            for c in &st.containers {
+                t.containers.insert(c.id.clone(), (c.state, c.exit_code));
+            }
+        }
+        prop_assert_eq!(cached, pods);
+        Ok(())
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn relists_follow_the_state_table_and_the_cache_converges_to_the_runtime(ops in prop::collection::vec(op(), 1..60)) {
+        check(ops)?;
+    }
+}
