@@ -277,3 +277,25 @@ async fn the_relister_loop_recovers_after_the_runtime_restarts() {
     task.await.unwrap();
     restarted.stop().await;
 }
+
+#[tokio::test]
+async fn a_relist_over_the_socket_handles_thousands_of_pods() {
+    let h = SimHarness::start().await;
+    let mut churn = plegd::sim::churn::Churn::new(
+        h.sim.clone(),
+        plegd::sim::churn::ChurnConfig { pods: 2000, containers_per_pod: 2, churn_per_sec: 0.0 },
+    );
+    churn.populate().await;
+    assert_eq!(h.sim.counts().sandboxes, 2000);
+    let mut p = pleg(h.client(), Duration::from_secs(10));
+    let evs = p.relist().await;
+    assert_eq!(evs.len(), 6000, "every sandbox and container started");
+    assert_eq!(p.cache.len(), 2000);
+    for _ in 0..20 {
+        churn.step().await;
+    }
+    let evs = p.relist().await;
+    assert!(!evs.is_empty());
+    assert!(p.relist().await.is_empty(), "a quiet runtime gives a quiet relist");
+    assert_eq!(p.cache.len(), h.sim.counts().sandboxes);
+}
