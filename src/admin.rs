@@ -42,6 +42,10 @@ pub struct AdminState {
     pub health: PlegHealth,
     /// Relist loop liveness.
     pub liveness: crate::pleg::health::Liveness,
+    /// The CRI event stream's state.
+    pub stream: tokio::sync::watch::Receiver<crate::pleg::evented::StreamState>,
+    /// Whether readiness requires the stream (`--mode evented`).
+    pub require_stream: bool,
 }
 
 /// The admin server, bound and ready to serve.
@@ -104,12 +108,15 @@ async fn readyz(State(s): State<Arc<AdminState>>) -> Response {
     if !s.health.first_relist_done() {
         return (StatusCode::SERVICE_UNAVAILABLE, "not ready: the first relist has not completed\n").into_response();
     }
-    match s.health.check() {
-        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
-        Err(msg) => {
-            (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: PLEG is not healthy: {msg}\n")).into_response()
-        }
+    if let Err(msg) = s.health.check() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: PLEG is not healthy: {msg}\n")).into_response();
     }
+    let stream = *s.stream.borrow();
+    if s.require_stream && !stream.is_up() {
+        let msg = format!("not ready: --mode evented requires the CRI event stream, which is {}\n", stream.as_str());
+        return (StatusCode::SERVICE_UNAVAILABLE, msg).into_response();
+    }
+    (StatusCode::OK, "ok\n").into_response()
 }
 
 /// How long the relist loop may go without a turn before `/livez` fails.

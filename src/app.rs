@@ -14,8 +14,10 @@ use crate::config::RunConfig;
 use crate::cri::RuntimeService;
 use crate::cri::client::{ClientOptions, CriClient};
 use crate::metrics::Metrics;
+use crate::pleg::evented::{self, EventedWatcher, Mode, StreamState};
 use crate::pleg::generic::{GenericPleg, PlegHandle, RelistConfig};
 use crate::pleg::health::{Liveness, PlegHealth};
+use crate::pleg::hints::PodHints;
 use crate::publish::{self, EventFeed};
 use crate::uds::UdsError;
 
@@ -46,6 +48,8 @@ pub struct Sidecar {
     pub admin_addr: SocketAddr,
     /// The CRI client.
     pub runtime: CriClient,
+    /// The event stream's state.
+    pub stream: tokio::sync::watch::Receiver<StreamState>,
 }
 
 /// Starts the sidecar's tasks in `tracker`; they stop when `shutdown` is cancelled.
@@ -62,15 +66,30 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
         concurrency: cfg.inspect_concurrency,
         inspect_timeout: cfg.inspect_timeout,
     };
+    let hints = PodHints::default();
+    let (state_tx, state_rx) = evented::stream_state();
     let pleg = GenericPleg::new(client.clone(), writer, events_tx, health.clone(), Some(metrics.pleg.clone()), relist)
-        .with_liveness(liveness.clone());
+        .with_liveness(liveness.clone())
+        .with_hints(hints.clone(), state_rx.clone(), cfg.evented_relist_period);
     let handle = pleg.handle();
-    let admin =
-        AdminServer::bind(cfg.admin_addr, AdminState { metrics: metrics.clone(), health: health.clone(), liveness })
-            .await?;
+    let admin_state = AdminState {
+        metrics: metrics.clone(),
+        health: health.clone(),
+        liveness,
+        stream: state_rx.clone(),
+        require_stream: cfg.mode == Mode::Evented,
+    };
+    let admin = AdminServer::bind(cfg.admin_addr, admin_state).await?;
     let admin_addr = admin.local_addr();
 
     tracker.spawn(publisher.run(shutdown.clone()));
+    if cfg.mode == Mode::Generic {
+        state_tx.send_replace(StreamState::Disabled);
+    } else {
+        let watcher =
+            EventedWatcher::new(client.clone(), hints, state_tx, Some(metrics.pleg.clone()), cfg.evented.clone());
+        tracker.spawn(watcher.run(shutdown.clone()));
+    }
     tracker.spawn(pleg.run(shutdown.clone()));
     tracker.spawn(announce_runtime(client.clone(), shutdown.clone()));
     let sd = shutdown.clone();
@@ -81,7 +100,7 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
         }
     });
     tracing::info!(runtime = %cfg.runtime_endpoint, admin = %admin_addr, "plegd started");
-    Ok(Sidecar { cache, feed, health, metrics, pleg: handle, admin_addr, runtime: client })
+    Ok(Sidecar { cache, feed, health, metrics, pleg: handle, admin_addr, runtime: client, stream: state_rx })
 }
 
 /// Logs the runtime's name and version once it answers; until then says, once, that

@@ -41,9 +41,27 @@ pub struct RuntimeArgs {
     pub runtime_request_timeout: Duration,
 }
 
+/// PLEG mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Use the CRI event stream when the runtime has it, relist otherwise.
+    Auto,
+    /// Relist only.
+    Generic,
+    /// Require the stream (not ready without it), still relisting as a safety net.
+    Evented,
+}
+
 /// Flags of the PLEG.
 #[derive(Debug, Args)]
 pub struct PlegArgs {
+    /// auto: use the CRI event stream when the runtime has it; generic: relist only;
+    /// evented: require the stream, still relisting as a safety net.
+    #[arg(long, env = "PLEGD_MODE", value_enum, default_value = "auto")]
+    pub mode: ModeArg,
+    /// Safety-net relist period while the event stream is healthy.
+    #[arg(long, env = "PLEGD_EVENTED_RELIST_PERIOD", default_value = "300s", value_parser = parse_duration)]
+    pub evented_relist_period: Duration,
     /// Relist period.
     #[arg(long, env = "PLEGD_RELIST_PERIOD", default_value = "1s", value_parser = parse_duration)]
     pub relist_period: Duration,
@@ -196,8 +214,12 @@ pub struct RunConfig {
     pub runtime_socket: PathBuf,
     /// Deadline of each CRI call.
     pub runtime_request_timeout: Duration,
+    /// PLEG mode.
+    pub mode: crate::pleg::evented::Mode,
     /// Relist period.
     pub relist_period: Duration,
+    /// Safety-net relist period while the stream is up.
+    pub evented_relist_period: Duration,
     /// Health threshold.
     pub relist_threshold: Duration,
     /// Inspection concurrency.
@@ -206,6 +228,8 @@ pub struct RunConfig {
     pub inspect_timeout: Duration,
     /// Admin address.
     pub admin_addr: SocketAddr,
+    /// Event-stream reconnection settings.
+    pub evented: crate::pleg::evented::EventedConfig,
 }
 
 fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -234,11 +258,18 @@ impl TryFrom<&RunArgs> for RunConfig {
             runtime_endpoint: format!("unix://{}", runtime_socket.display()),
             runtime_socket,
             runtime_request_timeout: positive("--runtime-request-timeout", a.runtime.runtime_request_timeout)?,
+            mode: match a.pleg.mode {
+                ModeArg::Auto => crate::pleg::evented::Mode::Auto,
+                ModeArg::Generic => crate::pleg::evented::Mode::Generic,
+                ModeArg::Evented => crate::pleg::evented::Mode::Evented,
+            },
             relist_period,
+            evented_relist_period: positive("--evented-relist-period", a.pleg.evented_relist_period)?,
             relist_threshold,
             inspect_concurrency: a.pleg.inspect_concurrency,
             inspect_timeout: positive("--inspect-timeout", a.pleg.inspect_timeout)?,
             admin_addr: a.admin.admin_addr,
+            evented: Default::default(),
         })
     }
 }

@@ -63,7 +63,10 @@ async fn run(cli: Cli) -> ExitCode {
     }
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
-    tracker.spawn(signals(shutdown.clone()));
+    // Outside the tracker: it must keep listening for a second signal while the
+    // tracker drains, and it stops when `exited` is cancelled.
+    let exited = CancellationToken::new();
+    let signal_task = tokio::spawn(signals(shutdown.clone(), exited.clone()));
 
     let status = match cli.command {
         Command::Run(args) => {
@@ -121,11 +124,14 @@ async fn run(cli: Cli) -> ExitCode {
     if tokio::time::timeout(GRACE, tracker.wait()).await.is_err() {
         tracing::warn!("tasks did not stop within {GRACE:?}; exiting anyway");
     }
+    exited.cancel();
+    let _ = signal_task.await;
     status
 }
 
-/// Cancels `shutdown` on the first SIGINT or SIGTERM; exits at once on the second.
-async fn signals(shutdown: CancellationToken) {
+/// Cancels `shutdown` on the first SIGINT or SIGTERM; exits at once on the second,
+/// unless the process finished exiting first.
+async fn signals(shutdown: CancellationToken, exited: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
         tracing::error!("cannot install signal handlers");
@@ -139,6 +145,7 @@ async fn signals(shutdown: CancellationToken) {
     tracing::info!("shutting down (send the signal again to exit at once)");
     shutdown.cancel();
     tokio::select! {
+        _ = exited.cancelled() => return,
         _ = int.recv() => {}
         _ = term.recv() => {}
     }

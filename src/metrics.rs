@@ -136,39 +136,39 @@ impl Metrics {
             cache_pods: Gauge::default(),
             running_containers: Family::default(),
         };
-        r.register("plegd_pleg_relist_duration_seconds", "Duration of a full relist.", pleg.relist_duration.clone());
+        r.register("plegd_pleg_relist_duration_seconds", "Duration of a full relist", pleg.relist_duration.clone());
         r.register(
             "plegd_pleg_relist_interval_seconds",
-            "Time between the starts of two full relists.",
+            "Time between the starts of two full relists",
             pleg.relist_interval.clone(),
         );
         r.register(
             "plegd_pleg_last_seen_seconds",
-            "Unix time at which the last completed relist started.",
+            "Unix time at which the last completed relist started",
             pleg.last_seen.clone(),
         );
         r.register(
             "plegd_pleg_pod_relist_duration_seconds",
-            "Duration of a targeted relist of one pod.",
+            "Duration of a targeted relist of one pod",
             pleg.pod_relist_duration.clone(),
         );
-        r.register("plegd_pleg_mode", "1 for the PLEG mode in use.", pleg.mode.clone());
-        r.register("plegd_evented_connections", "CRI event streams established.", pleg.evented_connections.clone());
+        r.register("plegd_pleg_mode", "1 for the PLEG mode in use", pleg.mode.clone());
+        r.register("plegd_evented_connections", "CRI event streams established", pleg.evented_connections.clone());
         r.register(
             "plegd_evented_connection_errors",
-            "CRI event streams that failed or ended.",
+            "CRI event streams that failed or ended",
             pleg.evented_connection_errors.clone(),
         );
-        r.register("plegd_pleg_relist_errors", "Relists whose runtime listing failed.", pleg.relist_errors.clone());
+        r.register("plegd_pleg_relist_errors", "Relists whose runtime listing failed", pleg.relist_errors.clone());
         r.register(
             "plegd_pleg_inspection_errors",
-            "Pod inspections that failed and will be retried.",
+            "Pod inspections that failed and will be retried",
             pleg.inspection_errors.clone(),
         );
-        r.register("plegd_cache_pods", "Pods in the status cache.", pleg.cache_pods.clone());
+        r.register("plegd_cache_pods", "Pods in the status cache", pleg.cache_pods.clone());
         r.register(
             "plegd_running_containers",
-            "Containers by state at the last relist.",
+            "Containers by state at the last relist",
             pleg.running_containers.clone(),
         );
 
@@ -176,14 +176,14 @@ impl Metrics {
             requests: Family::default(),
             duration: Family::new_with_constructor(fast_buckets as fn() -> Histogram),
         };
-        r.register("plegd_cri_requests", "CRI calls by method and gRPC code.", cri.requests.clone());
-        r.register("plegd_cri_request_duration_seconds", "Duration of CRI calls.", cri.duration.clone());
+        r.register("plegd_cri_requests", "CRI calls by method and gRPC code", cri.requests.clone());
+        r.register("plegd_cri_request_duration_seconds", "Duration of CRI calls", cri.duration.clone());
 
         let events = EventMetrics { total: Family::default(), delivery_latency: fast_buckets() };
-        r.register("plegd_lifecycle_events", "Pod lifecycle events published.", events.total.clone());
+        r.register("plegd_lifecycle_events", "Pod lifecycle events published", events.total.clone());
         r.register(
             "plegd_event_delivery_latency_seconds",
-            "From the runtime's time of a change to the event being published.",
+            "From the runtime's time of a change to the event being published",
             events.delivery_latency.clone(),
         );
         Self { registry: Arc::new(r), pleg, cri, events }

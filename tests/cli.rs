@@ -188,3 +188,46 @@ fn the_demo_prints_json_lines_with_o_json() {
     assert_eq!(v["source"], "RELIST");
     assert!(v["pod"]["uid"].is_string());
 }
+
+#[test]
+fn evented_mode_is_not_ready_without_a_stream_and_ready_with_one() {
+    for (events, want) in [("unimplemented", 503), ("stream", 200)] {
+        let dir = tempfile::tempdir().unwrap();
+        let endpoint = format!("unix://{}", dir.path().join("cri.sock").display());
+        let _sim = Killed(
+            Command::new(BIN)
+                .args(["sim", "--listen", &endpoint, "--pods", "2", "--churn-per-sec", "0", "--events", events])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_for("the simulated runtime", Duration::from_secs(10), || dir.path().join("cri.sock").exists());
+        let port = free_port();
+        let _sidecar = Killed(
+            Command::new(BIN)
+                .args(["run", "--mode", "evented", "--runtime-endpoint", &endpoint])
+                .args(["--admin-addr", &format!("127.0.0.1:{port}"), "--relist-period", "100ms"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_for("the first relist", Duration::from_secs(10), || get(port, "/healthz").is_some_and(|(c, _)| c == 200));
+        wait_for("readiness to settle", Duration::from_secs(10), || {
+            get(port, "/readyz").is_some_and(|(c, _)| c == want)
+        });
+        let (_, body) = get(port, "/readyz").unwrap();
+        if want == 503 {
+            assert!(body.contains("requires the CRI event stream"), "{body}");
+        }
+        let metrics = get(port, "/metrics").unwrap().1;
+        let mode = if want == 200 { "evented" } else { "generic" };
+        assert!(metrics.contains(&format!("plegd_pleg_mode{{mode=\"{mode}\"}} 1")), "{metrics}");
+    }
+}
+
+#[test]
+fn an_unknown_mode_names_the_flag() {
+    assert_usage_error(&["run", "--mode", "fast"], "--mode");
+}

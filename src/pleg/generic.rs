@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::evented::StreamState;
 use super::health::PlegHealth;
-use super::inspect::inspect_pod;
+use super::hints::{Hint, PodHints};
+use super::inspect::{inspect_pod, list_pod};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
 use super::{EventSource, EventType, PodLifecycleEvent};
 use crate::cache::CacheWriter;
@@ -88,6 +90,9 @@ pub struct GenericPleg<R: RuntimeService> {
     handle: PlegHandle,
     failing: bool,
     liveness: Option<super::health::Liveness>,
+    hints: PodHints,
+    stream: watch::Receiver<StreamState>,
+    evented_period: Duration,
 }
 
 type Inspection = (String, Instant, Result<PodStatus, String>);
@@ -120,6 +125,9 @@ impl<R: RuntimeService> GenericPleg<R> {
             handle: PlegHandle { tx },
             failing: false,
             liveness: None,
+            hints: PodHints::default(),
+            stream: watch::channel(StreamState::Disabled).1,
+            evented_period: Duration::from_secs(300),
         }
     }
 
@@ -127,6 +135,30 @@ impl<R: RuntimeService> GenericPleg<R> {
     pub fn with_liveness(mut self, liveness: super::health::Liveness) -> Self {
         self.liveness = Some(liveness);
         self
+    }
+
+    /// Takes targeted relist requests from `hints`, and relists fully every
+    /// `evented_period` instead of the relist period while `stream` is up.
+    pub fn with_hints(
+        mut self,
+        hints: PodHints,
+        stream: watch::Receiver<StreamState>,
+        evented_period: Duration,
+    ) -> Self {
+        self.hints = hints;
+        self.stream = stream;
+        self.evented_period = evented_period;
+        self
+    }
+
+    /// The hints this relister serves.
+    pub fn hints(&self) -> PodHints {
+        self.hints.clone()
+    }
+
+    /// The full-relist period in force.
+    fn period(&self) -> Duration {
+        if self.stream.borrow().is_up() { self.evented_period } else { self.cfg.period }
     }
 
     /// A handle to request relists.
@@ -266,47 +298,255 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
     }
 
-    /// Relists every period (sliding: measured from the end of one relist to the start
-    /// of the next) and on request, until shutdown.
+    /// Relists one batch of pods named by hints: lists each pod alone, inspects it, and
+    /// applies the results in UID order. Pods that cannot be read are retried later.
+    pub async fn relist_pods(&mut self, batch: Vec<(String, Hint)>) -> RelistOutcome {
+        let reader = self.cache.reader();
+        let jobs: Vec<_> = batch
+            .into_iter()
+            .map(|(uid, hint)| {
+                let mut known = self.records.sandbox_ids(&uid);
+                known.extend(hint.sandbox_ids.iter().cloned());
+                let ips = reader.get(&uid).and_then(|e| e.status.as_ref().map(|s| s.ips.clone())).unwrap_or_default();
+                (uid, hint.source, known, ips)
+            })
+            .collect();
+        let timeout = self.cfg.inspect_timeout;
+        let mut results: Vec<PodRead> = futures_util::stream::iter(jobs)
+            .map(|(uid, source, known, ips)| {
+                let runtime = self.runtime.clone();
+                async move {
+                    let at = Instant::now();
+                    let read = async {
+                        match list_pod(&runtime, &uid, &known).await? {
+                            None => Ok(None),
+                            Some(pod) => {
+                                let at = Instant::now();
+                                let status = inspect_pod(&runtime, &pod, &ips).await;
+                                Ok(Some((pod, at, status)))
+                            }
+                        }
+                    };
+                    let res = match tokio::time::timeout(timeout, read).await {
+                        Ok(r) => r.map_err(|e: CriError| e.to_string()),
+                        Err(_) => Err(format!("relisting pod {uid} took longer than {timeout:?}")),
+                    };
+                    PodRead { uid, source, at, took: at.elapsed(), res }
+                }
+            })
+            .buffer_unordered(self.cfg.concurrency.max(1))
+            .collect()
+            .await;
+        results.sort_by(|a, b| a.uid.cmp(&b.uid));
+        let mut outcome = RelistOutcome::default();
+        for r in results {
+            if let Some(m) = &self.metrics {
+                m.pod_relist_duration.observe(r.took.as_secs_f64());
+            }
+            outcome.pods += 1;
+            let (pod, at, status) = match r.res {
+                Err(err) => {
+                    tracing::debug!(pod = %r.uid, error = %err, "targeted relist failed; retrying");
+                    self.reinspect.insert(r.uid);
+                    outcome.failed += 1;
+                    continue;
+                }
+                Ok(None) => (None, r.at, None),
+                Ok(Some((pod, at, status))) => (Some(pod), at, Some(status)),
+            };
+            self.records.set_current_one(&r.uid, pod);
+            let transitions = self.records.transitions(&r.uid);
+            let (namespace, name) = self.records.pod_name(&r.uid);
+            let mut sync = self.reinspect.remove(&r.uid);
+            let status = match status {
+                None => {
+                    self.cache.delete(&r.uid);
+                    None
+                }
+                Some(Ok(status)) => {
+                    outcome.inspected += 1;
+                    let previous = reader.get(&r.uid).and_then(|e| e.status.clone());
+                    sync |= previous.is_some_and(|p| !same_status(&p, &status));
+                    let status = Arc::new(status);
+                    self.cache.set(&r.uid, Some(status.clone()), None, at);
+                    Some(status)
+                }
+                Some(Err(e)) => {
+                    outcome.inspected += 1;
+                    outcome.failed += 1;
+                    if let Some(m) = &self.metrics {
+                        m.inspection_errors.inc();
+                    }
+                    self.cache.set(&r.uid, None, Some(e.to_string()), at);
+                    self.reinspect.insert(r.uid);
+                    continue;
+                }
+            };
+            self.records.commit(&r.uid);
+            let events = build_events(&r.uid, &namespace, &name, &transitions, status, sync, r.source);
+            outcome.events += events.len();
+            for ev in events {
+                let _ = self.events.send(ev).await;
+            }
+        }
+        if let Some(m) = &self.metrics {
+            m.cache_pods.set(self.cache.reader().len() as i64);
+        }
+        outcome
+    }
+
+    /// Turns pending hints into a batch of pods; container-only hints are resolved
+    /// through the pod records, and an unknown container asks for a full relist.
+    fn resolve(&self, pending: super::hints::Pending) -> (Vec<(String, Hint)>, bool) {
+        let mut pods = pending.pods;
+        let mut full = pending.full;
+        for (id, at) in pending.containers {
+            match self.records.uid_of(&id) {
+                Some(uid) => {
+                    pods.entry(uid).or_insert(Hint {
+                        source: EventSource::CriEvent,
+                        first_seen: at,
+                        sandbox_ids: Default::default(),
+                    });
+                }
+                None => full = true,
+            }
+        }
+        (pods.into_iter().collect(), full)
+    }
+
+    async fn full_relist_logged(&mut self) {
+        match self.relist().await {
+            Ok(o) => {
+                if std::mem::take(&mut self.failing) {
+                    tracing::info!(pods = o.pods, "relist succeeded again");
+                }
+                tracing::trace!(?o, "relist done");
+            }
+            Err(e) => {
+                if !self.failing {
+                    tracing::warn!(error = %e, "relist failed; retrying every period");
+                } else {
+                    tracing::debug!(error = %e, "relist failed");
+                }
+                self.failing = true;
+            }
+        }
+    }
+
+    fn on_stream_state(&self, up: bool) {
+        self.health.set_evented_allowance(if up { self.evented_period } else { Duration::ZERO });
+    }
+
+    /// Relists fully every period (sliding: from the end of one relist to the start of
+    /// the next; the safety-net period while the event stream is up), at once when the
+    /// stream goes up or down or on request, and relists single pods as hints arrive.
     pub async fn run(mut self, shutdown: CancellationToken) {
+        // Subscribe, then list: give the stream consumer a moment to open its call.
+        if *self.stream.borrow() == StreamState::Starting {
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.stream.wait_for(|s| *s != StreamState::Starting))
+                .await;
+        }
+        let mut stream_open = true;
+        let mut up = self.stream.borrow().is_up();
+        self.on_stream_state(up);
+        let mut next_full = Instant::now();
+        let mut next_retry: Option<Instant> = None;
         loop {
             if let Some(l) = &self.liveness {
                 l.tick();
             }
-            match self.relist().await {
-                Ok(o) => {
-                    if std::mem::take(&mut self.failing) {
-                        tracing::info!(pods = o.pods, "relist succeeded again");
+            let (batch, full_hint) = self.resolve(self.hints.take());
+            let requested = self.requests.try_recv().is_ok();
+            if full_hint || requested || Instant::now() >= next_full {
+                // Hints taken before this relist starts are covered by it.
+                self.full_relist_logged().await;
+                next_full = Instant::now() + self.period();
+                next_retry = None;
+            } else if !batch.is_empty() {
+                self.relist_pods(batch).await;
+            }
+            // Pods whose targeted relist failed are retried at the relist period, even
+            // while full relists are slow.
+            if up && !self.reinspect.is_empty() {
+                let now = Instant::now();
+                match next_retry {
+                    Some(at) if at <= now => {
+                        let retry: Vec<_> = self
+                            .reinspect
+                            .iter()
+                            .map(|uid| {
+                                let hint = Hint {
+                                    source: EventSource::PodRelist,
+                                    first_seen: now,
+                                    sandbox_ids: Default::default(),
+                                };
+                                (uid.clone(), hint)
+                            })
+                            .collect();
+                        self.relist_pods(retry).await;
+                        next_retry = None;
                     }
-                    tracing::trace!(?o, "relist done");
-                }
-                Err(e) => {
-                    if !self.failing {
-                        tracing::warn!(error = %e, "relist failed; retrying every period");
-                    } else {
-                        tracing::debug!(error = %e, "relist failed");
-                    }
-                    self.failing = true;
+                    None => next_retry = Some(now + self.cfg.period),
+                    _ => {}
                 }
             }
+            let wake = next_retry.map_or(next_full, |r| r.min(next_full));
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(self.cfg.period) => {}
-                Some(()) = self.requests.recv() => {}
+                _ = tokio::time::sleep_until(wake) => {}
+                Some(()) = self.requests.recv() => next_full = Instant::now(),
+                _ = self.hints.notified() => {}
+                changed = self.stream.changed(), if stream_open => match changed {
+                    Ok(()) => {
+                        let now_up = self.stream.borrow().is_up();
+                        if now_up != up {
+                            up = now_up;
+                            self.on_stream_state(up);
+                            // Up: repair what was missed, then slow down. Down: relist now
+                            // and go back to the relist period.
+                            next_full = Instant::now();
+                        }
+                    }
+                    Err(_) => stream_open = false,
+                },
             }
         }
     }
 }
 
+/// One pod's targeted read.
+struct PodRead {
+    uid: String,
+    source: EventSource,
+    at: Instant,
+    took: Duration,
+    res: Result<Option<Listed>, String>,
+}
+
+/// A pod as listed, when it was inspected, and the inspection's result.
+type Listed = (RuntimePod, Instant, Result<PodStatus, CriError>);
+
+/// Whether two statuses say the same, ignoring when they were read.
+fn same_status(a: &PodStatus, b: &PodStatus) -> bool {
+    a.uid == b.uid
+        && a.ips == b.ips
+        && a.sandboxes == b.sandboxes
+        && a.containers == b.containers
+        && a.labels == b.labels
+        && a.annotations == b.annotations
+}
+
 /// Turns a pod's transitions into lifecycle events carrying the pod's fresh status. A
-/// re-inspected pod with no transition gets one `POD_SYNC`.
+/// pod refreshed without a transition gets one `POD_SYNC` when `sync` is set (it was
+/// re-inspected after a failure, or its status changed in another way).
 pub fn build_events(
     uid: &str,
     namespace: &str,
     name: &str,
     transitions: &[Transition],
     status: Option<Arc<PodStatus>>,
-    reinspected: bool,
+    sync: bool,
     source: EventSource,
 ) -> Vec<PodLifecycleEvent> {
     let observed_at = SystemTime::now();
@@ -325,7 +565,7 @@ pub fn build_events(
         message: String::new(),
     };
     if transitions.is_empty() {
-        if reinspected && status.is_some() {
+        if sync && status.is_some() {
             return vec![base(EventType::PodSync, "", "", false, None)];
         }
         return Vec::new();

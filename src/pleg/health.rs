@@ -11,17 +11,24 @@ use tokio::time::Instant;
 pub struct PlegHealth {
     inner: Arc<Mutex<Option<(Instant, SystemTime)>>>,
     threshold: Duration,
+    extra: Arc<Mutex<Duration>>,
 }
 
 impl PlegHealth {
     /// Health with the given threshold (the kubelet's is 3 minutes).
     pub fn new(threshold: Duration) -> Self {
-        Self { inner: Arc::new(Mutex::new(None)), threshold }
+        Self { inner: Arc::new(Mutex::new(None)), threshold, extra: Arc::new(Mutex::new(Duration::ZERO)) }
     }
 
-    /// The threshold.
+    /// The threshold in force: the configured one, plus the safety-net relist period
+    /// while the event stream is up (full relists are that far apart then).
     pub fn threshold(&self) -> Duration {
-        self.threshold
+        self.threshold + *self.extra.lock().expect("health lock")
+    }
+
+    /// Sets the allowance added to the threshold while the event stream is up.
+    pub fn set_evented_allowance(&self, extra: Duration) {
+        *self.extra.lock().expect("health lock") = extra;
     }
 
     /// Records the start of a relist whose listing succeeded.
@@ -46,11 +53,12 @@ impl PlegHealth {
             return Err("pleg has yet to be successful".into());
         };
         let elapsed = start.elapsed();
-        if elapsed > self.threshold {
+        let threshold = self.threshold();
+        if elapsed > threshold {
             return Err(format!(
                 "pleg was last seen active {} ago; threshold is {}",
                 go_duration(elapsed),
-                go_duration(self.threshold)
+                go_duration(threshold)
             ));
         }
         Ok(())

@@ -73,3 +73,41 @@ pub async fn inspect_pod<R: RuntimeService>(
         observed_at,
     })
 }
+
+/// Lists one pod the way a full listing would show it: its sandboxes (by the kubelet's
+/// pod-UID label, plus any sandbox ids already known or named by a hint) and their
+/// containers (by sandbox, plus any carrying the pod's UID label). `None` when the
+/// runtime has nothing of the pod.
+pub async fn list_pod<R: RuntimeService>(
+    runtime: &R,
+    uid: &str,
+    known_sandboxes: &std::collections::BTreeSet<String>,
+) -> Result<Option<super::records::RuntimePod>, CriError> {
+    use crate::cri::spec::POD_UID_LABEL;
+    use crate::proto::runtime as cri;
+    let by_label: std::collections::HashMap<String, String> = [(POD_UID_LABEL.to_owned(), uid.to_owned())].into();
+    let mut sandboxes = runtime
+        .list_pod_sandboxes(Some(cri::PodSandboxFilter { label_selector: by_label.clone(), ..Default::default() }))
+        .await?;
+    for id in known_sandboxes {
+        if !sandboxes.iter().any(|s| &s.id == id) {
+            let found = runtime
+                .list_pod_sandboxes(Some(cri::PodSandboxFilter { id: id.clone(), ..Default::default() }))
+                .await?;
+            sandboxes.extend(found.into_iter().filter(|s| s.id == *id));
+        }
+    }
+    let mut containers =
+        runtime.list_containers(Some(cri::ContainerFilter { label_selector: by_label, ..Default::default() })).await?;
+    for s in &sandboxes {
+        let found = runtime
+            .list_containers(Some(cri::ContainerFilter { pod_sandbox_id: s.id.clone(), ..Default::default() }))
+            .await?;
+        for c in found {
+            if c.pod_sandbox_id == s.id && !containers.iter().any(|x| x.id == c.id) {
+                containers.push(c);
+            }
+        }
+    }
+    Ok(super::records::group_pods(sandboxes, containers).remove(uid))
+}

@@ -1,8 +1,10 @@
 //! Pod lifecycle events and the PLEG that produces them: the kubelet's state table,
 //! pod records, pod inspection, health and the GenericPLEG relister.
 
+pub mod evented;
 pub mod generic;
 pub mod health;
+pub mod hints;
 pub mod inspect;
 pub mod records;
 

@@ -212,6 +212,20 @@ impl PodRecords {
         }
     }
 
+    /// Sandbox ids the records know for a pod (committed or current).
+    pub fn sandbox_ids(&self, uid: &str) -> std::collections::BTreeSet<String> {
+        let Some(r) = self.records.get(uid) else { return Default::default() };
+        r.old.iter().chain(&r.current).flat_map(|p| p.sandboxes.iter().map(|s| s.id.clone())).collect()
+    }
+
+    /// The pod that has (or had) a container or sandbox with this id.
+    pub fn uid_of(&self, id: &str) -> Option<String> {
+        self.records.iter().find_map(|(uid, r)| {
+            let has = |p: &RuntimePod| p.containers.iter().chain(&p.sandboxes).any(|c| c.id == id);
+            (r.old.as_ref().is_some_and(has) || r.current.as_ref().is_some_and(has)).then(|| uid.clone())
+        })
+    }
+
     /// Number of records.
     pub fn len(&self) -> usize {
         self.records.len()

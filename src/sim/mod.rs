@@ -88,6 +88,7 @@ struct Inner {
     events_mode: Mutex<EventsMode>,
     drop_streams: watch::Sender<u64>,
     reaper: Notify,
+    muted: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -299,6 +300,7 @@ impl SimRuntime {
                 events_mode: Mutex::new(EventsMode::Stream),
                 drop_streams: watch::channel(0).0,
                 reaper: Notify::new(),
+                muted: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -308,6 +310,9 @@ impl SimRuntime {
     }
 
     fn publish(&self, events: Vec<cri::ContainerEventResponse>) {
+        if self.inner.muted.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         for ev in events {
             // No subscriber is fine: containerd drops events nobody listens to.
             let _ = self.inner.events.send(ev);
@@ -332,6 +337,18 @@ impl SimRuntime {
     /// Ends every open event stream with an error, as a runtime restart would.
     pub fn drop_event_streams(&self) {
         self.inner.drop_streams.send_modify(|g| *g += 1);
+    }
+
+    /// Publishes a raw event on every open stream, as a misbehaving runtime might
+    /// (duplicates, stale or reordered events, events without a sandbox status).
+    pub fn inject_event(&self, ev: cri::ContainerEventResponse) {
+        let _ = self.inner.events.send(ev);
+    }
+
+    /// While muted, changes publish no events, as when containerd's full event channel
+    /// discards them.
+    pub fn mute_events(&self, muted: bool) {
+        self.inner.muted.store(muted, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Number of open event streams.

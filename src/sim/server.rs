@@ -33,8 +33,13 @@ pub async fn serve(
     let reaper = tokio::spawn(sim.clone().run_reaper(shutdown.clone()));
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     let res = tonic::transport::Server::builder()
-        .add_service(RuntimeServiceServer::new(SimService::new(sim)))
-        .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
+        .add_service(RuntimeServiceServer::new(SimService::new(sim.clone())))
+        .serve_with_incoming_shutdown(incoming, async {
+            shutdown.cancelled().await;
+            // A stopping runtime ends its event streams; graceful shutdown would
+            // otherwise wait for them forever.
+            sim.drop_event_streams();
+        })
         .await;
     shutdown.cancel();
     let _ = reaper.await;

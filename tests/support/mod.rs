@@ -184,3 +184,149 @@ pub fn exit_code(ev: &PodLifecycleEvent) -> Option<i32> {
 pub fn arc<T>(t: T) -> Arc<T> {
     Arc::new(t)
 }
+
+/// A full PLEG (relister + event-stream consumer) on a CRI client, with its outputs.
+pub struct Sidecar {
+    pub events: mpsc::Receiver<PodLifecycleEvent>,
+    pub cache: PodCache,
+    pub stream: tokio::sync::watch::Receiver<plegd::pleg::evented::StreamState>,
+    pub metrics: plegd::metrics::Metrics,
+    pub hints: plegd::pleg::hints::PodHints,
+    pub health: PlegHealth,
+    pub shutdown: CancellationToken,
+    pub tracker: TaskTracker,
+}
+
+/// Evented settings that retry quickly, for tests.
+pub fn fast_evented() -> plegd::pleg::evented::EventedConfig {
+    plegd::pleg::evented::EventedConfig {
+        retry_initial: Duration::from_millis(20),
+        retry_max: Duration::from_millis(200),
+        reset_after: Duration::from_secs(5),
+        no_stream_retry: Duration::from_millis(200),
+        connect_grace: Duration::from_millis(100),
+    }
+}
+
+/// Starts a relister and (unless `mode` is generic) the stream consumer.
+pub fn start_sidecar(
+    client: CriClient,
+    mode: plegd::pleg::evented::Mode,
+    relist_period: Duration,
+    evented_period: Duration,
+) -> Sidecar {
+    use plegd::pleg::evented::{EventedWatcher, Mode, StreamState, stream_state};
+    let metrics = plegd::metrics::Metrics::new();
+    let (writer, cache) = cache::new();
+    let (tx, events) = mpsc::channel(1_000_000);
+    let health = PlegHealth::new(Duration::from_secs(180));
+    let hints = plegd::pleg::hints::PodHints::default();
+    let (state_tx, stream) = stream_state();
+    let cfg = RelistConfig { period: relist_period, concurrency: 8, inspect_timeout: Duration::from_secs(2) };
+    let pleg = GenericPleg::new(client.clone(), writer, tx, health.clone(), Some(metrics.pleg.clone()), cfg)
+        .with_hints(hints.clone(), stream.clone(), evented_period);
+    let shutdown = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    if mode == Mode::Generic {
+        state_tx.send_replace(StreamState::Disabled);
+    } else {
+        let w = EventedWatcher::new(client, hints.clone(), state_tx, Some(metrics.pleg.clone()), fast_evented());
+        tracker.spawn(w.run(shutdown.clone()));
+    }
+    tracker.spawn(pleg.run(shutdown.clone()));
+    Sidecar { events, cache, stream, metrics, hints, health, shutdown, tracker }
+}
+
+impl Sidecar {
+    /// The next event, if one comes within `timeout`.
+    pub async fn next(&mut self, timeout: Duration) -> Option<PodLifecycleEvent> {
+        tokio::time::timeout(timeout, self.events.recv()).await.ok().flatten()
+    }
+
+    /// Collects events until none arrived for `quiet`.
+    pub async fn until_quiet(&mut self, quiet: Duration) -> Vec<PodLifecycleEvent> {
+        let mut v = Vec::new();
+        while let Some(ev) = self.next(quiet).await {
+            v.push(ev);
+        }
+        v
+    }
+
+    /// Waits until the stream state satisfies `pred`.
+    pub async fn wait_stream(&mut self, timeout: Duration, pred: impl Fn(plegd::pleg::evented::StreamState) -> bool) {
+        let ok = tokio::time::timeout(timeout, self.stream.wait_for(|s| pred(*s))).await.is_ok();
+        assert!(ok, "stream state never matched; it is {:?}", *self.stream.borrow());
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
+
+/// The runtime's truth as `(id → state)` of every container and sandbox, and the
+/// cache's view of the same.
+pub async fn truth_and_cache(
+    sim: &SimRuntime,
+    cache: &PodCache,
+) -> (std::collections::BTreeMap<String, String>, std::collections::BTreeMap<String, String>) {
+    let mut truth = std::collections::BTreeMap::new();
+    for s in sim.list_pod_sandbox(None).await.unwrap() {
+        truth.insert(s.id, format!("sandbox:{}", s.state));
+    }
+    for c in sim.list_containers_cri(None).await.unwrap() {
+        let st = sim.container_status_cri(&c.id).await.unwrap();
+        truth.insert(c.id, format!("container:{}:{}", st.state, st.exit_code));
+    }
+    let mut cached = std::collections::BTreeMap::new();
+    for e in cache.snapshot() {
+        let st = e.status.as_ref().unwrap();
+        for s in &st.sandboxes {
+            let v = match s.state {
+                plegd::model::SandboxState::Ready => 0,
+                plegd::model::SandboxState::NotReady => 1,
+            };
+            cached.insert(s.id.clone(), format!("sandbox:{v}"));
+        }
+        for c in &st.containers {
+            let v = match c.state {
+                plegd::model::ContainerState::Created => 0,
+                plegd::model::ContainerState::Running => 1,
+                plegd::model::ContainerState::Exited => 2,
+                plegd::model::ContainerState::Unknown => 3,
+            };
+            cached.insert(c.id.clone(), format!("container:{v}:{}", c.exit_code));
+        }
+    }
+    (truth, cached)
+}
+
+/// Replays events on a per-id state model and checks each one is a transition the
+/// state table allows from the model's current state; returns the final model.
+pub fn replay(events: &[PodLifecycleEvent]) -> std::collections::BTreeMap<String, plegd::pleg::PlegState> {
+    use plegd::pleg::{EventType, PlegState};
+    let mut model: std::collections::BTreeMap<String, PlegState> = Default::default();
+    for ev in events {
+        if ev.container_id.is_empty() {
+            continue;
+        }
+        let cur = model.get(&ev.container_id).copied().unwrap_or(PlegState::NonExistent);
+        let next = match ev.kind {
+            EventType::ContainerStarted => PlegState::Running,
+            EventType::ContainerDied => PlegState::Exited,
+            EventType::ContainerChanged => PlegState::Unknown,
+            EventType::ContainerRemoved => PlegState::NonExistent,
+            _ => continue,
+        };
+        let allowed = (cur != next && ev.kind != EventType::ContainerRemoved)
+            || (ev.kind == EventType::ContainerRemoved && cur == PlegState::Exited);
+        assert!(allowed, "{:?} for {} in state {cur:?}: not a state-table transition", ev.kind, ev.container_id);
+        if next == PlegState::NonExistent {
+            model.remove(&ev.container_id);
+        } else {
+            model.insert(ev.container_id.clone(), next);
+        }
+    }
+    model
+}

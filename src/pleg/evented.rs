@@ -1,0 +1,245 @@
+//! The CRI event-stream consumer: turns `GetContainerEvents` into hints that make the
+//! relister re-read one pod at once. The stream is a latency hint, never a source of
+//! truth: payloads are not written anywhere, so stale or reordered events cannot
+//! corrupt the cache. Reconnects forever with capped, jittered backoff.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::EventSource;
+use super::hints::PodHints;
+use crate::backoff::Backoff;
+use crate::cri::RuntimeService;
+use crate::metrics::{ModeLabel, PlegMetrics};
+use crate::proto::runtime as cri;
+
+/// Which PLEG mode the sidecar runs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Use the event stream when the runtime has one, relist otherwise.
+    Auto,
+    /// Relist only.
+    Generic,
+    /// Require the stream (not ready without it), still relisting as a safety net.
+    Evented,
+}
+
+/// The event stream's state, as the relister and readiness see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamState {
+    /// Not tried yet.
+    Starting,
+    /// The call is open, not yet proven to work.
+    Connecting,
+    /// Events flow (or the call stayed open past the grace period).
+    Up,
+    /// The runtime has no usable stream (`Unimplemented`, an immediate end, an empty OK).
+    NoStream,
+    /// The stream failed and is being retried.
+    Down,
+    /// Generic mode: the stream is not used.
+    Disabled,
+}
+
+impl StreamState {
+    /// A word for messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Connecting => "connecting",
+            Self::Up => "up",
+            Self::NoStream => "not offered by the runtime",
+            Self::Down => "down",
+            Self::Disabled => "disabled",
+        }
+    }
+
+    /// Whether events flow, so the relister can slow down.
+    pub fn is_up(self) -> bool {
+        self == Self::Up
+    }
+}
+
+/// Reconnection and detection settings.
+#[derive(Clone, Debug)]
+pub struct EventedConfig {
+    /// First retry delay after a failed stream.
+    pub retry_initial: Duration,
+    /// Longest retry delay.
+    pub retry_max: Duration,
+    /// A stream healthy for this long resets the retry delay.
+    pub reset_after: Duration,
+    /// Delay before asking again a runtime that has no stream.
+    pub no_stream_retry: Duration,
+    /// A call still open after this long with no error counts as connected
+    /// (containerd sends nothing, not even headers, until the first event).
+    pub connect_grace: Duration,
+}
+
+impl Default for EventedConfig {
+    fn default() -> Self {
+        Self {
+            retry_initial: Duration::from_millis(100),
+            retry_max: Duration::from_secs(30),
+            reset_after: Duration::from_secs(60),
+            no_stream_retry: Duration::from_secs(30),
+            connect_grace: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The stream consumer.
+pub struct EventedWatcher<R: RuntimeService> {
+    runtime: R,
+    hints: PodHints,
+    state: watch::Sender<StreamState>,
+    metrics: Option<PlegMetrics>,
+    cfg: EventedConfig,
+}
+
+/// How one stream ended.
+#[derive(Debug)]
+struct Ended {
+    connected: bool,
+    unimplemented: bool,
+    error: Option<String>,
+}
+
+/// Creates the shared stream state.
+pub fn stream_state() -> (watch::Sender<StreamState>, watch::Receiver<StreamState>) {
+    watch::channel(StreamState::Starting)
+}
+
+impl<R: RuntimeService> EventedWatcher<R> {
+    /// A consumer that feeds `hints` and publishes its state on `state`.
+    pub fn new(
+        runtime: R,
+        hints: PodHints,
+        state: watch::Sender<StreamState>,
+        metrics: Option<PlegMetrics>,
+        cfg: EventedConfig,
+    ) -> Self {
+        Self { runtime, hints, state, metrics, cfg }
+    }
+
+    fn set_state(&self, s: StreamState) {
+        let prev = self.state.send_replace(s);
+        if prev == s {
+            return;
+        }
+        if let Some(m) = &self.metrics {
+            let evented = i64::from(s.is_up());
+            m.mode.get_or_create(&ModeLabel { mode: "evented".into() }).set(evented);
+            m.mode.get_or_create(&ModeLabel { mode: "generic".into() }).set(1 - evented);
+        }
+        match s {
+            StreamState::Up => tracing::info!("CRI event stream up; full relists slow down to the safety-net period"),
+            StreamState::NoStream if prev != StreamState::NoStream => {
+                tracing::info!("runtime has no CRI event stream; relisting at the relist period")
+            }
+            StreamState::Down if prev == StreamState::Up => {
+                tracing::warn!("CRI event stream lost; relisting at the relist period until it is back")
+            }
+            _ => {}
+        }
+    }
+
+    fn hint(&self, ev: &cri::ContainerEventResponse) {
+        let sandbox = ev.pod_sandbox_status.as_ref();
+        let uid = sandbox.and_then(|s| s.metadata.as_ref()).map(|m| m.uid.as_str()).filter(|u| !u.is_empty());
+        match uid {
+            Some(uid) => self.hints.pod(uid, sandbox.map(|s| s.id.as_str()), EventSource::CriEvent),
+            // containerd drops or sends events without a sandbox status when the sandbox
+            // is already gone: find the pod by the container id.
+            None => self.hints.container(&ev.container_id),
+        }
+    }
+
+    async fn consume(&self, shutdown: &CancellationToken, backoff: &mut Backoff) -> Option<Ended> {
+        self.set_state(StreamState::Connecting);
+        let mut stream = match self.runtime.container_events().await {
+            Ok(s) => s,
+            Err(e) => {
+                return Some(Ended {
+                    connected: false,
+                    unimplemented: e.is_unimplemented(),
+                    error: Some(e.to_string()),
+                });
+            }
+        };
+        let grace = tokio::time::sleep(self.cfg.connect_grace);
+        tokio::pin!(grace);
+        let mut connected = false;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                _ = &mut grace, if !connected => {
+                    connected = true;
+                    self.on_connected(backoff);
+                }
+                item = stream.next() => match item {
+                    Some(Ok(ev)) => {
+                        if !connected {
+                            connected = true;
+                            self.on_connected(backoff);
+                        }
+                        self.hint(&ev);
+                    }
+                    Some(Err(e)) => {
+                        return Some(Ended { connected, unimplemented: e.is_unimplemented(), error: Some(e.to_string()) });
+                    }
+                    None => return Some(Ended { connected, unimplemented: false, error: None }),
+                }
+            }
+        }
+    }
+
+    fn on_connected(&self, backoff: &mut Backoff) {
+        if let Some(m) = &self.metrics {
+            m.evented_connections.inc();
+        }
+        backoff.mark_healthy();
+        self.set_state(StreamState::Up);
+        // Whatever happened while the stream was down is repaired by a full relist.
+        self.hints.full();
+    }
+
+    /// Consumes the stream until shutdown, reconnecting forever.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut backoff =
+            Backoff::new(self.cfg.retry_initial, self.cfg.retry_max).with_reset_after(self.cfg.reset_after);
+        loop {
+            let opened = Instant::now();
+            let Some(ended) = self.consume(&shutdown, &mut backoff).await else { return };
+            if let Some(m) = &self.metrics {
+                m.evented_connection_errors.inc();
+            }
+            let lasted = opened.elapsed();
+            // Unimplemented, or a clean end before the stream proved itself (an empty OK
+            // stream): this runtime has no stream. Errors before that are failures.
+            let no_stream = ended.unimplemented || (!ended.connected && ended.error.is_none());
+            let delay = if no_stream {
+                self.set_state(StreamState::NoStream);
+                self.cfg.no_stream_retry
+            } else {
+                self.set_state(StreamState::Down);
+                self.hints.full();
+                backoff.next_delay()
+            };
+            tracing::debug!(
+                error = ended.error.as_deref().unwrap_or("end of stream"),
+                lasted = ?lasted,
+                retry_in = ?delay,
+                "CRI event stream ended"
+            );
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+}

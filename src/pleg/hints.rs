@@ -1,0 +1,134 @@
+//! The dirty-pod set between the CRI event-stream consumer and the relister: level
+//! triggered, coalescing per pod, bounded by the number of pods, so it cannot overflow
+//! the way the kubelet's 1000-slot event channel does.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::EventSource;
+
+/// Why a pod should be relisted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hint {
+    /// Which path asked.
+    pub source: EventSource,
+    /// When the first still-pending hint for the pod arrived.
+    pub first_seen: Instant,
+    /// Sandbox ids the hints named.
+    pub sandbox_ids: BTreeSet<String>,
+}
+
+/// Everything pending at the time of a [`PodHints::take`].
+#[derive(Debug, Default)]
+pub struct Pending {
+    /// Pods by UID.
+    pub pods: HashMap<String, Hint>,
+    /// Container ids whose pod the hint did not name.
+    pub containers: Vec<(String, Instant)>,
+    /// Whether a full relist was asked for.
+    pub full: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    pending: Pending,
+    coalesced: u64,
+}
+
+/// The shared dirty set. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct PodHints {
+    inner: Arc<Mutex<Inner>>,
+    notify: Arc<Notify>,
+}
+
+impl PodHints {
+    /// Marks a pod dirty. Hints for a pod that is already dirty coalesce (the earliest
+    /// arrival time is kept).
+    pub fn pod(&self, uid: &str, sandbox_id: Option<&str>, source: EventSource) {
+        {
+            let mut inner = self.inner.lock().expect("hints lock");
+            let now = Instant::now();
+            let mut coalesced = false;
+            let hint = inner
+                .pending
+                .pods
+                .entry(uid.to_owned())
+                .and_modify(|_| coalesced = true)
+                .or_insert_with(|| Hint { source, first_seen: now, sandbox_ids: BTreeSet::new() });
+            if let Some(id) = sandbox_id.filter(|s| !s.is_empty()) {
+                hint.sandbox_ids.insert(id.to_owned());
+            }
+            if coalesced {
+                inner.coalesced += 1;
+            }
+        }
+        self.notify.notify_one();
+    }
+
+    /// Marks the pod of a container dirty when only the container id is known.
+    pub fn container(&self, id: &str) {
+        self.inner.lock().expect("hints lock").pending.containers.push((id.to_owned(), Instant::now()));
+        self.notify.notify_one();
+    }
+
+    /// Asks for a full relist.
+    pub fn full(&self) {
+        self.inner.lock().expect("hints lock").pending.full = true;
+        self.notify.notify_one();
+    }
+
+    /// Takes everything pending.
+    pub fn take(&self) -> Pending {
+        std::mem::take(&mut self.inner.lock().expect("hints lock").pending)
+    }
+
+    /// Puts hints back (those a batch did not get to).
+    pub fn put_back(&self, pods: impl IntoIterator<Item = (String, Hint)>) {
+        let mut inner = self.inner.lock().expect("hints lock");
+        for (uid, hint) in pods {
+            inner.pending.pods.entry(uid).or_insert(hint);
+        }
+    }
+
+    /// Whether anything is pending.
+    pub fn is_empty(&self) -> bool {
+        let inner = self.inner.lock().expect("hints lock");
+        inner.pending.pods.is_empty() && inner.pending.containers.is_empty() && !inner.pending.full
+    }
+
+    /// Hints that landed on an already-dirty pod.
+    pub fn coalesced(&self) -> u64 {
+        self.inner.lock().expect("hints lock").coalesced
+    }
+
+    /// Resolves when something may be pending (a permit is kept if nobody waits).
+    pub async fn notified(&self) {
+        self.notify.notified().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn hints_for_one_pod_coalesce_and_keep_the_first_arrival() {
+        let h = PodHints::default();
+        h.pod("a", Some("s1"), EventSource::CriEvent);
+        let first = Instant::now();
+        tokio::time::advance(std::time::Duration::from_millis(5)).await;
+        h.pod("a", Some("s2"), EventSource::CriEvent);
+        h.pod("b", None, EventSource::CriEvent);
+        h.notified().await;
+        let p = h.take();
+        assert_eq!(p.pods.len(), 2);
+        assert_eq!(p.pods["a"].first_seen, first);
+        assert_eq!(p.pods["a"].sandbox_ids.len(), 2);
+        assert_eq!(h.coalesced(), 1);
+        assert!(h.is_empty());
+    }
+}

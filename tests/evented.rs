@@ -1,0 +1,254 @@
+//! Evented mode against the simulated runtime over a real socket: the CRI event stream
+//! as a fast path, the relist as the truth, and recovery that never gets stuck.
+
+mod support;
+
+use std::time::Duration;
+
+use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::pleg::evented::{Mode, StreamState};
+use plegd::pleg::{EventSource, EventType};
+use plegd::proto::runtime as cri;
+use plegd::sim::EventsMode;
+use support::{SimHarness, replay, start_sidecar, truth_and_cache};
+use tokio::time::Instant;
+
+/// Full relists so slow that only the stream can explain a fast event.
+const SLOW: Duration = Duration::from_secs(600);
+
+async fn up_sidecar(h: &SimHarness) -> support::Sidecar {
+    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_secs(1), SLOW);
+    sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::Up).await;
+    // The repair relist that follows the connection.
+    sc.until_quiet(Duration::from_millis(300)).await;
+    sc
+}
+
+#[tokio::test]
+async fn a_started_container_is_published_from_the_stream_within_milliseconds() {
+    let h = SimHarness::start().await;
+    let mut sc = up_sidecar(&h).await;
+    let pod = PodSpec::new("default", "web");
+    assert!(sc.cache.get(&pod.uid).is_none(), "the cache does not know the pod yet");
+    let t0 = Instant::now();
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    let mut got = Vec::new();
+    while !got.iter().any(|e: &plegd::pleg::PodLifecycleEvent| e.kind == EventType::ContainerStarted && !e.is_sandbox) {
+        got.push(sc.next(Duration::from_secs(2)).await.expect("events from the stream"));
+    }
+    let took = t0.elapsed();
+    assert!(took < Duration::from_millis(900), "took {took:?}: faster than any relist could be");
+    assert!(got.iter().all(|e| e.source == EventSource::CriEvent), "{got:?}");
+    // The CREATED event makes plegd read the pod while the container is only created.
+    let kinds: Vec<_> = got.iter().map(|e| (e.kind, e.is_sandbox)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (EventType::ContainerStarted, true),
+            (EventType::ContainerChanged, false),
+            (EventType::ContainerStarted, false)
+        ]
+    );
+    assert_eq!(got[2].container_id, ids[0]);
+    assert!(sc.cache.get(&pod.uid).is_some());
+    sc.stop().await;
+}
+
+#[tokio::test]
+async fn the_stream_dropping_mid_churn_loses_nothing() {
+    let h = SimHarness::start().await;
+    let mut sc = up_sidecar(&h).await;
+    let mut churn = plegd::sim::churn::Churn::new(
+        h.sim.clone(),
+        plegd::sim::churn::ChurnConfig { pods: 20, containers_per_pod: 2, churn_per_sec: 0.0 },
+    );
+    let mut events = Vec::new();
+    churn.populate().await;
+    for round in 0..6 {
+        for _ in 0..15 {
+            churn.step().await;
+        }
+        if round % 2 == 0 {
+            h.sim.drop_event_streams();
+        }
+        // Changes made while the stream is down are only seen by the repair relist.
+        for _ in 0..10 {
+            churn.step().await;
+        }
+        events.extend(sc.until_quiet(Duration::from_millis(150)).await);
+    }
+    sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::Up).await;
+    events.extend(sc.until_quiet(Duration::from_millis(1500)).await);
+    let model = replay(&events);
+    let (truth, cached) = truth_and_cache(&h.sim, &sc.cache).await;
+    assert_eq!(cached, truth, "the cache equals the runtime");
+    let truth_ids: std::collections::BTreeSet<_> = truth.keys().cloned().collect();
+    let model_ids: std::collections::BTreeSet<_> = model.keys().cloned().collect();
+    assert_eq!(model_ids, truth_ids, "the events seen add up to the runtime's state");
+    let errors = sc.metrics.pleg.evented_connection_errors.get();
+    assert!(errors >= 3, "the stream was dropped three times, saw {errors}");
+    assert!(sc.metrics.pleg.evented_connections.get() >= 4);
+    sc.stop().await;
+}
+
+#[tokio::test]
+async fn an_unimplemented_stream_falls_back_to_relisting_at_the_relist_period() {
+    let h = SimHarness::start().await;
+    h.sim.set_events_mode(EventsMode::Unimplemented);
+    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_millis(200), SLOW);
+    sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::NoStream).await;
+    let pod = PodSpec::new("default", "web");
+    h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    let ev = sc.next(Duration::from_secs(2)).await.expect("the relist finds it");
+    assert_eq!(ev.source, EventSource::Relist);
+    let mode = sc.metrics.encode();
+    assert!(mode.contains("plegd_pleg_mode{mode=\"generic\"} 1"), "{mode}");
+    sc.stop().await;
+}
+
+#[tokio::test]
+async fn an_empty_ok_stream_counts_as_no_stream() {
+    let h = SimHarness::start().await;
+    h.sim.set_events_mode(EventsMode::EmptyOk);
+    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_millis(200), SLOW);
+    sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::NoStream).await;
+    sc.stop().await;
+}
+
+#[tokio::test]
+async fn the_sidecar_returns_to_evented_mode_when_the_stream_works_again() {
+    let h = SimHarness::start().await;
+    h.sim.set_events_mode(EventsMode::Unimplemented);
+    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_secs(1), SLOW);
+    sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::NoStream).await;
+    h.sim.set_events_mode(EventsMode::Stream);
+    sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::Up).await;
+    sc.until_quiet(Duration::from_millis(300)).await;
+    h.run_pod(&PodSpec::new("default", "late"), &[ContainerSpec::new("app")]).await;
+    let ev = sc.next(Duration::from_millis(900)).await.expect("fast again");
+    assert_eq!(ev.source, EventSource::CriEvent);
+    assert!(sc.health.threshold() > Duration::from_secs(180), "health allows for the slow safety-net relist");
+    sc.stop().await;
+}
+
+#[tokio::test]
+async fn duplicate_and_out_of_order_events_change_nothing() {
+    let h = SimHarness::start().await;
+    let mut raw = h.subscribe_events().await;
+    let mut sc = up_sidecar(&h).await;
+    let pod = PodSpec::new("default", "web");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    let mut first = sc.until_quiet(Duration::from_millis(300)).await;
+    h.sim.exit_container(&ids[0], 1, "Error");
+    first.extend(sc.until_quiet(Duration::from_millis(300)).await);
+    assert_eq!(
+        first.iter().map(|e| e.kind).collect::<Vec<_>>(),
+        [
+            EventType::ContainerStarted,
+            EventType::ContainerChanged,
+            EventType::ContainerStarted,
+            EventType::ContainerDied
+        ]
+    );
+    let before = sc.cache.get(&pod.uid).unwrap();
+    // Replay everything the runtime sent, twice, newest first: stale STARTED events for
+    // a container that has exited, a CREATED after STOPPED, duplicates.
+    let mut seen = Vec::new();
+    while let Ok(Some(Ok(ev))) =
+        tokio::time::timeout(Duration::from_millis(100), futures_util::StreamExt::next(&mut raw)).await
+    {
+        seen.push(ev);
+    }
+    assert!(seen.len() >= 5);
+    for ev in seen.iter().rev().chain(seen.iter().rev()) {
+        h.sim.inject_event(ev.clone());
+    }
+    let after_replay = sc.until_quiet(Duration::from_millis(500)).await;
+    assert!(after_replay.is_empty(), "stale events are hints only: {after_replay:?}");
+    let after = sc.cache.get(&pod.uid).unwrap();
+    assert_eq!(after.status.as_ref().unwrap().containers, before.status.as_ref().unwrap().containers);
+    assert!(sc.hints.coalesced() > 0, "a burst of hints for one pod coalesces");
+    sc.stop().await;
+}
+
+#[tokio::test]
+async fn an_event_without_a_sandbox_status_is_traced_through_the_container_id() {
+    let h = SimHarness::start().await;
+    let mut sc = up_sidecar(&h).await;
+    let pod = PodSpec::new("default", "web");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    sc.until_quiet(Duration::from_millis(300)).await;
+    // The container dies; the runtime's own event is lost and the one that arrives
+    // has no sandbox status (containerd#7785).
+    h.sim.mute_events(true);
+    h.sim.exit_container(&ids[0], 9, "Error");
+    h.sim.mute_events(false);
+    h.sim.inject_event(cri::ContainerEventResponse {
+        container_id: ids[0].clone(),
+        container_event_type: cri::ContainerEventType::ContainerStoppedEvent as i32,
+        created_at: 1,
+        pod_sandbox_status: None,
+        containers_statuses: vec![],
+    });
+    let died = sc.next(Duration::from_secs(2)).await.expect("died");
+    assert_eq!((died.kind, died.source), (EventType::ContainerDied, EventSource::CriEvent));
+    sc.stop().await;
+}
+
+#[tokio::test]
+async fn a_burst_of_thousands_of_events_is_published_exactly_once_each() {
+    let h = SimHarness::start().await;
+    let mut sc = up_sidecar(&h).await;
+    let mut churn = plegd::sim::churn::Churn::new(
+        h.sim.clone(),
+        plegd::sim::churn::ChurnConfig { pods: 600, containers_per_pod: 2, churn_per_sec: 0.0 },
+    );
+    churn.populate().await; // 600 × (2 + 2 × 2) = 3,600 runtime events
+    let events = sc.until_quiet(Duration::from_millis(1500)).await;
+    let model = replay(&events);
+    assert_eq!(model.len(), 1800, "every sandbox and container started once");
+    let started = events.iter().filter(|e| e.kind == EventType::ContainerStarted).count();
+    assert_eq!(started, 1800);
+    assert!(events.iter().filter(|e| e.source == EventSource::CriEvent).count() > 1000, "most came from the stream");
+    let (truth, cached) = truth_and_cache(&h.sim, &sc.cache).await;
+    assert_eq!(cached, truth);
+    sc.stop().await;
+}
+
+#[tokio::test]
+async fn the_runtime_going_away_and_coming_back_reconnects_and_repairs() {
+    let h = SimHarness::start().await;
+    let mut sc = up_sidecar(&h).await;
+    let pod = PodSpec::new("default", "web");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    sc.until_quiet(Duration::from_millis(300)).await;
+    h.stop().await;
+    sc.wait_stream(Duration::from_secs(5), |s| s != StreamState::Up).await;
+    // A container is killed while the runtime is down; nobody sends an event for it.
+    h.sim.exit_container(&ids[0], 137, "Error");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let back = SimHarness {
+        shutdown: tokio_util::sync::CancellationToken::new(),
+        tracker: tokio_util::task::TaskTracker::new(),
+        ..h
+    };
+    back.serve().await;
+    sc.wait_stream(Duration::from_secs(10), |s| s == StreamState::Up).await;
+    let died = sc.next(Duration::from_secs(5)).await.expect("the repair relist reports the death");
+    assert_eq!((died.kind, died.container_id.as_str()), (EventType::ContainerDied, ids[0].as_str()));
+    assert_eq!(died.source, EventSource::Relist, "found by the relist that follows the reconnect");
+    back.stop().await;
+    sc.stop().await;
+}
+
+#[tokio::test]
+async fn generic_mode_never_opens_the_stream() {
+    let h = SimHarness::start().await;
+    let mut sc = start_sidecar(h.client(), Mode::Generic, Duration::from_millis(100), SLOW);
+    h.run_pod(&PodSpec::new("default", "web"), &[ContainerSpec::new("app")]).await;
+    let ev = sc.next(Duration::from_secs(2)).await.unwrap();
+    assert_eq!(ev.source, EventSource::Relist);
+    assert_eq!(h.sim.event_subscribers(), 0);
+    assert_eq!(*sc.stream.borrow(), StreamState::Disabled);
+    sc.stop().await;
+}
