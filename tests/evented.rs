@@ -252,3 +252,19 @@ async fn generic_mode_never_opens_the_stream() {
     assert_eq!(*sc.stream.borrow(), StreamState::Disabled);
     sc.stop().await;
 }
+
+#[tokio::test]
+async fn a_change_without_an_event_right_after_a_reconnect_is_found_by_the_settling_relists() {
+    let h = SimHarness::start().await;
+    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_millis(300), SLOW);
+    sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::Up).await;
+    let pod = PodSpec::new("default", "web");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    sc.until_quiet(Duration::from_millis(500)).await;
+    // The runtime recovers a dead container after a restart but sends no event for it.
+    h.sim.mute_events(true);
+    h.sim.exit_container(&ids[0], 255, "Unknown");
+    let died = sc.next(Duration::from_secs(3)).await.expect("found without an event");
+    assert_eq!((died.kind, died.source), (EventType::ContainerDied, EventSource::Relist));
+    sc.stop().await;
+}

@@ -226,8 +226,9 @@ impl<R: RuntimeService> EventedWatcher<R> {
                 self.set_state(StreamState::NoStream);
                 self.cfg.no_stream_retry
             } else {
+                // The relister relists at once when the stream goes down (it watches
+                // the state), and again when it comes back; a failed retry adds nothing.
                 self.set_state(StreamState::Down);
-                self.hints.full();
                 backoff.next_delay()
             };
             tracing::debug!(

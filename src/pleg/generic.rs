@@ -156,9 +156,15 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.hints.clone()
     }
 
-    /// The full-relist period in force.
-    fn period(&self) -> Duration {
-        if self.stream.borrow().is_up() { self.evented_period } else { self.cfg.period }
+    /// The full-relist period in force: the safety-net period while the stream is up,
+    /// except during the settle window after it came up, when the runtime may still be
+    /// recovering state it will not send events for.
+    fn period(&self, settle_until: Instant) -> Duration {
+        if self.stream.borrow().is_up() && Instant::now() >= settle_until {
+            self.evented_period
+        } else {
+            self.cfg.period
+        }
     }
 
     /// A handle to request relists.
@@ -452,6 +458,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.on_stream_state(up);
         let mut next_full = Instant::now();
         let mut next_retry: Option<Instant> = None;
+        let mut settle_until = Instant::now() + SETTLE;
         loop {
             if let Some(l) = &self.liveness {
                 l.tick();
@@ -461,7 +468,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             if full_hint || requested || Instant::now() >= next_full {
                 // Hints taken before this relist starts are covered by it.
                 self.full_relist_logged().await;
-                next_full = Instant::now() + self.period();
+                next_full = Instant::now() + self.period(settle_until);
                 next_retry = None;
             } else if !batch.is_empty() {
                 self.relist_pods(batch).await;
@@ -503,6 +510,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                         if now_up != up {
                             up = now_up;
                             self.on_stream_state(up);
+                            settle_until = Instant::now() + SETTLE;
                             // Up: repair what was missed, then slow down. Down: relist now
                             // and go back to the relist period.
                             next_full = Instant::now();
@@ -514,6 +522,9 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
     }
 }
+
+/// After the event stream comes up, full relists keep the relist period this long.
+const SETTLE: Duration = Duration::from_secs(10);
 
 /// One pod's targeted read.
 struct PodRead {

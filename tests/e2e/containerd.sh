@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Real containerd for plegd's end-to-end suite: installs containerd 1.6 (Debian 12) and
+# 1.7 (Debian 13's package, unpacked privately), builds a busybox OCI image, and starts
+# or stops a private containerd with its own root, state and socket.
+#
+#   containerd.sh install              apt packages + containerd 1.7 under $E2E/1.7
+#   containerd.sh start 1.6|1.7        prints the CRI endpoint (unix://…)
+#   containerd.sh stop 1.6|1.7         kills containers, shims and containerd; cleans up
+#   containerd.sh kill 1.6|1.7         kills containerd only (containers keep running)
+#   containerd.sh resume 1.6|1.7       starts containerd again on the same root and socket
+set -euo pipefail
+
+E2E=${PLEGD_E2E_ROOT:-/var/tmp/plegd-e2e}
+SANDBOX_IMAGE=registry.k8s.io/pause:3.6
+WORKLOAD_IMAGE=docker.io/library/busybox:latest
+
+die() { echo "containerd.sh: $*" >&2; exit 1; }
+
+bin_dir() {
+  case "$1" in
+    1.6) echo /usr/bin ;;
+    1.7) echo "$E2E/1.7/usr/bin" ;;
+    *) die "unknown version $1 (use 1.6 or 1.7)" ;;
+  esac
+}
+
+run_dir() { echo "$E2E/run-$1"; }
+
+install() {
+  export DEBIAN_FRONTEND=noninteractive
+  if ! command -v runc >/dev/null || ! [ -x /usr/bin/containerd ] || ! [ -x /bin/busybox ]; then
+    apt-get update -qq
+    apt-get install -y -qq containerd runc busybox-static >/dev/null
+  fi
+  if [ -x "$E2E/1.7/usr/bin/containerd" ]; then return; fi
+  # containerd 1.7 comes from Debian 13; apt is pointed at it through private lists so
+  # nothing system-wide changes.
+  local apt="$E2E/apt-trixie" uri
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/etc" "$apt/dl" "$E2E/1.7"
+  uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  [ -n "$uri" ] || uri=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list)
+  [ -n "$uri" ] || die "no Debian mirror configured in /etc/apt"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri trixie main" >"$apt/etc/sources.list"
+  local opts=(-o "Dir::Etc::SourceList=$apt/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
+  apt-get "${opts[@]}" update -qq
+  (cd "$apt/dl" && apt-get "${opts[@]}" download containerd >/dev/null)
+  dpkg-deb -x "$apt"/dl/containerd_1.7*.deb "$E2E/1.7"
+  "$E2E/1.7/usr/bin/containerd" --version | grep -q ' 1\.7\.' || die "unpacked containerd is not 1.7"
+}
+
+image() {
+  local out="$E2E/busybox-oci.tar"
+  [ -s "$out" ] && return
+  mkdir -p "$E2E"
+  python3 - "$out" "$SANDBOX_IMAGE" "$WORKLOAD_IMAGE" <<'PY'
+import hashlib, io, json, sys, tarfile, time
+out, names = sys.argv[1], sys.argv[2:]
+def blob(data):
+    return "sha256:" + hashlib.sha256(data).hexdigest(), data
+# One layer: /bin/busybox and the applets the tests use.
+layer = io.BytesIO()
+with tarfile.open(fileobj=layer, mode="w", format=tarfile.PAX_FORMAT) as t:
+    for d in ("bin", "tmp", "proc", "dev", "sys", "etc"):
+        i = tarfile.TarInfo(d); i.type = tarfile.DIRTYPE; i.mode = 0o755; t.addfile(i)
+    data = open("/bin/busybox", "rb").read()
+    i = tarfile.TarInfo("bin/busybox"); i.size = len(data); i.mode = 0o755
+    t.addfile(i, io.BytesIO(data))
+    for applet in ("sh", "sleep", "true", "false", "echo", "cat", "kill"):
+        i = tarfile.TarInfo("bin/" + applet); i.type = tarfile.SYMTYPE; i.linkname = "busybox"; t.addfile(i)
+layer_digest, layer_data = blob(layer.getvalue())
+config = {
+    "architecture": "amd64", "os": "linux",
+    "config": {"Env": ["PATH=/bin"], "Cmd": ["sleep", "2147483647"], "WorkingDir": "/"},
+    "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+}
+config_digest, config_data = blob(json.dumps(config).encode())
+manifest = {
+    "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": len(config_data)},
+    "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer_digest, "size": len(layer_data)}],
+}
+manifest_digest, manifest_data = blob(json.dumps(manifest).encode())
+index = {"schemaVersion": 2, "manifests": [
+    {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest_digest, "size": len(manifest_data),
+     "platform": {"architecture": "amd64", "os": "linux"},
+     "annotations": {"io.containerd.image.name": n, "org.opencontainers.image.ref.name": n.rsplit(":", 1)[1]}}
+    for n in names]}
+with tarfile.open(out, "w") as t:
+    def add(name, data):
+        i = tarfile.TarInfo(name); i.size = len(data); i.mode = 0o644; i.mtime = int(time.time())
+        t.addfile(i, io.BytesIO(data))
+    add("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
+    add("index.json", json.dumps(index).encode())
+    for d, data in ((layer_digest, layer_data), (config_digest, config_data), (manifest_digest, manifest_data)):
+        add("blobs/sha256/" + d.split(":")[1], data)
+PY
+}
+
+launch() {
+  local v=$1 dir bin
+  dir=$(run_dir "$v"); bin=$(bin_dir "$v")
+  [ -x "$bin/containerd" ] || die "containerd $v is not installed (run: $0 install)"
+  PATH="$bin:$PATH" nohup "$bin/containerd" --config "$dir/config.toml" --root "$dir/root" --state "$dir/state" \
+    --address "$dir/containerd.sock" --log-level warn >>"$dir/containerd.log" 2>&1 &
+  echo $! >"$dir/containerd.pid"
+  for _ in $(seq 1 200); do
+    if PATH="$bin:$PATH" ctr --address "$dir/containerd.sock" version >/dev/null 2>&1; then return 0; fi
+    kill -0 "$(cat "$dir/containerd.pid")" 2>/dev/null || { tail -20 "$dir/containerd.log" >&2; die "containerd $v exited at start"; }
+    sleep 0.1
+  done
+  tail -20 "$dir/containerd.log" >&2
+  die "containerd $v did not answer within 20s"
+}
+
+start() {
+  local v=$1 dir bin
+  dir=$(run_dir "$v"); bin=$(bin_dir "$v")
+  stop "$v" >/dev/null 2>&1 || true
+  image
+  mkdir -p "$dir/root" "$dir/state"
+  PATH="$bin:$PATH" "$bin/containerd" config default >"$dir/config.toml"
+  python3 - "$dir/config.toml" "$SANDBOX_IMAGE" <<'PY'
+import re, sys
+path, sandbox = sys.argv[1], sys.argv[2]
+s = open(path).read()
+s = re.sub(r'restrict_oom_score_adj = false', 'restrict_oom_score_adj = true', s)
+s = re.sub(r'sandbox_image = ".*"', f'sandbox_image = "{sandbox}"', s)
+# No overlay mounts on every machine this runs on: the native snapshotter always works.
+s = re.sub(r'snapshotter = "overlayfs"', 'snapshotter = "native"', s)
+s = re.sub(r'disable_apparmor = false', 'disable_apparmor = true', s)
+open(path, "w").write(s)
+PY
+  launch "$v"
+  PATH="$bin:$PATH" ctr --address "$dir/containerd.sock" -n k8s.io images import --snapshotter native \
+    "$E2E/busybox-oci.tar" >/dev/null
+  echo "unix://$dir/containerd.sock"
+}
+
+kill_daemon() {
+  local dir pid
+  dir=$(run_dir "$1")
+  [ -f "$dir/containerd.pid" ] || return 0
+  pid=$(cat "$dir/containerd.pid")
+  kill -9 "$pid" 2>/dev/null || true
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  rm -f "$dir/containerd.pid"
+}
+
+stop() {
+  local v=$1 dir bin
+  dir=$(run_dir "$v"); bin=$(bin_dir "$v")
+  [ -d "$dir" ] || return 0
+  if [ -S "$dir/containerd.sock" ] && [ -f "$dir/containerd.pid" ]; then
+    for t in $(PATH="$bin:$PATH" ctr --address "$dir/containerd.sock" -n k8s.io tasks ls -q 2>/dev/null); do
+      PATH="$bin:$PATH" ctr --address "$dir/containerd.sock" -n k8s.io tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true
+    done
+  fi
+  kill_daemon "$v"
+  pkill -9 -f "containerd-shim-runc-v2.*$dir" 2>/dev/null || true
+  awk -v d="$dir" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
+    umount -l "$m" 2>/dev/null || true
+  done
+  rm -rf "$dir"
+}
+
+case "${1:-}" in
+  install) install ;;
+  image) image ;;
+  start) start "${2:?version}" ;;
+  stop) stop "${2:?version}" ;;
+  kill) kill_daemon "${2:?version}" ;;
+  resume) launch "${2:?version}"; echo "unix://$(run_dir "$2")/containerd.sock" ;;
+  *) die "usage: $0 install|image|start V|stop V|kill V|resume V" ;;
+esac

@@ -1,0 +1,372 @@
+//! End-to-end against a real containerd (1.6 without an event stream, 1.7 with one).
+//! Run by `tests/e2e/run.sh`, which installs and starts containerd and sets
+//! `PLEGD_E2E_ENDPOINT`, `PLEGD_E2E_VERSION` and `PLEGD_E2E_CTL`.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use plegd::cri::RuntimeService;
+use plegd::cri::client::{ClientOptions, CriClient};
+use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::pleg::evented::{Mode, StreamState};
+use plegd::pleg::{EventSource, EventType, PodLifecycleEvent};
+use plegd::proto::runtime as cri;
+use support::{Sidecar, start_sidecar};
+use tokio::time::Instant;
+
+const NEEDS: &str = "needs a real containerd: run tests/e2e/run.sh (it installs and starts containerd 1.6 and 1.7)";
+
+struct Env {
+    endpoint: String,
+    version: String,
+    ctl: String,
+}
+
+fn env() -> Env {
+    let get = |k: &str| {
+        std::env::var(k).unwrap_or_else(|_| {
+            panic!("\n\n*** {k} is not set: this end-to-end test {NEEDS}. It cannot run without containerd. ***\n")
+        })
+    };
+    Env { endpoint: get("PLEGD_E2E_ENDPOINT"), version: get("PLEGD_E2E_VERSION"), ctl: get("PLEGD_E2E_CTL") }
+}
+
+impl Env {
+    fn client(&self) -> CriClient {
+        let opts = ClientOptions {
+            timeout: Duration::from_secs(10),
+            backoff_initial: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(500),
+        };
+        CriClient::new(&self.endpoint, opts, None).unwrap()
+    }
+
+    fn ctl(&self, action: &str) {
+        let out = Command::new(&self.ctl).args([action, &self.version]).output().unwrap();
+        assert!(out.status.success(), "{action}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn has_stream(&self) -> bool {
+        self.version != "1.6"
+    }
+
+    /// Starts a sidecar and waits until the stream settled (up on 1.7, absent on 1.6).
+    async fn sidecar(&self) -> Sidecar {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "plegd=info".into()))
+            .with_test_writer()
+            .try_init();
+        let mut sc = start_sidecar(self.client(), Mode::Auto, Duration::from_secs(1), Duration::from_secs(300));
+        let want = if self.has_stream() { StreamState::Up } else { StreamState::NoStream };
+        sc.wait_stream(Duration::from_secs(20), |s| s == want).await;
+        sc.until_quiet(Duration::from_millis(1500)).await;
+        sc
+    }
+}
+
+async fn run_pod(c: &CriClient, pod: &PodSpec) -> String {
+    c.raw().run_pod_sandbox(pod.run_request()).await.expect("RunPodSandbox").into_inner().pod_sandbox_id
+}
+
+/// Creates and starts a container; returns its id and when StartContainer returned.
+async fn start(c: &CriClient, pod: &PodSpec, sid: &str, spec: &ContainerSpec) -> (String, Instant) {
+    let mut raw = c.raw();
+    let id =
+        raw.create_container(pod.create_request(sid, spec)).await.expect("CreateContainer").into_inner().container_id;
+    raw.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");
+    (id, Instant::now())
+}
+
+async fn remove_pod(c: &CriClient, sid: &str) {
+    let mut raw = c.raw();
+    raw.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sid.into() }).await.expect("StopPodSandbox");
+    raw.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sid.into() })
+        .await
+        .expect("RemovePodSandbox");
+}
+
+/// Waits for an event matching `pred`, keeping the others.
+async fn wait_event(
+    sc: &mut Sidecar,
+    seen: &mut Vec<(Instant, PodLifecycleEvent)>,
+    timeout: Duration,
+    pred: impl Fn(&PodLifecycleEvent) -> bool,
+) -> (Instant, PodLifecycleEvent) {
+    if let Some(hit) = seen.iter().find(|(_, e)| pred(e)) {
+        return hit.clone();
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ev = sc.next(left).await.expect("the awaited event within the timeout");
+        let at = Instant::now();
+        seen.push((at, ev.clone()));
+        if pred(&ev) {
+            return (at, ev);
+        }
+    }
+}
+
+/// Records a measured figure in `$PLEGD_E2E_FIGURES` (the runner prints them).
+fn figure(line: &str) {
+    use std::io::Write;
+    println!("FIGURE {line}");
+    if let Ok(path) = std::env::var("PLEGD_E2E_FIGURES") {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+        writeln!(f, "{line}").unwrap();
+    }
+}
+
+fn is(kind: EventType, id: &str) -> impl Fn(&PodLifecycleEvent) -> bool + '_ {
+    move |e| e.kind == kind && e.container_id == id
+}
+
+fn exit_code(ev: &PodLifecycleEvent) -> i32 {
+    ev.pod.as_ref().unwrap().containers.iter().find(|c| c.id == ev.container_id).unwrap().exit_code
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn every_container_start_exit_and_removal_reaches_plegd_with_exit_codes() {
+    let env = env();
+    let c = env.client();
+    let mut sc = env.sidecar().await;
+    let mut seen = Vec::new();
+    let mut latencies = Vec::new();
+    let mut pods = Vec::new();
+    for (i, exit) in [None, Some(0), Some(3)].into_iter().enumerate() {
+        let pod = PodSpec::new("e2e", &format!("lifecycle-{i}"));
+        let sid = run_pod(&c, &pod).await;
+        let spec = match exit {
+            None => ContainerSpec::new("main"),
+            Some(code) => ContainerSpec::new("main").exits_after(Duration::from_secs(2), code),
+        };
+        let (id, started) = start(&c, &pod, &sid, &spec).await;
+        let (at, ev) =
+            wait_event(&mut sc, &mut seen, Duration::from_secs(10), is(EventType::ContainerStarted, &id)).await;
+        latencies.push((at - started).as_secs_f64() * 1e3);
+        if env.has_stream() {
+            assert_eq!(ev.source, EventSource::CriEvent, "on {} the stream delivers it", env.version);
+        }
+        pods.push((pod, sid, id, exit));
+    }
+    for (_, _, id, exit) in &pods {
+        if let Some(code) = exit {
+            let (_, ev) =
+                wait_event(&mut sc, &mut seen, Duration::from_secs(15), is(EventType::ContainerDied, id)).await;
+            assert_eq!(exit_code(&ev), *code);
+        }
+    }
+    for (pod, sid, id, exit) in &pods {
+        let mut raw = c.raw();
+        raw.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sid.clone() }).await.unwrap();
+        if exit.is_none() {
+            let (_, ev) =
+                wait_event(&mut sc, &mut seen, Duration::from_secs(15), is(EventType::ContainerDied, id)).await;
+            assert_eq!(exit_code(&ev), 137, "killed by StopPodSandbox");
+        }
+        wait_event(&mut sc, &mut seen, Duration::from_secs(15), |e| {
+            e.is_sandbox && e.kind == EventType::ContainerDied && e.pod_uid == pod.uid
+        })
+        .await;
+        raw.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sid.clone() }).await.unwrap();
+        wait_event(&mut sc, &mut seen, Duration::from_secs(15), is(EventType::ContainerRemoved, id)).await;
+        wait_event(&mut sc, &mut seen, Duration::from_secs(15), |e| {
+            e.is_sandbox && e.kind == EventType::ContainerRemoved && e.pod_uid == pod.uid
+        })
+        .await;
+        assert!(sc.cache.get(&pod.uid).is_none(), "a removed pod leaves the cache");
+    }
+    // Per container, the order is the state table's.
+    let mut per_id: BTreeMap<String, Vec<EventType>> = BTreeMap::new();
+    for (_, e) in &seen {
+        per_id.entry(e.container_id.clone()).or_default().push(e.kind);
+    }
+    for (_, _, id, _) in &pods {
+        let kinds: Vec<_> = per_id[id].iter().filter(|k| **k != EventType::ContainerChanged).copied().collect();
+        assert_eq!(kinds, [EventType::ContainerStarted, EventType::ContainerDied, EventType::ContainerRemoved], "{id}");
+    }
+    figure(&format!(
+        "containerd {} StartContainer returned -> CONTAINER_STARTED published: {:?} ms",
+        env.version,
+        latencies.iter().map(|l| format!("{l:.1}")).collect::<Vec<_>>()
+    ));
+    sc.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn a_crash_looping_container_shows_each_attempt_in_order() {
+    let env = env();
+    let c = env.client();
+    let mut sc = env.sidecar().await;
+    let mut seen = Vec::new();
+    let pod = PodSpec::new("e2e", "crashloop");
+    let sid = run_pod(&c, &pod).await;
+    let mut ids = Vec::new();
+    for attempt in 0..3 {
+        // Without a stream a container must live longer than a relist period to be
+        // seen running at all (GenericPLEG's documented blind spot).
+        let life = if env.has_stream() { Duration::from_millis(500) } else { Duration::from_millis(2500) };
+        let spec = ContainerSpec::new("crasher").attempt(attempt).exits_after(life, 1);
+        let (id, _) = start(&c, &pod, &sid, &spec).await;
+        wait_event(&mut sc, &mut seen, Duration::from_secs(10), is(EventType::ContainerStarted, &id)).await;
+        let (_, died) =
+            wait_event(&mut sc, &mut seen, Duration::from_secs(10), is(EventType::ContainerDied, &id)).await;
+        assert_eq!(exit_code(&died), 1);
+        ids.push(id);
+    }
+    let status = sc.cache.get(&pod.uid).unwrap().status.clone().unwrap();
+    let attempts: Vec<_> = status.containers.iter().map(|c| c.attempt).collect();
+    assert_eq!(attempts, [2, 1, 0], "newest attempt first");
+    remove_pod(&c, &sid).await;
+    sc.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn fifty_pods_at_once_are_all_seen_and_the_cache_matches_the_runtime() {
+    let env = env();
+    let c = env.client();
+    let mut sc = env.sidecar().await;
+    let pods: Vec<_> = (0..50).map(|i| PodSpec::new("e2e", &format!("many-{i}"))).collect();
+    let mut set = tokio::task::JoinSet::new();
+    for (i, pod) in pods.iter().cloned().enumerate() {
+        let c = c.clone();
+        set.spawn(async move {
+            let sid = run_pod(&c, &pod).await;
+            let spec = if i % 5 == 0 {
+                ContainerSpec::new("app").exits_after(Duration::from_secs(1), 2)
+            } else {
+                ContainerSpec::new("app")
+            };
+            let (id, _) = start(&c, &pod, &sid, &spec).await;
+            (sid, id)
+        });
+        if set.len() >= 4 {
+            set.join_next().await;
+        }
+    }
+    while set.join_next().await.is_some() {}
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        sc.until_quiet(Duration::from_millis(500)).await;
+        let cached: usize = pods
+            .iter()
+            .filter_map(|p| sc.cache.get(&p.uid))
+            .filter(|e| e.status.as_ref().is_some_and(|s| s.containers.len() == 1))
+            .count();
+        if cached == 50 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {cached} of 50 pods cached with their container");
+    }
+    // Once quiet, the cache agrees with what the runtime says now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    sc.until_quiet(Duration::from_millis(1500)).await;
+    let listed = c.list_containers(None).await.unwrap();
+    for pod in &pods {
+        let entry = sc.cache.get(&pod.uid).unwrap();
+        let st = entry.status.as_ref().unwrap();
+        let cached = &st.containers[0];
+        let live = listed.iter().find(|x| x.id == cached.id).expect("container listed");
+        assert_eq!(plegd::model::ContainerState::from_cri(live.state), cached.state, "{}", pod.name);
+    }
+    let all = c.list_pod_sandboxes(None).await.unwrap();
+    for s in all {
+        c.raw().stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: s.id.clone() }).await.unwrap();
+        c.raw().remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: s.id }).await.unwrap();
+    }
+    sc.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn a_container_that_dies_while_containerd_is_down_is_reported_after_it_returns() {
+    let env = env();
+    let c = env.client();
+    let mut sc = env.sidecar().await;
+    let mut seen = Vec::new();
+    let pod = PodSpec::new("e2e", "outage");
+    let sid = run_pod(&c, &pod).await;
+    let (id, _) = start(&c, &pod, &sid, &ContainerSpec::new("main").exits_after(Duration::from_secs(3), 4)).await;
+    wait_event(&mut sc, &mut seen, Duration::from_secs(10), is(EventType::ContainerStarted, &id)).await;
+    env.ctl("kill");
+    sc.wait_stream(Duration::from_secs(10), |s| s != StreamState::Up).await;
+    tokio::time::sleep(Duration::from_secs(5)).await; // the container exits meanwhile
+    assert!(
+        sc.cache.get(&pod.uid).unwrap().status.as_ref().unwrap().containers[0].state
+            == plegd::model::ContainerState::Running
+    );
+    env.ctl("resume");
+    let (_, died) = wait_event(&mut sc, &mut seen, Duration::from_secs(30), is(EventType::ContainerDied, &id)).await;
+    // plegd reports what the runtime knows. containerd 1.6 recovers the real exit code
+    // from the shim; 1.7.24 reports 255 for a task that exited while it was down.
+    let live = c.container_status(&id).await.unwrap();
+    assert_eq!(exit_code(&died), live.exit_code);
+    figure(&format!(
+        "containerd {}: a container that exited (code 4) while containerd was down is reported with exit code {} reason {:?}",
+        env.version, live.exit_code, live.reason
+    ));
+    if env.version == "1.6" {
+        assert_eq!(live.exit_code, 4);
+    }
+    if env.has_stream() {
+        sc.wait_stream(Duration::from_secs(30), |s| s == StreamState::Up).await;
+    }
+    remove_pod(&c, &sid).await;
+    sc.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn a_runtime_socket_that_appears_later_is_picked_up() {
+    let env = env();
+    env.ctl("kill");
+    let path = env.endpoint.trim_start_matches("unix://").to_string();
+    let _ = std::fs::remove_file(&path);
+    let mut sc = start_sidecar(env.client(), Mode::Auto, Duration::from_millis(500), Duration::from_secs(300));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!sc.health.first_relist_done(), "no relist can succeed without the runtime");
+    env.ctl("resume");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sc.health.first_relist_done() {
+        assert!(Instant::now() < deadline, "never relisted after the socket appeared");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if env.has_stream() {
+        sc.wait_stream(Duration::from_secs(30), |s| s == StreamState::Up).await;
+    }
+    sc.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn a_container_removed_behind_plegds_back_is_reported_removed() {
+    let env = env();
+    let c = env.client();
+    let mut sc = env.sidecar().await;
+    let mut seen = Vec::new();
+    let pod = PodSpec::new("e2e", "behind");
+    let sid = run_pod(&c, &pod).await;
+    let (id, _) = start(&c, &pod, &sid, &ContainerSpec::new("main")).await;
+    wait_event(&mut sc, &mut seen, Duration::from_secs(10), is(EventType::ContainerStarted, &id)).await;
+    // Another client (crictl rm -f, say) removes the running container.
+    let other = env.client();
+    other.raw().remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.unwrap();
+    let (_, died) = wait_event(&mut sc, &mut seen, Duration::from_secs(10), is(EventType::ContainerDied, &id)).await;
+    let (_, removed) =
+        wait_event(&mut sc, &mut seen, Duration::from_secs(10), is(EventType::ContainerRemoved, &id)).await;
+    assert!(
+        seen.iter().position(|(_, e)| e.container_id == died.container_id && e.kind == EventType::ContainerDied)
+            < seen
+                .iter()
+                .position(|(_, e)| e.container_id == removed.container_id && e.kind == EventType::ContainerRemoved)
+    );
+    assert!(sc.cache.get(&pod.uid).unwrap().status.as_ref().unwrap().containers.is_empty());
+    remove_pod(&c, &sid).await;
+    sc.stop().await;
+}
