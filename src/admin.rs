@@ -33,6 +33,34 @@ pub enum AdminError {
     Serve(#[source] std::io::Error),
 }
 
+/// Readiness, derived from the subsystems: the first relist completed, PLEG is
+/// healthy, and (with `--mode evented`) the event stream is up. The sockets are bound
+/// before any of this can be true.
+#[derive(Clone)]
+pub struct Readiness {
+    /// PLEG health.
+    pub health: PlegHealth,
+    /// The CRI event stream's state.
+    pub stream: tokio::sync::watch::Receiver<crate::pleg::evented::StreamState>,
+    /// Whether the stream is required.
+    pub require_stream: bool,
+}
+
+impl Readiness {
+    /// `Ok`, or why not ready.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.health.first_relist_done() {
+            return Err("the first relist has not completed".into());
+        }
+        self.health.check().map_err(|msg| format!("PLEG is not healthy: {msg}"))?;
+        let stream = *self.stream.borrow();
+        if self.require_stream && !stream.is_up() {
+            return Err(format!("--mode evented requires the CRI event stream, which is {}", stream.as_str()));
+        }
+        Ok(())
+    }
+}
+
 /// What the admin handlers read.
 #[derive(Clone)]
 pub struct AdminState {
@@ -42,10 +70,8 @@ pub struct AdminState {
     pub health: PlegHealth,
     /// Relist loop liveness.
     pub liveness: crate::pleg::health::Liveness,
-    /// The CRI event stream's state.
-    pub stream: tokio::sync::watch::Receiver<crate::pleg::evented::StreamState>,
-    /// Whether readiness requires the stream (`--mode evented`).
-    pub require_stream: bool,
+    /// Readiness.
+    pub readiness: Readiness,
 }
 
 /// The admin server, bound and ready to serve.
@@ -105,18 +131,10 @@ async fn healthz(State(s): State<Arc<AdminState>>) -> Response {
 }
 
 async fn readyz(State(s): State<Arc<AdminState>>) -> Response {
-    if !s.health.first_relist_done() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "not ready: the first relist has not completed\n").into_response();
+    match s.readiness.check() {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Err(msg) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {msg}\n")).into_response(),
     }
-    if let Err(msg) = s.health.check() {
-        return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: PLEG is not healthy: {msg}\n")).into_response();
-    }
-    let stream = *s.stream.borrow();
-    if s.require_stream && !stream.is_up() {
-        let msg = format!("not ready: --mode evented requires the CRI event stream, which is {}\n", stream.as_str());
-        return (StatusCode::SERVICE_UNAVAILABLE, msg).into_response();
-    }
-    (StatusCode::OK, "ok\n").into_response()
 }
 
 /// How long the relist loop may go without a turn before `/livez` fails.

@@ -7,18 +7,20 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admin::{AdminError, AdminServer, AdminState, liveness_window};
+use crate::admin::{AdminError, AdminServer, AdminState, Readiness, liveness_window};
+use crate::api::{ApiError, PodLifecycleService};
 use crate::backoff::Backoff;
 use crate::cache::{self, PodCache};
 use crate::config::RunConfig;
 use crate::cri::RuntimeService;
 use crate::cri::client::{ClientOptions, CriClient};
+use crate::journal::Journal;
 use crate::metrics::Metrics;
 use crate::pleg::evented::{self, EventedWatcher, Mode, StreamState};
 use crate::pleg::generic::{GenericPleg, PlegHandle, RelistConfig};
 use crate::pleg::health::{Liveness, PlegHealth};
 use crate::pleg::hints::PodHints;
-use crate::publish::{self, EventFeed};
+use crate::publish;
 use crate::uds::UdsError;
 
 /// Errors of starting the sidecar.
@@ -29,23 +31,33 @@ pub enum AppError {
     Admin(#[from] AdminError),
     /// The runtime endpoint is unusable.
     #[error("--runtime-endpoint: {0}")]
-    Endpoint(#[from] UdsError),
+    Endpoint(#[source] UdsError),
+    /// The API socket could not be bound.
+    #[error("--listen: {0}")]
+    Listen(#[source] UdsError),
+    /// The API server failed.
+    #[error(transparent)]
+    Api(#[from] ApiError),
 }
 
 /// Handles on a running sidecar.
 pub struct Sidecar {
     /// The pod-status cache.
     pub cache: PodCache,
-    /// Published lifecycle events.
-    pub feed: EventFeed,
+    /// The journal of published events.
+    pub journal: Journal,
     /// PLEG health.
     pub health: PlegHealth,
+    /// Readiness, as `/readyz` and grpc health report it.
+    pub readiness: Readiness,
     /// Metrics.
     pub metrics: Metrics,
     /// Relist requests.
     pub pleg: PlegHandle,
     /// Where the admin server listens.
     pub admin_addr: SocketAddr,
+    /// The API socket.
+    pub api_socket: std::path::PathBuf,
     /// The CRI client.
     pub runtime: CriClient,
     /// The event stream's state.
@@ -53,14 +65,16 @@ pub struct Sidecar {
 }
 
 /// Starts the sidecar's tasks in `tracker`; they stop when `shutdown` is cancelled.
+/// Sockets are bound before anything runs, so a bad address fails here.
 pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &CancellationToken) -> Result<Sidecar, AppError> {
     let metrics = Metrics::new();
     let opts = ClientOptions { timeout: cfg.runtime_request_timeout, ..Default::default() };
-    let client = CriClient::new(&cfg.runtime_endpoint, opts, Some(metrics.cri.clone()))?;
+    let client = CriClient::new(&cfg.runtime_endpoint, opts, Some(metrics.cri.clone())).map_err(AppError::Endpoint)?;
     let (writer, cache) = cache::new();
     let health = PlegHealth::new(cfg.relist_threshold);
     let liveness = Liveness::new(liveness_window(cfg.relist_period, cfg.inspect_timeout, cfg.runtime_request_timeout));
-    let (events_tx, publisher, feed) = publish::channel(4096, Some(metrics.events.clone()));
+    let journal = Journal::new(cfg.journal_capacity, cfg.watch_buffer, Some(metrics.journal.clone()));
+    let (events_tx, publisher) = publish::channel(4096, journal.clone(), Some(metrics.events.clone()));
     let relist = RelistConfig {
         period: cfg.relist_period,
         concurrency: cfg.inspect_concurrency,
@@ -72,13 +86,13 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
         .with_liveness(liveness.clone())
         .with_hints(hints.clone(), state_rx.clone(), cfg.evented_relist_period);
     let handle = pleg.handle();
-    let admin_state = AdminState {
-        metrics: metrics.clone(),
-        health: health.clone(),
-        liveness,
-        stream: state_rx.clone(),
-        require_stream: cfg.mode == Mode::Evented,
-    };
+    let readiness =
+        Readiness { health: health.clone(), stream: state_rx.clone(), require_stream: cfg.mode == Mode::Evented };
+
+    // Bind both sockets before starting anything.
+    let api_listener = crate::uds::bind(&cfg.api.socket, 0o660).await.map_err(AppError::Listen)?;
+    let admin_state =
+        AdminState { metrics: metrics.clone(), health: health.clone(), liveness, readiness: readiness.clone() };
     let admin = AdminServer::bind(cfg.admin_addr, admin_state).await?;
     let admin_addr = admin.local_addr();
 
@@ -99,8 +113,39 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
             sd.cancel();
         }
     });
-    tracing::info!(runtime = %cfg.runtime_endpoint, admin = %admin_addr, "plegd started");
-    Ok(Sidecar { cache, feed, health, metrics, pleg: handle, admin_addr, runtime: client, stream: state_rx })
+    let svc = PodLifecycleService::new(
+        journal.clone(),
+        cache.clone(),
+        cfg.api.clone(),
+        metrics.api.clone(),
+        shutdown.clone(),
+    );
+    let sd = shutdown.clone();
+    let ready = readiness.clone();
+    let socket = cfg.api.socket.clone();
+    tracker.spawn(async move {
+        if let Err(e) = crate::api::serve(api_listener, svc, move || ready.check().is_ok(), sd.clone()).await {
+            tracing::error!(error = %e, "gRPC API stopped");
+            sd.cancel();
+        }
+        let _ = std::fs::remove_file(&socket);
+    });
+    tracing::info!(
+        runtime = %cfg.runtime_endpoint, api = %cfg.api.socket.display(), admin = %admin_addr,
+        mode = ?cfg.mode, "plegd started"
+    );
+    Ok(Sidecar {
+        cache,
+        journal,
+        health,
+        readiness,
+        metrics,
+        pleg: handle,
+        admin_addr,
+        api_socket: cfg.api.socket.clone(),
+        runtime: client,
+        stream: state_rx,
+    })
 }
 
 /// Logs the runtime's name and version once it answers; until then says, once, that

@@ -28,6 +28,78 @@ pub enum Command {
     Demo(DemoArgs),
     /// Serve the simulated CRI runtime on a unix socket.
     Sim(SimArgs),
+    /// Print lifecycle events from a running plegd (reconnects and resumes by itself).
+    Watch(WatchArgs),
+    /// List the pods a running plegd has cached.
+    Pods(PodsArgs),
+}
+
+/// Which plegd to talk to, and which pods.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// plegd's gRPC socket.
+    #[arg(long, env = "PLEGD_SOCKET", default_value = "unix:///run/plegd/plegd.sock")]
+    pub socket: String,
+    /// Only pods in this namespace.
+    #[arg(long, short = 'n', env = "PLEGD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Only the pod with this name.
+    #[arg(long, env = "PLEGD_POD")]
+    pub pod: Option<String>,
+    /// Only the pod with this UID.
+    #[arg(long, env = "PLEGD_POD_UID")]
+    pub pod_uid: Option<String>,
+    /// Only pods whose sandbox labels match this Kubernetes label selector.
+    #[arg(long, short = 'l', env = "PLEGD_SELECTOR")]
+    pub selector: Option<String>,
+    /// Output: readable lines or a table, or JSON.
+    #[arg(short = 'o', long, env = "PLEGD_OUTPUT", value_enum, default_value = "text")]
+    pub output: OutputFormat,
+}
+
+/// `plegd watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Connection and filters.
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Resume after this revision instead of starting with a snapshot.
+    #[arg(long, env = "PLEGD_SINCE", default_value_t = 0)]
+    pub since: u64,
+    /// Only these event types (repeat or comma-separate): CONTAINER_STARTED,
+    /// CONTAINER_DIED, CONTAINER_REMOVED, CONTAINER_CHANGED, POD_SYNC, CRASH_LOOP,
+    /// CRASH_LOOP_CLEARED.
+    #[arg(long = "type", short = 't', env = "PLEGD_TYPE", value_delimiter = ',')]
+    pub types: Vec<crate::pleg::EventType>,
+    /// Also print the snapshot's pods in text output.
+    #[arg(long, env = "PLEGD_SHOW_SNAPSHOT")]
+    pub show_snapshot: bool,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// `plegd pods`.
+#[derive(Debug, Args)]
+pub struct PodsArgs {
+    /// Connection and filters.
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+impl ClientArgs {
+    /// The server-side filter.
+    pub fn filter(&self) -> crate::proto::plegd::PodFilter {
+        crate::proto::plegd::PodFilter {
+            namespace: self.namespace.clone().unwrap_or_default(),
+            pod_uid: self.pod_uid.clone().unwrap_or_default(),
+            pod_name: self.pod.clone().unwrap_or_default(),
+            label_selector: self.selector.clone().unwrap_or_default(),
+        }
+    }
 }
 
 /// Flags of the CRI client.
@@ -76,6 +148,31 @@ pub struct PlegArgs {
     pub inspect_timeout: Duration,
 }
 
+/// Flags of the gRPC API.
+#[derive(Debug, Args)]
+pub struct ApiArgs {
+    /// gRPC API socket (created with mode 0660 in a directory made 0750; a stale
+    /// socket file is replaced).
+    #[arg(long, env = "PLEGD_LISTEN", default_value = "unix:///run/plegd/plegd.sock")]
+    pub listen: String,
+    /// Peer UIDs allowed to connect (comma-separated or repeated); none: socket
+    /// permissions only.
+    #[arg(long, env = "PLEGD_ALLOW_UID", value_delimiter = ',')]
+    pub allow_uid: Vec<u32>,
+    /// Peer GIDs allowed to connect.
+    #[arg(long, env = "PLEGD_ALLOW_GID", value_delimiter = ',')]
+    pub allow_gid: Vec<u32>,
+    /// Events kept for resuming watchers.
+    #[arg(long, env = "PLEGD_JOURNAL_CAPACITY", default_value_t = 100_000)]
+    pub journal_capacity: usize,
+    /// Events buffered per watcher before it is reset as a slow consumer.
+    #[arg(long, env = "PLEGD_WATCH_BUFFER", default_value_t = 4096)]
+    pub watch_buffer: usize,
+    /// A watch stream idle this long gets a bookmark.
+    #[arg(long, env = "PLEGD_BOOKMARK_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub bookmark_interval: Duration,
+}
+
 /// Flags of the admin HTTP server.
 #[derive(Debug, Args)]
 pub struct AdminArgs {
@@ -113,6 +210,9 @@ pub struct RunArgs {
     /// PLEG.
     #[command(flatten)]
     pub pleg: PlegArgs,
+    /// gRPC API.
+    #[command(flatten)]
+    pub api: ApiArgs,
     /// Admin HTTP.
     #[command(flatten)]
     pub admin: AdminArgs,
@@ -230,6 +330,12 @@ pub struct RunConfig {
     pub admin_addr: SocketAddr,
     /// Event-stream reconnection settings.
     pub evented: crate::pleg::evented::EventedConfig,
+    /// The API's socket and policies.
+    pub api: crate::api::ApiConfig,
+    /// Events kept in the journal.
+    pub journal_capacity: usize,
+    /// Events buffered per watcher.
+    pub watch_buffer: usize,
 }
 
 fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -270,6 +376,24 @@ impl TryFrom<&RunArgs> for RunConfig {
             inspect_timeout: positive("--inspect-timeout", a.pleg.inspect_timeout)?,
             admin_addr: a.admin.admin_addr,
             evented: Default::default(),
+            api: crate::api::ApiConfig {
+                socket: parse_unix_endpoint(&a.api.listen).map_err(|e| invalid("--listen", e.to_string()))?,
+                allow_uids: a.api.allow_uid.clone(),
+                allow_gids: a.api.allow_gid.clone(),
+                bookmark_interval: positive("--bookmark-interval", a.api.bookmark_interval)?,
+                max_wait: Duration::from_secs(300),
+                handshake_timeout: Duration::from_secs(10),
+            },
+            journal_capacity: if a.api.journal_capacity == 0 {
+                return Err(invalid("--journal-capacity", "must be at least 1"));
+            } else {
+                a.api.journal_capacity
+            },
+            watch_buffer: if a.api.watch_buffer == 0 {
+                return Err(invalid("--watch-buffer", "must be at least 1"));
+            } else {
+                a.api.watch_buffer
+            },
         })
     }
 }

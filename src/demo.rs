@@ -6,12 +6,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{OutputFormat, RunConfig};
-use crate::pleg::PodLifecycleEvent;
 use crate::sim::SimRuntime;
 use crate::sim::churn::{Churn, ChurnConfig};
 
@@ -67,8 +65,13 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
     let mut run_cfg = RunConfig::for_endpoint(&endpoint).map_err(|e| DemoError::Setup(e.to_string()))?;
     run_cfg.relist_period = cfg.relist_period;
     run_cfg.admin_addr = cfg.admin_addr;
+    run_cfg.api.socket = dir.join("plegd.sock");
     let sidecar = crate::app::start(&run_cfg, &tracker, &inner).await?;
-    let mut events = sidecar.feed.subscribe();
+    let journal = sidecar.journal.clone();
+    let live = |j: &crate::journal::Journal| {
+        j.subscribe(crate::journal::Since::Revision(j.revision(), j.epoch()), Default::default())
+    };
+    let mut events = live(&journal);
     eprintln!(
         "plegd demo: simulated runtime with {} pods × {} containers, {} changes/s",
         cfg.churn.pods, cfg.churn.containers_per_pod, cfg.churn.churn_per_sec
@@ -79,13 +82,15 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
         "  health          http://{}/healthz   readiness http://{}/readyz",
         sidecar.admin_addr, sidecar.admin_addr
     );
+    let api = format!("unix://{}", sidecar.api_socket.display());
+    eprintln!("  gRPC API        {api}   (try: plegd watch --socket {api})");
     eprintln!(
         "  stop with Ctrl-C{}",
         cfg.duration.map(|d| format!(" (or after {})", humantime::format_duration(d))).unwrap_or_default()
     );
     if cfg.output == OutputFormat::Text {
         println!(
-            "{:<12}  {:<18}  {:<8}  {:<32}  {:<14}  {:<12}  latency",
+            "{:<12}  {:<18}  {:<10}  {:<32}  {:<14}  {:<12}  latency",
             "time", "event", "source", "pod", "container", "id"
         );
     }
@@ -103,23 +108,27 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = &mut deadline => break,
-            ev = events.recv() => match ev {
-                Ok(ev) => {
+            ev = events.next() => match ev {
+                Some(entry) => {
+                    let ev = &entry.event;
                     *summary.by_type.entry(ev.kind.as_str()).or_default() += 1;
                     if let Some(l) = ev.latency() {
                         summary.latencies_ms.push(l.as_secs_f64() * 1e3);
                     }
+                    let api = ev.to_api();
                     let line = match cfg.output {
-                        OutputFormat::Text => format_line(&ev),
-                        OutputFormat::Json => serde_json::to_string(&*ev).unwrap_or_default(),
+                        OutputFormat::Text => crate::client::format_event(&api),
+                        OutputFormat::Json => crate::client::event_json(&api).to_string(),
                     };
                     let mut out = stdout.lock();
                     if writeln!(out, "{line}").is_err() {
                         break;
                     }
                 }
-                Err(RecvError::Lagged(n)) => eprintln!("(skipped {n} events: terminal too slow)"),
-                Err(RecvError::Closed) => break,
+                None => {
+                    eprintln!("(the terminal fell behind; skipping to the newest events)");
+                    events = live(&journal);
+                }
             }
         }
     }
@@ -136,34 +145,6 @@ fn scratch_dir() -> Result<PathBuf, DemoError> {
     let dir = std::env::temp_dir().join(format!("plegd-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| DemoError::Setup(format!("cannot create {}: {e}", dir.display())))?;
     Ok(dir)
-}
-
-/// One readable line for an event.
-pub fn format_line(ev: &PodLifecycleEvent) -> String {
-    let time = humantime::format_rfc3339_millis(ev.observed_at).to_string();
-    let clock = time.get(11..23).unwrap_or(&time);
-    let container = if ev.is_sandbox {
-        "(sandbox)"
-    } else if ev.container_name.is_empty() {
-        "-"
-    } else {
-        &ev.container_name
-    };
-    let id = if ev.container_id.is_empty() { "-" } else { &ev.container_id[..ev.container_id.len().min(12)] };
-    let latency = ev.latency().map(|l| format!("{:.1}ms", l.as_secs_f64() * 1e3)).unwrap_or_else(|| "-".into());
-    let pod = format!("{}/{}", ev.pod_namespace, ev.pod_name);
-    let exit = ev
-        .pod
-        .as_ref()
-        .and_then(|p| p.containers.iter().find(|c| c.id == ev.container_id))
-        .filter(|_| ev.kind == crate::pleg::EventType::ContainerDied)
-        .map(|c| format!("  exit {}", c.exit_code))
-        .unwrap_or_default();
-    format!(
-        "{clock:<12}  {:<18}  {:<8}  {pod:<32}  {container:<14}  {id:<12}  {latency}{exit}",
-        ev.kind.as_str(),
-        ev.source.as_str()
-    )
 }
 
 fn print_summary(s: &DemoSummary) {

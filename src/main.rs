@@ -56,8 +56,13 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Run(a) => &a.log,
         Command::Demo(a) => &a.log,
         Command::Sim(a) => &a.log,
+        Command::Watch(a) => &a.log,
+        Command::Pods(a) => &a.log,
     };
-    let default_level = if matches!(cli.command, Command::Demo(_)) { "warn" } else { "info" };
+    let default_level = match cli.command {
+        Command::Demo(_) | Command::Watch(_) | Command::Pods(_) => "warn",
+        _ => "info",
+    };
     if let Err(msg) = plegd::telemetry::init(log, default_level) {
         return usage(&msg);
     }
@@ -105,6 +110,19 @@ async fn run(cli: Cli) -> ExitCode {
                 }
             }
         }
+        Command::Watch(args) => {
+            let opts = plegd::client::WatchOptions {
+                since: args.since,
+                filter: args.client.filter(),
+                types: args.types.iter().map(|t| t.to_api()).collect(),
+                json: args.client.output == config::OutputFormat::Json,
+                show_snapshot: args.show_snapshot,
+            };
+            client_exit(plegd::client::watch(&args.client.socket, opts, shutdown.clone()).await)
+        }
+        Command::Pods(args) => {
+            client_exit(plegd::client::pods(&args.client.socket, args.client.filter(), args.client.output).await)
+        }
         Command::Sim(args) => {
             let churn = match config::churn_config(&args.churn) {
                 Ok(c) => c,
@@ -127,6 +145,17 @@ async fn run(cli: Cli) -> ExitCode {
     exited.cancel();
     let _ = signal_task.await;
     status
+}
+
+fn client_exit(res: Result<(), plegd::client::ClientError>) -> ExitCode {
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_usage() => usage(&e.to_string()),
+        Err(e) => {
+            eprintln!("plegd: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Cancels `shutdown` on the first SIGINT or SIGTERM; exits at once on the second,

@@ -42,6 +42,13 @@ pub struct StateLabel {
     pub state: String,
 }
 
+/// Label set `{reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Reason, as in the API enum.
+    pub reason: String,
+}
+
 /// Label set `{mode}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ModeLabel {
@@ -107,6 +114,10 @@ pub struct Metrics {
     pub cri: CriMetrics,
     /// Event metrics.
     pub events: EventMetrics,
+    /// Journal metrics.
+    pub journal: crate::journal::JournalMetrics,
+    /// API metrics.
+    pub api: crate::api::ApiMetrics,
 }
 
 /// Buckets for fast things (CRI calls, event latency): 100 µs … ~13 s.
@@ -186,7 +197,18 @@ impl Metrics {
             "From the runtime's time of a change to the event being published",
             events.delivery_latency.clone(),
         );
-        Self { registry: Arc::new(r), pleg, cri, events }
+        let journal = crate::journal::JournalMetrics::default();
+        r.register("plegd_journal_revision", "The latest event revision", journal.revision.clone());
+        r.register("plegd_watch_resets", "Watch streams told to start over, by reason", journal.resets.clone());
+        let api = crate::api::ApiMetrics::default();
+        r.register("plegd_watch_clients", "Open Watch streams", api.watch_clients.clone());
+        r.register("plegd_api_connections", "API connections accepted", api.accepted.clone());
+        r.register(
+            "plegd_api_connections_refused",
+            "API connections refused by the peer-credential allowlist",
+            api.refused.clone(),
+        );
+        Self { registry: Arc::new(r), pleg, cri, events, journal, api }
     }
 
     /// The registry in Prometheus text format.

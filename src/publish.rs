@@ -1,44 +1,29 @@
-//! The publisher: takes the PLEG's events in order, accounts them in metrics, and fans
-//! them out to in-process subscribers.
+//! The publisher: takes the PLEG's events in order, accounts them in metrics, and
+//! appends them to the journal, which gives each its revision and fans it out.
 
-use std::sync::Arc;
-
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::journal::Journal;
 use crate::metrics::{EventMetrics, TypeSource};
 use crate::pleg::PodLifecycleEvent;
 
 /// Receives events from producers and publishes them.
 pub struct Publisher {
     rx: mpsc::Receiver<PodLifecycleEvent>,
-    tx: broadcast::Sender<Arc<PodLifecycleEvent>>,
+    journal: Journal,
     metrics: Option<EventMetrics>,
-}
-
-/// Subscribes to published events. Cheap to clone.
-#[derive(Clone)]
-pub struct EventFeed {
-    tx: broadcast::Sender<Arc<PodLifecycleEvent>>,
 }
 
 /// Creates the producer side (bounded: a full channel makes producers wait, it never
-/// drops), the publisher, and the feed.
+/// drops) and the publisher that appends to `journal`.
 pub fn channel(
     capacity: usize,
+    journal: Journal,
     metrics: Option<EventMetrics>,
-) -> (mpsc::Sender<PodLifecycleEvent>, Publisher, EventFeed) {
-    let (in_tx, rx) = mpsc::channel(capacity);
-    let (tx, _) = broadcast::channel(capacity.max(16));
-    (in_tx, Publisher { rx, tx: tx.clone(), metrics }, EventFeed { tx })
-}
-
-impl EventFeed {
-    /// A subscription to events published from now on. A subscriber that falls behind
-    /// by the channel's capacity gets `Lagged`.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<PodLifecycleEvent>> {
-        self.tx.subscribe()
-    }
+) -> (mpsc::Sender<PodLifecycleEvent>, Publisher) {
+    let (tx, rx) = mpsc::channel(capacity);
+    (tx, Publisher { rx, journal, metrics })
 }
 
 impl Publisher {
@@ -47,13 +32,11 @@ impl Publisher {
             m.total
                 .get_or_create(&TypeSource { r#type: ev.kind.as_str().into(), source: ev.source.as_str().into() })
                 .inc();
-            if let Some(t) = ev.runtime_timestamp
-                && let Ok(d) = std::time::SystemTime::now().duration_since(t)
-            {
+            if let Some(d) = ev.runtime_timestamp.and_then(|t| std::time::SystemTime::now().duration_since(t).ok()) {
                 m.delivery_latency.observe(d.as_secs_f64());
             }
         }
-        let _ = self.tx.send(Arc::new(ev));
+        self.journal.append(ev);
     }
 
     /// Publishes until shutdown or until every producer is gone; on shutdown it

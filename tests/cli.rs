@@ -113,6 +113,7 @@ fn a_runtime_missing_at_start_is_not_ready_then_ready_once_it_appears() {
     let mut sidecar = Killed(
         Command::new(BIN)
             .args(["run", "--runtime-endpoint", &endpoint, "--admin-addr", &format!("127.0.0.1:{port}")])
+            .args(["--listen", &format!("unix://{}", dir.path().join("api/plegd.sock").display())])
             .args(["--relist-period", "100ms"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -160,7 +161,17 @@ fn a_runtime_missing_at_start_is_not_ready_then_ready_once_it_appears() {
 fn an_admin_address_in_use_is_a_clear_error() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let out = plegd(&["run", "--runtime-endpoint", "unix:///nonexistent/cri.sock", "--admin-addr", &addr]);
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("unix://{}", dir.path().join("plegd.sock").display());
+    let out = plegd(&[
+        "run",
+        "--runtime-endpoint",
+        "unix:///nonexistent/cri.sock",
+        "--admin-addr",
+        &addr,
+        "--listen",
+        &listen,
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cannot listen on") && stderr.contains(&addr), "{stderr}");
@@ -207,6 +218,7 @@ fn evented_mode_is_not_ready_without_a_stream_and_ready_with_one() {
         let _sidecar = Killed(
             Command::new(BIN)
                 .args(["run", "--mode", "evented", "--runtime-endpoint", &endpoint])
+                .args(["--listen", &format!("unix://{}", dir.path().join("plegd.sock").display())])
                 .args(["--admin-addr", &format!("127.0.0.1:{port}"), "--relist-period", "100ms"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -230,4 +242,139 @@ fn evented_mode_is_not_ready_without_a_stream_and_ready_with_one() {
 #[test]
 fn an_unknown_mode_names_the_flag() {
     assert_usage_error(&["run", "--mode", "fast"], "--mode");
+}
+
+/// A `plegd sim` and a `plegd run` on it, in a temporary directory.
+struct Node {
+    dir: tempfile::TempDir,
+    sim: Killed,
+    run: Option<Killed>,
+    port: u16,
+}
+
+impl Node {
+    fn api(&self) -> String {
+        format!("unix://{}", self.dir.path().join("api/plegd.sock").display())
+    }
+
+    fn start_run(&mut self) {
+        let endpoint = format!("unix://{}", self.dir.path().join("cri.sock").display());
+        let port = self.port;
+        self.run = Some(Killed(
+            Command::new(BIN)
+                .args(["run", "--runtime-endpoint", &endpoint, "--listen", &self.api()])
+                .args(["--admin-addr", &format!("127.0.0.1:{port}"), "--relist-period", "200ms"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        ));
+        wait_for("plegd ready", Duration::from_secs(15), || get(port, "/readyz").is_some_and(|(c, _)| c == 200));
+    }
+
+    fn start(pods: usize, churn: f64) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let endpoint = format!("unix://{}", dir.path().join("cri.sock").display());
+        let sim = Killed(
+            Command::new(BIN)
+                .args([
+                    "sim",
+                    "--listen",
+                    &endpoint,
+                    "--pods",
+                    &pods.to_string(),
+                    "--churn-per-sec",
+                    &churn.to_string(),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_for("the simulated runtime", Duration::from_secs(10), || dir.path().join("cri.sock").exists());
+        let mut node = Self { dir, sim, run: None, port: free_port() };
+        node.start_run();
+        node
+    }
+}
+
+#[test]
+fn pods_lists_the_cache_as_a_table_and_as_json() {
+    let node = Node::start(4, 0.0);
+    let out = plegd(&["pods", "--socket", &node.api()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with("NAMESPACE"), "{table}");
+    assert!(table.contains("# 4 pods at revision"), "{table}");
+    let out = plegd(&["pods", "--socket", &node.api(), "-o", "json", "-n", "default"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pods = v["pods"].as_array().unwrap();
+    assert!(!pods.is_empty() && pods.iter().all(|p| p["namespace"] == "default"));
+    assert!(pods[0]["containers"][0]["state"].as_str().unwrap().starts_with("CONTAINER_STATE_"));
+    let _ = &node.sim;
+}
+
+#[test]
+fn watch_and_pods_refuse_a_missing_socket_and_a_bad_selector_with_status_64() {
+    assert_usage_error(&["watch", "--socket", "unix:///nonexistent/plegd.sock"], "--socket");
+    assert_usage_error(&["pods", "--socket", "unix:///nonexistent/plegd.sock"], "--socket");
+    let node = Node::start(1, 0.0);
+    assert_usage_error(&["pods", "--socket", &node.api(), "--selector", "app in web"], "parenthesised");
+    assert_usage_error(&["watch", "--socket", &node.api(), "--type", "EXPLODED"], "--type");
+}
+
+#[test]
+fn watch_prints_json_lines_and_survives_a_plegd_restart() {
+    use std::io::BufRead;
+    let mut node = Node::start(3, 4.0);
+    let mut watch = Killed(
+        Command::new(BIN)
+            .args(["watch", "--socket", &node.api(), "-o", "json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = watch.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            let v: serde_json::Value = serde_json::from_str(&line).expect("every line is JSON");
+            if tx.send(v).is_err() {
+                return;
+            }
+        }
+    });
+    let next = |what: &str| rx.recv_timeout(Duration::from_secs(15)).unwrap_or_else(|_| panic!("no {what}"));
+    let mut v = next("first message");
+    while v.get("synced").is_none() {
+        assert!(v.get("snapshot").is_some(), "{v}");
+        v = next("synced");
+    }
+    let epoch = v["synced"]["epoch"].as_u64().unwrap();
+    let ev = loop {
+        let v = next("an event");
+        if v.get("event").is_some() {
+            break v;
+        }
+    };
+    assert!(ev["event"]["type"].as_str().unwrap().starts_with("CONTAINER_"), "{ev}");
+    // plegd restarts: the watcher reconnects by itself and is told to start over.
+    node.run = None;
+    node.start_run();
+    let reset = loop {
+        let v = next("a reset after the restart");
+        if v.get("reset").is_some() {
+            break v;
+        }
+    };
+    assert_eq!(reset["reset"]["reason"], "REVISION_TOO_OLD", "{reset}");
+    let synced = loop {
+        let v = next("a new snapshot");
+        if let Some(s) = v.get("synced") {
+            break s.clone();
+        }
+    };
+    assert_ne!(synced["epoch"].as_u64().unwrap(), epoch, "a new process, a new epoch");
 }

@@ -124,6 +124,27 @@ impl EventType {
     }
 }
 
+impl std::str::FromStr for EventType {
+    type Err = String;
+
+    /// Parses the API enum name, in any case.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let all = [
+            Self::ContainerStarted,
+            Self::ContainerDied,
+            Self::ContainerRemoved,
+            Self::ContainerChanged,
+            Self::PodSync,
+            Self::CrashLoop,
+            Self::CrashLoopCleared,
+        ];
+        all.into_iter().find(|t| t.as_str().eq_ignore_ascii_case(s.trim())).ok_or_else(|| {
+            let names: Vec<_> = all.iter().map(|t| t.as_str()).collect();
+            format!("unknown event type {s:?} (one of {})", names.join(", "))
+        })
+    }
+}
+
 impl EventSource {
     /// The API enum name.
     pub fn as_str(self) -> &'static str {

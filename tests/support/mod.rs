@@ -330,3 +330,47 @@ pub fn replay(events: &[PodLifecycleEvent]) -> std::collections::BTreeMap<String
     }
     model
 }
+
+/// A whole plegd (`app::start`) on a simulated runtime, with its API socket.
+pub struct Plegd {
+    pub h: SimHarness,
+    pub app: plegd::app::Sidecar,
+    pub socket: String,
+    pub shutdown: CancellationToken,
+    pub tracker: TaskTracker,
+}
+
+/// Starts a simulated runtime and a plegd on it; `tune` adjusts the config.
+pub async fn start_plegd(tune: impl FnOnce(&mut plegd::config::RunConfig)) -> Plegd {
+    let h = SimHarness::start().await;
+    let mut cfg = plegd::config::RunConfig::for_endpoint(&h.endpoint).unwrap();
+    cfg.api.socket = h.dir.path().join("api/plegd.sock");
+    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
+    cfg.relist_period = Duration::from_millis(200);
+    cfg.evented = fast_evented();
+    tune(&mut cfg);
+    let shutdown = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let app = plegd::app::start(&cfg, &tracker, &shutdown).await.expect("plegd starts");
+    let socket = format!("unix://{}", cfg.api.socket.display());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while app.readiness.check().is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "plegd never became ready: {:?}", app.readiness.check());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Plegd { h, app, socket, shutdown, tracker }
+}
+
+impl Plegd {
+    /// A gRPC client on plegd's socket.
+    pub fn client(&self) -> plegd::proto::plegd::pod_lifecycle_client::PodLifecycleClient<tonic::transport::Channel> {
+        plegd::client::connect(&self.socket).expect("client")
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        tokio::time::timeout(Duration::from_secs(10), self.tracker.wait()).await.expect("plegd stops in time");
+        self.h.stop().await;
+    }
+}

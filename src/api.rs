@@ -1,0 +1,592 @@
+//! plegd's gRPC API on the `--listen` socket: `plegd.v1.PodLifecycle` (Watch, ListPods,
+//! GetPodStatus) and `grpc.health.v1.Health`, with peer-credential checks per
+//! connection and request size limits. The one mapping to `tonic::Status` lives here.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures_util::Stream;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use crate::cache::PodCache;
+use crate::journal::{Entry, Filter, Journal, ResetReason, Since, Start};
+use crate::model::{PodStatus, system_to_timestamp};
+use crate::pleg::EventType;
+use crate::proto::plegd as api;
+use crate::proto::plegd::pod_lifecycle_server::{PodLifecycle, PodLifecycleServer};
+use crate::selector::Selector;
+
+/// Largest request accepted (requests are small; this stops abuse, not users).
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// How the API serves.
+#[derive(Clone, Debug)]
+pub struct ApiConfig {
+    /// Socket path.
+    pub socket: PathBuf,
+    /// Peer UIDs allowed (with `allow_gids`: either matches); both empty: all.
+    pub allow_uids: Vec<u32>,
+    /// Peer GIDs allowed.
+    pub allow_gids: Vec<u32>,
+    /// A Watch stream with nothing to send for this long gets a bookmark.
+    pub bookmark_interval: Duration,
+    /// Longest wait of a `GetPodStatus` with `min_timestamp` and no deadline.
+    pub max_wait: Duration,
+    /// A new connection must send the HTTP/2 preface within this long.
+    pub handshake_timeout: Duration,
+}
+
+/// API metrics.
+#[derive(Clone, Default)]
+pub struct ApiMetrics {
+    /// `plegd_watch_clients`.
+    pub watch_clients: Gauge,
+    /// `plegd_api_connections_refused_total`.
+    pub refused: Counter,
+    /// `plegd_api_connections_total`.
+    pub accepted: Counter,
+}
+
+/// Errors of starting the API.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Serving failed.
+    #[error("gRPC server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// Invalid requests, mapped to `INVALID_ARGUMENT` at the boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The label selector does not parse.
+    #[error(transparent)]
+    Selector(#[from] crate::selector::SelectorError),
+    /// An event type number that does not exist.
+    #[error("unknown event type {0} in types")]
+    Type(i32),
+    /// A required field is empty.
+    #[error("{0} is required")]
+    Missing(&'static str),
+    /// No status newer than asked came in time.
+    #[error("no status of pod {uid} newer than {min} within {waited:?}")]
+    NotNewer {
+        /// The pod.
+        uid: String,
+        /// The time asked for, RFC 3339.
+        min: String,
+        /// How long plegd waited.
+        waited: Duration,
+    },
+}
+
+impl From<RequestError> for Status {
+    fn from(e: RequestError) -> Self {
+        match e {
+            RequestError::NotNewer { .. } => Status::deadline_exceeded(e.to_string()),
+            _ => Status::invalid_argument(e.to_string()),
+        }
+    }
+}
+
+/// The PodLifecycle service.
+#[derive(Clone)]
+pub struct PodLifecycleService {
+    journal: Journal,
+    cache: PodCache,
+    cfg: Arc<ApiConfig>,
+    metrics: ApiMetrics,
+    shutdown: CancellationToken,
+}
+
+impl PodLifecycleService {
+    /// A service over the journal and the cache.
+    pub fn new(
+        journal: Journal,
+        cache: PodCache,
+        cfg: ApiConfig,
+        metrics: ApiMetrics,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self { journal, cache, cfg: Arc::new(cfg), metrics, shutdown }
+    }
+}
+
+/// Builds a journal filter from the request, validating it.
+pub fn to_filter(f: Option<api::PodFilter>, types: &[i32]) -> Result<Filter, RequestError> {
+    let f = f.unwrap_or_default();
+    let mut set = std::collections::HashSet::new();
+    for t in types {
+        let kind = match api::LifecycleEventType::try_from(*t) {
+            Ok(api::LifecycleEventType::ContainerStarted) => EventType::ContainerStarted,
+            Ok(api::LifecycleEventType::ContainerDied) => EventType::ContainerDied,
+            Ok(api::LifecycleEventType::ContainerRemoved) => EventType::ContainerRemoved,
+            Ok(api::LifecycleEventType::ContainerChanged) => EventType::ContainerChanged,
+            Ok(api::LifecycleEventType::PodSync) => EventType::PodSync,
+            Ok(api::LifecycleEventType::CrashLoop) => EventType::CrashLoop,
+            Ok(api::LifecycleEventType::CrashLoopCleared) => EventType::CrashLoopCleared,
+            _ => return Err(RequestError::Type(*t)),
+        };
+        set.insert(kind);
+    }
+    Ok(Filter {
+        namespace: f.namespace,
+        pod_uid: f.pod_uid,
+        pod_name: f.pod_name,
+        selector: Selector::parse(&f.label_selector)?,
+        types: set,
+    })
+}
+
+fn watch_event(revision: u64, kind: api::watch_event::Kind) -> api::WatchEvent {
+    api::WatchEvent { revision, kind: Some(kind) }
+}
+
+fn pod_api(p: &PodStatus, cache: &PodCache) -> api::PodStatus {
+    let err = cache.get(&p.uid).and_then(|e| e.error.clone());
+    p.to_api(err.as_deref())
+}
+
+/// One Watch stream's sender side: runs until the client goes away or shutdown.
+struct WatchTask {
+    journal: Journal,
+    cache: PodCache,
+    filter: Arc<Filter>,
+    tx: mpsc::Sender<Result<api::WatchEvent, Status>>,
+    bookmark: Duration,
+    shutdown: CancellationToken,
+}
+
+impl WatchTask {
+    async fn send(&self, ev: api::WatchEvent) -> bool {
+        self.tx.send(Ok(ev)).await.is_ok()
+    }
+
+    async fn send_entry(&self, e: &Entry) -> bool {
+        self.send(watch_event(e.revision, api::watch_event::Kind::Event(e.event.to_api()))).await
+    }
+
+    async fn send_reset(&self, reason: ResetReason, message: &str) -> bool {
+        let reason = match reason {
+            ResetReason::SlowConsumer => api::ResetReason::SlowConsumer,
+            ResetReason::RevisionTooOld => api::ResetReason::RevisionTooOld,
+            ResetReason::RuntimeResync => api::ResetReason::RuntimeResync,
+        };
+        let reset = api::Reset { reason: reason as i32, message: message.into() };
+        self.send(watch_event(self.journal.revision(), api::watch_event::Kind::Reset(reset))).await
+    }
+
+    async fn run(self, since: Since) {
+        let mut since = since;
+        loop {
+            let mut sub = self.journal.subscribe(since, self.filter.clone());
+            if sub.reset == Some(ResetReason::RevisionTooOld) {
+                let msg = "the requested revision is no longer kept (or belongs to another plegd process); here is a fresh snapshot";
+                if !self.send_reset(ResetReason::RevisionTooOld, msg).await {
+                    return;
+                }
+            }
+            let start = std::mem::replace(&mut sub.start, Start::Replay(Vec::new()));
+            match start {
+                Start::Snapshot { pods, revision } => {
+                    let n = pods.len() as u32;
+                    for p in &pods {
+                        let ev = watch_event(revision, api::watch_event::Kind::Snapshot(pod_api(p, &self.cache)));
+                        if !self.send(ev).await {
+                            return;
+                        }
+                    }
+                    let synced = api::Synced { epoch: self.journal.epoch(), pods: n };
+                    if !self.send(watch_event(revision, api::watch_event::Kind::Synced(synced))).await {
+                        return;
+                    }
+                }
+                Start::Replay(entries) => {
+                    for e in &entries {
+                        if !self.send_entry(e).await {
+                            return;
+                        }
+                    }
+                }
+            }
+            // Live.
+            loop {
+                let idle = tokio::time::sleep(self.bookmark);
+                tokio::select! {
+                    _ = self.shutdown.cancelled() => return,
+                    _ = self.tx.closed() => return,
+                    entry = sub.next() => match entry {
+                        Some(e) => if !self.send_entry(&e).await { return },
+                        None => break,
+                    },
+                    _ = idle => {
+                        let ev = watch_event(self.journal.revision(), api::watch_event::Kind::Bookmark(api::Bookmark {}));
+                        if !self.send(ev).await {
+                            return;
+                        }
+                    }
+                }
+            }
+            // The buffer overflowed: the client must start over.
+            self.journal.count_reset(ResetReason::SlowConsumer);
+            tracing::info!("watch client fell behind; sending a reset and a fresh snapshot");
+            if !self
+                .send_reset(ResetReason::SlowConsumer, "this client did not keep up; here is a fresh snapshot")
+                .await
+            {
+                return;
+            }
+            since = Since::Snapshot;
+        }
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<api::WatchEvent, Status>> + Send>>;
+
+/// Counts a Watch stream for as long as it lives.
+struct ClientGuard(Gauge);
+
+impl Drop for ClientGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+#[tonic::async_trait]
+impl PodLifecycle for PodLifecycleService {
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, req: Request<api::WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        let r = req.into_inner();
+        let filter = Arc::new(to_filter(r.filter, &r.types)?);
+        let since = if r.since_revision == 0 { Since::Snapshot } else { Since::Revision(r.since_revision, r.epoch) };
+        let (tx, rx) = mpsc::channel(64);
+        let task = WatchTask {
+            journal: self.journal.clone(),
+            cache: self.cache.clone(),
+            filter,
+            tx,
+            bookmark: self.cfg.bookmark_interval,
+            shutdown: self.shutdown.clone(),
+        };
+        self.metrics.watch_clients.inc();
+        let guard = ClientGuard(self.metrics.watch_clients.clone());
+        // The task ends when the client goes away (the stream is dropped) or at
+        // shutdown.
+        tokio::spawn(async move {
+            let _guard = guard;
+            task.run(since).await;
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    async fn list_pods(&self, req: Request<api::ListPodsRequest>) -> Result<Response<api::ListPodsResponse>, Status> {
+        let filter = to_filter(req.into_inner().filter, &[])?;
+        let (pods, revision) = self.journal.list(&filter);
+        Ok(Response::new(api::ListPodsResponse {
+            pods: pods.iter().map(|p| pod_api(p, &self.cache)).collect(),
+            revision,
+            epoch: self.journal.epoch(),
+        }))
+    }
+
+    async fn get_pod_status(
+        &self,
+        req: Request<api::GetPodStatusRequest>,
+    ) -> Result<Response<api::GetPodStatusResponse>, Status> {
+        let deadline = grpc_timeout(req.metadata()).unwrap_or(self.cfg.max_wait).min(self.cfg.max_wait);
+        let r = req.into_inner();
+        if r.pod_uid.is_empty() {
+            return Err(RequestError::Missing("pod_uid").into());
+        }
+        let entry = match r.min_timestamp {
+            None => self.cache.get(&r.pod_uid),
+            Some(ts) => {
+                let min_wall = crate::model::nanos_to_system(ts.seconds * 1_000_000_000 + i64::from(ts.nanos))
+                    .unwrap_or(SystemTime::UNIX_EPOCH);
+                let min = wall_to_instant(min_wall);
+                match tokio::time::timeout(deadline, self.cache.get_newer_than(&r.pod_uid, min)).await {
+                    Ok(fresh) => fresh.entry,
+                    Err(_) => {
+                        return Err(RequestError::NotNewer {
+                            uid: r.pod_uid,
+                            min: crate::model::rfc3339(min_wall),
+                            waited: deadline,
+                        }
+                        .into());
+                    }
+                }
+            }
+        };
+        let timestamp = entry
+            .as_ref()
+            .map(|e| e.modified_wall)
+            .or_else(|| self.cache.global_timestamp_wall())
+            .map(system_to_timestamp);
+        let pod = entry.as_ref().and_then(|e| e.status.as_ref().map(|s| s.to_api(e.error.as_deref())));
+        Ok(Response::new(api::GetPodStatusResponse { pod, timestamp }))
+    }
+}
+
+/// A wall-clock time as a point on the monotonic clock.
+fn wall_to_instant(t: SystemTime) -> Instant {
+    let now_wall = SystemTime::now();
+    let now = Instant::now();
+    match now_wall.duration_since(t) {
+        Ok(ago) => now.checked_sub(ago).unwrap_or(now - now.elapsed()),
+        Err(ahead) => now + ahead.duration(),
+    }
+}
+
+/// The call's deadline from its `grpc-timeout` header.
+fn grpc_timeout(md: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let v = md.get("grpc-timeout")?.to_str().ok()?;
+    let (num, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = num.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Whether a peer may connect.
+pub fn peer_allowed(cfg: &ApiConfig, uid: u32, gid: u32) -> bool {
+    (cfg.allow_uids.is_empty() && cfg.allow_gids.is_empty())
+        || cfg.allow_uids.contains(&uid)
+        || cfg.allow_gids.contains(&gid)
+}
+
+/// The HTTP/2 client preface every gRPC connection starts with.
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Why a connection was turned away before reaching the gRPC server.
+fn screen_failure(cfg: &ApiConfig, conn: &UnixStream) -> Option<String> {
+    match conn.peer_cred() {
+        Ok(cred) if peer_allowed(cfg, cred.uid(), cred.gid()) => None,
+        Ok(cred) => Some(format!("peer uid {} gid {} not in --allow-uid/--allow-gid", cred.uid(), cred.gid())),
+        Err(e) => Some(format!("no peer credentials: {e}")),
+    }
+}
+
+/// Reads the HTTP/2 preface (bounded in time, failing fast on anything else) and
+/// returns the connection with the preface put back in front.
+async fn read_preface(mut conn: UnixStream, timeout: Duration) -> Result<Prefaced, String> {
+    use tokio::io::AsyncReadExt;
+    let check = async {
+        let mut buf = [0u8; 24];
+        let mut n = 0;
+        while n < buf.len() {
+            let got = conn.read(&mut buf[n..]).await.map_err(|e| e.to_string())?;
+            if got == 0 {
+                return Err("closed before the HTTP/2 preface".to_string());
+            }
+            n += got;
+            if buf[..n] != PREFACE[..n] {
+                return Err("not an HTTP/2 connection".to_string());
+            }
+        }
+        Ok(())
+    };
+    tokio::time::timeout(timeout, check).await.map_err(|_| format!("no HTTP/2 preface within {timeout:?}"))??;
+    Ok(Prefaced { replayed: 0, inner: conn })
+}
+
+/// A connection whose HTTP/2 preface was read for screening; reads replay it first.
+pub struct Prefaced {
+    replayed: usize,
+    inner: UnixStream,
+}
+
+impl tokio::io::AsyncRead for Prefaced {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.replayed < PREFACE.len() {
+            let rest = &PREFACE[self.replayed..];
+            let n = rest.len().min(buf.remaining());
+            buf.put_slice(&rest[..n]);
+            self.replayed += n;
+            return std::task::Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Prefaced {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+impl tonic::transport::server::Connected for Prefaced {
+    type ConnectInfo = <UnixStream as tonic::transport::server::Connected>::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+/// Accepts connections and screens each in its own task (peer credentials, then the
+/// HTTP/2 preface within the handshake timeout), so a stalled or hostile peer never
+/// holds up others. Screened connections come out of the returned stream.
+fn incoming(
+    listener: UnixListener,
+    cfg: Arc<ApiConfig>,
+    metrics: ApiMetrics,
+    shutdown: CancellationToken,
+) -> impl Stream<Item = Result<Prefaced, std::io::Error>> {
+    let (tx, rx) = mpsc::channel::<Result<Prefaced, std::io::Error>>(64);
+    tokio::spawn(async move {
+        loop {
+            let conn = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tx.closed() => return,
+                c = listener.accept() => c,
+            };
+            let conn = match conn {
+                Ok((c, _)) => c,
+                Err(e) => {
+                    // EMFILE and friends: wait a little rather than spin.
+                    tracing::warn!(error = %e, "accepting an API connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            if let Some(why) = screen_failure(&cfg, &conn) {
+                metrics.refused.inc();
+                tracing::warn!(reason = %why, "refused an API connection");
+                continue;
+            }
+            let (tx, timeout, metrics) = (tx.clone(), cfg.handshake_timeout, metrics.clone());
+            tokio::spawn(async move {
+                match read_preface(conn, timeout).await {
+                    Ok(conn) => {
+                        metrics.accepted.inc();
+                        let _ = tx.send(Ok(conn)).await;
+                    }
+                    Err(why) => tracing::info!(reason = %why, "dropped an API connection"),
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// Serves the API on `listener` until shutdown. `ready` reports readiness to the gRPC
+/// health service every second.
+pub async fn serve(
+    listener: UnixListener,
+    svc: PodLifecycleService,
+    ready: impl Fn() -> bool + Send + 'static,
+    shutdown: CancellationToken,
+) -> Result<(), ApiError> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let sd = shutdown.clone();
+    let health_task = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = sd.cancelled() => return,
+                _ = tick.tick() => {
+                    let status = if ready() { tonic_health::ServingStatus::Serving } else { tonic_health::ServingStatus::NotServing };
+                    reporter.set_service_status("", status).await;
+                    reporter.set_service_status("plegd.v1.PodLifecycle", status).await;
+                }
+            }
+        }
+    });
+    let cfg = svc.cfg.clone();
+    let metrics = svc.metrics.clone();
+    let res = tonic::transport::Server::builder()
+        .http2_max_header_list_size(16 * 1024)
+        .concurrency_limit_per_connection(256)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .add_service(health)
+        .add_service(PodLifecycleServer::new(svc).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .serve_with_incoming_shutdown(incoming(listener, cfg, metrics, shutdown.clone()), shutdown.cancelled())
+        .await;
+    health_task.abort();
+    Ok(res?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse() {
+        let mut md = tonic::metadata::MetadataMap::new();
+        md.insert("grpc-timeout", "1500m".parse().unwrap());
+        assert_eq!(grpc_timeout(&md), Some(Duration::from_millis(1500)));
+        md.insert("grpc-timeout", "2S".parse().unwrap());
+        assert_eq!(grpc_timeout(&md), Some(Duration::from_secs(2)));
+        md.insert("grpc-timeout", "x".parse().unwrap());
+        assert_eq!(grpc_timeout(&md), None);
+    }
+
+    #[test]
+    fn peers_are_allowed_by_uid_or_gid_and_everyone_without_lists() {
+        let mut cfg = ApiConfig {
+            socket: "/x".into(),
+            allow_uids: vec![],
+            allow_gids: vec![],
+            bookmark_interval: Duration::from_secs(1),
+            max_wait: Duration::from_secs(1),
+            handshake_timeout: Duration::from_secs(1),
+        };
+        assert!(peer_allowed(&cfg, 1000, 1000));
+        cfg.allow_uids = vec![0];
+        cfg.allow_gids = vec![42];
+        assert!(peer_allowed(&cfg, 0, 1));
+        assert!(peer_allowed(&cfg, 7, 42));
+        assert!(!peer_allowed(&cfg, 7, 7));
+    }
+
+    #[test]
+    fn an_unknown_event_type_is_an_invalid_argument() {
+        let e = to_filter(None, &[99]).unwrap_err();
+        assert_eq!(Status::from(e).code(), tonic::Code::InvalidArgument);
+    }
+}

@@ -1,0 +1,498 @@
+//! The journal of published events: one revision per event, a bounded ring for
+//! resuming watchers, a view of every pod consistent with the latest revision for
+//! snapshots, and fan-out to subscribers through bounded buffers that never block the
+//! publisher (a full buffer marks the subscriber for a reset instead).
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::mpsc;
+
+use crate::model::PodStatus;
+use crate::pleg::{EventType, PodLifecycleEvent};
+use crate::selector::Selector;
+
+/// Why a subscriber must start over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ResetReason {
+    /// Its buffer overflowed.
+    SlowConsumer,
+    /// The revision it asked for is no longer kept (or is of another epoch).
+    RevisionTooOld,
+    /// plegd rebuilt its view of the runtime.
+    RuntimeResync,
+}
+
+/// Who a pod is, for filtering (kept for removed pods too).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodMeta {
+    /// UID.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Sandbox labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One journal entry.
+#[derive(Debug)]
+pub struct Entry {
+    /// Its revision.
+    pub revision: u64,
+    /// The event.
+    pub event: Arc<PodLifecycleEvent>,
+    /// The pod it is about, for filters.
+    pub meta: Arc<PodMeta>,
+}
+
+/// Which events and pods a subscriber wants. Empty fields match everything.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod UID.
+    pub pod_uid: String,
+    /// Pod name.
+    pub pod_name: String,
+    /// Label selector over the sandbox labels.
+    pub selector: Selector,
+    /// Event types (empty: all).
+    pub types: HashSet<EventType>,
+}
+
+/// Where a subscription starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Since {
+    /// With a snapshot of every (matching) pod.
+    Snapshot,
+    /// After this revision of this epoch (0: unknown epoch, trust the revision).
+    Revision(u64, u64),
+}
+
+/// How a subscription begins.
+#[derive(Debug)]
+pub enum Start {
+    /// A snapshot consistent with `revision`; events after it follow.
+    Snapshot {
+        /// Matching pods.
+        pods: Vec<Arc<PodStatus>>,
+        /// The revision the snapshot is consistent with.
+        revision: u64,
+    },
+    /// Every matching entry after the requested revision, in order; live ones follow.
+    Replay(Vec<Arc<Entry>>),
+}
+
+/// A live subscription. Dropping it unsubscribes.
+pub struct Subscription {
+    /// How it begins (and, if a resume was refused, why a snapshot comes instead).
+    pub start: Start,
+    /// Set when a requested resume was refused.
+    pub reset: Option<ResetReason>,
+    /// Live entries after the start.
+    pub rx: mpsc::Receiver<Arc<Entry>>,
+    overflowed: Arc<AtomicBool>,
+    id: u64,
+    journal: Journal,
+}
+
+/// Journal metrics.
+#[derive(Clone, Default)]
+pub struct JournalMetrics {
+    /// `plegd_journal_revision`.
+    pub revision: Gauge,
+    /// `plegd_watch_resets_total{reason}`.
+    pub resets: Family<crate::metrics::ReasonLabel, Counter>,
+}
+
+struct Sub {
+    id: u64,
+    filter: Arc<Filter>,
+    tx: mpsc::Sender<Arc<Entry>>,
+    overflowed: Arc<AtomicBool>,
+}
+
+struct Inner {
+    ring: VecDeque<Arc<Entry>>,
+    view: BTreeMap<String, Arc<PodStatus>>,
+    metas: BTreeMap<String, Arc<PodMeta>>,
+    subs: Vec<Sub>,
+    next_sub: u64,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    revision: AtomicU64,
+    epoch: u64,
+    capacity: usize,
+    client_buffer: usize,
+    metrics: Option<JournalMetrics>,
+}
+
+/// The journal. Cheap to clone.
+#[derive(Clone)]
+pub struct Journal {
+    shared: Arc<Shared>,
+}
+
+impl ResetReason {
+    /// The API enum name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SlowConsumer => "SLOW_CONSUMER",
+            Self::RevisionTooOld => "REVISION_TOO_OLD",
+            Self::RuntimeResync => "RUNTIME_RESYNC",
+        }
+    }
+}
+
+impl PodMeta {
+    fn of(status: &PodStatus) -> Self {
+        Self {
+            uid: status.uid.clone(),
+            namespace: status.namespace.clone(),
+            name: status.name.clone(),
+            labels: status.labels.clone(),
+        }
+    }
+}
+
+impl Filter {
+    /// Whether a pod passes the pod filters.
+    pub fn matches_pod(&self, m: &PodMeta) -> bool {
+        (self.namespace.is_empty() || self.namespace == m.namespace)
+            && (self.pod_uid.is_empty() || self.pod_uid == m.uid)
+            && (self.pod_name.is_empty() || self.pod_name == m.name)
+            && self.selector.matches(&m.labels)
+    }
+
+    /// Whether an entry passes.
+    pub fn matches(&self, e: &Entry) -> bool {
+        (self.types.is_empty() || self.types.contains(&e.event.kind)) && self.matches_pod(&e.meta)
+    }
+}
+
+impl Journal {
+    /// A journal keeping `capacity` entries, giving each subscriber a buffer of
+    /// `client_buffer` entries. The epoch is the process's start time in nanoseconds.
+    pub fn new(capacity: usize, client_buffer: usize, metrics: Option<JournalMetrics>) -> Self {
+        let epoch = crate::model::system_to_nanos(SystemTime::now()) as u64;
+        Self {
+            shared: Arc::new(Shared {
+                inner: Mutex::new(Inner {
+                    ring: VecDeque::with_capacity(capacity.min(1 << 16)),
+                    view: BTreeMap::new(),
+                    metas: BTreeMap::new(),
+                    subs: Vec::new(),
+                    next_sub: 0,
+                }),
+                revision: AtomicU64::new(0),
+                epoch,
+                capacity: capacity.max(1),
+                client_buffer: client_buffer.max(1),
+                metrics,
+            }),
+        }
+    }
+
+    /// The process's epoch.
+    pub fn epoch(&self) -> u64 {
+        self.shared.epoch
+    }
+
+    /// The latest revision (0 before the first event).
+    pub fn revision(&self) -> u64 {
+        self.shared.revision.load(Ordering::Acquire)
+    }
+
+    /// Number of live subscribers.
+    pub fn subscribers(&self) -> usize {
+        self.shared.inner.lock().expect("journal lock").subs.len()
+    }
+
+    /// Appends an event: assigns the next revision, updates the view and hands the
+    /// entry to every matching subscriber without waiting. Returns the revision.
+    pub fn append(&self, event: PodLifecycleEvent) -> u64 {
+        let mut inner = self.shared.inner.lock().expect("journal lock");
+        let revision = self.shared.revision.load(Ordering::Relaxed) + 1;
+        let uid = event.pod_uid.clone();
+        let meta = match &event.pod {
+            Some(status) => {
+                let meta = match inner.metas.get(&uid) {
+                    Some(m) if m.labels == status.labels && m.name == status.name => m.clone(),
+                    _ => Arc::new(PodMeta::of(status)),
+                };
+                inner.view.insert(uid.clone(), status.clone());
+                inner.metas.insert(uid.clone(), meta.clone());
+                meta
+            }
+            None => {
+                inner.view.remove(&uid);
+                inner.metas.remove(&uid).unwrap_or_else(|| {
+                    Arc::new(PodMeta {
+                        uid: uid.clone(),
+                        namespace: event.pod_namespace.clone(),
+                        name: event.pod_name.clone(),
+                        labels: BTreeMap::new(),
+                    })
+                })
+            }
+        };
+        let entry = Arc::new(Entry { revision, event: Arc::new(event), meta });
+        if inner.ring.len() == self.shared.capacity {
+            inner.ring.pop_front();
+        }
+        inner.ring.push_back(entry.clone());
+        inner.subs.retain(|s| {
+            if !s.filter.matches(&entry) {
+                return !s.tx.is_closed();
+            }
+            match s.tx.try_send(entry.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    s.overflowed.store(true, Ordering::Release);
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
+        self.shared.revision.store(revision, Ordering::Release);
+        if let Some(m) = &self.shared.metrics {
+            m.revision.set(revision as i64);
+        }
+        revision
+    }
+
+    /// The matching pods and the revision they are consistent with.
+    pub fn list(&self, filter: &Filter) -> (Vec<Arc<PodStatus>>, u64) {
+        let inner = self.shared.inner.lock().expect("journal lock");
+        match snapshot(&inner, filter, self.revision()) {
+            Start::Snapshot { pods, revision } => (pods, revision),
+            Start::Replay(_) => unreachable!("snapshot() makes snapshots"),
+        }
+    }
+
+    /// Subscribes atomically: the start (snapshot or replay) and the live entries meet
+    /// with no gap and no repeat.
+    pub fn subscribe(&self, since: Since, filter: Arc<Filter>) -> Subscription {
+        let mut inner = self.shared.inner.lock().expect("journal lock");
+        let current = self.revision();
+        let oldest = inner.ring.front().map_or(current + 1, |e| e.revision);
+        let (start, reset) = match since {
+            Since::Revision(r, epoch) => {
+                let same_epoch = epoch == 0 || epoch == self.shared.epoch;
+                // Resumable when every entry after r is still kept.
+                if same_epoch && r <= current && r + 1 >= oldest {
+                    let skip = (r + 1).saturating_sub(oldest) as usize;
+                    let replay = inner.ring.iter().skip(skip).filter(|e| filter.matches(e)).cloned().collect();
+                    (Start::Replay(replay), None)
+                } else {
+                    (snapshot(&inner, &filter, current), Some(ResetReason::RevisionTooOld))
+                }
+            }
+            Since::Snapshot => (snapshot(&inner, &filter, current), None),
+        };
+        let (tx, rx) = mpsc::channel(self.shared.client_buffer);
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let id = inner.next_sub;
+        inner.next_sub += 1;
+        inner.subs.push(Sub { id, filter, tx, overflowed: overflowed.clone() });
+        drop(inner);
+        if let Some(reason) = reset {
+            self.count_reset(reason);
+        }
+        Subscription { start, reset, rx, overflowed, id, journal: self.clone() }
+    }
+
+    /// Counts a reset in the metrics.
+    pub fn count_reset(&self, reason: ResetReason) {
+        if let Some(m) = &self.shared.metrics {
+            m.resets.get_or_create(&crate::metrics::ReasonLabel { reason: reason.as_str().into() }).inc();
+        }
+    }
+
+    fn unsubscribe(&self, id: u64) {
+        self.shared.inner.lock().expect("journal lock").subs.retain(|s| s.id != id);
+    }
+}
+
+fn snapshot(inner: &Inner, filter: &Filter, revision: u64) -> Start {
+    let pods = inner
+        .view
+        .iter()
+        .filter(|(uid, _)| inner.metas.get(*uid).is_some_and(|m| filter.matches_pod(m)))
+        .map(|(_, p)| p.clone())
+        .collect();
+    Start::Snapshot { pods, revision }
+}
+
+impl Subscription {
+    /// Whether the journal dropped this subscriber because its buffer overflowed.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed.load(Ordering::Acquire)
+    }
+
+    /// The next live entry; `None` once the subscriber overflowed (check
+    /// [`Subscription::overflowed`]) and its buffer is drained.
+    pub async fn next(&mut self) -> Option<Arc<Entry>> {
+        if self.overflowed() {
+            return None;
+        }
+        self.rx.recv().await
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.journal.unsubscribe(self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pleg::EventSource;
+
+    fn status(uid: &str, ns: &str, app: &str) -> Arc<PodStatus> {
+        Arc::new(PodStatus {
+            uid: uid.into(),
+            name: format!("pod-{uid}"),
+            namespace: ns.into(),
+            labels: [("app".to_string(), app.to_string())].into(),
+            annotations: Default::default(),
+            ips: vec![],
+            sandboxes: vec![],
+            containers: vec![],
+            observed_at: SystemTime::now(),
+        })
+    }
+
+    fn event(uid: &str, kind: EventType, pod: Option<Arc<PodStatus>>) -> PodLifecycleEvent {
+        PodLifecycleEvent {
+            pod_uid: uid.into(),
+            pod_namespace: "ns".into(),
+            pod_name: format!("pod-{uid}"),
+            kind,
+            container_id: format!("c-{uid}"),
+            container_name: "c".into(),
+            is_sandbox: false,
+            source: EventSource::Relist,
+            observed_at: SystemTime::now(),
+            runtime_timestamp: None,
+            pod,
+            message: String::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_and_the_live_entries_meet_without_gap() {
+        let j = Journal::new(100, 100, None);
+        j.append(event("a", EventType::ContainerStarted, Some(status("a", "ns", "web"))));
+        j.append(event("b", EventType::ContainerStarted, Some(status("b", "ns", "db"))));
+        let mut sub = j.subscribe(Since::Snapshot, Arc::new(Filter::default()));
+        let Start::Snapshot { pods, revision } = &sub.start else { panic!() };
+        assert_eq!((pods.len(), *revision), (2, 2));
+        j.append(event("a", EventType::ContainerDied, Some(status("a", "ns", "web"))));
+        assert_eq!(sub.next().await.unwrap().revision, 3);
+    }
+
+    #[tokio::test]
+    async fn a_removed_pod_leaves_the_view_but_its_events_still_match_its_labels() {
+        let j = Journal::new(100, 100, None);
+        let filter = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
+        let mut sub = j.subscribe(Since::Snapshot, Arc::new(filter));
+        j.append(event("a", EventType::ContainerStarted, Some(status("a", "ns", "web"))));
+        j.append(event("b", EventType::ContainerStarted, Some(status("b", "ns", "db"))));
+        j.append(event("a", EventType::ContainerRemoved, None));
+        assert_eq!(sub.next().await.unwrap().revision, 1);
+        assert_eq!(sub.next().await.unwrap().revision, 3, "the removal of a web pod matches app=web");
+        assert!(j.list(&Filter::default()).0.iter().all(|p| p.uid != "a"));
+    }
+
+    #[tokio::test]
+    async fn a_full_buffer_marks_the_subscriber_and_never_blocks() {
+        let j = Journal::new(100, 2, None);
+        let mut slow = j.subscribe(Since::Snapshot, Arc::new(Filter::default()));
+        let mut fast = j.subscribe(Since::Snapshot, Arc::new(Filter::default()));
+        for i in 0..5 {
+            j.append(event("a", EventType::PodSync, Some(status("a", "ns", "web"))));
+            assert_eq!(fast.next().await.unwrap().revision, i + 1);
+        }
+        assert!(slow.overflowed());
+        assert!(slow.next().await.is_none());
+        assert_eq!(j.subscribers(), 1);
+    }
+
+    #[tokio::test]
+    async fn resuming_too_far_back_or_from_another_epoch_resets() {
+        let j = Journal::new(3, 10, None);
+        for _ in 0..5 {
+            j.append(event("a", EventType::PodSync, Some(status("a", "ns", "web"))));
+        }
+        let f = Arc::new(Filter::default());
+        let s = j.subscribe(Since::Revision(1, 0), f.clone());
+        assert_eq!(s.reset, Some(ResetReason::RevisionTooOld));
+        let s = j.subscribe(Since::Revision(2, j.epoch()), f.clone());
+        let Start::Replay(r) = &s.start else { panic!("revision 2 is resumable: 3..5 are kept") };
+        assert_eq!(r.iter().map(|e| e.revision).collect::<Vec<_>>(), [3, 4, 5]);
+        let s = j.subscribe(Since::Revision(2, j.epoch() + 1), f.clone());
+        assert_eq!(s.reset, Some(ResetReason::RevisionTooOld), "another process's revisions mean nothing here");
+        let s = j.subscribe(Since::Revision(9, 0), f);
+        assert_eq!(s.reset, Some(ResetReason::RevisionTooOld), "a revision from the future");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_resume_from_any_kept_revision_equals_the_continuous_stream(
+            n in 1usize..200, cap in 1usize..64, at in 0usize..200, types in 0u8..4,
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            rt.block_on(async {
+                let j = Journal::new(cap, 1000, None);
+                let mut filter = Filter::default();
+                if types > 0 {
+                    filter.types.insert(EventType::ContainerDied);
+                }
+                let filter = Arc::new(filter);
+                let mut continuous = j.subscribe(Since::Snapshot, filter.clone());
+                let kinds = [EventType::ContainerStarted, EventType::ContainerDied];
+                let at = at.min(n);
+                let mut resumed = None;
+                let mut since_r = 0;
+                for i in 0..n {
+                    if i == at {
+                        since_r = j.revision().saturating_sub(cap as u64 / 2);
+                        resumed = Some(j.subscribe(Since::Revision(since_r, 0), filter.clone()));
+                    }
+                    j.append(event(&format!("p{}", i % 7), kinds[i % 2], Some(status(&format!("p{}", i % 7), "ns", "x"))));
+                }
+                let mut resumed = resumed.unwrap_or_else(|| {
+                    since_r = j.revision();
+                    j.subscribe(Since::Revision(since_r, 0), filter.clone())
+                });
+                let mut all = Vec::new();
+                while let Ok(e) = continuous.rx.try_recv() {
+                    all.push(e.revision);
+                }
+                let Start::Replay(replay) = &resumed.start else { panic!("kept revisions resume") };
+                let mut got: Vec<u64> = replay.iter().map(|e| e.revision).collect();
+                while let Ok(e) = resumed.rx.try_recv() {
+                    got.push(e.revision);
+                }
+                let want: Vec<u64> = all.iter().copied().filter(|r| *r > since_r).collect();
+                proptest::prop_assert_eq!(&got, &want, "no gap, no repeat");
+                let mut sorted = got.clone();
+                sorted.dedup();
+                proptest::prop_assert_eq!(sorted.len(), got.len());
+                Ok(())
+            })?;
+        }
+    }
+}

@@ -1,0 +1,451 @@
+//! The gRPC PodLifecycle API over plegd's real unix socket.
+
+mod support;
+
+use std::time::Duration;
+
+use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::proto::plegd as api;
+use plegd::proto::plegd::watch_event::Kind;
+use plegd::sim::churn::{Churn, ChurnConfig};
+use support::start_plegd;
+use tonic::Code;
+
+type Stream = tonic::Streaming<api::WatchEvent>;
+
+async fn watch(p: &support::Plegd, req: api::WatchRequest) -> Stream {
+    p.client().watch(req).await.expect("watch").into_inner()
+}
+
+async fn next(s: &mut Stream) -> api::WatchEvent {
+    tokio::time::timeout(Duration::from_secs(10), s.message()).await.expect("a message in time").unwrap().expect("open")
+}
+
+/// Reads the snapshot through `synced`; returns (pods, revision, epoch).
+async fn read_snapshot(s: &mut Stream) -> (Vec<api::PodStatus>, u64, u64) {
+    let mut pods = Vec::new();
+    loop {
+        let ev = next(s).await;
+        match ev.kind.unwrap() {
+            Kind::Snapshot(p) => pods.push(p),
+            Kind::Synced(sy) => {
+                assert_eq!(sy.pods as usize, pods.len());
+                return (pods, ev.revision, sy.epoch);
+            }
+            Kind::Bookmark(_) => {}
+            other => panic!("unexpected before synced: {other:?}"),
+        }
+    }
+}
+
+fn churn(p: &support::Plegd, pods: usize) -> Churn {
+    Churn::new(p.h.sim.clone(), ChurnConfig { pods, containers_per_pod: 2, churn_per_sec: 0.0 })
+}
+
+#[tokio::test]
+async fn watch_sends_a_snapshot_then_synced_then_every_later_event_with_churn_running() {
+    let p = start_plegd(|_| {}).await;
+    let mut c = churn(&p, 10);
+    c.populate().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut s = watch(&p, api::WatchRequest::default()).await;
+    for _ in 0..30 {
+        c.step().await;
+    }
+    let (pods, rev, epoch) = read_snapshot(&mut s).await;
+    assert!(!pods.is_empty());
+    assert_eq!(epoch, p.app.journal.epoch());
+    for _ in 0..30 {
+        c.step().await;
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let last = p.app.journal.revision();
+    assert!(last > rev, "churn made events");
+    let mut expect = rev + 1;
+    while expect <= last {
+        let ev = next(&mut s).await;
+        if let Some(Kind::Event(_)) = ev.kind {
+            assert_eq!(ev.revision, expect, "no gap, no repeat between the snapshot and the live events");
+            expect += 1;
+        }
+    }
+    p.stop().await;
+}
+
+/// Reads events (skipping other messages) until one at `until` or `count` events.
+async fn read_events(s: &mut Stream, until: u64, count: usize) -> Vec<(u64, api::LifecycleEvent)> {
+    let mut out = Vec::new();
+    while out.len() < count && out.last().is_none_or(|(r, _)| *r < until) {
+        let ev = next(s).await;
+        match ev.kind {
+            Some(Kind::Event(e)) => out.push((ev.revision, e)),
+            Some(Kind::Reset(r)) => panic!("unexpected reset {r:?}"),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_resumed_stream_equals_a_continuous_one() {
+    let p = start_plegd(|_| {}).await;
+    let mut c = churn(&p, 8);
+    c.populate().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut continuous = watch(&p, api::WatchRequest::default()).await;
+    let (_, r0, epoch) = read_snapshot(&mut continuous).await;
+    assert!(r0 > 0);
+    for _ in 0..20 {
+        c.step().await;
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // A client reads five events, loses its connection, and resumes after the last.
+    let mut b1 = watch(&p, api::WatchRequest { since_revision: r0, epoch, ..Default::default() }).await;
+    let mut resumed = read_events(&mut b1, u64::MAX, 5).await;
+    drop(b1);
+    for _ in 0..20 {
+        c.step().await;
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let end = p.app.journal.revision();
+    let last = resumed.last().unwrap().0;
+    let mut b2 = watch(&p, api::WatchRequest { since_revision: last, epoch, ..Default::default() }).await;
+    resumed.extend(read_events(&mut b2, end, usize::MAX).await);
+    let all = read_events(&mut continuous, end, usize::MAX).await;
+    assert_eq!(resumed.len(), all.len());
+    assert!(resumed == all, "the resumed stream is the continuous one, event for event");
+    assert_eq!(all.first().unwrap().0, r0 + 1);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn a_revision_no_longer_kept_gets_a_reset_then_a_fresh_snapshot() {
+    let p = start_plegd(|c| c.journal_capacity = 5).await;
+    let mut c = churn(&p, 6);
+    c.populate().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(p.app.journal.revision() > 10);
+    let mut s = watch(&p, api::WatchRequest { since_revision: 1, ..Default::default() }).await;
+    let ev = next(&mut s).await;
+    let Some(Kind::Reset(r)) = ev.kind else { panic!("{ev:?}") };
+    assert_eq!(r.reason, api::ResetReason::RevisionTooOld as i32);
+    let (pods, _, _) = read_snapshot(&mut s).await;
+    assert_eq!(pods.len(), 6);
+    let mut s = watch(&p, api::WatchRequest { since_revision: 1, epoch: 42, ..Default::default() }).await;
+    let Some(Kind::Reset(_)) = next(&mut s).await.kind else { panic!("another epoch resets") };
+    let metrics = p.app.metrics.encode();
+    assert!(metrics.contains("plegd_watch_resets_total{reason=\"REVISION_TOO_OLD\"} 2"), "{metrics}");
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_is_reset_while_a_fast_one_keeps_up() {
+    let p = start_plegd(|c| c.watch_buffer = 2048).await;
+    let mut slow = watch(&p, api::WatchRequest::default()).await;
+    let mut fast = watch(&p, api::WatchRequest::default()).await;
+    let (_, mut fast_rev, _) = read_snapshot(&mut fast).await;
+    let fast_reader = tokio::spawn(async move {
+        let mut n = 0u64;
+        while let Ok(Ok(Some(ev))) = tokio::time::timeout(Duration::from_secs(3), fast.message()).await {
+            match ev.kind {
+                Some(Kind::Reset(r)) => panic!("the fast client was reset: {r:?}"),
+                Some(Kind::Event(_)) => {
+                    assert_eq!(ev.revision, fast_rev + 1, "the fast client sees every revision");
+                    fast_rev = ev.revision;
+                    n += 1;
+                }
+                _ => {}
+            }
+        }
+        (n, fast_rev)
+    });
+    // Thousands of events (each carrying its pod's status) while the slow client reads
+    // nothing: hundreds of pods start, then all go away.
+    // Far more than the 2,048-event buffer plus what HTTP/2 flow-control windows hold.
+    for round in 0..6 {
+        let mut c = churn(&p, 250);
+        c.populate().await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for s in p.h.sim.list_pod_sandbox(None).await.unwrap() {
+            p.h.sim.remove_pod_sandbox(&s.id).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(p.app.journal.revision() > 1500 * (round + 1), "volume: {}", p.app.journal.revision());
+    }
+    let (n, fast_last) = fast_reader.await.unwrap();
+    assert!(n > 12_000, "the fast client saw the churn: {n} events");
+    assert_eq!(fast_last, p.app.journal.revision(), "and is current");
+    // Now the slow client reads: what was buffered, then a reset and a fresh snapshot.
+    let mut saw_reset = false;
+    let mut read = 0;
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(5), slow.message())
+            .await
+            .unwrap_or_else(|_| panic!("no reset after {read} messages"))
+            .unwrap()
+            .unwrap();
+        read += 1;
+        match ev.kind.unwrap() {
+            Kind::Reset(r) => {
+                assert_eq!(r.reason, api::ResetReason::SlowConsumer as i32);
+                saw_reset = true;
+            }
+            Kind::Synced(_) if saw_reset => break,
+            _ => {}
+        }
+    }
+    let metrics = p.app.metrics.encode();
+    assert!(metrics.contains("plegd_watch_resets_total{reason=\"SLOW_CONSUMER\"} 1"), "{metrics}");
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn filters_select_pods_and_event_types_on_the_server() {
+    let p = start_plegd(|_| {}).await;
+    let web = PodSpec::new("shop", "web").label("app", "web").label("tier", "front");
+    let db = PodSpec::new("shop", "db").label("app", "db");
+    let other = PodSpec::new("other", "web").label("app", "web");
+    let mut s = watch(
+        &p,
+        api::WatchRequest {
+            filter: Some(api::PodFilter {
+                namespace: "shop".into(),
+                label_selector: "app in (web),tier!=back".into(),
+                ..Default::default()
+            }),
+            types: vec![api::LifecycleEventType::ContainerDied as i32],
+            ..Default::default()
+        },
+    )
+    .await;
+    read_snapshot(&mut s).await;
+    let mut ids = std::collections::HashMap::new();
+    for pod in [&web, &db, &other] {
+        let (_, c) = p.h.run_pod(pod, &[ContainerSpec::new("app")]).await;
+        ids.insert(pod.uid.clone(), c[0].clone());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for pod in [&db, &other, &web] {
+        p.h.sim.exit_container(&ids[&pod.uid], 1, "Error");
+    }
+    let ev = next(&mut s).await;
+    let Some(Kind::Event(e)) = ev.kind else { panic!("{ev:?}") };
+    assert_eq!((e.pod_uid.as_str(), e.r#type), (web.uid.as_str(), api::LifecycleEventType::ContainerDied as i32));
+    assert!(tokio::time::timeout(Duration::from_millis(700), s.message()).await.is_err(), "nothing else matches");
+
+    let list = p
+        .client()
+        .list_pods(api::ListPodsRequest {
+            filter: Some(api::PodFilter { pod_name: "web".into(), ..Default::default() }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut names: Vec<_> = list.pods.iter().map(|p| format!("{}/{}", p.namespace, p.name)).collect();
+    names.sort();
+    assert_eq!(names, ["other/web", "shop/web"]);
+    assert_eq!(list.epoch, p.app.journal.epoch());
+    let by_uid = p
+        .client()
+        .list_pods(api::ListPodsRequest {
+            filter: Some(api::PodFilter { pod_uid: db.uid.clone(), ..Default::default() }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(by_uid.pods.len(), 1);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_selector_is_an_invalid_argument_that_names_the_problem() {
+    let p = start_plegd(|_| {}).await;
+    let bad = api::PodFilter { label_selector: "app in web".into(), ..Default::default() };
+    let e = p
+        .client()
+        .watch(api::WatchRequest { filter: Some(bad.clone()), ..Default::default() })
+        .await
+        .expect_err("refused");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("parenthesised"), "{}", e.message());
+    let e = p.client().list_pods(api::ListPodsRequest { filter: Some(bad) }).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let e = p.client().watch(api::WatchRequest { types: vec![77], ..Default::default() }).await.expect_err("refused");
+    assert!(e.message().contains("unknown event type 77"));
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn a_peer_not_in_the_allowlist_is_refused_and_counted() {
+    let p = start_plegd(|c| c.api.allow_uids = vec![4242]).await;
+    let e = p.client().list_pods(api::ListPodsRequest::default()).await.unwrap_err();
+    assert!(matches!(e.code(), Code::Unavailable | Code::Unknown | Code::Internal), "{e:?}");
+    let metrics = p.app.metrics.encode();
+    assert!(
+        metrics.contains("plegd_api_connections_refused_total 1")
+            || metrics.contains("plegd_api_connections_refused_total 2"),
+        "{metrics}"
+    );
+    p.stop().await;
+    let me = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap();
+    let p = start_plegd(|c| c.api.allow_uids = vec![me]).await;
+    p.client().list_pods(api::ListPodsRequest::default()).await.expect("our own uid is allowed");
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn garbage_on_the_socket_drops_that_connection_only() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let p = start_plegd(|c| c.api.handshake_timeout = Duration::from_millis(500)).await;
+    let mut good = watch(&p, api::WatchRequest::default()).await;
+    read_snapshot(&mut good).await;
+    let path = p.socket.trim_start_matches("unix://").to_string();
+    for garbage in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        &[0xffu8; 4096][..],
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00",
+    ] {
+        let mut raw = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let _ = raw.write_all(garbage).await;
+        let mut buf = vec![0u8; 1024];
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match raw.read(&mut buf).await {
+                    Ok(0) | Err(_) => return true,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert_eq!(closed, Ok(true), "the garbage connection is closed");
+    }
+    p.h.run_pod(&PodSpec::new("default", "after"), &[ContainerSpec::new("app")]).await;
+    let ev = next(&mut good).await;
+    assert!(matches!(ev.kind, Some(Kind::Event(_))), "the good stream still works: {ev:?}");
+    p.client().list_pods(api::ListPodsRequest::default()).await.expect("and new calls work");
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn an_oversized_request_is_refused_and_the_server_goes_on() {
+    let p = start_plegd(|_| {}).await;
+    let huge = api::PodFilter { label_selector: format!("app={}", "a".repeat(200_000)), ..Default::default() };
+    let e = p.client().list_pods(api::ListPodsRequest { filter: Some(huge) }).await.unwrap_err();
+    assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+    p.client().list_pods(api::ListPodsRequest::default()).await.expect("the next call works");
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn two_hundred_concurrent_watchers_all_see_the_same_events() {
+    let p = start_plegd(|_| {}).await;
+    let mut streams = Vec::new();
+    for _ in 0..200 {
+        let mut s = watch(&p, api::WatchRequest::default()).await;
+        read_snapshot(&mut s).await;
+        streams.push(s);
+    }
+    let mut c = churn(&p, 5);
+    c.populate().await;
+    for _ in 0..20 {
+        c.step().await;
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let end = p.app.journal.revision();
+    assert!(end > 10);
+    let mut set = tokio::task::JoinSet::new();
+    for mut s in streams {
+        set.spawn(async move {
+            let mut revs = Vec::new();
+            while revs.last().copied().unwrap_or(0) < end {
+                let ev = next(&mut s).await;
+                if let Some(Kind::Event(_)) = ev.kind {
+                    revs.push(ev.revision);
+                }
+            }
+            revs
+        });
+    }
+    let want: Vec<u64> = (1..=end).collect();
+    let mut n = 0;
+    while let Some(r) = set.join_next().await {
+        assert_eq!(r.unwrap(), want);
+        n += 1;
+    }
+    assert_eq!(n, 200);
+    assert!(p.app.metrics.encode().contains("plegd_watch_clients 200"));
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn get_pod_status_waits_for_a_newer_status_up_to_the_deadline() {
+    let p = start_plegd(|_| {}).await;
+    let pod = PodSpec::new("default", "web");
+    let (_, ids) = p.h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let now = plegd::model::system_to_timestamp(std::time::SystemTime::now());
+    let got = p
+        .client()
+        .get_pod_status(api::GetPodStatusRequest { pod_uid: pod.uid.clone(), min_timestamp: None })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.pod.unwrap().containers.len(), 1);
+    // Nothing newer than "now" yet: the call waits; the container's death makes one.
+    let mut client = p.client();
+    let uid = pod.uid.clone();
+    let waiter = tokio::spawn(async move {
+        let mut req = tonic::Request::new(api::GetPodStatusRequest { pod_uid: uid, min_timestamp: Some(now) });
+        req.set_timeout(Duration::from_secs(5));
+        client.get_pod_status(req).await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    p.h.sim.exit_container(&ids[0], 3, "Error");
+    let got = waiter.await.unwrap().unwrap().into_inner();
+    let c = &got.pod.unwrap().containers[0];
+    assert_eq!((c.state, c.exit_code), (api::ContainerState::Exited as i32, 3));
+    // A time in the future cannot be satisfied before the deadline.
+    let future = plegd::model::system_to_timestamp(std::time::SystemTime::now() + Duration::from_secs(3600));
+    let mut req =
+        tonic::Request::new(api::GetPodStatusRequest { pod_uid: pod.uid.clone(), min_timestamp: Some(future) });
+    req.set_timeout(Duration::from_millis(300));
+    let e = p.client().get_pod_status(req).await.unwrap_err();
+    assert!(matches!(e.code(), Code::DeadlineExceeded | Code::Cancelled), "{e:?}");
+    let e = p.client().get_pod_status(api::GetPodStatusRequest::default()).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn idle_streams_get_bookmarks_at_the_current_revision() {
+    let p = start_plegd(|c| c.api.bookmark_interval = Duration::from_millis(200)).await;
+    let mut s = watch(&p, api::WatchRequest::default()).await;
+    let (_, rev, _) = read_snapshot(&mut s).await;
+    let ev = next(&mut s).await;
+    assert!(matches!(ev.kind, Some(Kind::Bookmark(_))), "{ev:?}");
+    assert_eq!(ev.revision, rev);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn the_socket_serves_grpc_health_once_ready() {
+    use tonic_health::pb::health_client::HealthClient;
+    let p = start_plegd(|_| {}).await;
+    let path = std::path::PathBuf::from(p.socket.trim_start_matches("unix://"));
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions()) & 0o777;
+    assert_eq!(mode, 0o660);
+    let mut h = HealthClient::new(plegd::uds::lazy_channel(path));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = h
+            .check(tonic_health::pb::HealthCheckRequest { service: "plegd.v1.PodLifecycle".into() })
+            .await
+            .map(|r| r.into_inner().status);
+        if r.as_ref().ok() == Some(&(tonic_health::pb::health_check_response::ServingStatus::Serving as i32)) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never SERVING: {r:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    p.stop().await;
+}
