@@ -72,6 +72,14 @@ pub struct AdminState {
     pub liveness: crate::pleg::health::Liveness,
     /// Readiness.
     pub readiness: Readiness,
+    /// The sync loop's history.
+    pub history: Arc<std::sync::Mutex<crate::syncloop::History>>,
+    /// The reconcilers' queues.
+    pub queues: Vec<crate::workqueue::WorkQueue<String>>,
+    /// The sync loop's inputs.
+    pub sync: crate::syncloop::SyncLoopHandle,
+    /// The relister.
+    pub pleg: crate::pleg::generic::PlegHandle,
 }
 
 /// The admin server, bound and ready to serve.
@@ -108,6 +116,9 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/livez", get(livez))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/debug/events", get(debug_events))
+        .route("/debug/queue", get(debug_queue))
+        .route("/debug/resync", axum::routing::post(debug_resync))
         .with_state(state)
 }
 
@@ -135,6 +146,83 @@ async fn readyz(State(s): State<Arc<AdminState>>) -> Response {
         Ok(()) => (StatusCode::OK, "ok\n").into_response(),
         Err(msg) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {msg}\n")).into_response(),
     }
+}
+
+fn bad_request(msg: String) -> Response {
+    (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response()
+}
+
+fn parse_time(name: &str, v: &str) -> Result<std::time::SystemTime, String> {
+    humantime::parse_rfc3339_weak(v)
+        .map_err(|e| format!("invalid {name}={v:?}: {e} (expected RFC 3339, e.g. 2026-11-21T15:04:05Z)"))
+}
+
+fn parse_num<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, String> {
+    v.parse().map_err(|_| format!("invalid {name}={v:?}: expected a non-negative whole number"))
+}
+
+async fn debug_events(
+    State(s): State<Arc<AdminState>>,
+    axum::extract::Query(params): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let mut q = crate::syncloop::Query::default();
+    let mut text = false;
+    for (k, v) in &params {
+        let res = match k.as_str() {
+            "since" => parse_time(k, v).map(|t| q.since = Some(t)),
+            "until" => parse_time(k, v).map(|t| q.until = Some(t)),
+            "seq" => parse_num(k, v).map(|n| q.seq = Some(n)),
+            "last" => parse_num(k, v).map(|n| q.last = Some(n)),
+            "format" => match v.as_str() {
+                "text" => {
+                    text = true;
+                    Ok(())
+                }
+                "json" => Ok(()),
+                _ => Err(format!("invalid format={v:?}: expected json or text")),
+            },
+            _ => Err(format!("unknown parameter {k:?} (since, until, seq, last, format)")),
+        };
+        if let Err(msg) = res {
+            return bad_request(msg);
+        }
+    }
+    let records = s.history.lock().expect("history lock").query(&q);
+    if !text {
+        return axum::Json(records).into_response();
+    }
+    let mut out = String::new();
+    for r in &records {
+        let follow = r.follow_up_of.map(|f| format!(" (follow-up of #{f})")).unwrap_or_default();
+        let rev = r.revision.map(|v| format!(" rev {v}")).unwrap_or_default();
+        out.push_str(&format!(
+            "#{} {} {}{follow}{rev} {} [{}µs]{}\n",
+            r.seq,
+            crate::model::rfc3339(r.started_at),
+            r.name,
+            r.description,
+            r.duration_us,
+            if r.reverse { " (handlers in reverse)" } else { "" }
+        ));
+        for h in &r.handlers {
+            match &h.error {
+                Some(e) => out.push_str(&format!("    {}: ERROR {e}\n", h.handler)),
+                None => out.push_str(&format!("    {}: {}\n", h.handler, h.change)),
+            }
+        }
+    }
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], out).into_response()
+}
+
+async fn debug_queue(State(s): State<Arc<AdminState>>) -> Response {
+    let views: Vec<_> = s.queues.iter().map(|q| q.view()).collect();
+    axum::Json(views).into_response()
+}
+
+async fn debug_resync(State(s): State<Arc<AdminState>>) -> Response {
+    s.pleg.request_relist();
+    s.sync.request_resync(crate::syncloop::ResyncKind::OnDemand);
+    (StatusCode::ACCEPTED, "resync requested: a full relist and a sync-loop resync\n").into_response()
 }
 
 /// How long the relist loop may go without a turn before `/livez` fails.

@@ -21,7 +21,11 @@ use crate::pleg::generic::{GenericPleg, PlegHandle, RelistConfig};
 use crate::pleg::health::{Liveness, PlegHealth};
 use crate::pleg::hints::PodHints;
 use crate::publish;
+use crate::reconcile::{Controller, CrashLoop, Enqueue, Gc, GcMode, Publish, Reconciler};
+use crate::syncloop::{History, SyncLoop, SyncLoopHandle};
 use crate::uds::UdsError;
+use crate::workqueue::WorkQueue;
+use std::sync::{Arc, Mutex};
 
 /// Errors of starting the sidecar.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +66,12 @@ pub struct Sidecar {
     pub runtime: CriClient,
     /// The event stream's state.
     pub stream: tokio::sync::watch::Receiver<StreamState>,
+    /// The sync loop's history.
+    pub history: Arc<Mutex<History>>,
+    /// The sync loop's inputs.
+    pub sync: SyncLoopHandle,
+    /// One work queue per reconciler.
+    pub queues: Vec<WorkQueue<String>>,
 }
 
 /// Starts the sidecar's tasks in `tracker`; they stop when `shutdown` is cancelled.
@@ -89,10 +99,45 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
     let readiness =
         Readiness { health: health.clone(), stream: state_rx.clone(), require_stream: cfg.mode == Mode::Evented };
 
+    // The sync loop, and one queue and controller per reconciler.
+    let history = Arc::new(Mutex::new(History::new(cfg.sync.history_retention, Duration::from_secs(3600), 100_000)));
+    let mut sync_loop = SyncLoop::new(journal.clone(), Vec::new(), history.clone())
+        .with_periodic_resync(cfg.sync.resync_period)
+        .with_startup_gate(health.clone(), Duration::from_secs(30));
+    let sync = sync_loop.handle();
+    let mut reconcilers: Vec<Arc<dyn Reconciler>> =
+        vec![Arc::new(CrashLoop::new(cfg.sync.crashloop.clone(), sync.clone()))];
+    if cfg.sync.gc.mode != GcMode::Off {
+        reconcilers.push(Arc::new(Gc::new(client.clone(), cfg.sync.gc.clone())));
+    }
+    let mut queues = Vec::new();
+    let mut controllers = Vec::new();
+    for r in reconcilers {
+        let q = WorkQueue::new(r.name(), cfg.sync.rate_limit.clone(), Some(metrics.queues.clone()));
+        controllers.push(Controller::new(
+            r,
+            q.clone(),
+            cache.clone(),
+            cfg.sync.workers,
+            Some(metrics.reconcile.clone()),
+        ));
+        queues.push(q);
+    }
+    sync_loop.add_handler(Box::new(Enqueue::new(queues.clone(), cache.clone(), sync.clone())));
+    sync_loop.add_handler(Box::new(Publish::new(journal.clone())));
+
     // Bind both sockets before starting anything.
     let api_listener = crate::uds::bind(&cfg.api.socket, 0o660).await.map_err(AppError::Listen)?;
-    let admin_state =
-        AdminState { metrics: metrics.clone(), health: health.clone(), liveness, readiness: readiness.clone() };
+    let admin_state = AdminState {
+        metrics: metrics.clone(),
+        health: health.clone(),
+        liveness,
+        readiness: readiness.clone(),
+        history: history.clone(),
+        queues: queues.clone(),
+        sync: sync.clone(),
+        pleg: handle.clone(),
+    };
     let admin = AdminServer::bind(cfg.admin_addr, admin_state).await?;
     let admin_addr = admin.local_addr();
 
@@ -105,6 +150,10 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
         tracker.spawn(watcher.run(shutdown.clone()));
     }
     tracker.spawn(pleg.run(shutdown.clone()));
+    tracker.spawn(sync_loop.run(shutdown.clone()));
+    for c in controllers {
+        tracker.spawn(c.run(shutdown.clone()));
+    }
     tracker.spawn(announce_runtime(client.clone(), shutdown.clone()));
     let sd = shutdown.clone();
     tracker.spawn(async move {
@@ -145,6 +194,9 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
         api_socket: cfg.api.socket.clone(),
         runtime: client,
         stream: state_rx,
+        history,
+        sync,
+        queues,
     })
 }
 

@@ -20,6 +20,8 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
+// Parsed once at start; boxing the big variant would only obscure the clap derive.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Run the sidecar next to a CRI runtime.
     Run(RunArgs),
@@ -173,6 +175,62 @@ pub struct ApiArgs {
     pub bookmark_interval: Duration,
 }
 
+/// `--gc` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GcArg {
+    /// No garbage collection.
+    Off,
+    /// Remove dead containers beyond the policy.
+    On,
+    /// Log what would be removed.
+    DryRun,
+}
+
+/// Flags of the sync loop, the work queues and the reconcilers.
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// Workers per reconciler.
+    #[arg(long, env = "PLEGD_WORKERS", default_value_t = 4)]
+    pub workers: usize,
+    /// How long sync-loop event records are kept for the debug API (the first hour
+    /// after start is kept for good).
+    #[arg(long, env = "PLEGD_HISTORY_RETENTION", default_value = "24h", value_parser = parse_duration)]
+    pub history_retention: Duration,
+    /// Periodic healing resync of the sync loop (0: off).
+    #[arg(long, env = "PLEGD_RESYNC_PERIOD", default_value = "5m", value_parser = parse_duration)]
+    pub resync_period: Duration,
+    /// Garbage-collect dead containers (`--gc` alone means on; `--gc=dry-run` only logs).
+    #[arg(long, env = "PLEGD_GC", value_enum, default_value = "off", num_args = 0..=1, default_missing_value = "on", require_equals = true)]
+    pub gc: GcArg,
+    /// Dead containers kept per container name.
+    #[arg(long, env = "PLEGD_GC_KEEP", default_value_t = 1)]
+    pub gc_keep: usize,
+    /// Only dead containers older than this are removed.
+    #[arg(long, env = "PLEGD_GC_MIN_AGE", default_value = "1m", value_parser = parse_duration)]
+    pub gc_min_age: Duration,
+    /// Deaths within --crashloop-window that make a crash loop.
+    #[arg(long, env = "PLEGD_CRASHLOOP_DEATHS", default_value_t = 3)]
+    pub crashloop_deaths: usize,
+    /// The crash-loop window.
+    #[arg(long, env = "PLEGD_CRASHLOOP_WINDOW", default_value = "10m", value_parser = parse_duration)]
+    pub crashloop_window: Duration,
+    /// A crash loop clears when the container has run this long.
+    #[arg(long, env = "PLEGD_CRASHLOOP_CLEAR_AFTER", default_value = "2m", value_parser = parse_duration)]
+    pub crashloop_clear_after: Duration,
+    /// First retry delay of a failed reconcile (doubles per failure).
+    #[arg(long, env = "PLEGD_RETRY_BASE", default_value = "5ms", value_parser = parse_duration)]
+    pub retry_base: Duration,
+    /// Longest retry delay.
+    #[arg(long, env = "PLEGD_RETRY_MAX", default_value = "1000s", value_parser = parse_duration)]
+    pub retry_max: Duration,
+    /// Retries per second across all keys (token bucket).
+    #[arg(long, env = "PLEGD_RETRY_QPS", default_value_t = 10.0)]
+    pub retry_qps: f64,
+    /// Token bucket burst.
+    #[arg(long, env = "PLEGD_RETRY_BURST", default_value_t = 100)]
+    pub retry_burst: u32,
+}
+
 /// Flags of the admin HTTP server.
 #[derive(Debug, Args)]
 pub struct AdminArgs {
@@ -213,6 +271,9 @@ pub struct RunArgs {
     /// gRPC API.
     #[command(flatten)]
     pub api: ApiArgs,
+    /// Sync loop, work queues, reconcilers.
+    #[command(flatten)]
+    pub sync: SyncArgs,
     /// Admin HTTP.
     #[command(flatten)]
     pub admin: AdminArgs,
@@ -336,6 +397,25 @@ pub struct RunConfig {
     pub journal_capacity: usize,
     /// Events buffered per watcher.
     pub watch_buffer: usize,
+    /// Sync loop and reconcilers.
+    pub sync: SyncConfig,
+}
+
+/// The sync loop's and reconcilers' validated settings.
+#[derive(Clone, Debug)]
+pub struct SyncConfig {
+    /// Workers per reconciler.
+    pub workers: usize,
+    /// History retention.
+    pub history_retention: Duration,
+    /// Periodic resync, if any.
+    pub resync_period: Option<Duration>,
+    /// Retry rate limits.
+    pub rate_limit: crate::workqueue::RateLimit,
+    /// Garbage collection.
+    pub gc: crate::reconcile::GcConfig,
+    /// Crash-loop detection.
+    pub crashloop: crate::reconcile::CrashLoopConfig,
 }
 
 fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -394,6 +474,7 @@ impl TryFrom<&RunArgs> for RunConfig {
             } else {
                 a.api.watch_buffer
             },
+            sync: sync_config(&a.sync)?,
         })
     }
 }
@@ -408,6 +489,46 @@ impl RunConfig {
             _ => unreachable!("parsed a run command"),
         }
     }
+}
+
+fn sync_config(s: &SyncArgs) -> Result<SyncConfig, ConfigError> {
+    if s.workers == 0 {
+        return Err(invalid("--workers", "must be at least 1"));
+    }
+    if s.crashloop_deaths < 2 {
+        return Err(invalid("--crashloop-deaths", "must be at least 2"));
+    }
+    if !s.retry_qps.is_finite() || s.retry_qps <= 0.0 {
+        return Err(invalid("--retry-qps", "must be a number > 0"));
+    }
+    if s.retry_base > s.retry_max {
+        return Err(invalid("--retry-base", "must not exceed --retry-max"));
+    }
+    Ok(SyncConfig {
+        workers: s.workers,
+        history_retention: positive("--history-retention", s.history_retention)?,
+        resync_period: (!s.resync_period.is_zero()).then_some(s.resync_period),
+        rate_limit: crate::workqueue::RateLimit {
+            base: s.retry_base,
+            max: s.retry_max,
+            qps: s.retry_qps,
+            burst: s.retry_burst.max(1),
+        },
+        gc: crate::reconcile::GcConfig {
+            mode: match s.gc {
+                GcArg::Off => crate::reconcile::GcMode::Off,
+                GcArg::On => crate::reconcile::GcMode::On,
+                GcArg::DryRun => crate::reconcile::GcMode::DryRun,
+            },
+            keep: s.gc_keep,
+            min_age: s.gc_min_age,
+        },
+        crashloop: crate::reconcile::CrashLoopConfig {
+            deaths: s.crashloop_deaths,
+            window: positive("--crashloop-window", s.crashloop_window)?,
+            clear_after: positive("--crashloop-clear-after", s.crashloop_clear_after)?,
+        },
+    })
 }
 
 /// Parses `500ms`, `1s`, `3m`, `24h`, `1h30m`; a bare number is seconds.

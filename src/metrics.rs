@@ -118,6 +118,10 @@ pub struct Metrics {
     pub journal: crate::journal::JournalMetrics,
     /// API metrics.
     pub api: crate::api::ApiMetrics,
+    /// Work queue metrics (client-go's names).
+    pub queues: crate::workqueue::QueueMetrics,
+    /// Reconciler metrics.
+    pub reconcile: crate::reconcile::ReconcileMetrics,
 }
 
 /// Buckets for fast things (CRI calls, event latency): 100 µs … ~13 s.
@@ -208,7 +212,9 @@ impl Metrics {
             "API connections refused by the peer-credential allowlist",
             api.refused.clone(),
         );
-        Self { registry: Arc::new(r), pleg, cri, events, journal, api }
+        let queues = crate::workqueue::QueueMetrics::register(&mut r);
+        let reconcile = crate::reconcile::ReconcileMetrics::register(&mut r);
+        Self { registry: Arc::new(r), pleg, cri, events, journal, api, queues, reconcile }
     }
 
     /// The registry in Prometheus text format.

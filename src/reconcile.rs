@@ -1,0 +1,450 @@
+//! Reconcilers: level-triggered controllers over pod UIDs (`reconcile(uid, status)`),
+//! each with its own work queue and workers; the built-in `crashloop` and `gc`; and the
+//! sync-loop handlers that feed the queues and publish follow-ups into the stream.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::PodCache;
+use crate::cri::{CriError, RuntimeService};
+use crate::journal::Journal;
+use crate::model::{ContainerState, PodStatus, nanos_to_system};
+use crate::pleg::{EventSource, EventType, PodLifecycleEvent};
+use crate::syncloop::{FollowUp, Handler, LoopEvent, LoopInput, Outbox, SyncLoopHandle};
+use crate::workqueue::WorkQueue;
+
+/// What a reconciler asks for after a successful run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing until the pod changes again.
+    AwaitChange,
+    /// Run again after this long even if nothing changes.
+    RequeueAfter(Duration),
+}
+
+/// A reconciler's failure; the key is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// A runtime call failed.
+    #[error(transparent)]
+    Cri(#[from] CriError),
+}
+
+/// A boxed reconcile future.
+pub type ReconcileFuture<'a> = Pin<Box<dyn Future<Output = Result<Action, ReconcileError>> + Send + 'a>>;
+
+/// A level-triggered controller over pods.
+pub trait Reconciler: Send + Sync + 'static {
+    /// Its name (queue name, metric label).
+    fn name(&self) -> &'static str;
+    /// Brings the world in line with the pod's current status (`None`: the pod is gone).
+    fn reconcile<'a>(&'a self, uid: &'a str, status: Option<Arc<PodStatus>>) -> ReconcileFuture<'a>;
+}
+
+/// Label set `{reconciler, outcome}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Outcome {
+    /// Reconciler name.
+    pub reconciler: String,
+    /// `success`, `requeue` or `error`.
+    pub outcome: String,
+}
+
+/// Label set `{reconciler}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcilerLabel {
+    /// Reconciler name.
+    pub reconciler: String,
+}
+
+/// Reconciler metrics.
+#[derive(Clone)]
+pub struct ReconcileMetrics {
+    /// `plegd_reconcile_total{reconciler,outcome}`.
+    pub total: Family<Outcome, Counter>,
+    /// `plegd_reconcile_duration_seconds{reconciler}`.
+    pub duration: Family<ReconcilerLabel, Histogram, fn() -> Histogram>,
+}
+
+fn reconcile_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+}
+
+impl ReconcileMetrics {
+    /// Creates and registers the families.
+    pub fn register(r: &mut prometheus_client::registry::Registry) -> Self {
+        let m = Self {
+            total: Family::default(),
+            duration: Family::new_with_constructor(reconcile_buckets as fn() -> Histogram),
+        };
+        r.register("plegd_reconcile", "Reconciles by reconciler and outcome", m.total.clone());
+        r.register("plegd_reconcile_duration_seconds", "Duration of reconciles", m.duration.clone());
+        m
+    }
+}
+
+/// A reconciler with its queue and workers.
+pub struct Controller {
+    reconciler: Arc<dyn Reconciler>,
+    queue: WorkQueue<String>,
+    cache: PodCache,
+    workers: usize,
+    metrics: Option<ReconcileMetrics>,
+}
+
+impl Controller {
+    /// A controller running `reconciler` with `workers` workers on `queue`.
+    pub fn new(
+        reconciler: Arc<dyn Reconciler>,
+        queue: WorkQueue<String>,
+        cache: PodCache,
+        workers: usize,
+        metrics: Option<ReconcileMetrics>,
+    ) -> Self {
+        Self { reconciler, queue, cache, workers: workers.max(1), metrics }
+    }
+
+    async fn work(self: Arc<Self>) {
+        let name = self.reconciler.name();
+        while let Some(key) = self.queue.get().await {
+            let status = self.cache.get(&key).and_then(|e| e.status.clone());
+            let t0 = Instant::now();
+            let res = self.reconciler.reconcile(&key, status).await;
+            let outcome = match res {
+                Ok(Action::AwaitChange) => {
+                    self.queue.forget(&key);
+                    "success"
+                }
+                Ok(Action::RequeueAfter(d)) => {
+                    self.queue.forget(&key);
+                    self.queue.add_after(key.clone(), d);
+                    "requeue"
+                }
+                Err(e) => {
+                    let n = self.queue.num_requeues(&key);
+                    tracing::warn!(reconciler = name, pod = %key, retries = n, error = %e, "reconcile failed; retrying with backoff");
+                    self.queue.add_rate_limited(key.clone());
+                    "error"
+                }
+            };
+            if let Some(m) = &self.metrics {
+                m.total.get_or_create(&Outcome { reconciler: name.into(), outcome: outcome.into() }).inc();
+                m.duration
+                    .get_or_create(&ReconcilerLabel { reconciler: name.into() })
+                    .observe(t0.elapsed().as_secs_f64());
+            }
+            self.queue.done(&key);
+        }
+    }
+
+    /// Runs the workers until shutdown, then lets keys in flight finish.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let me = Arc::new(self);
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..me.workers {
+            workers.spawn(me.clone().work());
+        }
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => me.queue.update_in_flight_metrics(),
+            }
+        }
+        me.queue.shutdown_with_drain().await;
+        while workers.join_next().await.is_some() {}
+    }
+}
+
+/// Sync-loop handler: queues the pod of every lifecycle event (and every cached pod on
+/// a resync) for each reconciler.
+pub struct Enqueue {
+    queues: Vec<WorkQueue<String>>,
+    cache: PodCache,
+    handle: SyncLoopHandle,
+}
+
+impl Enqueue {
+    /// Feeds `queues` from the loop behind `handle`.
+    pub fn new(queues: Vec<WorkQueue<String>>, cache: PodCache, handle: SyncLoopHandle) -> Self {
+        Self { queues, cache, handle }
+    }
+}
+
+impl Handler for Enqueue {
+    fn name(&self) -> &'static str {
+        "enqueue"
+    }
+
+    fn selects(&self, ev: &LoopEvent) -> bool {
+        match &ev.input {
+            // Reconcilers' own events are their output, not news about the pod.
+            LoopInput::Lifecycle(e) => e.event.source != EventSource::Reconciler,
+            LoopInput::Resync(_) => true,
+            LoopInput::FollowUp(_) => false,
+        }
+    }
+
+    fn handle(&mut self, ev: &LoopEvent, _: &mut Outbox) -> Result<String, String> {
+        let uids: Vec<String> = match &ev.input {
+            LoopInput::Lifecycle(e) => vec![e.event.pod_uid.clone()],
+            _ => self.cache.snapshot().iter().map(|e| e.uid.to_string()).collect(),
+        };
+        for uid in &uids {
+            self.handle.set_origin(uid, ev.seq);
+            for q in &self.queues {
+                q.add(uid.clone());
+            }
+        }
+        let names: Vec<&str> = self.queues.iter().map(|q| q.name()).collect();
+        Ok(match uids.as_slice() {
+            [one] => format!("queued {one} for {}", names.join(",")),
+            many => format!("queued {} pods for {}", many.len(), names.join(",")),
+        })
+    }
+}
+
+/// Sync-loop handler: publishes follow-ups that carry a lifecycle event into the stream.
+pub struct Publish {
+    journal: Journal,
+}
+
+impl Publish {
+    /// Publishes into `journal`.
+    pub fn new(journal: Journal) -> Self {
+        Self { journal }
+    }
+}
+
+impl Handler for Publish {
+    fn name(&self) -> &'static str {
+        "publish"
+    }
+
+    fn selects(&self, ev: &LoopEvent) -> bool {
+        matches!(&ev.input, LoopInput::FollowUp(f) if f.event.is_some())
+    }
+
+    fn handle(&mut self, ev: &LoopEvent, _: &mut Outbox) -> Result<String, String> {
+        let LoopInput::FollowUp(f) = &ev.input else { return Ok(String::new()) };
+        let e = f.event.clone().expect("selected");
+        let kind = e.kind.as_str();
+        let rev = self.journal.append(e);
+        Ok(format!("published {kind} at revision {rev}"))
+    }
+}
+
+/// `crashloop` settings.
+#[derive(Clone, Debug)]
+pub struct CrashLoopConfig {
+    /// Deaths within `window` that make a crash loop.
+    pub deaths: usize,
+    /// The window.
+    pub window: Duration,
+    /// A crash loop clears when the newest attempt has run this long.
+    pub clear_after: Duration,
+}
+
+impl Default for CrashLoopConfig {
+    fn default() -> Self {
+        Self { deaths: 3, window: Duration::from_secs(600), clear_after: Duration::from_secs(120) }
+    }
+}
+
+#[derive(Default)]
+struct Track {
+    deaths: BTreeMap<String, SystemTime>,
+    flagged: bool,
+}
+
+/// Notices containers that keep dying and says so with a `CRASH_LOOP` event (once),
+/// then `CRASH_LOOP_CLEARED` when the container stays up.
+pub struct CrashLoop {
+    cfg: CrashLoopConfig,
+    tracks: Mutex<HashMap<(String, String), Track>>,
+    sink: SyncLoopHandle,
+}
+
+impl CrashLoop {
+    /// A detector that sends its events through the sync loop behind `sink`.
+    pub fn new(cfg: CrashLoopConfig, sink: SyncLoopHandle) -> Self {
+        Self { cfg, tracks: Mutex::new(HashMap::new()), sink }
+    }
+
+    fn emit(&self, status: &Arc<PodStatus>, name: &str, kind: EventType, message: String) {
+        let newest = status.containers.iter().find(|c| c.name == name);
+        let ev = PodLifecycleEvent {
+            pod_uid: status.uid.clone(),
+            pod_namespace: status.namespace.clone(),
+            pod_name: status.name.clone(),
+            kind,
+            container_id: newest.map(|c| c.id.clone()).unwrap_or_default(),
+            container_name: name.to_owned(),
+            is_sandbox: false,
+            source: EventSource::Reconciler,
+            observed_at: SystemTime::now(),
+            runtime_timestamp: newest.and_then(|c| nanos_to_system(c.finished_at.max(c.started_at))),
+            pod: Some(status.clone()),
+            message: message.clone(),
+        };
+        let f = FollowUp {
+            name: kind.as_str().into(),
+            description: format!("{}/{} {name}: {message}", status.namespace, status.name),
+            event: Some(ev),
+        };
+        if self.sink.push_follow_up(f, self.sink.origin(&status.uid)).is_err() {
+            tracing::warn!(pod = %status.uid, "sync loop follow-up queue full; crash-loop event dropped");
+        }
+    }
+
+    fn check(&self, uid: &str, status: &Arc<PodStatus>) -> Action {
+        let now = SystemTime::now();
+        let mut tracks = self.tracks.lock().expect("tracks lock");
+        let mut requeue: Option<Duration> = None;
+        let mut names: Vec<&str> = status.containers.iter().map(|c| c.name.as_str()).collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let t = tracks.entry((uid.to_owned(), name.to_owned())).or_default();
+            for c in status.containers.iter().filter(|c| c.name == name && c.state == ContainerState::Exited) {
+                if let Some(at) = nanos_to_system(c.finished_at) {
+                    t.deaths.entry(c.id.clone()).or_insert(at);
+                }
+            }
+            t.deaths.retain(|_, at| now.duration_since(*at).map(|age| age <= self.cfg.window).unwrap_or(true));
+            let newest = status.containers.iter().find(|c| c.name == name);
+            if !t.flagged && t.deaths.len() >= self.cfg.deaths {
+                t.flagged = true;
+                let msg = format!("{} deaths within {}", t.deaths.len(), humantime::format_duration(self.cfg.window));
+                self.emit(status, name, EventType::CrashLoop, msg);
+            }
+            if t.flagged
+                && let Some(c) = newest.filter(|c| c.state == ContainerState::Running)
+            {
+                let up = nanos_to_system(c.started_at).and_then(|s| now.duration_since(s).ok()).unwrap_or_default();
+                if up >= self.cfg.clear_after {
+                    t.flagged = false;
+                    t.deaths.clear();
+                    let msg = format!("running for {}", humantime::format_duration(Duration::from_secs(up.as_secs())));
+                    self.emit(status, name, EventType::CrashLoopCleared, msg);
+                } else {
+                    let left = self.cfg.clear_after - up;
+                    requeue = Some(requeue.map_or(left, |r| r.min(left)));
+                }
+            }
+        }
+        requeue.map_or(Action::AwaitChange, Action::RequeueAfter)
+    }
+}
+
+impl Reconciler for CrashLoop {
+    fn name(&self) -> &'static str {
+        "crashloop"
+    }
+
+    fn reconcile<'a>(&'a self, uid: &'a str, status: Option<Arc<PodStatus>>) -> ReconcileFuture<'a> {
+        Box::pin(async move {
+            match status {
+                None => {
+                    self.tracks.lock().expect("tracks lock").retain(|(u, _), _| u != uid);
+                    Ok(Action::AwaitChange)
+                }
+                Some(s) => Ok(self.check(uid, &s)),
+            }
+        })
+    }
+}
+
+/// `gc` mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GcMode {
+    /// Not run.
+    Off,
+    /// Removes.
+    On,
+    /// Logs what it would remove.
+    DryRun,
+}
+
+/// `gc` policy.
+#[derive(Clone, Debug)]
+pub struct GcConfig {
+    /// Mode.
+    pub mode: GcMode,
+    /// Dead containers kept per container name (newest first).
+    pub keep: usize,
+    /// Only containers dead at least this long are removed.
+    pub min_age: Duration,
+}
+
+/// Removes dead containers beyond the policy through CRI `RemoveContainer`; never
+/// touches a container that is not exited.
+pub struct Gc<R: RuntimeService> {
+    runtime: R,
+    cfg: GcConfig,
+}
+
+impl<R: RuntimeService> Gc<R> {
+    /// A collector on `runtime`.
+    pub fn new(runtime: R, cfg: GcConfig) -> Self {
+        Self { runtime, cfg }
+    }
+
+    /// The containers the policy removes now, and when the next one becomes old enough.
+    pub fn plan(&self, status: &PodStatus, now: SystemTime) -> (Vec<String>, Option<Duration>) {
+        let mut by_name: BTreeMap<&str, Vec<&crate::model::ContainerStatus>> = BTreeMap::new();
+        for c in status.containers.iter().filter(|c| c.state == ContainerState::Exited) {
+            by_name.entry(&c.name).or_default().push(c);
+        }
+        let mut remove = Vec::new();
+        let mut next: Option<Duration> = None;
+        for dead in by_name.values_mut() {
+            dead.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+            for c in dead.iter().skip(self.cfg.keep) {
+                let age = nanos_to_system(c.finished_at).and_then(|t| now.duration_since(t).ok()).unwrap_or_default();
+                if age >= self.cfg.min_age {
+                    remove.push(c.id.clone());
+                } else {
+                    let left = self.cfg.min_age - age;
+                    next = Some(next.map_or(left, |n| n.min(left)));
+                }
+            }
+        }
+        (remove, next)
+    }
+}
+
+impl<R: RuntimeService> Reconciler for Gc<R> {
+    fn name(&self) -> &'static str {
+        "gc"
+    }
+
+    fn reconcile<'a>(&'a self, uid: &'a str, status: Option<Arc<PodStatus>>) -> ReconcileFuture<'a> {
+        Box::pin(async move {
+            let Some(status) = status else { return Ok(Action::AwaitChange) };
+            let (remove, next) = self.plan(&status, SystemTime::now());
+            for id in &remove {
+                if self.cfg.mode == GcMode::DryRun {
+                    tracing::info!(pod = %uid, container = %id, "gc (dry run): would remove dead container");
+                    continue;
+                }
+                match self.runtime.remove_container(id).await {
+                    Ok(()) => tracing::info!(pod = %uid, container = %id, "gc: removed dead container"),
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(next.map_or(Action::AwaitChange, Action::RequeueAfter))
+        })
+    }
+}
