@@ -80,7 +80,21 @@ pub struct AdminState {
     pub sync: crate::syncloop::SyncLoopHandle,
     /// The relister.
     pub pleg: crate::pleg::generic::PlegHandle,
+    /// The pod-status cache.
+    pub cache: crate::cache::PodCache,
+    /// The journal (timelines).
+    pub journal: crate::journal::Journal,
+    /// Reads the runtime afresh for `?view=runtime`.
+    pub runtime_view: RuntimeView,
 }
+
+/// Reads every pod from the runtime afresh.
+pub type RuntimeView = Arc<
+    dyn Fn()
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<crate::model::PodStatus>, String>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// The admin server, bound and ready to serve.
 pub struct AdminServer {
@@ -116,15 +130,100 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/livez", get(livez))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/debug/pods", get(debug_pods))
+        .route("/debug/pods/{uid}/timeline", get(debug_timeline))
         .route("/debug/events", get(debug_events))
         .route("/debug/queue", get(debug_queue))
         .route("/debug/resync", axum::routing::post(debug_resync))
+        .fallback(not_found)
         .with_state(state)
 }
 
-async fn metrics(State(s): State<Arc<AdminState>>) -> Response {
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
-        .into_response()
+async fn not_found(uri: axum::http::Uri) -> Response {
+    let paths = "/metrics /livez /healthz /readyz /debug/pods /debug/pods/{uid}/timeline /debug/events /debug/queue POST:/debug/resync";
+    (StatusCode::NOT_FOUND, format!("no such path {}; try {paths}\n", uri.path())).into_response()
+}
+
+fn pod_json(p: &crate::model::PodStatus, error: Option<&str>) -> serde_json::Value {
+    let mut v = serde_json::to_value(p).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("error".into(), error.map_or(serde_json::Value::Null, |e| e.into()));
+    }
+    v
+}
+
+async fn debug_pods(
+    State(s): State<Arc<AdminState>>,
+    axum::extract::Query(params): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    if let Some(k) = params.keys().find(|k| k.as_str() != "view") {
+        return bad_request(format!("unknown parameter {k:?} (view=cache|runtime)"));
+    }
+    match params.get("view").map(String::as_str).unwrap_or("cache") {
+        "cache" => {
+            let pods: Vec<_> = s
+                .cache
+                .snapshot()
+                .iter()
+                .filter_map(|e| e.status.as_ref().map(|st| pod_json(st, e.error.as_deref())))
+                .collect();
+            axum::Json(serde_json::json!({ "view": "cache", "revision": s.journal.revision(), "pods": pods }))
+                .into_response()
+        }
+        "runtime" => match (s.runtime_view)().await {
+            Ok(pods) => {
+                let pods: Vec<_> = pods.iter().map(|p| pod_json(p, None)).collect();
+                axum::Json(serde_json::json!({ "view": "runtime", "pods": pods })).into_response()
+            }
+            Err(e) => (StatusCode::BAD_GATEWAY, format!("reading the runtime failed: {e}\n")).into_response(),
+        },
+        other => bad_request(format!("invalid view={other:?}: expected cache or runtime")),
+    }
+}
+
+async fn debug_timeline(
+    State(s): State<Arc<AdminState>>,
+    axum::extract::Path(uid): axum::extract::Path<String>,
+) -> Response {
+    let Some(entries) = s.journal.timeline(&uid) else {
+        return (StatusCode::NOT_FOUND, format!("plegd has seen no change of pod {uid:?}\n")).into_response();
+    };
+    let items: Vec<_> = entries
+        .iter()
+        .map(|e| {
+            let x = &e.event;
+            let exit =
+                x.pod.as_ref().and_then(|p| p.containers.iter().find(|c| c.id == x.container_id)).map(|c| c.exit_code);
+            serde_json::json!({
+                "revision": e.revision,
+                "type": x.kind.as_str(),
+                "source": x.source.as_str(),
+                "container_id": x.container_id,
+                "container_name": x.container_name,
+                "is_sandbox": x.is_sandbox,
+                "observed_at": crate::model::rfc3339(x.observed_at),
+                "runtime_timestamp": x.runtime_timestamp.map(crate::model::rfc3339),
+                "exit_code": exit,
+                "message": x.message,
+            })
+        })
+        .collect();
+    axum::Json(serde_json::json!({ "pod_uid": uid, "changes": items })).into_response()
+}
+
+/// OpenMetrics for scrapers that ask for it (Prometheus does), the classic text
+/// format for everyone else (curl, promtool).
+async fn metrics(State(s): State<Arc<AdminState>>, headers: axum::http::HeaderMap) -> Response {
+    let wants_om = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("application/openmetrics-text"));
+    if wants_om {
+        ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
+            .into_response()
+    } else {
+        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], s.metrics.encode_text()).into_response()
+    }
 }
 
 async fn livez(State(s): State<Arc<AdminState>>) -> Response {

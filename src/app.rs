@@ -137,6 +137,15 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
         queues: queues.clone(),
         sync: sync.clone(),
         pleg: handle.clone(),
+        cache: cache.clone(),
+        journal: journal.clone(),
+        runtime_view: {
+            let (client, n) = (client.clone(), cfg.inspect_concurrency);
+            Arc::new(move || {
+                let client = client.clone();
+                Box::pin(async move { crate::pleg::inspect::read_all(&client, n).await.map_err(|e| e.to_string()) })
+            })
+        },
     };
     let admin = AdminServer::bind(cfg.admin_addr, admin_state).await?;
     let admin_addr = admin.local_addr();

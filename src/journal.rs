@@ -119,8 +119,15 @@ struct Sub {
     overflowed: Arc<AtomicBool>,
 }
 
+/// Entries kept per pod for its timeline.
+const TIMELINE_PER_POD: usize = 1000;
+/// Pods whose timelines are kept after they are gone.
+const TIMELINE_GONE_PODS: usize = 10_000;
+
 struct Inner {
     ring: VecDeque<Arc<Entry>>,
+    timelines: std::collections::HashMap<String, VecDeque<Arc<Entry>>>,
+    gone: VecDeque<String>,
     view: BTreeMap<String, Arc<PodStatus>>,
     metas: BTreeMap<String, Arc<PodMeta>>,
     subs: Vec<Sub>,
@@ -188,6 +195,8 @@ impl Journal {
             shared: Arc::new(Shared {
                 inner: Mutex::new(Inner {
                     ring: VecDeque::with_capacity(capacity.min(1 << 16)),
+                    timelines: Default::default(),
+                    gone: VecDeque::new(),
                     view: BTreeMap::new(),
                     metas: BTreeMap::new(),
                     subs: Vec::new(),
@@ -250,6 +259,20 @@ impl Journal {
             inner.ring.pop_front();
         }
         inner.ring.push_back(entry.clone());
+        let tl = inner.timelines.entry(uid.clone()).or_default();
+        if tl.len() == TIMELINE_PER_POD {
+            tl.pop_front();
+        }
+        tl.push_back(entry.clone());
+        if entry.event.pod.is_none() && entry.event.kind == EventType::ContainerRemoved && entry.event.is_sandbox {
+            inner.gone.push_back(uid.clone());
+            while inner.gone.len() > TIMELINE_GONE_PODS {
+                let old = inner.gone.pop_front().expect("non-empty");
+                if !inner.view.contains_key(&old) {
+                    inner.timelines.remove(&old);
+                }
+            }
+        }
         inner.subs.retain(|s| {
             if !s.filter.matches(&entry) {
                 return !s.tx.is_closed();
@@ -277,6 +300,13 @@ impl Journal {
             Start::Snapshot { pods, revision } => (pods, revision),
             Start::Replay(_) => unreachable!("snapshot() makes snapshots"),
         }
+    }
+
+    /// Every event plegd published for a pod (the last 1,000), oldest first; kept for
+    /// the last 10,000 pods that went away too.
+    pub fn timeline(&self, uid: &str) -> Option<Vec<Arc<Entry>>> {
+        let inner = self.shared.inner.lock().expect("journal lock");
+        inner.timelines.get(uid).map(|t| t.iter().cloned().collect())
     }
 
     /// Subscribes atomically: the start (snapshot or replay) and the live entries meet

@@ -12,6 +12,7 @@ pub mod journal;
 pub mod metrics;
 pub mod model;
 pub mod pleg;
+pub mod process;
 pub mod proto;
 pub mod publish;
 pub mod reconcile;

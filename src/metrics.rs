@@ -204,6 +204,13 @@ impl Metrics {
         let journal = crate::journal::JournalMetrics::default();
         r.register("plegd_journal_revision", "The latest event revision", journal.revision.clone());
         r.register("plegd_watch_resets", "Watch streams told to start over, by reason", journal.resets.clone());
+        // Known label values start at zero, so rate() and alerts work from the start.
+        for reason in ["SLOW_CONSUMER", "REVISION_TOO_OLD", "RUNTIME_RESYNC"] {
+            let _ = journal.resets.get_or_create(&ReasonLabel { reason: reason.into() });
+        }
+        for mode in ["generic", "evented"] {
+            let _ = pleg.mode.get_or_create(&ModeLabel { mode: mode.into() });
+        }
         let api = crate::api::ApiMetrics::default();
         r.register("plegd_watch_clients", "Open Watch streams", api.watch_clients.clone());
         r.register("plegd_api_connections", "API connections accepted", api.accepted.clone());
@@ -212,17 +219,44 @@ impl Metrics {
             "API connections refused by the peer-credential allowlist",
             api.refused.clone(),
         );
+        r.register_collector(Box::new(crate::process::ProcessCollector));
         let queues = crate::workqueue::QueueMetrics::register(&mut r);
         let reconcile = crate::reconcile::ReconcileMetrics::register(&mut r);
         Self { registry: Arc::new(r), pleg, cri, events, journal, api, queues, reconcile }
     }
 
-    /// The registry in Prometheus text format.
+    /// The registry in the classic Prometheus text format (0.0.4): counters' HELP and
+    /// TYPE name the `_total` series, and there are no `# UNIT` or `# EOF` lines.
+    pub fn encode_text(&self) -> String {
+        openmetrics_to_text(&self.encode())
+    }
+
+    /// The registry in OpenMetrics text format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
     }
+}
+
+/// Rewrites OpenMetrics text as the classic Prometheus text format.
+pub fn openmetrics_to_text(om: &str) -> String {
+    let counters: std::collections::HashSet<&str> =
+        om.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.strip_suffix(" counter")).collect();
+    let mut out = String::with_capacity(om.len());
+    for line in om.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let rewritten = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters.contains(name).then(|| format!("{p}{name}_total {tail}"))
+        });
+        out.push_str(rewritten.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
 }
 
 impl Default for Metrics {

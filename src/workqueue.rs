@@ -658,7 +658,9 @@ mod tests {
         queue: VecDeque<u8>,
         dirty: HashSet<u8>,
         processing: HashSet<u8>,
-        waiting: HashMap<u8, u64>,
+        /// Key → (ready at, insertion order): equal deadlines are served FIFO.
+        waiting: HashMap<u8, (u64, u64)>,
+        inserted: u64,
         now: u64,
         shut: bool,
     }
@@ -674,10 +676,10 @@ mod tests {
             }
         }
         fn promote(&mut self) {
-            let mut due: Vec<(u64, u8)> =
-                self.waiting.iter().filter(|(_, t)| **t <= self.now).map(|(k, t)| (*t, *k)).collect();
+            let mut due: Vec<(u64, u64, u8)> =
+                self.waiting.iter().filter(|(_, (t, _))| *t <= self.now).map(|(k, (t, i))| (*t, *i, *k)).collect();
             due.sort();
-            for (_, k) in due {
+            for (_, _, k) in due {
                 self.waiting.remove(&k);
                 self.add(k);
             }
@@ -727,8 +729,10 @@ mod tests {
                             q.add_after(k, Duration::from_millis(u64::from(d)));
                             if !m.shut {
                                 let at = m.now + u64::from(d);
-                                let e = m.waiting.entry(k).or_insert(at);
-                                *e = (*e).min(at);
+                                if m.waiting.get(&k).is_none_or(|(t, _)| at < *t) {
+                                    m.inserted += 1;
+                                    m.waiting.insert(k, (at, m.inserted));
+                                }
                             }
                         }
                         Op::Advance(d) => {

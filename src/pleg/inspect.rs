@@ -111,3 +111,21 @@ pub async fn list_pod<R: RuntimeService>(
     }
     Ok(super::records::group_pods(sandboxes, containers).remove(uid))
 }
+
+/// Reads every pod from the runtime afresh (list, group, inspect each), the way a
+/// relist would, without touching the cache: `/debug/pods?view=runtime`.
+pub async fn read_all<R: RuntimeService>(runtime: &R, concurrency: usize) -> Result<Vec<PodStatus>, CriError> {
+    use futures_util::StreamExt;
+    let sandboxes = runtime.list_pod_sandboxes(None).await?;
+    let containers = runtime.list_containers(None).await?;
+    let pods = super::records::group_pods(sandboxes, containers);
+    let mut out: Vec<PodStatus> = futures_util::stream::iter(pods.into_values())
+        .map(|p| async move { inspect_pod(runtime, &p, &[]).await })
+        .buffer_unordered(concurrency.max(1))
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    out.sort_by(|a, b| a.uid.cmp(&b.uid));
+    Ok(out)
+}

@@ -1,0 +1,131 @@
+//! The admin HTTP surface: every path, with good and bad input.
+
+mod support;
+
+use std::time::Duration;
+
+use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::sim::{Fault, FaultAction};
+use support::{http, start_plegd};
+
+fn strip_observed(v: &serde_json::Value) -> serde_json::Value {
+    let mut pods = v["pods"].as_array().unwrap().clone();
+    for p in &mut pods {
+        p.as_object_mut().unwrap().remove("observed_at");
+        p.as_object_mut().unwrap().remove("error");
+    }
+    serde_json::Value::Array(pods)
+}
+
+#[tokio::test]
+async fn every_path_answers_and_bad_input_gets_a_clear_status() {
+    let p = start_plegd(|_| {}).await;
+    let pod = PodSpec::new("default", "web").label("app", "web");
+    let (_, ids) = p.h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    p.h.sim.exit_container(&ids[0], 2, "Error");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let a = p.app.admin_addr;
+
+    let (code, m) = http(a, "GET", "/metrics").await;
+    assert_eq!(code, 200);
+    for name in [
+        "plegd_pleg_relist_duration_seconds_bucket",
+        "plegd_pleg_relist_interval_seconds_count",
+        "plegd_pleg_last_seen_seconds",
+        "plegd_pleg_mode{mode=\"evented\"} 1",
+        "plegd_lifecycle_events_total{type=\"CONTAINER_DIED\",source=\"CRI_EVENT\"}",
+        "plegd_event_delivery_latency_seconds_bucket",
+        "plegd_cri_requests_total{method=\"ListPodSandbox\",code=\"OK\"}",
+        "plegd_cri_request_duration_seconds_bucket",
+        "plegd_cache_pods 1",
+        "plegd_running_containers{state=\"exited\"} 1",
+        "plegd_journal_revision",
+        "plegd_watch_clients 0",
+        "workqueue_adds_total{name=\"crashloop\"}",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "# TYPE plegd_lifecycle_events_total counter",
+    ] {
+        assert!(m.contains(name), "{name} missing from /metrics");
+    }
+    for (path, want) in [("/livez", 200), ("/healthz", 200), ("/readyz", 200)] {
+        assert_eq!(http(a, "GET", path).await.0, want, "{path}");
+    }
+
+    let (code, body) = http(a, "GET", "/debug/pods").await;
+    assert_eq!(code, 200);
+    let cache: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(cache["view"], "cache");
+    assert_eq!(cache["pods"][0]["uid"], pod.uid.as_str());
+    assert_eq!(cache["pods"][0]["containers"][0]["exit_code"], 2);
+    let (code, body) = http(a, "GET", "/debug/pods?view=runtime").await;
+    assert_eq!(code, 200);
+    let runtime: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(runtime["view"], "runtime");
+    assert_eq!(strip_observed(&runtime), strip_observed(&cache), "once quiet, the runtime and the cache agree");
+
+    let (code, body) = http(a, "GET", &format!("/debug/pods/{}/timeline", pod.uid)).await;
+    assert_eq!(code, 200);
+    let tl: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let changes = tl["changes"].as_array().unwrap();
+    let kinds: Vec<&str> = changes.iter().map(|c| c["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"CONTAINER_STARTED"));
+    assert_eq!(kinds.last(), Some(&"CONTAINER_DIED"));
+    assert_eq!(changes.last().unwrap()["exit_code"], 2);
+    let revs: Vec<u64> = changes.iter().map(|c| c["revision"].as_u64().unwrap()).collect();
+    assert!(revs.windows(2).all(|w| w[0] < w[1]), "oldest first: {revs:?}");
+    assert!(changes.iter().all(|c| c["source"].is_string()));
+
+    assert_eq!(http(a, "GET", "/debug/events?last=5").await.0, 200);
+    assert_eq!(http(a, "GET", "/debug/queue").await.0, 200);
+    assert_eq!(http(a, "POST", "/debug/resync").await.0, 202);
+
+    for (method, path, want) in [
+        ("GET", "/debug/pods?view=bogus", 400),
+        ("GET", "/debug/pods?x=1", 400),
+        ("GET", "/debug/pods/no-such-pod/timeline", 404),
+        ("GET", "/debug/events?until=nope", 400),
+        ("GET", "/debug/resync", 405),
+        ("POST", "/metrics", 405),
+        ("GET", "/nope", 404),
+    ] {
+        let (code, body) = http(a, method, path).await;
+        assert_eq!(code, want, "{method} {path}: {body}");
+        if want != 405 {
+            assert!(!body.trim().is_empty(), "{method} {path} explains itself");
+        }
+    }
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn healthz_reports_the_kubelets_message_and_readyz_follows() {
+    let p = start_plegd(|c| {
+        c.mode = plegd::pleg::evented::Mode::Generic;
+        c.relist_period = Duration::from_millis(100);
+        c.relist_threshold = Duration::from_millis(400);
+    })
+    .await;
+    let a = p.app.admin_addr;
+    assert_eq!(http(a, "GET", "/healthz").await.0, 200);
+    p.h.sim.inject(Fault {
+        method: "ListPodSandbox",
+        target: None,
+        action: FaultAction::Error(tonic::Code::Internal, "stuck".into()),
+        times: None,
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (code, body) = http(a, "GET", "/healthz").await;
+    assert_eq!(code, 500);
+    assert!(body.starts_with("PLEG is not healthy: pleg was last seen active "), "{body}");
+    assert!(body.trim_end().ends_with("; threshold is 400ms"), "{body}");
+    let (code, body) = http(a, "GET", "/readyz").await;
+    assert_eq!(code, 503);
+    assert!(body.contains("PLEG is not healthy"), "{body}");
+    assert_eq!(http(a, "GET", "/livez").await.0, 200, "the loop is alive, just failing");
+    p.h.sim.clear_faults();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(http(a, "GET", "/healthz").await.0, 200);
+    p.stop().await;
+}

@@ -1,0 +1,155 @@
+//! The deployment files: every YAML document parses, the fields that matter are right,
+//! and the alert and dashboard expressions only name metrics plegd exposes.
+
+use std::collections::BTreeSet;
+
+use serde_yaml::Value;
+
+fn docs(file: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(format!("{}/manifests/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    serde_yaml::Deserializer::from_str(&text).map(|d| Value::deserialize(d).expect("valid YAML")).collect()
+}
+
+use serde::Deserialize;
+
+fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    docs.iter().find(|d| d["kind"] == kind).unwrap_or_else(|| panic!("no {kind}"))
+}
+
+/// Every metric family plegd registers, read from the registrations in the source
+/// (prometheus-client leaves out families that have no series yet).
+fn exposed() -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for file in ["metrics.rs", "workqueue.rs", "reconcile.rs", "process.rs"] {
+        let src = std::fs::read_to_string(format!("{}/src/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        for chunk in src.split('"').skip(1).step_by(2) {
+            let ours = chunk.starts_with("plegd_") || chunk.starts_with("workqueue_") || chunk.starts_with("process_");
+            if ours && chunk.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                names.insert(chunk.to_string());
+            }
+        }
+    }
+    assert!(names.len() > 30, "found the registrations: {names:?}");
+    names
+}
+
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for c in expr.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            cur.push(c);
+        } else {
+            if (cur.starts_with("plegd_") || cur.starts_with("workqueue_") || cur.starts_with("process_"))
+                && !cur.is_empty()
+            {
+                out.push(std::mem::take(&mut cur));
+            }
+            cur.clear();
+        }
+    }
+    out
+}
+
+fn assert_known(expr: &str, known: &BTreeSet<String>) {
+    for name in metric_names(expr) {
+        let family = ["_bucket", "_count", "_sum", "_total"]
+            .iter()
+            .fold(name.clone(), |n, s| n.strip_suffix(s).map(String::from).unwrap_or(n));
+        assert!(known.contains(&name) || known.contains(&family), "{name} in {expr:?} is not a metric plegd exposes");
+    }
+}
+
+#[test]
+fn the_daemonset_mounts_the_socket_directory_and_probes_the_admin_port() {
+    let d = docs("daemonset.yaml");
+    let ds = find(&d, "DaemonSet");
+    let spec = &ds["spec"]["template"]["spec"];
+    assert_eq!(
+        ds["spec"]["selector"]["matchLabels"],
+        spec.get("metadata").cloned().unwrap_or(ds["spec"]["template"]["metadata"]["labels"].clone())
+    );
+    let c = &spec["containers"][0];
+    let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(args[0], "run");
+    assert!(args.contains(&"--runtime-endpoint=unix:///run/containerd/containerd.sock"));
+    let vols = spec["volumes"].as_sequence().unwrap();
+    let containerd = vols.iter().find(|v| v["name"] == "containerd-run").unwrap();
+    assert_eq!(containerd["hostPath"]["path"], "/run/containerd", "the directory, not the socket file");
+    assert_eq!(containerd["hostPath"]["type"], "Directory");
+    let mounts = c["volumeMounts"].as_sequence().unwrap();
+    assert!(mounts.iter().any(|m| m["mountPath"] == "/run/containerd"));
+    assert!(mounts.iter().any(|m| m["mountPath"] == "/run/plegd"));
+    for k in ["requests", "limits"] {
+        for r in ["cpu", "memory"] {
+            assert!(c["resources"][k][r].is_string(), "resources.{k}.{r}");
+        }
+    }
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/livez");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["ports"][0]["name"], "admin");
+    assert_eq!(c["ports"][0]["containerPort"], 9477);
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+}
+
+#[test]
+fn the_podmonitor_selects_the_daemonsets_pods_on_the_admin_port() {
+    let ds = docs("daemonset.yaml");
+    let labels = &find(&ds, "DaemonSet")["spec"]["template"]["metadata"]["labels"];
+    let pm = docs("podmonitor.yaml");
+    let pm = find(&pm, "PodMonitor");
+    assert_eq!(&pm["spec"]["selector"]["matchLabels"], labels);
+    assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["port"], "admin");
+    assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["path"], "/metrics");
+}
+
+#[test]
+fn the_alerts_cover_what_the_issue_asks_and_name_real_metrics() {
+    let known = exposed();
+    let pr = docs("prometheusrule.yaml");
+    let rules = find(&pr, "PrometheusRule")["spec"]["groups"][0]["rules"].as_sequence().unwrap().clone();
+    let names: Vec<&str> = rules.iter().map(|r| r["alert"].as_str().unwrap()).collect();
+    for want in ["PlegdPLEGUnhealthy", "PlegdRelistSlow", "PlegdEventStreamDown", "PlegdWatchResetsRising"] {
+        assert!(names.contains(&want), "{want} missing");
+    }
+    for r in &rules {
+        let expr = r["expr"].as_str().unwrap();
+        assert_known(expr, &known);
+        assert!(r["labels"]["severity"].is_string());
+        assert!(r["annotations"]["summary"].is_string());
+    }
+}
+
+#[test]
+fn the_dashboard_parses_and_queries_real_metrics() {
+    let known = exposed();
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/grafana-dashboard.json")).unwrap();
+    let d: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let panels = d["panels"].as_array().unwrap();
+    assert!(panels.len() >= 8);
+    let mut ids = BTreeSet::new();
+    for p in panels {
+        assert!(ids.insert(p["id"].as_u64().unwrap()), "panel ids are unique");
+        for t in p["targets"].as_array().unwrap() {
+            assert_known(t["expr"].as_str().unwrap(), &known);
+        }
+    }
+}
+
+#[test]
+fn the_containerfile_builds_in_two_stages_and_ships_the_binary_only() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Containerfile")).unwrap();
+    let froms: Vec<&str> = text.lines().filter(|l| l.starts_with("FROM ")).collect();
+    assert_eq!(froms.len(), 2, "a builder and a runtime stage");
+    assert!(froms[0].contains(" AS build"));
+    let runtime: Vec<&str> =
+        text.lines().skip_while(|l| !l.starts_with("FROM ") || !l.contains("AS runtime")).collect();
+    let copies: Vec<&&str> = runtime.iter().filter(|l| l.starts_with("COPY")).collect();
+    assert_eq!(copies.len(), 1, "only the binary goes into the runtime image");
+    assert!(copies[0].contains("--from=build") && copies[0].contains("target/release/plegd"));
+    assert!(runtime.iter().any(|l| l.starts_with("USER ")));
+    assert!(runtime.iter().any(|l| l.starts_with("ENTRYPOINT [\"/usr/local/bin/plegd\"]")));
+    let msrv = env!("CARGO_PKG_RUST_VERSION");
+    assert!(froms[0].contains(&format!("rust:{msrv}")), "the builder uses the crate's rust-version {msrv}");
+}
