@@ -370,3 +370,210 @@ async fn a_container_removed_behind_plegds_back_is_reported_removed() {
     remove_pod(&c, &sid).await;
     sc.stop().await;
 }
+
+/// A whole plegd (gRPC API, admin, sync loop, reconcilers) on the real runtime.
+struct Full {
+    app: plegd::app::Sidecar,
+    socket: String,
+    shutdown: tokio_util::sync::CancellationToken,
+    tracker: tokio_util::task::TaskTracker,
+    _dir: tempfile::TempDir,
+}
+
+impl Env {
+    async fn full(&self, tune: impl FnOnce(&mut plegd::config::RunConfig)) -> Full {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = plegd::config::RunConfig::for_endpoint(&self.endpoint).unwrap();
+        cfg.api.socket = dir.path().join("plegd.sock");
+        cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
+        cfg.runtime_request_timeout = Duration::from_secs(10);
+        tune(&mut cfg);
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let tracker = tokio_util::task::TaskTracker::new();
+        let app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while app.readiness.check().is_err() {
+            assert!(Instant::now() < deadline, "not ready: {:?}", app.readiness.check());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let socket = format!("unix://{}", cfg.api.socket.display());
+        Full { app, socket, shutdown, tracker, _dir: dir }
+    }
+}
+
+impl Full {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
+
+/// Waits on a Watch stream for an event of `kind` about `id`, keeping all it reads.
+async fn wait_watch(
+    watch: &mut tonic::Streaming<plegd::proto::plegd::WatchEvent>,
+    seen: &mut Vec<plegd::proto::plegd::LifecycleEvent>,
+    kind: plegd::proto::plegd::LifecycleEventType,
+    id: String,
+) -> plegd::proto::plegd::LifecycleEvent {
+    use plegd::proto::plegd::watch_event::Kind;
+    if let Some(e) = seen.iter().find(|e| e.r#type == kind as i32 && e.container_id == id) {
+        return e.clone();
+    }
+    loop {
+        let m =
+            tokio::time::timeout(Duration::from_secs(20), watch.message()).await.expect("in time").unwrap().unwrap();
+        if let Some(Kind::Event(e)) = m.kind {
+            seen.push(e.clone());
+            if e.r#type == kind as i32 && e.container_id == id {
+                return e;
+            }
+        }
+    }
+}
+
+fn strip_volatile(v: &serde_json::Value) -> serde_json::Value {
+    let mut pods = v["pods"].as_array().unwrap().clone();
+    for p in &mut pods {
+        let o = p.as_object_mut().unwrap();
+        o.remove("observed_at");
+        o.remove("error");
+    }
+    serde_json::Value::Array(pods)
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn the_watch_stream_and_debug_pods_match_what_the_runtime_did() {
+    use plegd::proto::plegd as api;
+    let env = env();
+    let c = env.client();
+    let p = env.full(|_| {}).await;
+    let mut watch =
+        plegd::client::connect(&p.socket).unwrap().watch(api::WatchRequest::default()).await.unwrap().into_inner();
+    let pod = PodSpec::new("e2e", "watched").label("app", "watched");
+    let sid = run_pod(&c, &pod).await;
+    // Without a stream the relist must see each state: lives longer than a period.
+    let life = if env.has_stream() { Duration::from_secs(1) } else { Duration::from_millis(2500) };
+    let (first, _) = start(&c, &pod, &sid, &ContainerSpec::new("app").exits_after(life, 3)).await;
+    let (keeper, _) = start(&c, &pod, &sid, &ContainerSpec::new("keeper")).await;
+    let mut seen: Vec<api::LifecycleEvent> = Vec::new();
+    wait_watch(&mut watch, &mut seen, api::LifecycleEventType::ContainerStarted, first.clone()).await;
+    let died = wait_watch(&mut watch, &mut seen, api::LifecycleEventType::ContainerDied, first.clone()).await;
+    let exit = died.pod.as_ref().unwrap().containers.iter().find(|x| x.id == first).unwrap().exit_code;
+    assert_eq!(exit, 3, "the stream carries the exit code");
+    let (second, _) = start(&c, &pod, &sid, &ContainerSpec::new("app").attempt(1)).await;
+    let started = wait_watch(&mut watch, &mut seen, api::LifecycleEventType::ContainerStarted, second.clone()).await;
+    let attempt = started.pod.as_ref().unwrap().containers.iter().find(|x| x.id == second).unwrap().attempt;
+    assert_eq!(attempt, 1);
+    wait_watch(&mut watch, &mut seen, api::LifecycleEventType::ContainerStarted, keeper.clone()).await;
+
+    // Quiet: the cache and a fresh read of the runtime agree, and say what happened.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (code, body) = support::http(p.app.admin_addr, "GET", "/debug/pods").await;
+    assert_eq!(code, 200);
+    let cache: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let mine = cache["pods"].as_array().unwrap().iter().find(|x| x["uid"] == pod.uid.as_str()).unwrap();
+    let states: Vec<(String, u64, String, i64)> = mine["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["name"].as_str().unwrap().to_string(),
+                x["attempt"].as_u64().unwrap(),
+                x["state"].as_str().unwrap().to_string(),
+                x["exit_code"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(states.contains(&("app".into(), 0, "EXITED".into(), 3)), "{states:?}");
+    assert!(states.contains(&("app".into(), 1, "RUNNING".into(), 0)), "{states:?}");
+    assert!(states.contains(&("keeper".into(), 0, "RUNNING".into(), 0)), "{states:?}");
+    let (_, body) = support::http(p.app.admin_addr, "GET", "/debug/pods?view=runtime").await;
+    let runtime: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(strip_volatile(&runtime), strip_volatile(&cache), "view=runtime equals the cache once quiet");
+
+    // Removal: every container dies then is removed, in that order, on the stream.
+    remove_pod(&c, &sid).await;
+    for id in [&second, &keeper] {
+        wait_watch(&mut watch, &mut seen, api::LifecycleEventType::ContainerDied, id.to_string()).await;
+    }
+    for id in [&first, &second, &keeper, &sid] {
+        wait_watch(&mut watch, &mut seen, api::LifecycleEventType::ContainerRemoved, id.to_string()).await;
+    }
+    for id in [&first, &second, &keeper] {
+        let kinds: Vec<i32> = seen
+            .iter()
+            .filter(|e| &e.container_id == id && e.r#type != api::LifecycleEventType::ContainerChanged as i32)
+            .map(|e| e.r#type)
+            .collect();
+        let want = [
+            api::LifecycleEventType::ContainerStarted as i32,
+            api::LifecycleEventType::ContainerDied as i32,
+            api::LifecycleEventType::ContainerRemoved as i32,
+        ];
+        assert_eq!(kinds, want, "per-container order for {id}");
+    }
+    p.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn gc_removes_dead_containers_beyond_the_policy_in_a_real_runtime() {
+    let env = env();
+    let c = env.client();
+    let p = env
+        .full(|cfg| {
+            cfg.sync.gc.mode = plegd::reconcile::GcMode::On;
+            cfg.sync.gc.keep = 1;
+            cfg.sync.gc.min_age = Duration::ZERO;
+            cfg.sync.crashloop.deaths = 100;
+        })
+        .await;
+    let pod = PodSpec::new("e2e", "collected");
+    let sid = run_pod(&c, &pod).await;
+    let mut ids = Vec::new();
+    for attempt in 0..3 {
+        let (id, _) = start(
+            &c,
+            &pod,
+            &sid,
+            &ContainerSpec::new("job").attempt(attempt).exits_after(Duration::from_millis(300), 1),
+        )
+        .await;
+        // Let it die before the next attempt, as the kubelet would.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while c
+            .container_status(&id)
+            .await
+            .map(|s| s.state != cri::ContainerState::ContainerExited as i32)
+            .unwrap_or(false)
+        {
+            assert!(Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ids.push(id);
+    }
+    let (running, _) = start(&c, &pod, &sid, &ContainerSpec::new("job").attempt(3)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: std::collections::BTreeSet<String> = c
+            .list_containers(Some(cri::ContainerFilter { pod_sandbox_id: sid.clone(), ..Default::default() }))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|x| x.id)
+            .collect();
+        let want: std::collections::BTreeSet<String> = [ids[2].clone(), running.clone()].into();
+        if left == want {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left {left:?}, want {want:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let m = p.app.metrics.encode();
+    assert!(m.contains("plegd_cri_requests_total{method=\"RemoveContainer\",code=\"OK\"}"), "{m}");
+    remove_pod(&c, &sid).await;
+    p.stop().await;
+}

@@ -23,6 +23,10 @@ for v in ${PLEGD_E2E_VERSIONS:-1.6 1.7}; do
   rc=${PIPESTATUS[0]}
   set -e
   [ "$rc" = 0 ] || failed+=("$v")
+  if grep -q "test result: ok. 0 passed" "/tmp/plegd-e2e-$v.log"; then
+    echo "e2e: no test ran against containerd $v (filter: $*)" >&2
+    failed+=("$v")
+  fi
   "$CTL" stop "$v"
 done
 echo "== figures"
