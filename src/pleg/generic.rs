@@ -200,13 +200,12 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.records.set_current(pods);
 
         // Pods with transitions, or whose last inspection failed.
-        let mut work: BTreeMap<String, Vec<Transition>> = BTreeMap::new();
-        for uid in self.records.uids() {
-            let transitions = self.records.transitions(&uid);
-            if !transitions.is_empty() || self.reinspect.contains(&uid) {
-                work.insert(uid, transitions);
-            }
-        }
+        let work: BTreeMap<String, Vec<Transition>> = self
+            .records
+            .changed(&self.reinspect)
+            .into_iter()
+            .filter(|(uid, t)| !t.is_empty() || self.reinspect.contains(uid))
+            .collect();
         let inspections = self.inspect_all(work.keys()).await;
         outcome.inspected = inspections.len();
 

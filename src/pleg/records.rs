@@ -76,53 +76,60 @@ impl RuntimePod {
 /// sandbox (or by the kubelet's pod-UID label when the sandbox is not listed).
 /// Containers that belong to no pod are left out.
 pub fn group_pods(sandboxes: Vec<cri::PodSandbox>, containers: Vec<cri::Container>) -> BTreeMap<String, RuntimePod> {
-    let mut pods: BTreeMap<String, RuntimePod> = BTreeMap::new();
-    let mut sandbox_pod: HashMap<String, String> = HashMap::new();
-    for s in sandboxes {
-        let md = s.metadata.clone().unwrap_or_default();
-        let uid = if md.uid.is_empty() { s.labels.get(POD_UID_LABEL).cloned().unwrap_or_default() } else { md.uid };
+    let mut pods: HashMap<String, RuntimePod> = HashMap::with_capacity(sandboxes.len());
+    // Sandbox id → pod UID; the listing is owned, so strings are moved, not cloned.
+    let mut sandbox_pod: HashMap<String, String> = HashMap::with_capacity(sandboxes.len());
+    for mut s in sandboxes {
+        let md = s.metadata.take().unwrap_or_default();
+        let uid = if md.uid.is_empty() { s.labels.remove(POD_UID_LABEL).unwrap_or_default() } else { md.uid };
         if uid.is_empty() {
             continue;
         }
-        sandbox_pod.insert(s.id.clone(), uid.clone());
-        let pod = pods.entry(uid.clone()).or_insert_with(|| RuntimePod { uid, ..Default::default() });
-        if pod.name.is_empty() {
-            pod.name = md.name;
-            pod.namespace = md.namespace;
-        }
-        pod.sandboxes.push(RuntimeContainer {
+        let entry = RuntimeContainer {
             id: s.id,
             name: String::new(),
             state: PlegState::of_sandbox(SandboxState::from_cri(s.state)),
             attempt: md.attempt,
             created_at: s.created_at,
-        });
+        };
+        sandbox_pod.insert(entry.id.clone(), uid.clone());
+        let pod = pods.entry(uid).or_insert_with_key(|uid| RuntimePod { uid: uid.clone(), ..Default::default() });
+        if pod.name.is_empty() {
+            pod.name = md.name;
+            pod.namespace = md.namespace;
+        }
+        pod.sandboxes.push(entry);
     }
-    for c in containers {
-        let uid = sandbox_pod.get(&c.pod_sandbox_id).cloned().or_else(|| c.labels.get(POD_UID_LABEL).cloned());
-        let Some(uid) = uid else { continue };
-        let md = c.metadata.clone().unwrap_or_default();
-        let pod = pods.entry(uid.clone()).or_insert_with(|| RuntimePod {
-            uid,
-            name: c.labels.get(POD_NAME_LABEL).cloned().unwrap_or_default(),
-            namespace: c.labels.get(POD_NAMESPACE_LABEL).cloned().unwrap_or_default(),
-            ..Default::default()
-        });
-        let name =
-            if md.name.is_empty() { c.labels.get(CONTAINER_NAME_LABEL).cloned().unwrap_or_default() } else { md.name };
-        pod.containers.push(RuntimeContainer {
+    for mut c in containers {
+        let md = c.metadata.take().unwrap_or_default();
+        let name = if md.name.is_empty() { c.labels.remove(CONTAINER_NAME_LABEL).unwrap_or_default() } else { md.name };
+        let entry = RuntimeContainer {
             id: c.id,
             name,
             state: PlegState::of_container(ContainerState::from_cri(c.state)),
             attempt: md.attempt,
             created_at: c.created_at,
+        };
+        if let Some(pod) = sandbox_pod.get(&c.pod_sandbox_id).and_then(|uid| pods.get_mut(uid)) {
+            pod.containers.push(entry);
+            continue;
+        }
+        let Some(uid) = c.labels.remove(POD_UID_LABEL) else { continue };
+        let pod = pods.entry(uid).or_insert_with_key(|uid| RuntimePod {
+            uid: uid.clone(),
+            name: c.labels.remove(POD_NAME_LABEL).unwrap_or_default(),
+            namespace: c.labels.remove(POD_NAMESPACE_LABEL).unwrap_or_default(),
+            ..Default::default()
         });
+        pod.containers.push(entry);
     }
-    for pod in pods.values_mut() {
-        pod.sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.id.cmp(&b.id)));
-        pod.containers.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.id.cmp(&b.id)));
-    }
-    pods
+    pods.into_iter()
+        .map(|(uid, mut pod)| {
+            pod.sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.id.cmp(&b.id)));
+            pod.containers.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.id.cmp(&b.id)));
+            (uid, pod)
+        })
+        .collect()
 }
 
 impl PodRecords {
@@ -169,7 +176,26 @@ impl PodRecords {
     /// naturally: sandbox starts, then container changes, then sandbox deaths.
     pub fn transitions(&self, uid: &str) -> Vec<Transition> {
         let Some(rec) = self.records.get(uid) else { return Vec::new() };
+        transitions_of(rec)
+    }
+
+    /// The pods with transitions, or in `also`, sorted, with their transitions. An
+    /// unchanged pod costs one comparison and no allocation.
+    pub fn changed(&self, also: &std::collections::HashSet<String>) -> BTreeMap<String, Vec<Transition>> {
+        self.records
+            .iter()
+            .filter(|(uid, rec)| rec.old != rec.current || also.contains(*uid))
+            .map(|(uid, rec)| (uid.clone(), transitions_of(rec)))
+            .collect()
+    }
+}
+
+fn transitions_of(rec: &PodRecord) -> Vec<Transition> {
+    {
         let (old, cur) = (rec.old.as_ref(), rec.current.as_ref());
+        if old == cur {
+            return Vec::new();
+        }
         let mut seen = HashSet::new();
         let mut sandbox_up = Vec::new();
         let mut containers = Vec::new();
@@ -198,7 +224,9 @@ impl PodRecords {
         sandbox_up.extend(sandbox_down);
         sandbox_up
     }
+}
 
+impl PodRecords {
     /// Commits a pod after a successful inspection: `old = current`; a pod that is
     /// gone loses its record.
     pub fn commit(&mut self, uid: &str) {

@@ -1,0 +1,427 @@
+//! End-to-end benchmark: plegd with N watchers, reporting latency from a change in the
+//! runtime to its event at each watcher (p50 / p99 / max), events per second with zero
+//! loss, and plegd's CPU and RSS. `cargo bench --bench e2e -- MODE [options]`:
+//!
+//! * `churn`     — `plegd sim` with churn and `plegd run` as separate processes, N gRPC
+//!   watchers; latency = watcher receipt − the runtime's timestamp.
+//! * `idle`      — 1,000 pods × 5 containers, no churn, relist every 1 s: plegd's CPU
+//!   share and RSS with 10 watchers.
+//! * `fanout`    — events appended to plegd's journal at a fixed rate, N gRPC watchers:
+//!   delivery latency and loss of the API path at load.
+//! * `containerd`— against a real containerd (`PLEGD_E2E_ENDPOINT`): pods started in a
+//!   loop; a raw GetContainerEvents client is the floor, and plegd's
+//!   latency is reported as the difference to it.
+#![allow(missing_docs)]
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use plegd::proto::plegd as api;
+use plegd::proto::plegd::watch_event::Kind;
+
+const BIN: &str = env!("CARGO_BIN_EXE_plegd");
+
+fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.windows(2).find(|w| w[0] == name).and_then(|w| w[1].parse().ok()).unwrap_or(default)
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// CPU seconds and RSS bytes of a process.
+fn usage(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+    let ticks = |n: usize| f.get(n - 3).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let cpu = (ticks(14) + ticks(15)) / 100.0;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+        * 1024.0;
+    (cpu, rss)
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ts(t: &prost_types::Timestamp) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::new(t.seconds as u64, t.nanos as u32)
+}
+
+/// What one watcher saw.
+#[derive(Default)]
+struct Seen {
+    latencies_ms: Vec<f64>,
+    events: u64,
+    gaps: u64,
+    resets: u64,
+}
+
+async fn watcher(socket: String, until: Instant, use_observed: bool) -> Seen {
+    let mut c = plegd::client::connect(&socket).expect("socket");
+    let mut s = c.watch(api::WatchRequest::default()).await.expect("watch").into_inner();
+    let mut seen = Seen::default();
+    let mut last = None;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let Ok(Ok(Some(m))) = tokio::time::timeout(left, s.message()).await else { break };
+        let now = SystemTime::now();
+        match m.kind {
+            Some(Kind::Synced(_)) => last = Some(m.revision),
+            Some(Kind::Reset(_)) => seen.resets += 1,
+            Some(Kind::Event(e)) => {
+                if let Some(l) = last
+                    && m.revision != l + 1
+                {
+                    seen.gaps += 1;
+                }
+                last = Some(m.revision);
+                seen.events += 1;
+                let t = if use_observed { e.observed_at.as_ref() } else { e.runtime_timestamp.as_ref() };
+                if let Some(t) = t
+                    && let Ok(d) = now.duration_since(ts(t))
+                {
+                    seen.latencies_ms.push(d.as_secs_f64() * 1e3);
+                }
+            }
+            _ => {}
+        }
+    }
+    seen
+}
+
+fn report(mode: &str, watchers: usize, secs: f64, all: Vec<Seen>, cpu: Option<(f64, f64)>) {
+    let events: u64 = all.iter().map(|s| s.events).sum();
+    let gaps: u64 = all.iter().map(|s| s.gaps).sum();
+    let resets: u64 = all.iter().map(|s| s.resets).sum();
+    let per_watcher = events as f64 / watchers.max(1) as f64 / secs;
+    let mut lat: Vec<f64> = all.into_iter().flat_map(|s| s.latencies_ms).collect();
+    let (p50, p99) = (pct(&mut lat, 0.5), pct(&mut lat, 0.99));
+    let max = lat.last().copied().unwrap_or(f64::NAN);
+    println!(
+        "{mode}: {watchers} watchers, {per_watcher:.0} events/s per watcher ({events} delivered), gaps {gaps}, resets {resets}; latency p50 {p50:.2} ms p99 {p99:.2} ms max {max:.2} ms"
+    );
+    if let Some((cpu_share, rss)) = cpu {
+        println!("{mode}: plegd CPU {:.2}% of a core, RSS {:.1} MiB", cpu_share * 100.0, rss / 1048576.0);
+    }
+}
+
+fn spawn(args: &[&str]) -> Proc {
+    Proc(Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn plegd"))
+}
+
+fn wait_path(p: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !p.exists() {
+        assert!(Instant::now() < deadline, "{} never appeared", p.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `plegd sim` + `plegd run` as processes; returns them and plegd's API socket.
+fn processes(dir: &std::path::Path, pods: usize, cpp: usize, churn: f64, mode: &str) -> (Proc, Proc, String) {
+    let cri = format!("unix://{}", dir.join("cri.sock").display());
+    let api = format!("unix://{}", dir.join("plegd.sock").display());
+    let sim = spawn(&[
+        "sim",
+        "--listen",
+        &cri,
+        "--pods",
+        &pods.to_string(),
+        "--containers-per-pod",
+        &cpp.to_string(),
+        "--churn-per-sec",
+        &churn.to_string(),
+    ]);
+    wait_path(&dir.join("cri.sock"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let run = spawn(&[
+        "run",
+        "--runtime-endpoint",
+        &cri,
+        "--listen",
+        &api,
+        "--admin-addr",
+        &format!("127.0.0.1:{port}"),
+        "--mode",
+        mode,
+    ]);
+    wait_path(&dir.join("plegd.sock"));
+    (sim, run, api)
+}
+
+async fn churn(args: &[String]) {
+    let (watchers, pods, rate, secs) = (
+        arg(args, "--watchers", 10usize),
+        arg(args, "--pods", 200usize),
+        arg(args, "--churn", 50.0f64),
+        arg(args, "--seconds", 20u64),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, run, api) = processes(dir.path(), pods, 2, rate, "auto");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pid = run.0.id();
+    let (c0, _) = usage(pid);
+    let t0 = Instant::now();
+    let until = t0 + Duration::from_secs(secs);
+    let tasks: Vec<_> = (0..watchers).map(|_| tokio::spawn(watcher(api.clone(), until, false))).collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.push(t.await.unwrap());
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let (c1, rss) = usage(pid);
+    report("churn", watchers, elapsed, all, Some(((c1 - c0) / elapsed, rss)));
+}
+
+async fn idle(args: &[String]) {
+    let (pods, secs) = (arg(args, "--pods", 1000usize), arg(args, "--seconds", 30u64));
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, run, api) = processes(dir.path(), pods, 5, 0.0, "generic");
+    let until = Instant::now() + Duration::from_secs(secs + 5);
+    let tasks: Vec<_> = (0..10).map(|_| tokio::spawn(watcher(api.clone(), until, false))).collect();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pid = run.0.id();
+    let (c0, _) = usage(pid);
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let (c1, rss) = usage(pid);
+    let share = (c1 - c0) / t0.elapsed().as_secs_f64();
+    println!(
+        "idle: {pods} pods × 5 containers, relist every 1 s, 10 watchers: plegd CPU {:.2}% of a core, RSS {:.1} MiB",
+        share * 100.0,
+        rss / 1048576.0
+    );
+    for t in tasks {
+        t.abort();
+    }
+}
+
+async fn fanout(args: &[String]) {
+    let (watchers, rate, secs) =
+        (arg(args, "--watchers", 100usize), arg(args, "--rate", 10_000u64), arg(args, "--seconds", 10u64));
+    let dir = tempfile::tempdir().unwrap();
+    let cri = dir.path().join("cri.sock");
+    let _sim = spawn(&["sim", "--listen", &format!("unix://{}", cri.display()), "--pods", "0", "--churn-per-sec", "0"]);
+    wait_path(&cri);
+    let mut cfg = plegd::config::RunConfig::for_endpoint(&format!("unix://{}", cri.display())).unwrap();
+    cfg.api.socket = dir.path().join("plegd.sock");
+    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let tracker = tokio_util::task::TaskTracker::new();
+    let app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();
+    let api_socket = format!("unix://{}", cfg.api.socket.display());
+    let until = Instant::now() + Duration::from_secs(secs + 3);
+    let tasks: Vec<_> = (0..watchers).map(|_| tokio::spawn(watcher(api_socket.clone(), until, true))).collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let pod = std::sync::Arc::new(plegd::model::PodStatus {
+        uid: "bench".into(),
+        name: "web".into(),
+        namespace: "default".into(),
+        labels: [("app".to_string(), "web".to_string())].into(),
+        annotations: Default::default(),
+        ips: vec![],
+        sandboxes: vec![],
+        containers: vec![],
+        observed_at: SystemTime::now(),
+    });
+    let c0 = plegd::process::read().cpu_seconds;
+    let t0 = Instant::now();
+    let batch = (rate / 1000).max(1);
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    let mut sent = 0u64;
+    while t0.elapsed() < Duration::from_secs(secs) {
+        tick.tick().await;
+        let due = (t0.elapsed().as_secs_f64() * rate as f64) as u64;
+        while sent < due.min(sent + batch * 5) {
+            app.journal.append(plegd::pleg::PodLifecycleEvent {
+                pod_uid: "bench".into(),
+                pod_namespace: "default".into(),
+                pod_name: "web".into(),
+                kind: plegd::pleg::EventType::ContainerStarted,
+                container_id: format!("{sent:064x}"),
+                container_name: "app".into(),
+                is_sandbox: false,
+                source: plegd::pleg::EventSource::CriEvent,
+                observed_at: SystemTime::now(),
+                runtime_timestamp: None,
+                pod: Some(pod.clone()),
+                message: String::new(),
+            });
+            sent += 1;
+        }
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    println!("fanout: appended {sent} events in {elapsed:.1} s ({:.0}/s)", sent as f64 / elapsed);
+    let mut all = Vec::new();
+    for t in tasks {
+        all.push(t.await.unwrap());
+    }
+    let (c1, rss) = (plegd::process::read().cpu_seconds, plegd::process::read().rss_bytes);
+    let missing: u64 = all.iter().map(|s| sent - s.events.min(sent)).sum();
+    println!("fanout: events missing across all watchers: {missing}");
+    report("fanout", watchers, elapsed, all, None);
+    println!(
+        "fanout: the bench process (plegd and the {watchers} gRPC clients together) used {:.0}% of a core, RSS {:.1} MiB",
+        (c1 - c0) / elapsed * 100.0,
+        rss / 1048576.0
+    );
+    shutdown.cancel();
+}
+
+/// Starts `pods` pods with one container each; returns (container id, when
+/// StartContainer returned) and the sandbox ids.
+async fn start_pods(
+    client: &plegd::cri::client::CriClient,
+    pods: usize,
+    tag: &str,
+) -> (Vec<(String, Instant)>, Vec<String>) {
+    use plegd::cri::spec::{ContainerSpec, PodSpec};
+    let (mut started, mut sandboxes) = (Vec::new(), Vec::new());
+    for i in 0..pods {
+        let pod = PodSpec::new("bench", &format!("{tag}-{i}"));
+        let sid = client.raw().run_pod_sandbox(pod.run_request()).await.unwrap().into_inner().pod_sandbox_id;
+        let id = client
+            .raw()
+            .create_container(pod.create_request(&sid, &ContainerSpec::new("app")))
+            .await
+            .unwrap()
+            .into_inner()
+            .container_id;
+        client
+            .raw()
+            .start_container(plegd::proto::runtime::StartContainerRequest { container_id: id.clone() })
+            .await
+            .unwrap();
+        started.push((id, Instant::now()));
+        sandboxes.push(sid);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (started, sandboxes)
+}
+
+async fn remove_pods(client: &plegd::cri::client::CriClient, sandboxes: Vec<String>) {
+    for sid in sandboxes {
+        let _ = client
+            .raw()
+            .stop_pod_sandbox(plegd::proto::runtime::StopPodSandboxRequest { pod_sandbox_id: sid.clone() })
+            .await;
+        let _ = client
+            .raw()
+            .remove_pod_sandbox(plegd::proto::runtime::RemovePodSandboxRequest { pod_sandbox_id: sid })
+            .await;
+    }
+}
+
+/// Milliseconds from StartContainer returning to arrival, for each container seen.
+fn delays(started: &[(String, Instant)], arrived: &HashMap<String, Instant>) -> (Vec<f64>, usize) {
+    let mut v = Vec::new();
+    let mut missing = 0;
+    for (id, at) in started {
+        match arrived.get(id) {
+            Some(t) => v.push(t.saturating_duration_since(*at).as_secs_f64() * 1e3),
+            None => missing += 1,
+        }
+    }
+    (v, missing)
+}
+
+async fn containerd(args: &[String]) {
+    use futures_util::StreamExt;
+    use plegd::cri::RuntimeService;
+    let endpoint =
+        std::env::var("PLEGD_E2E_ENDPOINT").expect("PLEGD_E2E_ENDPOINT: start containerd with tests/e2e/containerd.sh");
+    let pods = arg(args, "--pods", 30usize);
+    let client = plegd::cri::client::CriClient::new(&endpoint, Default::default(), None).unwrap();
+
+    // Pass 1, the floor: a raw GetContainerEvents client alone. containerd 1.7 splits
+    // events between concurrent subscribers (containerd#7318), so plegd and the floor
+    // cannot listen at the same time.
+    let floor: std::sync::Arc<std::sync::Mutex<HashMap<String, Instant>>> = Default::default();
+    let mut raw = client.container_events().await.unwrap();
+    let f = floor.clone();
+    let floor_task = tokio::spawn(async move {
+        while let Some(Ok(ev)) = raw.next().await {
+            if ev.container_event_type == plegd::proto::runtime::ContainerEventType::ContainerStartedEvent as i32 {
+                f.lock().unwrap().insert(ev.container_id, Instant::now());
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (started, sandboxes) = start_pods(&client, pods, "floor").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    floor_task.abort();
+    let (mut floor_ms, floor_missing) = delays(&started, &floor.lock().unwrap());
+    remove_pods(&client, sandboxes).await;
+
+    // Pass 2: plegd alone, one watcher on its socket.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = plegd::config::RunConfig::for_endpoint(&endpoint).unwrap();
+    cfg.api.socket = dir.path().join("plegd.sock");
+    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let tracker = tokio_util::task::TaskTracker::new();
+    let _app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(13)).await; // past the settle window after the stream came up
+    let api_socket = format!("unix://{}", cfg.api.socket.display());
+    let seen: std::sync::Arc<std::sync::Mutex<HashMap<String, Instant>>> = Default::default();
+    let s2 = seen.clone();
+    let w = tokio::spawn(async move {
+        let mut c = plegd::client::connect(&api_socket).unwrap();
+        let mut s = c.watch(api::WatchRequest::default()).await.unwrap().into_inner();
+        while let Ok(Ok(Some(m))) = tokio::time::timeout(Duration::from_secs(5), s.message()).await {
+            if let Some(Kind::Event(e)) = m.kind
+                && e.r#type == api::LifecycleEventType::ContainerStarted as i32
+            {
+                s2.lock().unwrap().insert(e.container_id, Instant::now());
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (started, sandboxes) = start_pods(&client, pods, "plegd").await;
+    w.await.unwrap();
+    let (mut plegd_ms, plegd_missing) = delays(&started, &seen.lock().unwrap());
+    remove_pods(&client, sandboxes).await;
+    shutdown.cancel();
+
+    println!("containerd: {pods} containers per pass; missing: floor {floor_missing}, plegd {plegd_missing}");
+    let (f50, f99) = (pct(&mut floor_ms, 0.5), pct(&mut floor_ms, 0.99));
+    let (p50, p99) = (pct(&mut plegd_ms, 0.5), pct(&mut plegd_ms, 0.99));
+    let pmax = plegd_ms.last().copied().unwrap_or(f64::NAN);
+    println!(
+        "containerd: raw GetContainerEvents arrival after StartContainer returned: p50 {f50:.2} ms p99 {f99:.2} ms"
+    );
+    println!(
+        "containerd: plegd watcher receipt after StartContainer returned: p50 {p50:.2} ms p99 {p99:.2} ms max {pmax:.2} ms"
+    );
+    println!("containerd: plegd over the floor: p50 {:.2} ms p99 {:.2} ms", p50 - f50, p99 - f99);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    match args.first().map(String::as_str) {
+        Some("churn") => rt.block_on(churn(&args)),
+        Some("idle") => rt.block_on(idle(&args)),
+        Some("fanout") => rt.block_on(fanout(&args)),
+        Some("containerd") => rt.block_on(containerd(&args)),
+        _ => eprintln!(
+            "usage: cargo bench --bench e2e -- churn|idle|fanout|containerd [--watchers N] [--pods N] [--churn R] [--rate R] [--seconds S]"
+        ),
+    }
+}
