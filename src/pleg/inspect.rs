@@ -16,10 +16,16 @@ pub async fn inspect_pod<R: RuntimeService>(
     previous_ips: &[String],
 ) -> Result<PodStatus, CriError> {
     let observed_at = SystemTime::now();
+    // Every status call of the pod at once: one round trip instead of one per object.
+    let (sandbox_results, container_results) = futures_util::future::join(
+        futures_util::future::join_all(pod.sandboxes.iter().map(|s| runtime.pod_sandbox_status(&s.id))),
+        futures_util::future::join_all(pod.containers.iter().map(|c| runtime.container_status(&c.id))),
+    )
+    .await;
     let mut sandboxes = Vec::with_capacity(pod.sandboxes.len());
     let mut newest = None;
-    for s in &pod.sandboxes {
-        match runtime.pod_sandbox_status(&s.id).await {
+    for res in sandbox_results {
+        match res {
             Ok(st) => {
                 let converted = SandboxStatus::from_cri(&st);
                 if newest.as_ref().is_none_or(|(_, n): &(_, SandboxStatus)| n.created_at < converted.created_at) {
@@ -32,8 +38,8 @@ pub async fn inspect_pod<R: RuntimeService>(
         }
     }
     let mut containers = Vec::with_capacity(pod.containers.len());
-    for c in &pod.containers {
-        match runtime.container_status(&c.id).await {
+    for res in container_results {
+        match res {
             Ok(st) => containers.push(ContainerStatus::from_cri(&st)),
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
@@ -86,9 +92,14 @@ pub async fn list_pod<R: RuntimeService>(
     use crate::cri::spec::POD_UID_LABEL;
     use crate::proto::runtime as cri;
     let by_label: std::collections::HashMap<String, String> = [(POD_UID_LABEL.to_owned(), uid.to_owned())].into();
-    let mut sandboxes = runtime
-        .list_pod_sandboxes(Some(cri::PodSandboxFilter { label_selector: by_label.clone(), ..Default::default() }))
-        .await?;
+    // The two label queries are independent: ask both at once.
+    let (sandboxes, by_label_containers) = futures_util::future::join(
+        runtime
+            .list_pod_sandboxes(Some(cri::PodSandboxFilter { label_selector: by_label.clone(), ..Default::default() })),
+        runtime.list_containers(Some(cri::ContainerFilter { label_selector: by_label, ..Default::default() })),
+    )
+    .await;
+    let mut sandboxes = sandboxes?;
     for id in known_sandboxes {
         if !sandboxes.iter().any(|s| &s.id == id) {
             let found = runtime
@@ -97,13 +108,13 @@ pub async fn list_pod<R: RuntimeService>(
             sandboxes.extend(found.into_iter().filter(|s| s.id == *id));
         }
     }
-    let mut containers =
-        runtime.list_containers(Some(cri::ContainerFilter { label_selector: by_label, ..Default::default() })).await?;
-    for s in &sandboxes {
-        let found = runtime
-            .list_containers(Some(cri::ContainerFilter { pod_sandbox_id: s.id.clone(), ..Default::default() }))
-            .await?;
-        for c in found {
+    let mut containers = by_label_containers?;
+    let per_sandbox = futures_util::future::join_all(sandboxes.iter().map(|s| {
+        runtime.list_containers(Some(cri::ContainerFilter { pod_sandbox_id: s.id.clone(), ..Default::default() }))
+    }))
+    .await;
+    for (s, found) in sandboxes.iter().zip(per_sandbox) {
+        for c in found? {
             if c.pod_sandbox_id == s.id && !containers.iter().any(|x| x.id == c.id) {
                 containers.push(c);
             }
