@@ -3,7 +3,6 @@
 #![allow(missing_docs)]
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use plegd::cache;
@@ -11,17 +10,7 @@ use plegd::model::PodStatus;
 use tokio::time::Instant;
 
 fn status(uid: &str) -> Arc<PodStatus> {
-    Arc::new(PodStatus {
-        uid: uid.into(),
-        name: "p".into(),
-        namespace: "ns".into(),
-        labels: Default::default(),
-        annotations: Default::default(),
-        ips: vec![],
-        sandboxes: vec![],
-        containers: vec![],
-        observed_at: SystemTime::now(),
-    })
+    Arc::new(PodStatus::empty(uid, "ns", "p"))
 }
 
 fn get_set(c: &mut Criterion) {

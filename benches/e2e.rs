@@ -229,16 +229,10 @@ async fn fanout(args: &[String]) {
     let until = Instant::now() + Duration::from_secs(secs + 3);
     let tasks: Vec<_> = (0..watchers).map(|_| tokio::spawn(watcher(api_socket.clone(), until, true))).collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let labels = [("app".to_string(), "web".to_string())].into();
     let pod = std::sync::Arc::new(plegd::model::PodStatus {
-        uid: "bench".into(),
-        name: "web".into(),
-        namespace: "default".into(),
-        labels: [("app".to_string(), "web".to_string())].into(),
-        annotations: Default::default(),
-        ips: vec![],
-        sandboxes: vec![],
-        containers: vec![],
-        observed_at: SystemTime::now(),
+        labels,
+        ..plegd::model::PodStatus::empty("bench", "default", "web")
     });
     let c0 = plegd::process::read().cpu_seconds;
     let t0 = Instant::now();

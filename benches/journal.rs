@@ -28,17 +28,8 @@ fn event(pod: &Arc<PodStatus>) -> PodLifecycleEvent {
 
 fn fan_out(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-    let pod = Arc::new(PodStatus {
-        uid: "u".into(),
-        name: "web".into(),
-        namespace: "default".into(),
-        labels: [("app".to_string(), "web".to_string())].into(),
-        annotations: Default::default(),
-        ips: vec![],
-        sandboxes: vec![],
-        containers: vec![],
-        observed_at: SystemTime::now(),
-    });
+    let labels = [("app".to_string(), "web".to_string())].into();
+    let pod = Arc::new(PodStatus { labels, ..PodStatus::empty("u", "default", "web") });
     let mut g = c.benchmark_group("journal/append_fanout_1000_events");
     for subs in [0usize, 1, 10, 100] {
         g.throughput(Throughput::Elements(1000));

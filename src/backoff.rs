@@ -60,11 +60,6 @@ impl Backoff {
         self.attempt = 0;
         self.healthy_since = None;
     }
-
-    /// Failures counted since the last reset.
-    pub fn attempts(&self) -> u32 {
-        self.attempt
-    }
 }
 
 #[cfg(test)]

@@ -193,11 +193,6 @@ impl PodCache {
         self.len() == 0
     }
 
-    /// The sequence number of the latest change.
-    pub fn seq(&self) -> u64 {
-        self.read().seq
-    }
-
     /// Number of callers blocked in `get_newer_than` (abandoned ones may be counted
     /// until the next write for their pod).
     pub fn waiters(&self) -> usize {
@@ -284,17 +279,7 @@ mod tests {
     use super::*;
 
     fn status(uid: &str) -> Arc<PodStatus> {
-        Arc::new(PodStatus {
-            uid: uid.into(),
-            name: "p".into(),
-            namespace: "ns".into(),
-            labels: Default::default(),
-            annotations: Default::default(),
-            ips: vec![],
-            sandboxes: vec![],
-            containers: vec![],
-            observed_at: SystemTime::now(),
-        })
+        Arc::new(PodStatus::empty(uid, "ns", "p"))
     }
 
     async fn settle() {

@@ -391,17 +391,8 @@ mod tests {
     use crate::pleg::EventSource;
 
     fn status(uid: &str, ns: &str, app: &str) -> Arc<PodStatus> {
-        Arc::new(PodStatus {
-            uid: uid.into(),
-            name: format!("pod-{uid}"),
-            namespace: ns.into(),
-            labels: [("app".to_string(), app.to_string())].into(),
-            annotations: Default::default(),
-            ips: vec![],
-            sandboxes: vec![],
-            containers: vec![],
-            observed_at: SystemTime::now(),
-        })
+        let labels = [("app".to_string(), app.to_string())].into();
+        Arc::new(PodStatus { labels, ..PodStatus::empty(uid, ns, &format!("pod-{uid}")) })
     }
 
     fn event(uid: &str, kind: EventType, pod: Option<Arc<PodStatus>>) -> PodLifecycleEvent {

@@ -175,6 +175,21 @@ impl SandboxStatus {
 }
 
 impl PodStatus {
+    /// A pod with nothing in it yet, read now (tests and benches build on it).
+    pub fn empty(uid: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            uid: uid.into(),
+            name: name.into(),
+            namespace: namespace.into(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            ips: Vec::new(),
+            sandboxes: Vec::new(),
+            containers: Vec::new(),
+            observed_at: SystemTime::now(),
+        }
+    }
+
     /// The container or sandbox with this id, as (name, is_sandbox).
     pub fn find(&self, id: &str) -> Option<(&str, bool)> {
         if let Some(c) = self.containers.iter().find(|c| c.id == id) {

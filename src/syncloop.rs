@@ -16,8 +16,7 @@ use crate::journal::{Entry, Journal, Since};
 use crate::pleg::{EventType, PodLifecycleEvent};
 
 /// Why a resync runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResyncKind {
     /// The first event of the loop.
     Startup,
@@ -29,6 +28,19 @@ pub enum ResyncKind {
     OnDemand,
     /// The loop's input overflowed: events were skipped, so everything is re-read.
     Overflow,
+}
+
+impl ResyncKind {
+    /// Its name in records (`startup`, `after-error`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Startup => "startup",
+            Self::Periodic => "periodic",
+            Self::AfterError => "after-error",
+            Self::OnDemand => "on-demand",
+            Self::Overflow => "overflow",
+        }
+    }
 }
 
 /// A follow-up event produced while handling another one.
@@ -451,14 +463,7 @@ fn describe(ev: &LoopEvent) -> (String, String, Option<u64>) {
                 Some(e.revision),
             )
         }
-        LoopInput::Resync(k) => (
-            format!(
-                "resync:{}",
-                serde_json::to_value(k).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
-            ),
-            String::new(),
-            None,
-        ),
+        LoopInput::Resync(k) => (format!("resync:{}", k.as_str()), String::new(), None),
         LoopInput::FollowUp(f) => (format!("follow-up:{}", f.name), f.description.clone(), None),
     }
 }

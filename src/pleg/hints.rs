@@ -86,14 +86,6 @@ impl PodHints {
         std::mem::take(&mut self.inner.lock().expect("hints lock").pending)
     }
 
-    /// Puts hints back (those a batch did not get to).
-    pub fn put_back(&self, pods: impl IntoIterator<Item = (String, Hint)>) {
-        let mut inner = self.inner.lock().expect("hints lock");
-        for (uid, hint) in pods {
-            inner.pending.pods.entry(uid).or_insert(hint);
-        }
-    }
-
     /// Whether anything is pending.
     pub fn is_empty(&self) -> bool {
         let inner = self.inner.lock().expect("hints lock");

@@ -3,7 +3,6 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use plegd::cache::{self, PodCache};
@@ -179,10 +178,6 @@ pub fn summary(events: &[PodLifecycleEvent]) -> Vec<(&'static str, String)> {
 /// The exit code of a container in an event's pod status.
 pub fn exit_code(ev: &PodLifecycleEvent) -> Option<i32> {
     ev.pod.as_ref()?.containers.iter().find(|c| c.id == ev.container_id).map(|c| c.exit_code)
-}
-
-pub fn arc<T>(t: T) -> Arc<T> {
-    Arc::new(t)
 }
 
 /// A full PLEG (relister + event-stream consumer) on a CRI client, with its outputs.
