@@ -127,8 +127,11 @@ async fn a_failing_removal_is_retried_with_backoff() {
         assert!(tokio::time::Instant::now() < deadline, "never removed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Three failures back off 50 + 100 + 200 ms before the fourth try succeeds.
-    assert!(t0.elapsed() >= Duration::from_millis(350), "retried too fast: {:?}", t0.elapsed());
+    // Failures back off 50, 100, 200 ms; a lifecycle event for the pod may run the key
+    // early (an immediate add does not wait for a pending retry, as in client-go), but
+    // nothing changes the pod after the third failure, so its 200 ms always pass
+    // before the successful fourth try.
+    assert!(t0.elapsed() >= Duration::from_millis(200), "retried too fast: {:?}", t0.elapsed());
     let m = p.app.metrics.encode();
     assert!(m.contains("plegd_reconcile_total{reconciler=\"gc\",outcome=\"error\"} 3"), "{m}");
     assert!(m.contains("workqueue_retries_total{name=\"gc\"}"), "{m}");
