@@ -17,7 +17,8 @@ use tokio::time::Instant;
 const SLOW: Duration = Duration::from_secs(600);
 
 async fn up_sidecar(h: &SimHarness) -> support::Sidecar {
-    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_secs(1), SLOW);
+    // Relists rare enough (also in the settle window) that a fast event is the stream's.
+    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_secs(10), SLOW);
     sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::Up).await;
     // The repair relist that follows the connection.
     sc.until_quiet(Duration::from_millis(300)).await;

@@ -304,7 +304,8 @@ impl<R: RuntimeService> GenericPleg<R> {
     }
 
     /// Relists one batch of pods named by hints: lists each pod alone, inspects it, and
-    /// applies the results in UID order. Pods that cannot be read are retried later.
+    /// applies the results in UID order, chunk by chunk. Pods that cannot be read are
+    /// retried later.
     pub async fn relist_pods(&mut self, batch: Vec<(String, Hint)>) -> RelistOutcome {
         let reader = self.cache.reader();
         let jobs: Vec<_> = batch
@@ -317,81 +318,88 @@ impl<R: RuntimeService> GenericPleg<R> {
             })
             .collect();
         let timeout = self.cfg.inspect_timeout;
-        let mut results: Vec<PodRead> = futures_util::stream::iter(jobs)
-            .map(|(uid, source, known, ips)| {
-                let runtime = self.runtime.clone();
-                async move {
-                    let at = Instant::now();
-                    let read = async {
-                        match list_pod(&runtime, &uid, &known).await? {
-                            None => Ok(None),
-                            Some(pod) => {
-                                let at = Instant::now();
-                                let status = inspect_pod(&runtime, &pod, &ips).await;
-                                Ok(Some((pod, at, status)))
-                            }
-                        }
-                    };
-                    let res = match tokio::time::timeout(timeout, read).await {
-                        Ok(r) => r.map_err(|e: CriError| e.to_string()),
-                        Err(_) => Err(format!("relisting pod {uid} took longer than {timeout:?}")),
-                    };
-                    PodRead { uid, source, at, took: at.elapsed(), res }
-                }
-            })
-            .buffer_unordered(self.cfg.concurrency.max(1))
-            .collect()
-            .await;
-        results.sort_by(|a, b| a.uid.cmp(&b.uid));
         let mut outcome = RelistOutcome::default();
-        for r in results {
-            if let Some(m) = &self.metrics {
-                m.pod_relist_duration.observe(r.took.as_secs_f64());
-            }
-            outcome.pods += 1;
-            let (pod, at, status) = match r.res {
-                Err(err) => {
-                    tracing::debug!(pod = %r.uid, error = %err, "targeted relist failed; retrying");
-                    self.reinspect.insert(r.uid);
-                    outcome.failed += 1;
-                    continue;
-                }
-                Ok(None) => (None, r.at, None),
-                Ok(Some((pod, at, status))) => (Some(pod), at, Some(status)),
-            };
-            self.records.set_current_one(&r.uid, pod);
-            let transitions = self.records.transitions(&r.uid);
-            let (namespace, name) = self.records.pod_name(&r.uid);
-            let mut sync = self.reinspect.remove(&r.uid);
-            let status = match status {
-                None => {
-                    self.cache.delete(&r.uid);
-                    None
-                }
-                Some(Ok(status)) => {
-                    outcome.inspected += 1;
-                    let previous = reader.get(&r.uid).and_then(|e| e.status.clone());
-                    sync |= previous.is_some_and(|p| !same_status(&p, &status));
-                    let status = Arc::new(status);
-                    self.cache.set(&r.uid, Some(status.clone()), None, at);
-                    Some(status)
-                }
-                Some(Err(e)) => {
-                    outcome.inspected += 1;
-                    outcome.failed += 1;
-                    if let Some(m) = &self.metrics {
-                        m.inspection_errors.inc();
+        // In chunks, so a burst of dirty pods publishes as it goes rather than after
+        // the slowest of hundreds of reads.
+        let chunk = self.cfg.concurrency.max(1) * 4;
+        let mut jobs = jobs.into_iter().peekable();
+        while jobs.peek().is_some() {
+            let part: Vec<_> = jobs.by_ref().take(chunk).collect();
+            let mut results: Vec<PodRead> = futures_util::stream::iter(part)
+                .map(|(uid, source, known, ips)| {
+                    let runtime = self.runtime.clone();
+                    async move {
+                        let at = Instant::now();
+                        let read = async {
+                            match list_pod(&runtime, &uid, &known).await? {
+                                None => Ok(None),
+                                Some(pod) => {
+                                    let at = Instant::now();
+                                    let status = inspect_pod(&runtime, &pod, &ips).await;
+                                    Ok(Some((pod, at, status)))
+                                }
+                            }
+                        };
+                        let res = match tokio::time::timeout(timeout, read).await {
+                            Ok(r) => r.map_err(|e: CriError| e.to_string()),
+                            Err(_) => Err(format!("relisting pod {uid} took longer than {timeout:?}")),
+                        };
+                        PodRead { uid, source, at, took: at.elapsed(), res }
                     }
-                    self.cache.set(&r.uid, None, Some(e.to_string()), at);
-                    self.reinspect.insert(r.uid);
-                    continue;
+                })
+                .buffer_unordered(self.cfg.concurrency.max(1))
+                .collect()
+                .await;
+            results.sort_by(|a, b| a.uid.cmp(&b.uid));
+            for r in results {
+                if let Some(m) = &self.metrics {
+                    m.pod_relist_duration.observe(r.took.as_secs_f64());
                 }
-            };
-            self.records.commit(&r.uid);
-            let events = build_events(&r.uid, &namespace, &name, &transitions, status, sync, r.source);
-            outcome.events += events.len();
-            for ev in events {
-                let _ = self.events.send(ev).await;
+                outcome.pods += 1;
+                let (pod, at, status) = match r.res {
+                    Err(err) => {
+                        tracing::debug!(pod = %r.uid, error = %err, "targeted relist failed; retrying");
+                        self.reinspect.insert(r.uid);
+                        outcome.failed += 1;
+                        continue;
+                    }
+                    Ok(None) => (None, r.at, None),
+                    Ok(Some((pod, at, status))) => (Some(pod), at, Some(status)),
+                };
+                self.records.set_current_one(&r.uid, pod);
+                let transitions = self.records.transitions(&r.uid);
+                let (namespace, name) = self.records.pod_name(&r.uid);
+                let mut sync = self.reinspect.remove(&r.uid);
+                let status = match status {
+                    None => {
+                        self.cache.delete(&r.uid);
+                        None
+                    }
+                    Some(Ok(status)) => {
+                        outcome.inspected += 1;
+                        let previous = reader.get(&r.uid).and_then(|e| e.status.clone());
+                        sync |= previous.is_some_and(|p| !same_status(&p, &status));
+                        let status = Arc::new(status);
+                        self.cache.set(&r.uid, Some(status.clone()), None, at);
+                        Some(status)
+                    }
+                    Some(Err(e)) => {
+                        outcome.inspected += 1;
+                        outcome.failed += 1;
+                        if let Some(m) = &self.metrics {
+                            m.inspection_errors.inc();
+                        }
+                        self.cache.set(&r.uid, None, Some(e.to_string()), at);
+                        self.reinspect.insert(r.uid);
+                        continue;
+                    }
+                };
+                self.records.commit(&r.uid);
+                let events = build_events(&r.uid, &namespace, &name, &transitions, status, sync, r.source);
+                outcome.events += events.len();
+                for ev in events {
+                    let _ = self.events.send(ev).await;
+                }
             }
         }
         if let Some(m) = &self.metrics {
