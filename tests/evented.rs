@@ -253,12 +253,28 @@ async fn a_change_without_an_event_right_after_a_reconnect_is_found_by_the_settl
     let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_millis(300), SLOW);
     sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::Up).await;
     let pod = PodSpec::new("default", "web");
-    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app"), ContainerSpec::new("sidecar")]).await;
     sc.until_quiet(Duration::from_millis(500)).await;
-    // The runtime recovers a dead container after a restart but sends no event for it.
+    // Up from the start: no settle window, only the safety net (600 s) relists fully,
+    // so a change the runtime sends no event for stays unseen.
     h.sim.mute_events(true);
-    h.sim.exit_container(&ids[0], 255, "Unknown");
+    h.sim.exit_container(&ids[0], 1, "Error");
+    assert!(sc.next(Duration::from_millis(1500)).await.is_none(), "no fast relists while the stream was never down");
+    h.sim.mute_events(false);
+    // The runtime restarts: the stream drops and comes back; the repair relist finds the
+    // death the stream never reported.
+    h.sim.drop_event_streams();
+    sc.wait_stream(Duration::from_secs(5), |s| s != StreamState::Up).await;
+    sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::Up).await;
+    let repaired = sc.next(Duration::from_secs(3)).await.expect("the repair relist finds the first death");
+    assert_eq!((repaired.kind, repaired.container_id.as_str()), (EventType::ContainerDied, ids[0].as_str()));
+    sc.until_quiet(Duration::from_millis(500)).await;
+    // The runtime recovers a dead container after the restart but sends no event for it:
+    // the settle window's fast relists find it.
+    h.sim.mute_events(true);
+    h.sim.exit_container(&ids[1], 255, "Unknown");
     let died = sc.next(Duration::from_secs(3)).await.expect("found without an event");
     assert_eq!((died.kind, died.source), (EventType::ContainerDied, EventSource::Relist));
+    assert_eq!(died.container_id, ids[1]);
     sc.stop().await;
 }

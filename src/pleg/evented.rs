@@ -159,7 +159,7 @@ impl<R: RuntimeService> EventedWatcher<R> {
         }
     }
 
-    async fn consume(&self, shutdown: &CancellationToken, backoff: &mut Backoff) -> Option<Ended> {
+    async fn consume(&self, shutdown: &CancellationToken, backoff: &mut Backoff, after_outage: bool) -> Option<Ended> {
         self.set_state(StreamState::Connecting);
         let mut stream = match self.runtime.container_events().await {
             Ok(s) => s,
@@ -179,13 +179,13 @@ impl<R: RuntimeService> EventedWatcher<R> {
                 _ = shutdown.cancelled() => return None,
                 _ = &mut grace, if !connected => {
                     connected = true;
-                    self.on_connected(backoff);
+                    self.on_connected(backoff, after_outage);
                 }
                 item = stream.next() => match item {
                     Some(Ok(ev)) => {
                         if !connected {
                             connected = true;
-                            self.on_connected(backoff);
+                            self.on_connected(backoff, after_outage);
                         }
                         self.hint(&ev);
                     }
@@ -198,23 +198,30 @@ impl<R: RuntimeService> EventedWatcher<R> {
         }
     }
 
-    fn on_connected(&self, backoff: &mut Backoff) {
+    fn on_connected(&self, backoff: &mut Backoff, after_outage: bool) {
         if let Some(m) = &self.metrics {
             m.evented_connections.inc();
         }
         backoff.mark_healthy();
         self.set_state(StreamState::Up);
-        // Whatever happened while the stream was down is repaired by a full relist.
-        self.hints.full();
+        // Whatever happened while the stream was down is repaired by a full relist (and,
+        // after an outage, by fast relists while the runtime may still be recovering).
+        if after_outage {
+            self.hints.full_after_outage();
+        } else {
+            self.hints.full();
+        }
     }
 
     /// Consumes the stream until shutdown, reconnecting forever.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff =
             Backoff::new(self.cfg.retry_initial, self.cfg.retry_max).with_reset_after(self.cfg.reset_after);
+        let mut after_outage = false;
         loop {
             let opened = Instant::now();
-            let Some(ended) = self.consume(&shutdown, &mut backoff).await else { return };
+            let Some(ended) = self.consume(&shutdown, &mut backoff, after_outage).await else { return };
+            after_outage = true;
             if let Some(m) = &self.metrics {
                 m.evented_connection_errors.inc();
             }

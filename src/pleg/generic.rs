@@ -465,12 +465,18 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.on_stream_state(up);
         let mut next_full = Instant::now();
         let mut next_retry: Option<Instant> = None;
-        let mut settle_until = Instant::now() + SETTLE;
+        // Fast full relists follow a stream that came back after failing (the runtime may
+        // have restarted); a stream up from the start needs none.
+        let mut settle_until = Instant::now();
         loop {
             if let Some(l) = &self.liveness {
                 l.tick();
             }
-            let (batch, full_hint) = self.resolve(self.hints.take());
+            let pending = self.hints.take();
+            if pending.recovered {
+                settle_until = Instant::now() + SETTLE;
+            }
+            let (batch, full_hint) = self.resolve(pending);
             let requested = self.requests.try_recv().is_ok();
             if full_hint || requested || Instant::now() >= next_full {
                 // Hints taken before this relist starts are covered by it.
@@ -517,7 +523,6 @@ impl<R: RuntimeService> GenericPleg<R> {
                         if now_up != up {
                             up = now_up;
                             self.on_stream_state(up);
-                            settle_until = Instant::now() + SETTLE;
                             // Up: repair what was missed, then slow down. Down: relist now
                             // and go back to the relist period.
                             next_full = Instant::now();
@@ -530,7 +535,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     }
 }
 
-/// After the event stream comes up, full relists keep the relist period this long.
+/// After the event stream comes back from an outage, full relists keep the relist period this long.
 const SETTLE: Duration = Duration::from_secs(10);
 
 /// One pod's targeted read.

@@ -30,6 +30,9 @@ pub struct Pending {
     pub containers: Vec<(String, Instant)>,
     /// Whether a full relist was asked for.
     pub full: bool,
+    /// Whether the stream came back after failing, so the runtime may still be
+    /// recovering state it will not send events for.
+    pub recovered: bool,
 }
 
 #[derive(Default)]
@@ -78,6 +81,16 @@ impl PodHints {
     /// Asks for a full relist.
     pub fn full(&self) {
         self.inner.lock().expect("hints lock").pending.full = true;
+        self.notify.notify_one();
+    }
+
+    /// Asks for a full relist because the stream came back after failing.
+    pub fn full_after_outage(&self) {
+        {
+            let mut inner = self.inner.lock().expect("hints lock");
+            inner.pending.full = true;
+            inner.pending.recovered = true;
+        }
         self.notify.notify_one();
     }
 
