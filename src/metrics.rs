@@ -183,7 +183,7 @@ impl Metrics {
         r.register("plegd_cache_pods", "Pods in the status cache", pleg.cache_pods.clone());
         r.register(
             "plegd_running_containers",
-            "Containers by state at the last relist",
+            "Containers by state in the status cache",
             pleg.running_containers.clone(),
         );
 

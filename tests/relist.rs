@@ -4,6 +4,7 @@ mod support;
 
 use std::time::Duration;
 
+use plegd::cri::RuntimeService;
 use plegd::cri::spec::{ContainerSpec, PodSpec};
 use plegd::model::ContainerState;
 use plegd::sim::{Fault, FaultAction};
@@ -298,4 +299,53 @@ async fn a_relist_over_the_socket_handles_thousands_of_pods() {
     assert!(!evs.is_empty());
     assert!(p.relist().await.is_empty(), "a quiet runtime gives a quiet relist");
     assert_eq!(p.cache.len(), h.sim.counts().sandboxes);
+}
+
+#[tokio::test]
+async fn the_projected_listing_over_the_socket_is_the_full_one_without_labels() {
+    let h = SimHarness::start().await;
+    for i in 0..3 {
+        h.run_pod(
+            &PodSpec::new("default", &format!("web-{i}")),
+            &[ContainerSpec::new("app"), ContainerSpec::new("db")],
+        )
+        .await;
+    }
+    let c = h.client();
+    let (sandboxes, containers) = plegd::pleg::inspect::list_everything(&c).await.unwrap();
+    let full_sandboxes = c.list_pod_sandboxes(None).await.unwrap();
+    let full_containers = c.list_containers(None).await.unwrap();
+    assert_eq!((sandboxes.len(), containers.len()), (3, 6));
+    assert!(full_containers.iter().all(|c| !c.labels.is_empty()), "the runtime does send labels");
+    let stripped: Vec<_> = full_containers
+        .into_iter()
+        .map(|c| plegd::proto::runtime::Container::from(plegd::cri::brief::BriefContainer::from(c)))
+        .collect();
+    assert_eq!(containers, stripped);
+    let stripped: Vec<_> = full_sandboxes
+        .into_iter()
+        .map(|s| plegd::proto::runtime::PodSandbox::from(plegd::cri::brief::BriefSandbox::from(s)))
+        .collect();
+    assert_eq!(sandboxes, stripped);
+}
+
+#[tokio::test]
+async fn an_unchanged_listing_is_not_diffed_but_still_advances_the_cache_time() {
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_secs(2));
+    let pod = PodSpec::new("default", "web");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    let first = p.pleg.relist().await.unwrap();
+    assert!(!first.unchanged && first.events == 2, "{first:?}");
+    p.drain();
+    let t1 = p.cache.global_timestamp().unwrap();
+    let again = p.pleg.relist().await.unwrap();
+    assert!(again.unchanged && again.events == 0 && again.inspected == 0, "{again:?}");
+    assert_eq!(again.pods, 1);
+    assert!(p.cache.global_timestamp().unwrap() > t1, "readers waiting on a newer status still wake");
+    // A change in the listing is diffed.
+    h.sim.exit_container(&ids[0], 3, "Error");
+    let died = p.pleg.relist().await.unwrap();
+    assert!(!died.unchanged && died.events == 1, "{died:?}");
+    assert_eq!(summary(&p.drain()), [s("CONTAINER_DIED", "app")]);
 }

@@ -1,6 +1,7 @@
-//! Property: for any sequence of runtime changes with relists in between, each relist
-//! emits exactly the state table's events per container (against the runtime's state
-//! at the previous relist), and after the last relist the cache equals the runtime.
+//! Property: for any sequence of runtime changes with full and single-pod relists in
+//! between, each relist emits exactly the state table's events per container (against
+//! what plegd last reported of it), and after the last relist the cache equals the
+//! runtime.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -10,21 +11,46 @@ use plegd::cri::spec::{ContainerSpec, PodSpec};
 use plegd::model::{ContainerState, SandboxState};
 use plegd::pleg::generic::{GenericPleg, RelistConfig};
 use plegd::pleg::health::PlegHealth;
-use plegd::pleg::{EventType, PlegState, transition_events};
+use plegd::pleg::hints::Hint;
+use plegd::pleg::{EventSource, EventType, PlegState, transition_events};
 use plegd::sim::SimRuntime;
 use proptest::prelude::*;
+use tokio::time::Instant;
 
 #[derive(Clone, Debug)]
 enum Op {
     RunPod,
-    AddContainer { pod: usize, name: u8 },
-    Exit { container: usize, code: i32 },
-    Stop { container: usize },
-    RemoveContainer { container: usize },
-    StopPod { pod: usize },
-    RemovePod { pod: usize },
-    KillSandbox { pod: usize },
-    CreateOnly { pod: usize, name: u8 },
+    AddContainer {
+        pod: usize,
+        name: u8,
+    },
+    Exit {
+        container: usize,
+        code: i32,
+    },
+    Stop {
+        container: usize,
+    },
+    RemoveContainer {
+        container: usize,
+    },
+    StopPod {
+        pod: usize,
+    },
+    RemovePod {
+        pod: usize,
+    },
+    KillSandbox {
+        pod: usize,
+    },
+    CreateOnly {
+        pod: usize,
+        name: u8,
+    },
+    /// A targeted relist of one pod, as a CRI event triggers.
+    PodRelist {
+        pod: usize,
+    },
     Relist,
 }
 
@@ -39,6 +65,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(|pod| Op::StopPod { pod }),
         1 => any::<usize>().prop_map(|pod| Op::RemovePod { pod }),
         1 => any::<usize>().prop_map(|pod| Op::KillSandbox { pod }),
+        2 => any::<usize>().prop_map(|pod| Op::PodRelist { pod }),
         3 => Just(Op::Relist),
     ]
 }
@@ -130,7 +157,7 @@ impl World {
                     self.sim.kill_sandbox(&self.pods[p].1);
                 }
             }
-            Op::Relist => {}
+            Op::Relist | Op::PodRelist { .. } => {}
         }
     }
 }
@@ -145,16 +172,46 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
             RelistConfig { period: Duration::from_secs(1), concurrency: 4, inspect_timeout: Duration::from_secs(5) };
         let mut pleg = GenericPleg::new(sim.clone(), writer, tx, PlegHealth::new(Duration::from_secs(180)), None, cfg);
         let mut world = World { sim: sim.clone(), pods: Vec::new(), containers: Vec::new(), attempts: HashMap::new() };
+        // What plegd has reported of each id, and each id's pod.
         let mut seen: HashMap<String, PlegState> = HashMap::new();
+        let mut owner: HashMap<String, String> = HashMap::new();
         let mut ops = ops;
         ops.push(Op::Relist);
         for op in &ops {
             world.apply(op).await;
-            if !matches!(op, Op::Relist) {
-                continue;
+            // The pod a targeted relist reads (`None`: a full relist).
+            let only: Option<String> = match *op {
+                Op::Relist => None,
+                Op::PodRelist { pod } if !world.pods.is_empty() => {
+                    let uid = world.pods[pod % world.pods.len()].0.uid.clone();
+                    let hint = Hint {
+                        source: EventSource::CriEvent,
+                        first_seen: Instant::now(),
+                        sandbox_ids: Default::default(),
+                    };
+                    pleg.relist_pods(vec![(uid.clone(), hint)]).await;
+                    Some(uid)
+                }
+                _ => continue,
+            };
+            if only.is_none() {
+                pleg.relist().await.unwrap();
             }
-            pleg.relist().await.unwrap();
-            let (now, _) = truth(&sim).await;
+            let (mut now, pods) = truth(&sim).await;
+            for (uid, t) in &pods {
+                for id in t.sandboxes.keys().chain(t.containers.keys()) {
+                    owner.insert(id.clone(), uid.clone());
+                }
+            }
+            if let Some(uid) = &only {
+                // Only the pod's own ids move.
+                now.retain(|id, _| owner.get(id) == Some(uid));
+                for (id, state) in &seen {
+                    if owner.get(id) != Some(uid) {
+                        now.insert(id.clone(), *state);
+                    }
+                }
+            }
             let mut got: BTreeMap<String, Vec<EventType>> = BTreeMap::new();
             while let Ok(ev) = rx.try_recv() {
                 prop_assert!(ev.kind != EventType::PodSync, "no re-inspection happened, so no POD_SYNC");

@@ -42,6 +42,7 @@ impl Default for ClientOptions {
 #[derive(Clone)]
 pub struct CriClient {
     inner: RuntimeServiceClient<Channel>,
+    channel: Channel,
     endpoint: Arc<str>,
     opts: ClientOptions,
     gate: Arc<Mutex<Gate>>,
@@ -60,10 +61,11 @@ impl CriClient {
     pub fn new(endpoint: &str, opts: ClientOptions, metrics: Option<CriMetrics>) -> Result<Self, UdsError> {
         let path = parse_unix_endpoint(endpoint)?;
         let channel = crate::uds::lazy_channel(path);
-        let inner = RuntimeServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024);
+        let inner = RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE);
         let backoff = Backoff::new(opts.backoff_initial, opts.backoff_max);
         Ok(Self {
             inner,
+            channel,
             endpoint: Arc::from(endpoint),
             opts,
             gate: Arc::new(Mutex::new(Gate { backoff, next_attempt: None })),
@@ -132,6 +134,25 @@ impl CriClient {
     }
 }
 
+/// The largest response plegd decodes (a listing of tens of thousands of containers).
+const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+
+/// Calls `path` (a unary method of `runtime.v1.RuntimeService`) with `req` and returns
+/// the answer undecoded.
+async fn call_raw<Req>(
+    channel: Channel,
+    path: &'static str,
+    req: tonic::Request<Req>,
+) -> Result<tonic::Response<Vec<u8>>, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+{
+    let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_MESSAGE);
+    grpc.ready().await.map_err(|e| tonic::Status::unavailable(format!("runtime not ready: {e}")))?;
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
+    grpc.unary(req, path, super::brief::RawCodec::<Req>::default()).await
+}
+
 /// Whether a status means the call's deadline passed: tonic reports the deadline it
 /// enforces from `grpc-timeout` as `Cancelled: Timeout expired`.
 fn is_deadline(status: &tonic::Status) -> bool {
@@ -191,6 +212,24 @@ impl RuntimeService for CriClient {
             })
             .await?;
         Ok(resp.items)
+    }
+
+    async fn list_encoded(&self) -> Result<super::brief::EncodedListing, CriError> {
+        let channel = self.channel.clone();
+        let sandboxes = self
+            .unary("ListPodSandbox", |_, t| async move {
+                let req = request(cri::ListPodSandboxRequest { filter: None }, t);
+                call_raw(channel, "/runtime.v1.RuntimeService/ListPodSandbox", req).await
+            })
+            .await?;
+        let channel = self.channel.clone();
+        let containers = self
+            .unary("ListContainers", |_, t| async move {
+                let req = request(cri::ListContainersRequest { filter: None }, t);
+                call_raw(channel, "/runtime.v1.RuntimeService/ListContainers", req).await
+            })
+            .await?;
+        Ok(super::brief::EncodedListing { sandboxes, containers })
     }
 
     async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus, CriError> {

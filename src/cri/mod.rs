@@ -1,6 +1,7 @@
 //! The CRI seam: the runtime calls plegd makes, as a trait with a tonic implementation
 //! ([`client::CriClient`]) and the simulated runtime ([`crate::sim::SimRuntime`]).
 
+pub mod brief;
 pub mod client;
 pub mod spec;
 
@@ -60,6 +61,17 @@ pub enum CriError {
         /// The missing field.
         field: &'static str,
     },
+    /// The runtime's answer is not a well-formed message.
+    #[error("cri {method} on {endpoint} returned a malformed message")]
+    Malformed {
+        /// CRI method.
+        method: &'static str,
+        /// Runtime endpoint.
+        endpoint: Arc<str>,
+        /// What the decoder found.
+        #[source]
+        source: prost::DecodeError,
+    },
 }
 
 impl CriError {
@@ -69,7 +81,7 @@ impl CriError {
             Self::Call { status, .. } => status.code(),
             Self::Timeout { .. } => tonic::Code::DeadlineExceeded,
             Self::Unreachable { .. } => tonic::Code::Unavailable,
-            Self::Incomplete { .. } => tonic::Code::Internal,
+            Self::Incomplete { .. } | Self::Malformed { .. } => tonic::Code::Internal,
         }
     }
 
@@ -103,6 +115,15 @@ pub trait RuntimeService: Clone + Send + Sync + 'static {
         &self,
         filter: Option<cri::ContainerFilter>,
     ) -> impl Future<Output = Result<Vec<cri::Container>, CriError>> + Send;
+    /// `ListPodSandbox`, then `ListContainers`, without filters, as the runtime encoded
+    /// them (a relist fingerprints the bytes and decodes only what it needs).
+    fn list_encoded(&self) -> impl Future<Output = Result<brief::EncodedListing, CriError>> + Send {
+        async move {
+            let sandboxes = self.list_pod_sandboxes(None).await?;
+            let containers = self.list_containers(None).await?;
+            Ok(brief::EncodedListing::encode(sandboxes, containers))
+        }
+    }
     /// `ContainerStatus` (not verbose).
     fn container_status(&self, id: &str) -> impl Future<Output = Result<cri::ContainerStatus, CriError>> + Send;
     /// `GetContainerEvents`: resolves once the stream is open.

@@ -20,7 +20,6 @@ use crate::cache::CacheWriter;
 use crate::cri::{CriError, RuntimeService};
 use crate::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use crate::model::{ContainerState, PodStatus, nanos_to_system};
-use crate::proto::runtime as cri;
 
 /// How the relister runs.
 #[derive(Clone, Debug)]
@@ -59,6 +58,8 @@ pub struct RelistOutcome {
     pub failed: usize,
     /// Events emitted.
     pub events: usize,
+    /// The listing was the last one's, unchanged: nothing was decoded or diffed.
+    pub unchanged: bool,
 }
 
 /// Asks the relister for a full relist now. Cheap to clone.
@@ -93,6 +94,11 @@ pub struct GenericPleg<R: RuntimeService> {
     hints: PodHints,
     stream: watch::Receiver<StreamState>,
     evented_period: Duration,
+    /// The fingerprint of the listing the records were last set from by a full relist;
+    /// cleared when anything else touches the records.
+    listed: Option<u64>,
+    /// This process's key for listing fingerprints.
+    seed: u64,
 }
 
 type Inspection = (String, Instant, Result<PodStatus, String>);
@@ -128,6 +134,8 @@ impl<R: RuntimeService> GenericPleg<R> {
             hints: PodHints::default(),
             stream: watch::channel(StreamState::Disabled).1,
             evented_period: Duration::from_secs(300),
+            listed: None,
+            seed: fastrand::u64(..),
         }
     }
 
@@ -191,10 +199,20 @@ impl<R: RuntimeService> GenericPleg<R> {
     }
 
     async fn relist_inner(&mut self, start: Instant, start_wall: SystemTime) -> Result<RelistOutcome, PlegError> {
-        let sandboxes = self.runtime.list_pod_sandboxes(None).await.map_err(PlegError::List)?;
-        let containers = self.runtime.list_containers(None).await.map_err(PlegError::List)?;
+        let listing = self.runtime.list_encoded().await.map_err(PlegError::List)?;
         self.health.record_relist(start, start_wall);
-        self.count_states(&containers);
+        // An idle node lists the same bytes (in some order) every period: with no pod
+        // waiting for a re-inspection, the records already hold this listing and every
+        // diff would be empty.
+        let fingerprint = listing.fingerprint(self.seed);
+        if fingerprint.is_some() && fingerprint == self.listed && self.reinspect.is_empty() {
+            self.finish(start, start_wall);
+            return Ok(RelistOutcome { pods: self.records.len(), unchanged: true, ..Default::default() });
+        }
+        self.listed = None;
+        let (sandboxes, containers) =
+            super::inspect::decode_listing(&self.runtime, &listing).await.map_err(PlegError::List)?;
+        drop(listing);
         let pods = group_pods(sandboxes, containers);
         let mut outcome = RelistOutcome { pods: pods.len(), ..Default::default() };
         self.records.set_current(pods);
@@ -247,13 +265,20 @@ impl<R: RuntimeService> GenericPleg<R> {
                 }
             }
         }
-        self.cache.update_time(start);
         self.reinspect = needs_reinspect;
+        self.listed = fingerprint;
+        self.count_states();
+        self.finish(start, start_wall);
+        Ok(outcome)
+    }
+
+    /// Ends a full relist that started at `start`: the cache's global timestamp advances.
+    fn finish(&mut self, start: Instant, start_wall: SystemTime) {
+        self.cache.update_time(start);
         if let Some(m) = &self.metrics {
             m.cache_pods.set(self.cache.reader().len() as i64);
             m.last_seen.set(start_wall.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0));
         }
-        Ok(outcome)
     }
 
     /// Inspects the listed pods among `uids` concurrently; pods not listed any more
@@ -286,17 +311,21 @@ impl<R: RuntimeService> GenericPleg<R> {
             .await
     }
 
-    fn count_states(&self, containers: &[cri::Container]) {
+    /// Sets the container-state gauges from the cache (after full and targeted relists
+    /// alike, so they stay current while the stream makes full relists rare).
+    fn count_states(&self) {
         let Some(m) = &self.metrics else { return };
         let mut counts = [0i64; 4];
-        for c in containers {
-            let i = match ContainerState::from_cri(c.state) {
-                ContainerState::Created => 0,
-                ContainerState::Running => 1,
-                ContainerState::Exited => 2,
-                ContainerState::Unknown => 3,
-            };
-            counts[i] += 1;
+        for entry in self.cache.reader().snapshot() {
+            for c in entry.status.iter().flat_map(|s| &s.containers) {
+                let i = match c.state {
+                    ContainerState::Created => 0,
+                    ContainerState::Running => 1,
+                    ContainerState::Exited => 2,
+                    ContainerState::Unknown => 3,
+                };
+                counts[i] += 1;
+            }
         }
         for (state, n) in ["created", "running", "exited", "unknown"].into_iter().zip(counts) {
             m.running_containers.get_or_create(&StateLabel { state: state.into() }).set(n);
@@ -307,6 +336,8 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// applies the results in UID order, chunk by chunk. Pods that cannot be read are
     /// retried later.
     pub async fn relist_pods(&mut self, batch: Vec<(String, Hint)>) -> RelistOutcome {
+        // The records move past the last full listing: the next one is diffed in full.
+        self.listed = None;
         let reader = self.cache.reader();
         let jobs: Vec<_> = batch
             .into_iter()
@@ -405,6 +436,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         if let Some(m) = &self.metrics {
             m.cache_pods.set(self.cache.reader().len() as i64);
         }
+        self.count_states();
         outcome
     }
 

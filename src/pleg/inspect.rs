@@ -123,12 +123,35 @@ pub async fn list_pod<R: RuntimeService>(
     Ok(super::records::group_pods(sandboxes, containers).remove(uid))
 }
 
+/// Lists every sandbox and container, decoding only what grouping and diffing need.
+pub async fn list_everything<R: RuntimeService>(
+    runtime: &R,
+) -> Result<(Vec<crate::proto::runtime::PodSandbox>, Vec<crate::proto::runtime::Container>), CriError> {
+    decode_listing(runtime, &runtime.list_encoded().await?).await
+}
+
+/// Decodes a full listing's projection; one that needs the kubelet's labels to be
+/// grouped (a sandbox without a UID, an orphaned container) is read again in full.
+pub async fn decode_listing<R: RuntimeService>(
+    runtime: &R,
+    listing: &crate::cri::brief::EncodedListing,
+) -> Result<(Vec<crate::proto::runtime::PodSandbox>, Vec<crate::proto::runtime::Container>), CriError> {
+    let (sandboxes, containers) = listing.decode().map_err(|(method, source)| CriError::Malformed {
+        method,
+        endpoint: runtime.endpoint().into(),
+        source,
+    })?;
+    if let Some(full) = crate::cri::brief::into_full(sandboxes, containers) {
+        return Ok(full);
+    }
+    Ok((runtime.list_pod_sandboxes(None).await?, runtime.list_containers(None).await?))
+}
+
 /// Reads every pod from the runtime afresh (list, group, inspect each), the way a
 /// relist would, without touching the cache: `/debug/pods?view=runtime`.
 pub async fn read_all<R: RuntimeService>(runtime: &R, concurrency: usize) -> Result<Vec<PodStatus>, CriError> {
     use futures_util::StreamExt;
-    let sandboxes = runtime.list_pod_sandboxes(None).await?;
-    let containers = runtime.list_containers(None).await?;
+    let (sandboxes, containers) = list_everything(runtime).await?;
     let pods = super::records::group_pods(sandboxes, containers);
     let mut out: Vec<PodStatus> = futures_util::stream::iter(pods.into_values())
         .map(|p| async move { inspect_pod(runtime, &p, &[]).await })
