@@ -1,6 +1,7 @@
 //! Relist cost with no changes, at 100 / 1,000 / 10,000 containers (5 per pod): the
-//! diff alone (group + records + transitions), and a whole relist against the
-//! in-process simulated runtime (its list calls included, no socket).
+//! diff alone (group + records + transitions), a whole relist against the in-process
+//! simulated runtime (its list calls included, no socket), and what a relist does with
+//! the listing's bytes (fingerprint, projected decode, full decode).
 #![allow(missing_docs)]
 
 use std::time::Duration;
@@ -75,5 +76,37 @@ fn whole(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, diff, whole);
+/// What a relist does with the listing's bytes: fingerprint them (all an unchanged
+/// listing costs), decode the projection, or decode everything (labels and all).
+fn listing(c: &mut Criterion) {
+    use plegd::cri::brief::EncodedListing;
+    use plegd::proto::runtime as cri;
+    use prost::Message;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let mut g = c.benchmark_group("relist/listing");
+    for n in [100usize, 1_000, 10_000] {
+        let sim = populated(&rt, n);
+        let listing = rt.block_on(sim.list_encoded()).unwrap();
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_with_input(BenchmarkId::new("fingerprint", n), &listing, |b, l: &EncodedListing| {
+            b.iter(|| l.fingerprint(1).unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("decode_projected", n), &listing, |b, l: &EncodedListing| {
+            b.iter(|| {
+                let (sandboxes, containers) = l.decode().unwrap();
+                plegd::cri::brief::into_full(sandboxes, containers).unwrap()
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("decode_full", n), &listing, |b, l: &EncodedListing| {
+            b.iter(|| {
+                let s = cri::ListPodSandboxResponse::decode(l.sandboxes.as_slice()).unwrap();
+                let c = cri::ListContainersResponse::decode(l.containers.as_slice()).unwrap();
+                (s, c)
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, diff, whole, listing);
 criterion_main!(benches);

@@ -91,12 +91,18 @@ pub async fn list_pod<R: RuntimeService>(
 ) -> Result<Option<super::records::RuntimePod>, CriError> {
     use crate::cri::spec::POD_UID_LABEL;
     use crate::proto::runtime as cri;
+    use futures_util::future::join_all;
     let by_label: std::collections::HashMap<String, String> = [(POD_UID_LABEL.to_owned(), uid.to_owned())].into();
-    // The two label queries are independent: ask both at once.
-    let (sandboxes, by_label_containers) = futures_util::future::join(
+    let containers_of = |id: &str| {
+        runtime.list_containers(Some(cri::ContainerFilter { pod_sandbox_id: id.to_owned(), ..Default::default() }))
+    };
+    // One round trip for the common case: the label queries and the containers of the
+    // sandboxes the hint already named, all at once.
+    let (sandboxes, by_label_containers, known_containers) = futures_util::future::join3(
         runtime
             .list_pod_sandboxes(Some(cri::PodSandboxFilter { label_selector: by_label.clone(), ..Default::default() })),
         runtime.list_containers(Some(cri::ContainerFilter { label_selector: by_label, ..Default::default() })),
+        join_all(known_sandboxes.iter().map(|id| containers_of(id))),
     )
     .await;
     let mut sandboxes = sandboxes?;
@@ -108,14 +114,23 @@ pub async fn list_pod<R: RuntimeService>(
             sandboxes.extend(found.into_iter().filter(|s| s.id == *id));
         }
     }
+    let mut per_sandbox: Vec<(String, Vec<cri::Container>)> = Vec::with_capacity(sandboxes.len());
+    for (id, found) in known_sandboxes.iter().zip(known_containers) {
+        per_sandbox.push((id.clone(), found?));
+    }
+    // Sandboxes the hint did not name cost a second round trip.
+    let unnamed: Vec<&str> =
+        sandboxes.iter().map(|s| s.id.as_str()).filter(|id| !known_sandboxes.contains(*id)).collect();
+    for (id, found) in unnamed.iter().zip(join_all(unnamed.iter().map(|id| containers_of(id))).await) {
+        per_sandbox.push(((*id).to_owned(), found?));
+    }
     let mut containers = by_label_containers?;
-    let per_sandbox = futures_util::future::join_all(sandboxes.iter().map(|s| {
-        runtime.list_containers(Some(cri::ContainerFilter { pod_sandbox_id: s.id.clone(), ..Default::default() }))
-    }))
-    .await;
-    for (s, found) in sandboxes.iter().zip(per_sandbox) {
-        for c in found? {
-            if c.pod_sandbox_id == s.id && !containers.iter().any(|x| x.id == c.id) {
+    for (id, found) in per_sandbox {
+        if !sandboxes.iter().any(|s| s.id == id) {
+            continue;
+        }
+        for c in found {
+            if c.pod_sandbox_id == id && !containers.iter().any(|x| x.id == c.id) {
                 containers.push(c);
             }
         }
