@@ -99,8 +99,8 @@ fn listing(c: &mut Criterion) {
         });
         g.bench_with_input(BenchmarkId::new("decode_full", n), &listing, |b, l: &EncodedListing| {
             b.iter(|| {
-                let s = cri::ListPodSandboxResponse::decode(l.sandboxes.as_slice()).unwrap();
-                let c = cri::ListContainersResponse::decode(l.containers.as_slice()).unwrap();
+                let s = cri::ListPodSandboxResponse::decode(&l.sandboxes[..]).unwrap();
+                let c = cri::ListContainersResponse::decode(&l.containers[..]).unwrap();
                 (s, c)
             })
         });

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 
 use prost::Message;
-use prost::bytes::Buf;
+use prost::bytes::{Buf, Bytes};
 
 use crate::proto::runtime as cri;
 
@@ -16,9 +16,9 @@ use crate::proto::runtime as cri;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EncodedListing {
     /// A `ListPodSandboxResponse`.
-    pub sandboxes: Vec<u8>,
+    pub sandboxes: Bytes,
     /// A `ListContainersResponse`.
-    pub containers: Vec<u8>,
+    pub containers: Bytes,
 }
 
 /// A decoded projected listing: sandboxes and containers.
@@ -28,7 +28,8 @@ pub type BriefListing = (Vec<BriefSandbox>, Vec<BriefContainer>);
 #[derive(Debug)]
 pub struct RawCodec<Req>(std::marker::PhantomData<Req>);
 
-/// The decoder of [`RawCodec`]: copies the message's bytes out.
+/// The decoder of [`RawCodec`]: takes the message's bytes out of the receive buffer
+/// (no copy).
 #[derive(Debug, Default)]
 pub struct RawDecoder;
 
@@ -89,8 +90,8 @@ impl EncodedListing {
     /// Encodes a decoded listing (for runtimes served in-process).
     pub fn encode(sandboxes: Vec<cri::PodSandbox>, containers: Vec<cri::Container>) -> Self {
         Self {
-            sandboxes: cri::ListPodSandboxResponse { items: sandboxes }.encode_to_vec(),
-            containers: cri::ListContainersResponse { containers }.encode_to_vec(),
+            sandboxes: cri::ListPodSandboxResponse { items: sandboxes }.encode_to_vec().into(),
+            containers: cri::ListContainersResponse { containers }.encode_to_vec().into(),
         }
     }
 
@@ -107,8 +108,8 @@ impl EncodedListing {
     /// Decodes the projection of both answers; an error names the call whose answer
     /// is malformed.
     pub fn decode(&self) -> Result<BriefListing, (&'static str, prost::DecodeError)> {
-        let sandboxes = BriefSandboxList::decode(self.sandboxes.as_slice()).map_err(|e| ("ListPodSandbox", e))?;
-        let containers = BriefContainerList::decode(self.containers.as_slice()).map_err(|e| ("ListContainers", e))?;
+        let sandboxes = BriefSandboxList::decode(&self.sandboxes[..]).map_err(|e| ("ListPodSandbox", e))?;
+        let containers = BriefContainerList::decode(&self.containers[..]).map_err(|e| ("ListContainers", e))?;
         Ok((sandboxes.items, containers.containers))
     }
 }
@@ -176,7 +177,7 @@ impl<Req> Default for RawCodec<Req> {
 
 impl<Req: Message + Send + 'static> tonic::codec::Codec for RawCodec<Req> {
     type Encode = Req;
-    type Decode = Vec<u8>;
+    type Decode = Bytes;
     type Encoder = tonic_prost::ProstEncoder<Req>;
     type Decoder = RawDecoder;
 
@@ -190,13 +191,11 @@ impl<Req: Message + Send + 'static> tonic::codec::Codec for RawCodec<Req> {
 }
 
 impl tonic::codec::Decoder for RawDecoder {
-    type Item = Vec<u8>;
+    type Item = Bytes;
     type Error = tonic::Status;
 
-    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
-        let mut out = vec![0; src.remaining()];
-        src.copy_to_slice(&mut out);
-        Ok(Some(out))
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }
 
@@ -378,8 +377,8 @@ mod tests {
         reordered.extend(body);
         assert_ne!(reordered, bytes);
         assert_eq!(cri::ListContainersResponse::decode(reordered.as_slice()).unwrap().containers[0], c);
-        let a = EncodedListing { sandboxes: Vec::new(), containers: bytes };
-        let b = EncodedListing { sandboxes: Vec::new(), containers: reordered };
+        let a = EncodedListing { sandboxes: Bytes::new(), containers: bytes.into() };
+        let b = EncodedListing { sandboxes: Bytes::new(), containers: reordered.into() };
         assert_eq!(a.fingerprint(5), b.fingerprint(5));
     }
 

@@ -143,7 +143,7 @@ async fn call_raw<Req>(
     channel: Channel,
     path: &'static str,
     req: tonic::Request<Req>,
-) -> Result<tonic::Response<Vec<u8>>, tonic::Status>
+) -> Result<tonic::Response<prost::bytes::Bytes>, tonic::Status>
 where
     Req: prost::Message + Send + Sync + 'static,
 {
