@@ -107,6 +107,31 @@ pub struct PodLifecycleService {
 }
 
 impl PodLifecycleService {
+    /// Starts a watch: a task that sends the snapshot or the replay, then live events,
+    /// into the returned channel until the client goes away or plegd shuts down.
+    fn open_watch(&self, r: api::WatchRequest) -> Result<mpsc::Receiver<Result<Outgoing, Status>>, Status> {
+        let filter = Arc::new(to_filter(r.filter, &r.types)?);
+        let since = if r.since_revision == 0 { Since::Snapshot } else { Since::Revision(r.since_revision, r.epoch) };
+        let (tx, rx) = mpsc::channel(SEND_AHEAD);
+        let task = WatchTask {
+            journal: self.journal.clone(),
+            cache: self.cache.clone(),
+            filter,
+            tx,
+            bookmark: self.cfg.bookmark_interval,
+            shutdown: self.shutdown.clone(),
+        };
+        self.metrics.watch_clients.inc();
+        let guard = ClientGuard(self.metrics.watch_clients.clone());
+        // The task ends when the client goes away (the stream is dropped) or at
+        // shutdown.
+        tokio::spawn(async move {
+            let _guard = guard;
+            task.run(since).await;
+        });
+        Ok(rx)
+    }
+
     /// A service over the journal and the cache.
     pub fn new(
         journal: Journal,
@@ -164,18 +189,18 @@ struct WatchTask {
     journal: Journal,
     cache: PodCache,
     filter: Arc<Filter>,
-    tx: mpsc::Sender<Result<api::WatchEvent, Status>>,
+    tx: mpsc::Sender<Result<Outgoing, Status>>,
     bookmark: Duration,
     shutdown: CancellationToken,
 }
 
 impl WatchTask {
     async fn send(&self, ev: api::WatchEvent) -> bool {
-        self.tx.send(Ok(ev)).await.is_ok()
+        self.tx.send(Ok(Outgoing::Message(Box::new(ev)))).await.is_ok()
     }
 
     async fn send_entry(&self, e: &Entry) -> bool {
-        self.send(watch_event(e.revision, api::watch_event::Kind::Event(e.event.to_api()))).await
+        self.tx.send(Ok(Outgoing::Event { revision: e.revision, event: e.encoded_event() })).await.is_ok()
     }
 
     async fn send_reset(&self, reason: ResetReason, message: &str) -> bool {
@@ -255,6 +280,150 @@ impl WatchTask {
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<api::WatchEvent, Status>> + Send>>;
 
+/// One message of a Watch stream as it goes on the wire: a message made for this
+/// watcher, or a journal event whose encoding all watchers share.
+#[derive(Debug)]
+pub enum Outgoing {
+    /// A snapshot, synced, reset or bookmark message.
+    Message(Box<api::WatchEvent>),
+    /// A published event: its revision and its encoded `LifecycleEvent`.
+    Event {
+        /// The event's revision.
+        revision: u64,
+        /// `LifecycleEvent`, encoded once.
+        event: prost::bytes::Bytes,
+    },
+}
+
+impl Outgoing {
+    /// The message this stands for, decoded (for callers that need the message type).
+    pub fn into_message(self) -> Result<api::WatchEvent, Status> {
+        use prost::Message;
+        match self {
+            Self::Message(m) => Ok(*m),
+            Self::Event { revision, event } => {
+                let event = api::LifecycleEvent::decode(event)
+                    .map_err(|e| Status::internal(format!("a journal event does not decode: {e}")))?;
+                Ok(watch_event(revision, api::watch_event::Kind::Event(event)))
+            }
+        }
+    }
+}
+
+/// The Watch codec: decodes requests with prost, writes shared event encodings as they
+/// are (a `WatchEvent` is its revision, field 1, and the event, field 4, one after the
+/// other on the wire).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WatchCodec;
+
+/// The encoder of [`WatchCodec`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WatchEncoder;
+
+impl tonic::codec::Codec for WatchCodec {
+    type Encode = Outgoing;
+    type Decode = api::WatchRequest;
+    type Encoder = WatchEncoder;
+    type Decoder = tonic_prost::ProstDecoder<api::WatchRequest>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        WatchEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstDecoder::default()
+    }
+}
+
+impl tonic::codec::Encoder for WatchEncoder {
+    type Item = Outgoing;
+    type Error = Status;
+
+    fn encode(&mut self, item: Outgoing, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), Status> {
+        use prost::Message;
+        use prost::bytes::BufMut;
+        use prost::encoding::{WireType, encode_key, encode_varint};
+        match item {
+            Outgoing::Message(m) => {
+                m.encode(dst).map_err(|e| Status::internal(format!("encoding a watch message: {e}")))
+            }
+            Outgoing::Event { revision, event } => {
+                if revision != 0 {
+                    prost::encoding::uint64::encode(1, &revision, dst);
+                }
+                encode_key(4, WireType::LengthDelimited, dst);
+                encode_varint(event.len() as u64, dst);
+                dst.put_slice(&event);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The gRPC path of `Watch`.
+const WATCH_PATH: &str = "/plegd.v1.PodLifecycle/Watch";
+
+/// `plegd.v1.PodLifecycle` as served: `Watch` through [`WatchCodec`], so that each
+/// published event is encoded once however many watchers send it; the other methods
+/// through the generated server.
+#[derive(Clone)]
+pub struct LifecycleRoutes {
+    svc: Arc<PodLifecycleService>,
+    generated: PodLifecycleServer<PodLifecycleService>,
+}
+
+/// `Watch` as a tonic server-streaming method over [`WatchCodec`].
+struct WatchMethod(Arc<PodLifecycleService>);
+
+impl LifecycleRoutes {
+    /// Routes for `svc`.
+    pub fn new(svc: PodLifecycleService) -> Self {
+        let svc = Arc::new(svc);
+        let generated = PodLifecycleServer::from_arc(svc.clone()).max_decoding_message_size(MAX_REQUEST_BYTES);
+        Self { svc, generated }
+    }
+}
+
+impl tonic::server::NamedService for LifecycleRoutes {
+    const NAME: &'static str = "plegd.v1.PodLifecycle";
+}
+
+impl tower::Service<tonic::codegen::http::Request<tonic::body::Body>> for LifecycleRoutes {
+    type Response = tonic::codegen::http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: tonic::codegen::http::Request<tonic::body::Body>) -> Self::Future {
+        if req.uri().path() != WATCH_PATH {
+            return self.generated.call(req);
+        }
+        let method = WatchMethod(self.svc.clone());
+        Box::pin(async move {
+            let mut grpc =
+                tonic::server::Grpc::new(WatchCodec).apply_max_message_size_config(Some(MAX_REQUEST_BYTES), None);
+            Ok(grpc.server_streaming(method, req).await)
+        })
+    }
+}
+
+impl tonic::server::ServerStreamingService<api::WatchRequest> for WatchMethod {
+    type Response = Outgoing;
+    type ResponseStream = tokio_stream::wrappers::ReceiverStream<Result<Outgoing, Status>>;
+    type Future = tonic::codegen::BoxFuture<Response<Self::ResponseStream>, Status>;
+
+    fn call(&mut self, req: Request<api::WatchRequest>) -> Self::Future {
+        let svc = self.0.clone();
+        Box::pin(async move {
+            let rx = svc.open_watch(req.into_inner())?;
+            Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        })
+    }
+}
+
 /// Counts a Watch stream for as long as it lives.
 struct ClientGuard(Gauge);
 
@@ -268,28 +437,13 @@ impl Drop for ClientGuard {
 impl PodLifecycle for PodLifecycleService {
     type WatchStream = WatchStream;
 
+    /// Served by [`LifecycleRoutes`] with shared encodings; this path (the generated
+    /// server mounted alone) decodes them again.
     async fn watch(&self, req: Request<api::WatchRequest>) -> Result<Response<WatchStream>, Status> {
-        let r = req.into_inner();
-        let filter = Arc::new(to_filter(r.filter, &r.types)?);
-        let since = if r.since_revision == 0 { Since::Snapshot } else { Since::Revision(r.since_revision, r.epoch) };
-        let (tx, rx) = mpsc::channel(SEND_AHEAD);
-        let task = WatchTask {
-            journal: self.journal.clone(),
-            cache: self.cache.clone(),
-            filter,
-            tx,
-            bookmark: self.cfg.bookmark_interval,
-            shutdown: self.shutdown.clone(),
-        };
-        self.metrics.watch_clients.inc();
-        let guard = ClientGuard(self.metrics.watch_clients.clone());
-        // The task ends when the client goes away (the stream is dropped) or at
-        // shutdown.
-        tokio::spawn(async move {
-            let _guard = guard;
-            task.run(since).await;
-        });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        use futures_util::StreamExt;
+        let rx = self.open_watch(req.into_inner())?;
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|m| m.and_then(Outgoing::into_message));
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn list_pods(&self, req: Request<api::ListPodsRequest>) -> Result<Response<api::ListPodsResponse>, Status> {
@@ -549,7 +703,7 @@ pub async fn serve(
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(health)
-        .add_service(PodLifecycleServer::new(svc).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .add_service(LifecycleRoutes::new(svc))
         .serve_with_incoming_shutdown(incoming(listener, cfg, metrics, shutdown.clone()), shutdown.cancelled())
         .await;
     health_task.abort();
@@ -587,6 +741,22 @@ mod tests {
         assert!(peer_allowed(&cfg, 0, 1));
         assert!(peer_allowed(&cfg, 7, 42));
         assert!(!peer_allowed(&cfg, 7, 7));
+    }
+
+    #[test]
+    fn a_shared_event_encoding_stands_for_the_watch_event_it_carries() {
+        use prost::Message;
+        let event = api::LifecycleEvent {
+            pod_uid: "u1".into(),
+            container_id: "c1".into(),
+            r#type: api::LifecycleEventType::ContainerStarted as i32,
+            ..Default::default()
+        };
+        let out = Outgoing::Event { revision: 42, event: event.encode_to_vec().into() };
+        let want = watch_event(42, api::watch_event::Kind::Event(event));
+        assert_eq!(out.into_message().unwrap(), want);
+        let broken = Outgoing::Event { revision: 1, event: vec![0x0a, 0x05, 0x61].into() };
+        assert_eq!(broken.into_message().unwrap_err().code(), tonic::Code::Internal);
     }
 
     #[test]

@@ -50,6 +50,17 @@ pub struct Entry {
     pub event: Arc<PodLifecycleEvent>,
     /// The pod it is about, for filters.
     pub meta: Arc<PodMeta>,
+    /// The event as the API encodes it, made once for every watcher that sends it.
+    encoded: std::sync::OnceLock<prost::bytes::Bytes>,
+}
+
+impl Entry {
+    /// The event encoded as the API's `LifecycleEvent`; encoded by the first watcher
+    /// that sends it, shared by the rest.
+    pub fn encoded_event(&self) -> prost::bytes::Bytes {
+        use prost::Message;
+        self.encoded.get_or_init(|| self.event.to_api().encode_to_vec().into()).clone()
+    }
 }
 
 /// Which events and pods a subscriber wants. Empty fields match everything.
@@ -254,7 +265,7 @@ impl Journal {
                 })
             }
         };
-        let entry = Arc::new(Entry { revision, event: Arc::new(event), meta });
+        let entry = Arc::new(Entry { revision, event: Arc::new(event), meta, encoded: Default::default() });
         if inner.ring.len() == self.shared.capacity {
             inner.ring.pop_front();
         }

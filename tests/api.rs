@@ -333,6 +333,12 @@ async fn an_oversized_request_is_refused_and_the_server_goes_on() {
     let e = p.client().list_pods(api::ListPodsRequest { filter: Some(huge) }).await.unwrap_err();
     assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
     p.client().list_pods(api::ListPodsRequest::default()).await.expect("the next call works");
+    // Watch has its own route (shared event encodings): the same limit holds there.
+    let huge = api::PodFilter { label_selector: format!("app={}", "a".repeat(200_000)), ..Default::default() };
+    let e = p.client().watch(api::WatchRequest { filter: Some(huge), ..Default::default() }).await.unwrap_err();
+    assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+    let mut s = watch(&p, api::WatchRequest::default()).await;
+    read_snapshot(&mut s).await;
     p.stop().await;
 }
 
