@@ -137,8 +137,12 @@ fn a_runtime_missing_at_start_is_not_ready_then_ready_once_it_appears() {
     );
     wait_for("readiness", Duration::from_secs(15), || get(port, "/readyz").is_some_and(|(c, _)| c == 200));
     assert_eq!(get(port, "/healthz").unwrap().0, 200);
+    // Ready means the first relist is done; the simulator may still have been creating
+    // its pods then (it serves while it populates), so they may arrive a relist later.
+    wait_for("the runtime's three pods in the cache", Duration::from_secs(10), || {
+        get(port, "/metrics").is_some_and(|(_, m)| m.contains("plegd_cache_pods 3"))
+    });
     let metrics = get(port, "/metrics").unwrap().1;
-    assert!(metrics.contains("plegd_cache_pods 3"), "{metrics}");
     assert!(metrics.contains("plegd_cri_requests_total{method=\"ListPodSandbox\",code=\"OK\"}"), "{metrics}");
 
     sigterm(&sidecar.0);
