@@ -145,7 +145,9 @@ fn multiset_hash(mut buf: &[u8], seed: u64, items: bool) -> Option<u64> {
         let key = prost::encoding::decode_varint(&mut buf).ok()?;
         let mut value: &[u8] = &[];
         match key & 7 {
-            0 => drop(prost::encoding::decode_varint(&mut buf).ok()?),
+            0 => {
+                prost::encoding::decode_varint(&mut buf).ok()?;
+            }
             1 if buf.len() >= 8 => buf.advance(8),
             2 => {
                 let len = usize::try_from(prost::encoding::decode_varint(&mut buf).ok()?).ok()?;

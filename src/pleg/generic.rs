@@ -436,7 +436,10 @@ impl<R: RuntimeService> GenericPleg<R> {
         if let Some(m) = &self.metrics {
             m.cache_pods.set(self.cache.reader().len() as i64);
         }
-        self.count_states();
+        // A container's state moves only with an event; a failed read drops a status.
+        if outcome.events > 0 || outcome.failed > 0 {
+            self.count_states();
+        }
         outcome
     }
 
