@@ -9,6 +9,7 @@ pub mod config;
 pub mod cri;
 pub mod demo;
 pub mod journal;
+pub mod labels;
 pub mod metrics;
 pub mod model;
 pub mod pleg;

@@ -1,6 +1,6 @@
 //! The pod-status model plegd keeps in its cache, converted once from the CRI's types.
 
-use std::collections::BTreeMap;
+use crate::labels::Labels;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -60,9 +60,9 @@ pub struct ContainerStatus {
     /// Image reference.
     pub image: String,
     /// Labels.
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// Annotations.
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: Labels,
 }
 
 /// One sandbox of a pod, from `PodSandboxStatus`.
@@ -93,9 +93,9 @@ pub struct PodStatus {
     /// Pod namespace.
     pub namespace: String,
     /// Labels of the newest sandbox.
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// Annotations of the newest sandbox.
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: Labels,
     /// Pod IPs (newest ready sandbox), kept after the pod dies like the kubelet does.
     pub ips: Vec<String>,
     /// Sandboxes, newest first.
@@ -152,8 +152,8 @@ impl ContainerStatus {
             reason: s.reason.clone(),
             message: s.message.clone(),
             image: s.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
-            labels: s.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            annotations: s.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            labels: s.labels.iter().collect(),
+            annotations: s.annotations.iter().collect(),
         }
     }
 }
@@ -181,8 +181,8 @@ impl PodStatus {
             uid: uid.into(),
             name: name.into(),
             namespace: namespace.into(),
-            labels: BTreeMap::new(),
-            annotations: BTreeMap::new(),
+            labels: Labels::default(),
+            annotations: Labels::default(),
             ips: Vec::new(),
             sandboxes: Vec::new(),
             containers: Vec::new(),
@@ -204,8 +204,8 @@ impl PodStatus {
             uid: self.uid.clone(),
             name: self.name.clone(),
             namespace: self.namespace.clone(),
-            labels: self.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            annotations: self.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            labels: self.labels.to_map(),
+            annotations: self.annotations.to_map(),
             ips: self.ips.clone(),
             sandboxes: self
                 .sandboxes
@@ -237,8 +237,8 @@ impl PodStatus {
                     reason: c.reason.clone(),
                     message: c.message.clone(),
                     image: c.image.clone(),
-                    labels: c.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                    annotations: c.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    labels: c.labels.to_map(),
+                    annotations: c.annotations.to_map(),
                 })
                 .collect(),
             observed_at: Some(system_to_timestamp(self.observed_at)),

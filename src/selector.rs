@@ -1,7 +1,9 @@
 //! Kubernetes label selectors (`app=web,tier!=db,env in (a,b),!legacy`) parsed once and
 //! matched against a pod's sandbox labels.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+
+use crate::labels::Labels;
 
 /// A parse error, naming what is wrong and where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,10 +51,10 @@ impl Selector {
     }
 
     /// Whether `labels` satisfy every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &Labels) -> bool {
         self.reqs.iter().all(|r| match r {
-            Requirement::Equals(k, v) => labels.get(k) == Some(v),
-            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
+            Requirement::Equals(k, v) => labels.get(k) == Some(v.as_str()),
+            Requirement::NotEquals(k, v) => labels.get(k) != Some(v.as_str()),
             Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
             Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
             Requirement::Exists(k) => labels.contains_key(k),
@@ -171,8 +173,8 @@ fn name_ok(n: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs.iter().copied().collect()
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! things), each processed event gets a sequence number and a history record, and the
 //! loop never waits for anything slow (handlers only enqueue or publish).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -110,7 +111,7 @@ pub struct EventRecord {
     /// Sequence number.
     pub seq: u64,
     /// Event name (`CONTAINER_DIED`, `resync:startup`, `follow-up:CRASH_LOOP`).
-    pub name: String,
+    pub name: Cow<'static, str>,
     /// What it was about.
     pub description: String,
     /// The journal revision, for lifecycle events.
@@ -334,7 +335,9 @@ impl SyncLoop {
         let started_at = SystemTime::now();
         let t0 = Instant::now();
         let mut out = Outbox::default();
-        let mut records = Vec::new();
+        // Sized for every handler: a history keeps up to 200,000 records, and a Vec
+        // grown by push starts at four.
+        let mut records = Vec::with_capacity(self.handlers.len());
         let mut failed = false;
         let order: Vec<usize> =
             if reverse { (0..self.handlers.len()).rev().collect() } else { (0..self.handlers.len()).collect() };
@@ -445,13 +448,13 @@ impl SyncLoop {
     }
 }
 
-fn describe(ev: &LoopEvent) -> (String, String, Option<u64>) {
+fn describe(ev: &LoopEvent) -> (Cow<'static, str>, String, Option<u64>) {
     match &ev.input {
         LoopInput::Lifecycle(e) => {
             let x = &e.event;
             let what = if x.is_sandbox { "sandbox".to_string() } else { x.container_name.clone() };
             (
-                x.kind.as_str().to_string(),
+                Cow::Borrowed(x.kind.as_str()),
                 format!(
                     "{}/{} {} {} ({})",
                     x.pod_namespace,
@@ -463,8 +466,8 @@ fn describe(ev: &LoopEvent) -> (String, String, Option<u64>) {
                 Some(e.revision),
             )
         }
-        LoopInput::Resync(k) => (format!("resync:{}", k.as_str()), String::new(), None),
-        LoopInput::FollowUp(f) => (format!("follow-up:{}", f.name), f.description.clone(), None),
+        LoopInput::Resync(k) => (format!("resync:{}", k.as_str()).into(), String::new(), None),
+        LoopInput::FollowUp(f) => (format!("follow-up:{}", f.name).into(), f.description.clone(), None),
     }
 }
 

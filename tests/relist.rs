@@ -34,7 +34,7 @@ async fn relist_emits_started_for_a_new_pod_sandbox_first() {
     let cached = p.cache.get(&pod.uid).expect("cached");
     let status = cached.status.as_ref().unwrap();
     assert_eq!(status.containers.len(), 2);
-    assert_eq!(status.labels.get("app").map(String::as_str), Some("web"));
+    assert_eq!(status.labels.get("app"), Some("web"));
     assert!(p.relist().await.is_empty(), "nothing changed, nothing emitted");
 }
 

@@ -55,13 +55,7 @@ pub async fn inspect_pod<R: RuntimeService>(
                 ips.push(conv.ip.clone());
                 ips.extend(conv.additional_ips.iter().cloned());
             }
-            (
-                md.name,
-                md.namespace,
-                raw.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                raw.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                ips,
-            )
+            (md.name, md.namespace, raw.labels.iter().collect(), raw.annotations.iter().collect(), ips)
         }
         None => (pod.name.clone(), pod.namespace.clone(), Default::default(), Default::default(), Vec::new()),
     };
