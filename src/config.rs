@@ -16,6 +16,17 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Threads that run plegd's tasks. One core serves a node (the relist, the event
+    /// stream and tens of watchers) and keeps plegd's CPU and memory bounded; more help
+    /// only with hundreds of busy watchers.
+    #[arg(
+        long,
+        global = true,
+        env = "PLEGD_WORKER_THREADS",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u16).range(1..=256)
+    )]
+    pub worker_threads: u16,
 }
 
 /// Subcommands.

@@ -19,7 +19,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return clap_exit(e),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cli.worker_threads.into())
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("plegd: cannot start the async runtime: {e}");

@@ -33,6 +33,15 @@ fn a_malformed_duration_names_the_flag() {
 }
 
 #[test]
+fn a_worker_thread_count_out_of_range_names_the_flag() {
+    assert_usage_error(&["run", "--worker-threads", "0"], "--worker-threads");
+    assert_usage_error(&["sim", "--worker-threads", "many"], "--worker-threads");
+    let out = Command::new(BIN).args(["run"]).env("PLEGD_WORKER_THREADS", "257").output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--worker-threads"));
+}
+
+#[test]
 fn an_endpoint_that_is_not_unix_names_the_flag() {
     assert_usage_error(&["run", "--runtime-endpoint", "tcp://127.0.0.1:1"], "--runtime-endpoint");
 }
@@ -62,6 +71,7 @@ fn help_lists_every_flag_with_its_environment_variable() {
         ("--relist-threshold", "PLEGD_RELIST_THRESHOLD"),
         ("--admin-addr", "PLEGD_ADMIN_ADDR"),
         ("--log-format", "PLEGD_LOG_FORMAT"),
+        ("--worker-threads", "PLEGD_WORKER_THREADS"),
     ] {
         assert!(help.contains(flag) && help.contains(env), "{flag} / {env} missing from:\n{help}");
     }
