@@ -55,10 +55,11 @@ impl Env {
 
     /// Starts a sidecar and waits until the stream settled (up on 1.7, absent on 1.6).
     async fn sidecar(&self) -> Sidecar {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "plegd=info".into()))
-            .with_test_writer()
-            .try_init();
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        let filter: tracing_subscriber::filter::Targets =
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "plegd=info".into()).parse().expect("RUST_LOG filter");
+        let _ = tracing_subscriber::fmt().with_test_writer().finish().with(filter).try_init();
         let mut sc = start_sidecar(self.client(), Mode::Auto, Duration::from_secs(1), Duration::from_secs(300));
         let want = if self.has_stream() { StreamState::Up } else { StreamState::NoStream };
         sc.wait_stream(Duration::from_secs(20), |s| s == want).await;
