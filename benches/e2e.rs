@@ -7,7 +7,9 @@
 //! * `idle`      — 1,000 pods × 5 containers, no churn, relist every 1 s: plegd's CPU
 //!   share and RSS with 10 watchers.
 //! * `fanout`    — events appended to plegd's journal at a fixed rate, N gRPC watchers:
-//!   delivery latency and loss of the API path at load.
+//!   delivery latency and loss of the API path at load. `--lean 1` makes the watchers
+//!   decode only what the bench reads (revision, kind, timestamp) and skip the pod, so
+//!   that on a small machine the clients leave plegd more of the cores.
 //! * `containerd`— against a real containerd (`PLEGD_E2E_ENDPOINT`): pods started in a
 //!   loop; a raw GetContainerEvents client is the floor, and plegd's
 //!   latency is reported as the difference to it.
@@ -72,37 +74,108 @@ struct Seen {
     resets: u64,
 }
 
-async fn watcher(socket: String, until: Instant, use_observed: bool) -> Seen {
-    let mut c = plegd::client::connect(&socket).expect("socket");
-    let mut s = c.watch(api::WatchRequest::default()).await.expect("watch").into_inner();
+/// What a watcher reads off one message.
+enum Got {
+    Synced,
+    Reset,
+    /// An event, with the time it is measured from.
+    Event(Option<SystemTime>),
+    Other,
+}
+
+/// Reads a watch stream until `until`, counting events, gaps and resets.
+async fn watch_loop<M>(mut s: tonic::Streaming<M>, until: Instant, classify: impl Fn(&M) -> (u64, Got)) -> Seen {
     let mut seen = Seen::default();
     let mut last = None;
     loop {
         let left = until.saturating_duration_since(Instant::now());
         let Ok(Ok(Some(m))) = tokio::time::timeout(left, s.message()).await else { break };
         let now = SystemTime::now();
-        match m.kind {
-            Some(Kind::Synced(_)) => last = Some(m.revision),
-            Some(Kind::Reset(_)) => seen.resets += 1,
-            Some(Kind::Event(e)) => {
+        match classify(&m) {
+            (revision, Got::Synced) => last = Some(revision),
+            (_, Got::Reset) => seen.resets += 1,
+            (revision, Got::Event(at)) => {
                 if let Some(l) = last
-                    && m.revision != l + 1
+                    && revision != l + 1
                 {
                     seen.gaps += 1;
                 }
-                last = Some(m.revision);
+                last = Some(revision);
                 seen.events += 1;
-                let t = if use_observed { e.observed_at.as_ref() } else { e.runtime_timestamp.as_ref() };
-                if let Some(t) = t
-                    && let Ok(d) = now.duration_since(ts(t))
-                {
+                if let Some(d) = at.and_then(|t| now.duration_since(t).ok()) {
                     seen.latencies_ms.push(d.as_secs_f64() * 1e3);
                 }
             }
-            _ => {}
+            (_, Got::Other) => {}
         }
     }
     seen
+}
+
+async fn watcher(socket: String, until: Instant, use_observed: bool) -> Seen {
+    let mut c = plegd::client::connect(&socket).expect("socket");
+    let s = c.watch(api::WatchRequest::default()).await.expect("watch").into_inner();
+    watch_loop(s, until, |m: &api::WatchEvent| {
+        let got = match &m.kind {
+            Some(Kind::Synced(_)) => Got::Synced,
+            Some(Kind::Reset(_)) => Got::Reset,
+            Some(Kind::Event(e)) => {
+                Got::Event(if use_observed { e.observed_at.as_ref() } else { e.runtime_timestamp.as_ref() }.map(ts))
+            }
+            _ => Got::Other,
+        };
+        (m.revision, got)
+    })
+    .await
+}
+
+/// The part of a `WatchEvent` a lean watcher decodes; prost skips the rest (the pod,
+/// the strings) without allocating.
+#[derive(Clone, PartialEq, prost::Message)]
+struct LeanWatchEvent {
+    #[prost(uint64, tag = "1")]
+    revision: u64,
+    #[prost(message, optional, tag = "3")]
+    synced: Option<Nothing>,
+    #[prost(message, optional, tag = "4")]
+    event: Option<LeanEvent>,
+    #[prost(message, optional, tag = "5")]
+    reset: Option<Nothing>,
+}
+
+/// A `LifecycleEvent`'s observation time only.
+#[derive(Clone, PartialEq, prost::Message)]
+struct LeanEvent {
+    #[prost(message, optional, tag = "9")]
+    observed_at: Option<prost_types::Timestamp>,
+}
+
+/// Any message, fields skipped.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Nothing {}
+
+/// A watcher over the same gRPC `Watch` call that decodes `LeanWatchEvent`s.
+async fn lean_watcher(socket: String, until: Instant) -> Seen {
+    let path = plegd::uds::parse_unix_endpoint(&socket).expect("socket");
+    let mut grpc = tonic::client::Grpc::new(plegd::uds::lazy_channel(path));
+    grpc.ready().await.expect("ready");
+    let codec = tonic_prost::ProstCodec::<api::WatchRequest, LeanWatchEvent>::default();
+    let method = tonic::codegen::http::uri::PathAndQuery::from_static("/plegd.v1.PodLifecycle/Watch");
+    let req = tonic::Request::new(api::WatchRequest::default());
+    let s = grpc.server_streaming(req, method, codec).await.expect("watch").into_inner();
+    watch_loop(s, until, |m: &LeanWatchEvent| {
+        let got = if m.synced.is_some() {
+            Got::Synced
+        } else if m.reset.is_some() {
+            Got::Reset
+        } else if let Some(e) = &m.event {
+            Got::Event(e.observed_at.as_ref().map(ts))
+        } else {
+            Got::Other
+        };
+        (m.revision, got)
+    })
+    .await
 }
 
 fn report(mode: &str, watchers: usize, secs: f64, all: Vec<Seen>, cpu: Option<(f64, f64)>) {
@@ -215,6 +288,7 @@ async fn idle(args: &[String]) {
 async fn fanout(args: &[String]) {
     let (watchers, rate, secs) =
         (arg(args, "--watchers", 100usize), arg(args, "--rate", 10_000u64), arg(args, "--seconds", 10u64));
+    let lean = arg(args, "--lean", 0u8) == 1;
     let dir = tempfile::tempdir().unwrap();
     let cri = dir.path().join("cri.sock");
     let _sim = spawn(&["sim", "--listen", &format!("unix://{}", cri.display()), "--pods", "0", "--churn-per-sec", "0"]);
@@ -227,7 +301,14 @@ async fn fanout(args: &[String]) {
     let app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();
     let api_socket = format!("unix://{}", cfg.api.socket.display());
     let until = Instant::now() + Duration::from_secs(secs + 3);
-    let tasks: Vec<_> = (0..watchers).map(|_| tokio::spawn(watcher(api_socket.clone(), until, true))).collect();
+    let tasks: Vec<_> = (0..watchers)
+        .map(|_| {
+            let socket = api_socket.clone();
+            tokio::spawn(async move {
+                if lean { lean_watcher(socket, until).await } else { watcher(socket, until, true).await }
+            })
+        })
+        .collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let labels = [("app".to_string(), "web".to_string())].into();
     let pod = std::sync::Arc::new(plegd::model::PodStatus {
@@ -271,7 +352,8 @@ async fn fanout(args: &[String]) {
     println!("fanout: events missing across all watchers: {missing}");
     report("fanout", watchers, elapsed, all, None);
     println!(
-        "fanout: the bench process (plegd and the {watchers} gRPC clients together) used {:.0}% of a core, RSS {:.1} MiB",
+        "fanout: the bench process (plegd and the {watchers} {}gRPC clients together) used {:.0}% of a core, RSS {:.1} MiB",
+        if lean { "lean " } else { "" },
         (c1 - c0) / elapsed * 100.0,
         rss / 1048576.0
     );
