@@ -9,7 +9,9 @@
 //! * `fanout`    — events appended to plegd's journal at a fixed rate, N gRPC watchers:
 //!   delivery latency and loss of the API path at load. `--lean 1` makes the watchers
 //!   decode only what the bench reads (revision, kind, timestamp) and skip the pod, so
-//!   that on a small machine the clients leave plegd more of the cores.
+//!   that on a small machine the clients leave plegd more of the cores. `--split 1`
+//!   runs the watchers in a child process pinned to CPU 1 and pins plegd (this
+//!   process) to CPU 0, to see what plegd sustains on one core of its own.
 //! * `containerd`— against a real containerd (`PLEGD_E2E_ENDPOINT`): pods started in a
 //!   loop; a raw GetContainerEvents client is the floor, and plegd's
 //!   latency is reported as the difference to it.
@@ -289,6 +291,7 @@ async fn fanout(args: &[String]) {
     let (watchers, rate, secs) =
         (arg(args, "--watchers", 100usize), arg(args, "--rate", 10_000u64), arg(args, "--seconds", 10u64));
     let lean = arg(args, "--lean", 0u8) == 1;
+    let split = arg(args, "--split", 0u8) == 1;
     let dir = tempfile::tempdir().unwrap();
     let cri = dir.path().join("cri.sock");
     let _sim = spawn(&["sim", "--listen", &format!("unix://{}", cri.display()), "--pods", "0", "--churn-per-sec", "0"]);
@@ -301,14 +304,21 @@ async fn fanout(args: &[String]) {
     let app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();
     let api_socket = format!("unix://{}", cfg.api.socket.display());
     let until = Instant::now() + Duration::from_secs(secs + 3);
-    let tasks: Vec<_> = (0..watchers)
-        .map(|_| {
-            let socket = api_socket.clone();
-            tokio::spawn(async move {
-                if lean { lean_watcher(socket, until).await } else { watcher(socket, until, true).await }
-            })
-        })
-        .collect();
+    let mut clients = None;
+    if split {
+        pin(&std::process::id().to_string(), "0");
+        let exe = std::env::current_exe().unwrap();
+        let (n, total, lean) = (watchers.to_string(), (secs + 3).to_string(), u8::from(lean).to_string());
+        let child = Command::new("taskset")
+            .args(["-c", "1"])
+            .arg(exe)
+            .args(["clients", "--socket", &api_socket, "--watchers", &n, "--seconds", &total, "--lean", &lean])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("taskset (util-linux) runs the clients");
+        clients = Some(child);
+    }
+    let tasks = spawn_watchers(&api_socket, if split { 0 } else { watchers }, until, lean);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let labels = [("app".to_string(), "web".to_string())].into();
     let pod = std::sync::Arc::new(plegd::model::PodStatus {
@@ -343,21 +353,70 @@ async fn fanout(args: &[String]) {
     }
     let elapsed = t0.elapsed().as_secs_f64();
     println!("fanout: appended {sent} events in {elapsed:.1} s ({:.0}/s)", sent as f64 / elapsed);
+    let (c1, rss) = (plegd::process::read().cpu_seconds, plegd::process::read().rss_bytes);
+    let lean_word = if lean { "lean " } else { "" };
+    let (missing, who) = match clients {
+        Some(child) => {
+            let out = child.wait_with_output().expect("clients");
+            let text = String::from_utf8_lossy(&out.stdout);
+            print!("{text}");
+            let delivered: u64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix("clients: delivered "))
+                .and_then(|n| n.trim().parse().ok())
+                .expect("the clients report what they got");
+            let who = format!("plegd alone on CPU 0 (the {watchers} {lean_word}clients on CPU 1)");
+            ((sent * watchers as u64).saturating_sub(delivered), who)
+        }
+        None => {
+            let mut all = Vec::new();
+            for t in tasks {
+                all.push(t.await.unwrap());
+            }
+            let missing: u64 = all.iter().map(|s| sent - s.events.min(sent)).sum();
+            report("fanout", watchers, elapsed, all, None);
+            (missing, format!("the bench process (plegd and the {watchers} {lean_word}gRPC clients together)"))
+        }
+    };
+    println!("fanout: events missing across all watchers: {missing}");
+    println!("fanout: {who} used {:.0}% of a core, RSS {:.1} MiB", (c1 - c0) / elapsed * 100.0, rss / 1048576.0);
+    shutdown.cancel();
+}
+
+/// `n` watchers on `socket` until `until`, lean or decoding everything.
+fn spawn_watchers(socket: &str, n: usize, until: Instant, lean: bool) -> Vec<tokio::task::JoinHandle<Seen>> {
+    (0..n)
+        .map(|_| {
+            let socket = socket.to_owned();
+            tokio::spawn(async move {
+                if lean { lean_watcher(socket, until).await } else { watcher(socket, until, true).await }
+            })
+        })
+        .collect()
+}
+
+/// Pins every thread of process `pid` to `cpus` (`taskset`, util-linux).
+fn pin(pid: &str, cpus: &str) {
+    let ok = Command::new("taskset").args(["-a", "-p", "-c", cpus, pid]).stdout(Stdio::null()).status();
+    assert!(ok.is_ok_and(|s| s.success()), "taskset -a -p -c {cpus} {pid} failed");
+}
+
+/// The `--split` child: N watchers on `--socket` for `--seconds`, then a report.
+async fn clients(args: &[String]) {
+    let socket: String = arg(args, "--socket", String::new());
+    let (watchers, secs) = (arg(args, "--watchers", 100usize), arg(args, "--seconds", 13u64));
+    let lean = arg(args, "--lean", 0u8) == 1;
+    let c0 = plegd::process::read().cpu_seconds;
+    let until = Instant::now() + Duration::from_secs(secs);
+    let tasks = spawn_watchers(&socket, watchers, until, lean);
     let mut all = Vec::new();
     for t in tasks {
         all.push(t.await.unwrap());
     }
-    let (c1, rss) = (plegd::process::read().cpu_seconds, plegd::process::read().rss_bytes);
-    let missing: u64 = all.iter().map(|s| sent - s.events.min(sent)).sum();
-    println!("fanout: events missing across all watchers: {missing}");
-    report("fanout", watchers, elapsed, all, None);
-    println!(
-        "fanout: the bench process (plegd and the {watchers} {}gRPC clients together) used {:.0}% of a core, RSS {:.1} MiB",
-        if lean { "lean " } else { "" },
-        (c1 - c0) / elapsed * 100.0,
-        rss / 1048576.0
-    );
-    shutdown.cancel();
+    let cpu = (plegd::process::read().cpu_seconds - c0) / secs as f64;
+    println!("clients: delivered {}", all.iter().map(|s| s.events).sum::<u64>());
+    println!("fanout clients: {:.0}% of a core over {secs} s", cpu * 100.0);
+    report("fanout", watchers, (secs - 3) as f64, all, None);
 }
 
 /// Starts `pods` pods with one container each; returns (container id, when
@@ -495,6 +554,7 @@ fn main() {
         Some("churn") => rt.block_on(churn(&args)),
         Some("idle") => rt.block_on(idle(&args)),
         Some("fanout") => rt.block_on(fanout(&args)),
+        Some("clients") => rt.block_on(clients(&args)),
         Some("containerd") => rt.block_on(containerd(&args)),
         _ => eprintln!(
             "usage: cargo bench --bench e2e -- churn|idle|fanout|containerd [--watchers N] [--pods N] [--churn R] [--rate R] [--seconds S]"
