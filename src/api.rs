@@ -246,20 +246,36 @@ impl WatchTask {
                     }
                 }
             }
-            // Live.
+            // Live. One timer per stream, moved only when it fires: re-arming a timer for
+            // every event sent would cost a timer-wheel insert and removal per event and
+            // watcher.
+            let mut last_sent = Instant::now();
+            let idle = tokio::time::sleep(self.bookmark);
+            tokio::pin!(idle);
             loop {
-                let idle = tokio::time::sleep(self.bookmark);
                 tokio::select! {
                     _ = self.shutdown.cancelled() => return,
                     _ = self.tx.closed() => return,
                     entry = sub.next() => match entry {
-                        Some(e) => if !self.send_entry(&e).await { return },
+                        Some(e) => {
+                            if !self.send_entry(&e).await {
+                                return;
+                            }
+                            last_sent = Instant::now();
+                        }
                         None => break,
                     },
-                    _ = idle => {
-                        let ev = watch_event(self.journal.revision(), api::watch_event::Kind::Bookmark(api::Bookmark {}));
-                        if !self.send(ev).await {
-                            return;
+                    _ = &mut idle => {
+                        let due = last_sent + self.bookmark;
+                        if Instant::now() >= due {
+                            let ev = watch_event(self.journal.revision(), api::watch_event::Kind::Bookmark(api::Bookmark {}));
+                            if !self.send(ev).await {
+                                return;
+                            }
+                            last_sent = Instant::now();
+                            idle.as_mut().reset(last_sent + self.bookmark);
+                        } else {
+                            idle.as_mut().reset(due);
                         }
                     }
                 }

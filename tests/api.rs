@@ -434,6 +434,47 @@ async fn idle_streams_get_bookmarks_at_the_current_revision() {
 }
 
 #[tokio::test]
+async fn a_busy_stream_gets_no_bookmarks_and_one_that_goes_quiet_does() {
+    let p = start_plegd(|c| c.api.bookmark_interval = Duration::from_millis(1000)).await;
+    let mut s = watch(&p, api::WatchRequest::default()).await;
+    read_snapshot(&mut s).await;
+    // An event every 100 ms for 3 s: three bookmark intervals, none of them idle.
+    let journal = p.app.journal.clone();
+    let feeder = tokio::spawn(async move {
+        for i in 0..30 {
+            journal.append(plegd::pleg::PodLifecycleEvent {
+                pod_uid: format!("busy-{i}"),
+                pod_namespace: "default".into(),
+                pod_name: format!("busy-{i}"),
+                kind: plegd::pleg::EventType::PodSync,
+                container_id: String::new(),
+                container_name: String::new(),
+                is_sandbox: false,
+                source: plegd::pleg::EventSource::Relist,
+                observed_at: std::time::SystemTime::now(),
+                runtime_timestamp: None,
+                pod: None,
+                message: String::new(),
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut events = 0;
+    while events < 30 {
+        match next(&mut s).await.kind {
+            Some(Kind::Event(_)) => events += 1,
+            other => panic!("only events while busy, got {other:?}"),
+        }
+    }
+    feeder.await.unwrap();
+    let quiet = tokio::time::Instant::now();
+    let ev = next(&mut s).await;
+    assert!(matches!(ev.kind, Some(Kind::Bookmark(_))), "{ev:?}");
+    assert!(quiet.elapsed() < Duration::from_millis(2500), "bookmark after {:?}", quiet.elapsed());
+    p.stop().await;
+}
+
+#[tokio::test]
 async fn the_socket_serves_grpc_health_once_ready() {
     use tonic_health::pb::health_client::HealthClient;
     let p = start_plegd(|_| {}).await;
