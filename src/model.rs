@@ -1,10 +1,10 @@
 //! The pod-status model plegd keeps in its cache, converted once from the CRI's types.
 
-use crate::labels::Labels;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use crate::labels::Labels;
 use crate::proto::{plegd as api, runtime as cri};
 
 /// A container's state, as the CRI reports it.
