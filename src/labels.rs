@@ -80,8 +80,9 @@ impl Labels {
         self.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
     }
 
-    /// How many distinct strings are shared between maps right now (for tests).
-    pub fn interned() -> usize {
+    /// How many distinct strings are shared between maps right now.
+    #[cfg(test)]
+    fn interned() -> usize {
         INTERNER.lock().expect("interner lock").as_ref().map_or(0, |i| i.set.len())
     }
 }
