@@ -349,3 +349,70 @@ async fn an_unchanged_listing_is_not_diffed_but_still_advances_the_cache_time() 
     assert!(!died.unchanged && died.events == 1, "{died:?}");
     assert_eq!(summary(&p.drain()), [s("CONTAINER_DIED", "app")]);
 }
+
+/// Every call the relister makes answers after `rtt`, so virtual time counts round trips.
+fn slow_calls(sim: &plegd::sim::SimRuntime, rtt: Duration) {
+    for method in ["ListPodSandbox", "ListContainers", "PodSandboxStatus", "ContainerStatus"] {
+        sim.inject(Fault { method, target: None, action: FaultAction::Delay(rtt), times: None });
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hinted_pod_is_read_in_one_round_trip_when_the_hint_names_what_changed() {
+    use plegd::pleg::EventSource;
+    use plegd::pleg::generic::GenericPleg;
+    use plegd::pleg::health::PlegHealth;
+    use plegd::pleg::hints::Hint;
+    use std::collections::BTreeSet;
+
+    let sim = plegd::sim::SimRuntime::new();
+    let (writer, cache) = plegd::cache::new();
+    let (tx, mut events) = tokio::sync::mpsc::channel(1000);
+    let mut pleg =
+        GenericPleg::new(sim.clone(), writer, tx, PlegHealth::new(Duration::from_secs(180)), None, Default::default());
+    let pod = PodSpec::new("default", "web");
+    let sid = sim.run_pod_sandbox(pod.run_request()).await.unwrap();
+    let first = sim.create_container(pod.create_request(&sid, &ContainerSpec::new("app"))).await.unwrap();
+    sim.start_container(&first).await.unwrap();
+    pleg.relist().await.unwrap();
+    while events.try_recv().is_ok() {}
+
+    let rtt = Duration::from_millis(10);
+    let hint = |containers: &[&str]| Hint {
+        source: EventSource::CriEvent,
+        first_seen: Instant::now(),
+        sandbox_ids: BTreeSet::from([sid.clone()]),
+        container_ids: containers.iter().map(|c| c.to_string()).collect(),
+    };
+    let read = async |pleg: &mut GenericPleg<plegd::sim::SimRuntime>, h: Hint| {
+        let started = Instant::now();
+        let outcome = pleg.relist_pods(vec![(pod.uid.clone(), h)]).await;
+        assert_eq!((outcome.pods, outcome.failed), (1, 0));
+        started.elapsed()
+    };
+    slow_calls(&sim, rtt);
+
+    // A known container exits: its status is read with the listing.
+    assert!(sim.exit_container(&first, 1, "Error"));
+    assert_eq!(read(&mut pleg, hint(&[&first])).await, rtt, "one round trip");
+    let died = events.try_recv().expect("an event");
+    assert_eq!((died.kind.as_str(), died.container_id.as_str()), ("CONTAINER_DIED", first.as_str()));
+    let cached = cache.get(&pod.uid).unwrap().status.clone().unwrap();
+    assert_eq!(cached.containers.iter().find(|c| c.id == first).map(|c| c.exit_code), Some(1));
+
+    // A new container the hint names (the runtime's event carries its id): one round trip.
+    sim.clear_faults();
+    let second = sim.create_container(pod.create_request(&sid, &ContainerSpec::new("side"))).await.unwrap();
+    sim.start_container(&second).await.unwrap();
+    slow_calls(&sim, rtt);
+    assert_eq!(read(&mut pleg, hint(&[&second])).await, rtt, "one round trip");
+    assert_eq!(events.try_recv().expect("an event").container_id, second);
+
+    // A new container nobody named is still found, at the cost of a second round trip.
+    sim.clear_faults();
+    let third = sim.create_container(pod.create_request(&sid, &ContainerSpec::new("late"))).await.unwrap();
+    sim.start_container(&third).await.unwrap();
+    slow_calls(&sim, rtt);
+    assert_eq!(read(&mut pleg, hint(&[])).await, 2 * rtt, "two round trips");
+    assert_eq!(events.try_recv().expect("an event").container_id, third);
+}

@@ -188,6 +188,7 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         source: EventSource::CriEvent,
                         first_seen: Instant::now(),
                         sandbox_ids: Default::default(),
+                        container_ids: Default::default(),
                     };
                     pleg.relist_pods(vec![(uid.clone(), hint)]).await;
                     Some(uid)

@@ -152,7 +152,9 @@ impl<R: RuntimeService> EventedWatcher<R> {
         let sandbox = ev.pod_sandbox_status.as_ref();
         let uid = sandbox.and_then(|s| s.metadata.as_ref()).map(|m| m.uid.as_str()).filter(|u| !u.is_empty());
         match uid {
-            Some(uid) => self.hints.pod(uid, sandbox.map(|s| s.id.as_str()), EventSource::CriEvent),
+            Some(uid) => {
+                self.hints.pod(uid, sandbox.map(|s| s.id.as_str()), Some(&ev.container_id), EventSource::CriEvent)
+            }
             // containerd drops or sends events without a sandbox status when the sandbox
             // is already gone: find the pod by the container id.
             None => self.hints.container(&ev.container_id),

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::evented::StreamState;
 use super::health::PlegHealth;
 use super::hints::{Hint, PodHints};
-use super::inspect::{inspect_pod, list_pod};
+use super::inspect::{Prefetched, inspect_pod, inspect_prefetched, list_pod};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
 use super::{EventSource, EventType, PodLifecycleEvent};
 use crate::cache::CacheWriter;
@@ -343,9 +343,11 @@ impl<R: RuntimeService> GenericPleg<R> {
             .into_iter()
             .map(|(uid, hint)| {
                 let mut known = self.records.sandbox_ids(&uid);
-                known.extend(hint.sandbox_ids.iter().cloned());
+                known.extend(hint.sandbox_ids);
+                let mut containers = self.records.container_ids(&uid);
+                containers.extend(hint.container_ids.into_iter().filter(|id| !known.contains(id)));
                 let ips = reader.get(&uid).and_then(|e| e.status.as_ref().map(|s| s.ips.clone())).unwrap_or_default();
-                (uid, hint.source, known, ips)
+                (uid, hint.source, known, containers, ips)
             })
             .collect();
         let timeout = self.cfg.inspect_timeout;
@@ -357,16 +359,22 @@ impl<R: RuntimeService> GenericPleg<R> {
         while jobs.peek().is_some() {
             let part: Vec<_> = jobs.by_ref().take(chunk).collect();
             let mut results: Vec<PodRead> = futures_util::stream::iter(part)
-                .map(|(uid, source, known, ips)| {
+                .map(|(uid, source, known, containers, ips)| {
                     let runtime = self.runtime.clone();
                     async move {
                         let at = Instant::now();
                         let read = async {
-                            match list_pod(&runtime, &uid, &known).await? {
+                            // The statuses of what the pod is known to hold are read with
+                            // the listing: one round trip unless the listing shows more.
+                            let (listed, prefetched) = futures_util::future::join(
+                                list_pod(&runtime, &uid, &known),
+                                Prefetched::read(&runtime, known.iter().cloned(), containers),
+                            )
+                            .await;
+                            match listed? {
                                 None => Ok(None),
                                 Some(pod) => {
-                                    let at = Instant::now();
-                                    let status = inspect_pod(&runtime, &pod, &ips).await;
+                                    let status = inspect_prefetched(&runtime, &pod, &ips, prefetched).await;
                                     Ok(Some((pod, at, status)))
                                 }
                             }
@@ -455,6 +463,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                         source: EventSource::CriEvent,
                         first_seen: at,
                         sandbox_ids: Default::default(),
+                        container_ids: Default::default(),
                     });
                 }
                 None => full = true,
@@ -535,6 +544,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                                     source: EventSource::PodRelist,
                                     first_seen: now,
                                     sandbox_ids: Default::default(),
+                                    container_ids: Default::default(),
                                 };
                                 (uid.clone(), hint)
                             })

@@ -19,6 +19,9 @@ pub struct Hint {
     pub first_seen: Instant,
     /// Sandbox ids the hints named.
     pub sandbox_ids: BTreeSet<String>,
+    /// Container ids the hints named (may include sandbox ids: the runtime sends
+    /// sandbox events under the sandbox's id).
+    pub container_ids: BTreeSet<String>,
 }
 
 /// Everything pending at the time of a [`PodHints::take`].
@@ -49,21 +52,22 @@ pub struct PodHints {
 }
 
 impl PodHints {
-    /// Marks a pod dirty. Hints for a pod that is already dirty coalesce (the earliest
-    /// arrival time is kept).
-    pub fn pod(&self, uid: &str, sandbox_id: Option<&str>, source: EventSource) {
+    /// Marks a pod dirty, naming the sandbox and the container the change was about
+    /// where known. Hints for a pod that is already dirty coalesce (the earliest
+    /// arrival time is kept, the ids add up).
+    pub fn pod(&self, uid: &str, sandbox_id: Option<&str>, container_id: Option<&str>, source: EventSource) {
         {
             let mut inner = self.inner.lock().expect("hints lock");
             let now = Instant::now();
             let mut coalesced = false;
-            let hint = inner
-                .pending
-                .pods
-                .entry(uid.to_owned())
-                .and_modify(|_| coalesced = true)
-                .or_insert_with(|| Hint { source, first_seen: now, sandbox_ids: BTreeSet::new() });
+            let hint = inner.pending.pods.entry(uid.to_owned()).and_modify(|_| coalesced = true).or_insert_with(|| {
+                Hint { source, first_seen: now, sandbox_ids: BTreeSet::new(), container_ids: BTreeSet::new() }
+            });
             if let Some(id) = sandbox_id.filter(|s| !s.is_empty()) {
                 hint.sandbox_ids.insert(id.to_owned());
+            }
+            if let Some(id) = container_id.filter(|s| !s.is_empty()) {
+                hint.container_ids.insert(id.to_owned());
             }
             if coalesced {
                 inner.coalesced += 1;
@@ -123,16 +127,18 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn hints_for_one_pod_coalesce_and_keep_the_first_arrival() {
         let h = PodHints::default();
-        h.pod("a", Some("s1"), EventSource::CriEvent);
+        h.pod("a", Some("s1"), Some("c1"), EventSource::CriEvent);
         let first = Instant::now();
         tokio::time::advance(std::time::Duration::from_millis(5)).await;
-        h.pod("a", Some("s2"), EventSource::CriEvent);
-        h.pod("b", None, EventSource::CriEvent);
+        h.pod("a", Some("s2"), Some("c2"), EventSource::CriEvent);
+        h.pod("b", None, None, EventSource::CriEvent);
         h.notified().await;
         let p = h.take();
         assert_eq!(p.pods.len(), 2);
         assert_eq!(p.pods["a"].first_seen, first);
         assert_eq!(p.pods["a"].sandbox_ids.len(), 2);
+        assert_eq!(p.pods["a"].container_ids, BTreeSet::from(["c1".to_owned(), "c2".to_owned()]));
+        assert!(p.pods["b"].container_ids.is_empty());
         assert_eq!(h.coalesced(), 1);
         assert!(h.is_empty());
     }

@@ -1,10 +1,68 @@
 //! Reading one pod's full status from the runtime (the kubelet's `GetPodStatus`).
 
+use std::collections::HashMap;
 use std::time::SystemTime;
 
-use super::records::RuntimePod;
+use futures_util::future::join_all;
+
+use super::PlegState;
+use super::records::{RuntimeContainer, RuntimePod};
 use crate::cri::{CriError, RuntimeService};
-use crate::model::{ContainerStatus, PodStatus, SandboxState, SandboxStatus};
+use crate::model::{ContainerState, ContainerStatus, PodStatus, SandboxState, SandboxStatus};
+use crate::proto::runtime as cri;
+
+/// Statuses read before the listing they belong to came back: a targeted relist asks
+/// for the statuses of the objects it already knows at the same time as it lists the
+/// pod, so the common read costs one round trip instead of two.
+#[derive(Debug)]
+pub struct Prefetched {
+    /// When the read began; the pod's `observed_at`.
+    pub observed_at: SystemTime,
+    /// Sandbox statuses by id.
+    pub sandboxes: HashMap<String, Result<cri::PodSandboxStatus, CriError>>,
+    /// Container statuses by id.
+    pub containers: HashMap<String, Result<cri::ContainerStatus, CriError>>,
+}
+
+impl Prefetched {
+    /// Reads the statuses of these sandboxes and containers, all at once.
+    pub async fn read<R: RuntimeService>(
+        runtime: &R,
+        sandboxes: impl IntoIterator<Item = String>,
+        containers: impl IntoIterator<Item = String>,
+    ) -> Self {
+        let observed_at = SystemTime::now();
+        let sandbox_reads = join_all(sandboxes.into_iter().map(|id| async move {
+            let res = runtime.pod_sandbox_status(&id).await;
+            (id, res)
+        }));
+        let container_reads = join_all(containers.into_iter().map(|id| async move {
+            let res = runtime.container_status(&id).await;
+            (id, res)
+        }));
+        let (sandboxes, containers) = futures_util::future::join(sandbox_reads, container_reads).await;
+        Self { observed_at, sandboxes: sandboxes.into_iter().collect(), containers: containers.into_iter().collect() }
+    }
+
+    /// A prefetched sandbox status the listing can use: read without error and in the
+    /// state the listing shows (a status older than the listing is read again).
+    fn sandbox(&mut self, listed: &RuntimeContainer) -> Option<Result<cri::PodSandboxStatus, CriError>> {
+        match self.sandboxes.remove(&listed.id)? {
+            Ok(st) if PlegState::of_sandbox(SandboxState::from_cri(st.state)) == listed.state => Some(Ok(st)),
+            Err(e) if e.is_not_found() => Some(Err(e)),
+            _ => None,
+        }
+    }
+
+    /// As [`Prefetched::sandbox`], for a container.
+    fn container(&mut self, listed: &RuntimeContainer) -> Option<Result<cri::ContainerStatus, CriError>> {
+        match self.containers.remove(&listed.id)? {
+            Ok(st) if PlegState::of_container(ContainerState::from_cri(st.state)) == listed.state => Some(Ok(st)),
+            Err(e) if e.is_not_found() => Some(Err(e)),
+            _ => None,
+        }
+    }
+}
 
 /// Reads the status of every sandbox and container the listing showed for `pod`.
 /// Objects that vanished since the listing (NotFound) are skipped; any other error
@@ -15,11 +73,37 @@ pub async fn inspect_pod<R: RuntimeService>(
     pod: &RuntimePod,
     previous_ips: &[String],
 ) -> Result<PodStatus, CriError> {
-    let observed_at = SystemTime::now();
-    // Every status call of the pod at once: one round trip instead of one per object.
+    let prefetched =
+        Prefetched { observed_at: SystemTime::now(), sandboxes: HashMap::new(), containers: HashMap::new() };
+    inspect_prefetched(runtime, pod, previous_ips, prefetched).await
+}
+
+/// As [`inspect_pod`], using the statuses already read where they match the listing
+/// and reading only the rest. A prefetched NotFound stands: an id the runtime has
+/// forgotten never comes back.
+pub async fn inspect_prefetched<R: RuntimeService>(
+    runtime: &R,
+    pod: &RuntimePod,
+    previous_ips: &[String],
+    mut prefetched: Prefetched,
+) -> Result<PodStatus, CriError> {
+    let observed_at = prefetched.observed_at;
+    let sandbox_reads: Vec<_> = pod.sandboxes.iter().map(|s| (s, prefetched.sandbox(s))).collect();
+    let container_reads: Vec<_> = pod.containers.iter().map(|c| (c, prefetched.container(c))).collect();
+    // Every status call still needed, at once: one round trip instead of one per object.
     let (sandbox_results, container_results) = futures_util::future::join(
-        futures_util::future::join_all(pod.sandboxes.iter().map(|s| runtime.pod_sandbox_status(&s.id))),
-        futures_util::future::join_all(pod.containers.iter().map(|c| runtime.container_status(&c.id))),
+        join_all(sandbox_reads.into_iter().map(|(s, pre)| async move {
+            match pre {
+                Some(res) => res,
+                None => runtime.pod_sandbox_status(&s.id).await,
+            }
+        })),
+        join_all(container_reads.into_iter().map(|(c, pre)| async move {
+            match pre {
+                Some(res) => res,
+                None => runtime.container_status(&c.id).await,
+            }
+        })),
     )
     .await;
     let mut sandboxes = Vec::with_capacity(pod.sandboxes.len());
@@ -84,8 +168,6 @@ pub async fn list_pod<R: RuntimeService>(
     known_sandboxes: &std::collections::BTreeSet<String>,
 ) -> Result<Option<super::records::RuntimePod>, CriError> {
     use crate::cri::spec::POD_UID_LABEL;
-    use crate::proto::runtime as cri;
-    use futures_util::future::join_all;
     let by_label: std::collections::HashMap<String, String> = [(POD_UID_LABEL.to_owned(), uid.to_owned())].into();
     let containers_of = |id: &str| {
         runtime.list_containers(Some(cri::ContainerFilter { pod_sandbox_id: id.to_owned(), ..Default::default() }))
@@ -171,4 +253,67 @@ pub async fn read_all<R: RuntimeService>(runtime: &R, concurrency: usize) -> Res
         .collect::<Result<_, _>>()?;
     out.sort_by(|a, b| a.uid.cmp(&b.uid));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::spec::{ContainerSpec, PodSpec};
+    use crate::model::ContainerState;
+    use crate::sim::{Fault, FaultAction, SimRuntime};
+
+    async fn running_pod(sim: &SimRuntime, pod: &PodSpec, names: &[&str]) -> (String, Vec<String>) {
+        let sid = sim.run_pod_sandbox(pod.run_request()).await.unwrap();
+        let mut ids = Vec::new();
+        for n in names {
+            let id = sim.create_container(pod.create_request(&sid, &ContainerSpec::new(n))).await.unwrap();
+            sim.start_container(&id).await.unwrap();
+            ids.push(id);
+        }
+        (sid, ids)
+    }
+
+    #[tokio::test]
+    async fn a_prefetched_status_is_used_when_it_matches_the_listing_and_read_again_when_older() {
+        let sim = SimRuntime::new();
+        let pod = PodSpec::new("ns", "p");
+        let (sid, ids) = running_pod(&sim, &pod, &["a", "b"]).await;
+        let prefetched = Prefetched::read(&sim, [sid.clone()], ids.clone()).await;
+        // `b` exits after its status was read: the listing is newer than that status.
+        assert!(sim.exit_container(&ids[1], 3, "Error"));
+        // Reading `a` again would fail, so it must come from the prefetch.
+        sim.inject(Fault {
+            method: "ContainerStatus",
+            target: Some(ids[0].clone()),
+            action: FaultAction::Error(tonic::Code::Unavailable, "down".into()),
+            times: None,
+        });
+        let listed = list_pod(&sim, &pod.uid, &[sid].into()).await.unwrap().expect("the pod is listed");
+        let status = inspect_prefetched(&sim, &listed, &[], prefetched).await.expect("inspection");
+        let state = |id: &str| status.containers.iter().find(|c| c.id == id).map(|c| c.state);
+        assert_eq!(state(&ids[0]), Some(ContainerState::Running));
+        assert_eq!(state(&ids[1]), Some(ContainerState::Exited));
+        assert_eq!(status.containers.iter().find(|c| c.id == ids[1]).map(|c| c.exit_code), Some(3));
+    }
+
+    #[tokio::test]
+    async fn a_prefetched_not_found_drops_the_container_and_other_prefetch_errors_are_read_again() {
+        let sim = SimRuntime::new();
+        let pod = PodSpec::new("ns", "p");
+        let (sid, ids) = running_pod(&sim, &pod, &["a", "b"]).await;
+        // The first read of `a` fails transiently; `b` is reported gone.
+        for (id, code) in [(&ids[0], tonic::Code::Unavailable), (&ids[1], tonic::Code::NotFound)] {
+            sim.inject(Fault {
+                method: "ContainerStatus",
+                target: Some(id.clone()),
+                action: FaultAction::Error(code, "injected".into()),
+                times: Some(1),
+            });
+        }
+        let prefetched = Prefetched::read(&sim, [sid.clone()], ids.clone()).await;
+        let listed = list_pod(&sim, &pod.uid, &[sid].into()).await.unwrap().expect("the pod is listed");
+        let status = inspect_prefetched(&sim, &listed, &[], prefetched).await.expect("inspection");
+        let found: Vec<&str> = status.containers.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(found, vec![ids[0].as_str()]);
+    }
 }

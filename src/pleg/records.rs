@@ -246,6 +246,12 @@ impl PodRecords {
         r.old.iter().chain(&r.current).flat_map(|p| p.sandboxes.iter().map(|s| s.id.clone())).collect()
     }
 
+    /// Container ids of the pod, committed or listed.
+    pub fn container_ids(&self, uid: &str) -> std::collections::BTreeSet<String> {
+        let Some(r) = self.records.get(uid) else { return Default::default() };
+        r.old.iter().chain(&r.current).flat_map(|p| p.containers.iter().map(|c| c.id.clone())).collect()
+    }
+
     /// The pod that has (or had) a container or sandbox with this id.
     pub fn uid_of(&self, id: &str) -> Option<String> {
         self.records.iter().find_map(|(uid, r)| {
