@@ -342,6 +342,47 @@ async fn an_oversized_request_is_refused_and_the_server_goes_on() {
     p.stop().await;
 }
 
+/// Polls `cond` every 20 ms for up to 5 s.
+async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_watcher_that_goes_away_is_unsubscribed_and_shutdown_ends_the_others_cleanly() {
+    let p = start_plegd(|_| {}).await;
+    let before = p.app.journal.subscribers();
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let mut s = watch(&p, api::WatchRequest::default()).await;
+        read_snapshot(&mut s).await;
+        streams.push(s);
+    }
+    assert_eq!(p.app.journal.subscribers(), before + 3);
+    assert!(p.app.metrics.encode().contains("plegd_watch_clients 3"));
+    // Two clients go away without a word: their subscriptions and counts go with them.
+    streams.truncate(1);
+    eventually("two subscriptions dropped", || p.app.journal.subscribers() == before + 1).await;
+    eventually("the gauge counts one client", || p.app.metrics.encode().contains("plegd_watch_clients 1")).await;
+    // The one left gets a clean end of stream at shutdown, not a broken connection.
+    let mut last = streams.pop().unwrap();
+    let ending = tokio::spawn(async move {
+        loop {
+            match last.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => return Ok(()),
+                Err(status) => return Err(status),
+            }
+        }
+    });
+    p.stop().await;
+    let end = tokio::time::timeout(Duration::from_secs(5), ending).await.expect("the stream ends at shutdown");
+    end.unwrap().expect("a clean end of stream");
+}
+
 #[tokio::test]
 async fn two_hundred_concurrent_watchers_all_see_the_same_events() {
     let p = start_plegd(|_| {}).await;
