@@ -44,23 +44,36 @@ impl Prefetched {
         Self { observed_at, sandboxes: sandboxes.into_iter().collect(), containers: containers.into_iter().collect() }
     }
 
-    /// A prefetched sandbox status the listing can use: read without error and in the
-    /// state the listing shows (a status older than the listing is read again).
-    fn sandbox(&mut self, listed: &RuntimeContainer) -> Option<Result<cri::PodSandboxStatus, CriError>> {
-        match self.sandboxes.remove(&listed.id)? {
-            Ok(st) if PlegState::of_sandbox(SandboxState::from_cri(st.state)) == listed.state => Some(Ok(st)),
-            Err(e) if e.is_not_found() => Some(Err(e)),
-            _ => None,
-        }
+    /// No statuses read ahead: everything the listing shows is read.
+    pub fn none() -> Self {
+        Self { observed_at: SystemTime::now(), sandboxes: HashMap::new(), containers: HashMap::new() }
     }
 
-    /// As [`Prefetched::sandbox`], for a container.
+    /// A prefetched sandbox status the listing can use (see [`usable`]).
+    fn sandbox(&mut self, listed: &RuntimeContainer) -> Option<Result<cri::PodSandboxStatus, CriError>> {
+        usable(self.sandboxes.remove(&listed.id)?, listed, |st| PlegState::of_sandbox(SandboxState::from_cri(st.state)))
+    }
+
+    /// A prefetched container status the listing can use (see [`usable`]).
     fn container(&mut self, listed: &RuntimeContainer) -> Option<Result<cri::ContainerStatus, CriError>> {
-        match self.containers.remove(&listed.id)? {
-            Ok(st) if PlegState::of_container(ContainerState::from_cri(st.state)) == listed.state => Some(Ok(st)),
-            Err(e) if e.is_not_found() => Some(Err(e)),
-            _ => None,
-        }
+        usable(self.containers.remove(&listed.id)?, listed, |st| {
+            PlegState::of_container(ContainerState::from_cri(st.state))
+        })
+    }
+}
+
+/// A prefetched status stands when it was read without error and in the state the
+/// listing shows, or when the runtime had forgotten the id (NotFound); anything else
+/// (a status older than the listing, a transient error) is read again.
+fn usable<T>(
+    prefetched: Result<T, CriError>,
+    listed: &RuntimeContainer,
+    state: impl Fn(&T) -> PlegState,
+) -> Option<Result<T, CriError>> {
+    match prefetched {
+        Ok(st) if state(&st) == listed.state => Some(Ok(st)),
+        Err(e) if e.is_not_found() => Some(Err(e)),
+        _ => None,
     }
 }
 
@@ -73,9 +86,7 @@ pub async fn inspect_pod<R: RuntimeService>(
     pod: &RuntimePod,
     previous_ips: &[String],
 ) -> Result<PodStatus, CriError> {
-    let prefetched =
-        Prefetched { observed_at: SystemTime::now(), sandboxes: HashMap::new(), containers: HashMap::new() };
-    inspect_prefetched(runtime, pod, previous_ips, prefetched).await
+    inspect_prefetched(runtime, pod, previous_ips, Prefetched::none()).await
 }
 
 /// As [`inspect_pod`], using the statuses already read where they match the listing
