@@ -11,9 +11,9 @@ use plegd::pleg::{EventSource, EventType, PodLifecycleEvent};
 
 fn event(pod: &Arc<PodStatus>) -> PodLifecycleEvent {
     PodLifecycleEvent {
-        pod_uid: pod.uid.clone(),
-        pod_namespace: pod.namespace.clone(),
-        pod_name: pod.name.clone(),
+        pod_uid: pod.uid.as_str().into(),
+        pod_namespace: pod.namespace.as_str().into(),
+        pod_name: pod.name.as_str().into(),
         kind: EventType::ContainerStarted,
         container_id: "c".repeat(64),
         container_name: "app".into(),

@@ -169,7 +169,7 @@ pub fn format_event(e: &api::LifecycleEvent) -> String {
     } else {
         &e.container_name
     };
-    let id = if e.container_id.is_empty() { "-" } else { &e.container_id[..e.container_id.len().min(12)] };
+    let id = if e.container_id.is_empty() { "-" } else { crate::model::short_id(&e.container_id) };
     let latency = e
         .runtime_timestamp
         .as_ref()

@@ -33,11 +33,11 @@ pub enum ResetReason {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodMeta {
     /// UID.
-    pub uid: String,
+    pub uid: Arc<str>,
     /// Namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name.
-    pub name: String,
+    pub name: Arc<str>,
     /// Sandbox labels.
     pub labels: Labels,
 }
@@ -185,10 +185,10 @@ const TIMELINE_GONE_PODS: usize = 10_000;
 
 struct Inner {
     ring: VecDeque<Arc<Entry>>,
-    timelines: std::collections::HashMap<String, VecDeque<Arc<Entry>>>,
-    gone: VecDeque<String>,
-    view: BTreeMap<String, Arc<PodStatus>>,
-    metas: BTreeMap<String, Arc<PodMeta>>,
+    timelines: std::collections::HashMap<Arc<str>, VecDeque<Arc<Entry>>>,
+    gone: VecDeque<Arc<str>>,
+    view: BTreeMap<Arc<str>, Arc<PodStatus>>,
+    metas: BTreeMap<Arc<str>, Arc<PodMeta>>,
     subs: Vec<Sub>,
     next_sub: u64,
 }
@@ -222,9 +222,9 @@ impl ResetReason {
 impl PodMeta {
     fn of(status: &PodStatus) -> Self {
         Self {
-            uid: status.uid.clone(),
-            namespace: status.namespace.clone(),
-            name: status.name.clone(),
+            uid: crate::labels::shared(&status.uid),
+            namespace: crate::labels::shared(&status.namespace),
+            name: crate::labels::shared(&status.name),
             labels: status.labels.clone(),
         }
     }
@@ -233,9 +233,9 @@ impl PodMeta {
 impl Filter {
     /// Whether a pod passes the pod filters.
     pub fn matches_pod(&self, m: &PodMeta) -> bool {
-        (self.namespace.is_empty() || self.namespace == m.namespace)
-            && (self.pod_uid.is_empty() || self.pod_uid == m.uid)
-            && (self.pod_name.is_empty() || self.pod_name == m.name)
+        (self.namespace.is_empty() || *self.namespace == *m.namespace)
+            && (self.pod_uid.is_empty() || *self.pod_uid == *m.uid)
+            && (self.pod_name.is_empty() || *self.pod_name == *m.name)
             && self.selector.matches(&m.labels)
     }
 
@@ -293,8 +293,8 @@ impl Journal {
         let uid = event.pod_uid.clone();
         let meta = match &event.pod {
             Some(status) => {
-                let meta = match inner.metas.get(&uid) {
-                    Some(m) if m.labels == status.labels && m.name == status.name => m.clone(),
+                let meta = match inner.metas.get(&*uid) {
+                    Some(m) if m.labels == status.labels && *m.name == *status.name => m.clone(),
                     _ => Arc::new(PodMeta::of(status)),
                 };
                 inner.view.insert(uid.clone(), status.clone());
@@ -302,8 +302,8 @@ impl Journal {
                 meta
             }
             None => {
-                inner.view.remove(&uid);
-                inner.metas.remove(&uid).unwrap_or_else(|| {
+                inner.view.remove(&*uid);
+                inner.metas.remove(&*uid).unwrap_or_else(|| {
                     Arc::new(PodMeta {
                         uid: uid.clone(),
                         namespace: event.pod_namespace.clone(),
@@ -463,7 +463,7 @@ mod tests {
         PodLifecycleEvent {
             pod_uid: uid.into(),
             pod_namespace: "ns".into(),
-            pod_name: format!("pod-{uid}"),
+            pod_name: format!("pod-{uid}").into(),
             kind,
             container_id: format!("c-{uid}"),
             container_name: "c".into(),
@@ -499,7 +499,7 @@ mod tests {
         for e in &all {
             let bytes = e.encoded_event();
             let decoded = crate::proto::plegd::LifecycleEvent::decode(bytes).expect("decodes");
-            assert_eq!(decoded.pod_uid, e.event.pod_uid);
+            assert_eq!(*decoded.pod_uid, *e.event.pod_uid);
         }
         let kept: Vec<bool> = all.iter().map(|e| e.keeps_encoding()).collect();
         assert_eq!(kept.iter().filter(|k| **k).count(), ENCODED_TAIL);

@@ -1,4 +1,5 @@
-//! Compact string maps for labels and annotations, with their strings shared across pods.
+//! Compact string maps for labels and annotations, with their strings shared across pods
+//! and with the events that name them.
 //!
 //! The cache holds a label map for every pod and every container, and on a node the
 //! same keys (`io.kubernetes.pod.uid`, …) and many of the values (a pod's uid, name and
@@ -46,6 +47,20 @@ fn intern(inner: &mut Interner, s: &str) -> Arc<str> {
     let a: Arc<str> = Arc::from(s);
     inner.set.insert(a.clone());
     a
+}
+
+/// The shared copy of `s`: equal strings passed here or held by any `Labels` are one
+/// allocation. Events use it for a pod's uid, name and namespace, which its sandbox's
+/// labels already hold.
+pub fn shared(s: &str) -> Arc<str> {
+    let mut guard = INTERNER.lock().expect("interner lock");
+    intern(guard.get_or_insert_with(Interner::new), s)
+}
+
+impl Interner {
+    fn new() -> Self {
+        Self { set: HashSet::new(), prune_at: PRUNE_FLOOR }
+    }
 }
 
 impl Labels {
@@ -96,7 +111,7 @@ impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Labels {
         // Stable, so that of equal keys the last given stays last; keep that one.
         pairs.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
         let mut guard = INTERNER.lock().expect("interner lock");
-        let inner = guard.get_or_insert_with(|| Interner { set: HashSet::new(), prune_at: PRUNE_FLOOR });
+        let inner = guard.get_or_insert_with(Interner::new);
         let mut out: Vec<Pair> = Vec::with_capacity(pairs.len());
         for (k, v) in &pairs {
             let (k, v) = (k.as_ref(), v.as_ref());
@@ -144,6 +159,14 @@ mod tests {
         let pa = a.0.as_deref().unwrap().iter().find(|(k, _)| k.as_ref() == "io.kubernetes.pod.uid").unwrap();
         let pb = &b.0.as_deref().unwrap()[0];
         assert!(Arc::ptr_eq(&pa.0, &pb.0) && Arc::ptr_eq(&pa.1, &pb.1));
+    }
+
+    #[test]
+    fn a_shared_string_is_the_copy_a_labels_map_holds() {
+        let l: Labels = [("io.kubernetes.pod.name", "web-shared-7")].into();
+        let held = &l.0.as_deref().unwrap()[0].1;
+        assert!(Arc::ptr_eq(held, &shared("web-shared-7")));
+        assert!(Arc::ptr_eq(&shared("alone-9"), &shared("alone-9")), "while one copy is in use");
     }
 
     #[test]

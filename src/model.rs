@@ -270,6 +270,16 @@ pub fn system_to_timestamp(t: SystemTime) -> prost_types::Timestamp {
     nanos_to_timestamp(system_to_nanos(t)).unwrap_or_default()
 }
 
+/// The first 12 bytes of a container or sandbox id, as logs show it; fewer where the
+/// 12th byte falls inside a character (ids come from the runtime and are not checked).
+pub fn short_id(id: &str) -> &str {
+    let mut end = id.len().min(12);
+    while !id.is_char_boundary(end) {
+        end -= 1;
+    }
+    &id[..end]
+}
+
 /// RFC 3339 with milliseconds, the one time format of plegd's JSON.
 pub fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
@@ -296,6 +306,14 @@ mod tests {
         assert_eq!(ts.seconds, 1_700_000_000);
         assert_eq!(ts.nanos, 123_456_789);
         assert!(nanos_to_timestamp(0).is_none());
+    }
+
+    #[test]
+    fn a_short_id_never_splits_a_character() {
+        assert_eq!(short_id("0123456789abcdef"), "0123456789ab");
+        assert_eq!(short_id("abc"), "abc");
+        assert_eq!(short_id("0123456789aé"), "0123456789a", "é takes bytes 11 and 12");
+        assert_eq!(short_id(""), "");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::PodCache;
 use crate::cri::{CriError, RuntimeService};
 use crate::journal::Journal;
+use crate::labels::shared;
 use crate::model::{ContainerState, PodStatus, nanos_to_system};
 use crate::pleg::{EventSource, EventType, PodLifecycleEvent};
 use crate::syncloop::{FollowUp, Handler, LoopEvent, LoopInput, Outbox, SyncLoopHandle};
@@ -197,7 +198,7 @@ impl Handler for Enqueue {
 
     fn handle(&mut self, ev: &LoopEvent, _: &mut Outbox) -> Result<String, String> {
         let uids: Vec<String> = match &ev.input {
-            LoopInput::Lifecycle(e) => vec![e.event.pod_uid.clone()],
+            LoopInput::Lifecycle(e) => vec![e.event.pod_uid.to_string()],
             _ => self.cache.snapshot().iter().map(|e| e.uid.to_string()).collect(),
         };
         for uid in &uids {
@@ -261,6 +262,8 @@ impl Default for CrashLoopConfig {
     }
 }
 
+/// Only containers that died within the window or are flagged have one: a node's
+/// healthy containers cost nothing here.
 #[derive(Default)]
 struct Track {
     deaths: BTreeMap<String, SystemTime>,
@@ -271,7 +274,8 @@ struct Track {
 /// then `CRASH_LOOP_CLEARED` when the container stays up.
 pub struct CrashLoop {
     cfg: CrashLoopConfig,
-    tracks: Mutex<HashMap<(String, String), Track>>,
+    /// Pod uid → container name → its track.
+    tracks: Mutex<HashMap<String, BTreeMap<String, Track>>>,
     sink: SyncLoopHandle,
 }
 
@@ -284,12 +288,12 @@ impl CrashLoop {
     fn emit(&self, status: &Arc<PodStatus>, name: &str, kind: EventType, message: String) {
         let newest = status.containers.iter().find(|c| c.name == name);
         let ev = PodLifecycleEvent {
-            pod_uid: status.uid.clone(),
-            pod_namespace: status.namespace.clone(),
-            pod_name: status.name.clone(),
+            pod_uid: shared(&status.uid),
+            pod_namespace: shared(&status.namespace),
+            pod_name: shared(&status.name),
             kind,
             container_id: newest.map(|c| c.id.clone()).unwrap_or_default(),
-            container_name: name.to_owned(),
+            container_name: shared(name),
             is_sandbox: false,
             source: EventSource::Reconciler,
             observed_at: SystemTime::now(),
@@ -309,13 +313,14 @@ impl CrashLoop {
 
     fn check(&self, uid: &str, status: &Arc<PodStatus>) -> Action {
         let now = SystemTime::now();
-        let mut tracks = self.tracks.lock().expect("tracks lock");
+        let mut all = self.tracks.lock().expect("tracks lock");
+        let mut tracks = all.remove(uid).unwrap_or_default();
         let mut requeue: Option<Duration> = None;
         let mut names: Vec<&str> = status.containers.iter().map(|c| c.name.as_str()).collect();
         names.sort();
         names.dedup();
         for name in names {
-            let t = tracks.entry((uid.to_owned(), name.to_owned())).or_default();
+            let mut t = tracks.remove(name).unwrap_or_default();
             for c in status.containers.iter().filter(|c| c.name == name && c.state == ContainerState::Exited) {
                 if let Some(at) = nanos_to_system(c.finished_at) {
                     t.deaths.entry(c.id.clone()).or_insert(at);
@@ -342,6 +347,12 @@ impl CrashLoop {
                     requeue = Some(requeue.map_or(left, |r| r.min(left)));
                 }
             }
+            if t.flagged || !t.deaths.is_empty() {
+                tracks.insert(name.to_owned(), t);
+            }
+        }
+        if !tracks.is_empty() {
+            all.insert(uid.to_owned(), tracks);
         }
         requeue.map_or(Action::AwaitChange, Action::RequeueAfter)
     }
@@ -356,7 +367,7 @@ impl Reconciler for CrashLoop {
         Box::pin(async move {
             match status {
                 None => {
-                    self.tracks.lock().expect("tracks lock").retain(|(u, _), _| u != uid);
+                    self.tracks.lock().expect("tracks lock").remove(uid);
                     Ok(Action::AwaitChange)
                 }
                 Some(s) => Ok(self.check(uid, &s)),
@@ -446,5 +457,65 @@ impl<R: RuntimeService> Reconciler for Gc<R> {
             }
             Ok(next.map_or(Action::AwaitChange, Action::RequeueAfter))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ContainerStatus, system_to_nanos};
+    use crate::proto::runtime as cri;
+    use crate::syncloop::{History, SyncLoop};
+
+    fn container(id: &str, name: &str, state: cri::ContainerState, finished: Option<SystemTime>) -> ContainerStatus {
+        ContainerStatus::from_cri(&cri::ContainerStatus {
+            id: id.into(),
+            metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
+            state: state as i32,
+            finished_at: finished.map_or(0, system_to_nanos),
+            ..Default::default()
+        })
+    }
+
+    fn pod(containers: Vec<ContainerStatus>) -> Arc<PodStatus> {
+        Arc::new(PodStatus { containers, ..PodStatus::empty("u1", "default", "web") })
+    }
+
+    fn tracked(cl: &CrashLoop) -> Vec<(String, String, usize)> {
+        let all = cl.tracks.lock().unwrap();
+        all.iter().flat_map(|(uid, t)| t.iter().map(|(name, t)| (uid.clone(), name.clone(), t.deaths.len()))).collect()
+    }
+
+    #[tokio::test]
+    async fn crash_loop_tracks_only_containers_that_died_within_the_window() {
+        let history = Arc::new(Mutex::new(History::new(Duration::from_secs(60), Duration::ZERO, 100)));
+        let sync = SyncLoop::new(Journal::new(16, 16, None), Vec::new(), history);
+        let cl = CrashLoop::new(CrashLoopConfig::default(), sync.handle());
+        let (running, exited) = (cri::ContainerState::ContainerRunning, cri::ContainerState::ContainerExited);
+        let now = SystemTime::now();
+
+        cl.check("u1", &pod(vec![container("a1", "app", running, None), container("s1", "sidecar", running, None)]));
+        assert_eq!(tracked(&cl), vec![], "healthy containers leave nothing behind");
+
+        let long_ago = now - Duration::from_secs(3600);
+        cl.check(
+            "u1",
+            &pod(vec![container("s2", "sidecar", running, None), container("s1", "sidecar", exited, Some(long_ago))]),
+        );
+        assert_eq!(tracked(&cl), vec![], "a death outside the window is not kept");
+
+        let just_now = now - Duration::from_secs(1);
+        cl.check(
+            "u1",
+            &pod(vec![container("a2", "app", running, None), container("a1", "app", exited, Some(just_now))]),
+        );
+        assert_eq!(tracked(&cl), vec![("u1".to_owned(), "app".to_owned(), 1)]);
+
+        // A later status that no longer shows the container keeps its record.
+        cl.check("u1", &pod(vec![container("s2", "sidecar", running, None)]));
+        assert_eq!(tracked(&cl), vec![("u1".to_owned(), "app".to_owned(), 1)]);
+
+        assert!(matches!(cl.reconcile("u1", None).await, Ok(Action::AwaitChange)));
+        assert_eq!(tracked(&cl), vec![], "a pod that is gone is forgotten");
     }
 }

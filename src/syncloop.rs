@@ -99,10 +99,10 @@ pub struct HandlerRecord {
     /// Handler name.
     pub handler: &'static str,
     /// What it changed.
-    pub change: String,
+    pub change: Box<str>,
     /// Its error, if it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub error: Option<Box<str>>,
 }
 
 /// The history record of one processed event.
@@ -113,7 +113,7 @@ pub struct EventRecord {
     /// Event name (`CONTAINER_DIED`, `resync:startup`, `follow-up:CRASH_LOOP`).
     pub name: Cow<'static, str>,
     /// What it was about.
-    pub description: String,
+    pub description: Box<str>,
     /// The journal revision, for lifecycle events.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revision: Option<u64>,
@@ -335,23 +335,23 @@ impl SyncLoop {
         let started_at = SystemTime::now();
         let t0 = Instant::now();
         let mut out = Outbox::default();
-        // Sized for every handler: a history keeps up to 200,000 records, and a Vec
-        // grown by push starts at four.
-        let mut records = Vec::with_capacity(self.handlers.len());
-        let mut failed = false;
-        let order: Vec<usize> =
+        let mut order: Vec<usize> =
             if reverse { (0..self.handlers.len()).rev().collect() } else { (0..self.handlers.len()).collect() };
+        order.retain(|&i| self.handlers[i].selects(&ev));
+        // Sized exactly: a history keeps up to 200,000 records, most of them with one
+        // handler, and a Vec grown by push starts at four.
+        let mut records = Vec::with_capacity(order.len());
+        let mut failed = false;
         for i in order {
             let h = &mut self.handlers[i];
-            if !h.selects(&ev) {
-                continue;
-            }
             match h.handle(&ev, &mut out) {
-                Ok(change) => records.push(HandlerRecord { handler: h.name(), change, error: None }),
+                // Boxed strings are exactly as long as their text; the history keeps
+                // them for the first hour and up to the retention after it.
+                Ok(change) => records.push(HandlerRecord { handler: h.name(), change: change.into(), error: None }),
                 Err(e) => {
                     failed = true;
                     tracing::warn!(handler = h.name(), seq, error = %e, "sync loop handler failed");
-                    records.push(HandlerRecord { handler: h.name(), change: String::new(), error: Some(e) });
+                    records.push(HandlerRecord { handler: h.name(), change: "".into(), error: Some(e.into()) });
                 }
             }
         }
@@ -359,7 +359,7 @@ impl SyncLoop {
         let record = EventRecord {
             seq,
             name,
-            description,
+            description: description.into(),
             revision,
             follow_up_of,
             reverse,
@@ -452,7 +452,7 @@ fn describe(ev: &LoopEvent) -> (Cow<'static, str>, String, Option<u64>) {
     match &ev.input {
         LoopInput::Lifecycle(e) => {
             let x = &e.event;
-            let what = if x.is_sandbox { "sandbox".to_string() } else { x.container_name.clone() };
+            let what = if x.is_sandbox { "sandbox" } else { &x.container_name };
             (
                 Cow::Borrowed(x.kind.as_str()),
                 format!(
@@ -460,7 +460,7 @@ fn describe(ev: &LoopEvent) -> (Cow<'static, str>, String, Option<u64>) {
                     x.pod_namespace,
                     x.pod_name,
                     what,
-                    short(&x.container_id),
+                    crate::model::short_id(&x.container_id),
                     x.source.as_str()
                 ),
                 Some(e.revision),
@@ -469,10 +469,6 @@ fn describe(ev: &LoopEvent) -> (Cow<'static, str>, String, Option<u64>) {
         LoopInput::Resync(k) => (format!("resync:{}", k.as_str()).into(), String::new(), None),
         LoopInput::FollowUp(f) => (format!("follow-up:{}", f.name).into(), f.description.clone(), None),
     }
-}
-
-fn short(id: &str) -> &str {
-    &id[..id.len().min(12)]
 }
 
 impl Outbox {
@@ -669,7 +665,7 @@ mod tests {
         EventRecord {
             seq,
             name: "x".into(),
-            description: String::new(),
+            description: "".into(),
             revision: None,
             follow_up_of: None,
             reverse: false,

@@ -484,12 +484,12 @@ async fn a_busy_stream_gets_no_bookmarks_and_one_that_goes_quiet_does() {
     let feeder = tokio::spawn(async move {
         for i in 0..30 {
             journal.append(plegd::pleg::PodLifecycleEvent {
-                pod_uid: format!("busy-{i}"),
+                pod_uid: format!("busy-{i}").into(),
                 pod_namespace: "default".into(),
-                pod_name: format!("busy-{i}"),
+                pod_name: format!("busy-{i}").into(),
                 kind: plegd::pleg::EventType::PodSync,
                 container_id: String::new(),
-                container_name: String::new(),
+                container_name: "".into(),
                 is_sandbox: false,
                 source: plegd::pleg::EventSource::Relist,
                 observed_at: std::time::SystemTime::now(),

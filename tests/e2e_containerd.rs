@@ -170,13 +170,13 @@ async fn every_container_start_exit_and_removal_reaches_plegd_with_exit_codes() 
             assert_eq!(exit_code(&ev), 137, "killed by StopPodSandbox");
         }
         wait_event(&mut sc, &mut seen, Duration::from_secs(15), |e| {
-            e.is_sandbox && e.kind == EventType::ContainerDied && e.pod_uid == pod.uid
+            e.is_sandbox && e.kind == EventType::ContainerDied && *e.pod_uid == *pod.uid
         })
         .await;
         raw.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sid.clone() }).await.unwrap();
         wait_event(&mut sc, &mut seen, Duration::from_secs(15), is(EventType::ContainerRemoved, id)).await;
         wait_event(&mut sc, &mut seen, Duration::from_secs(15), |e| {
-            e.is_sandbox && e.kind == EventType::ContainerRemoved && e.pod_uid == pod.uid
+            e.is_sandbox && e.kind == EventType::ContainerRemoved && *e.pod_uid == *pod.uid
         })
         .await;
         assert!(sc.cache.get(&pod.uid).is_none(), "a removed pod leaves the cache");

@@ -50,7 +50,7 @@ async fn a_crash_looping_container_yields_one_crash_loop_event_then_a_cleared_on
     }
     assert_eq!(loops.len(), 1, "five deaths in the window make one CRASH_LOOP, not one per death");
     let ev = &loops[0].event;
-    assert_eq!((ev.source, ev.container_name.as_str()), (EventSource::Reconciler, "app"));
+    assert_eq!((ev.source, &*ev.container_name), (EventSource::Reconciler, "app"));
     assert!(ev.message.contains("deaths within"), "{}", ev.message);
     assert_eq!(cleared.len(), 1, "the last attempt stayed up past clear-after");
     // The loop recorded the follow-up with its cause.

@@ -28,8 +28,8 @@ async fn relist_emits_started_for_a_new_pod_sandbox_first() {
         [s("CONTAINER_STARTED", "(sandbox)"), s("CONTAINER_STARTED", "log"), s("CONTAINER_STARTED", "app")]
     );
     let ev = &evs[1];
-    assert_eq!(ev.pod_uid, pod.uid);
-    assert_eq!((ev.pod_namespace.as_str(), ev.pod_name.as_str()), ("default", "web"));
+    assert_eq!(*ev.pod_uid, *pod.uid);
+    assert_eq!((&*ev.pod_namespace, &*ev.pod_name), ("default", "web"));
     assert!(ev.runtime_timestamp.is_some(), "started events carry the runtime's start time");
     let cached = p.cache.get(&pod.uid).expect("cached");
     let status = cached.status.as_ref().unwrap();
@@ -130,14 +130,14 @@ async fn an_inspection_failure_holds_the_pods_events_and_stores_the_error_until_
         times: Some(1),
     });
     let evs = p.relist().await;
-    assert!(evs.iter().all(|e| e.pod_uid == good.uid), "the failing pod's events are held back");
+    assert!(evs.iter().all(|e| *e.pod_uid == *good.uid), "the failing pod's events are held back");
     assert_eq!(evs.len(), 2);
     let entry = p.cache.get(&bad.uid).expect("the error is cached");
     assert!(entry.error.as_deref().unwrap().contains("disk on fire"), "{:?}", entry.error);
     assert!(entry.error.as_deref().unwrap().contains("ContainerStatus"), "errors name the call");
     let evs = p.relist().await;
     assert_eq!(summary(&evs), [s("CONTAINER_STARTED", "(sandbox)"), s("CONTAINER_STARTED", "app")]);
-    assert!(evs.iter().all(|e| e.pod_uid == bad.uid));
+    assert!(evs.iter().all(|e| *e.pod_uid == *bad.uid));
     assert!(p.cache.get(&bad.uid).unwrap().error.is_none(), "recovery clears the error");
 }
 
@@ -162,12 +162,12 @@ async fn a_hung_inspection_does_not_stall_the_relist() {
     let took = started.elapsed();
     assert!(took < Duration::from_secs(2), "the relist waited {took:?} on a hung call");
     assert_eq!(evs.len(), 10, "every other pod's sandbox and container started");
-    assert!(evs.iter().all(|e| e.pod_uid != stuck.uid));
+    assert!(evs.iter().all(|e| *e.pod_uid != *stuck.uid));
     assert!(p.cache.get(&stuck.uid).unwrap().error.is_some());
     h.sim.clear_faults();
     let evs = p.relist().await;
     assert_eq!(evs.len(), 2);
-    assert!(evs.iter().all(|e| e.pod_uid == stuck.uid));
+    assert!(evs.iter().all(|e| *e.pod_uid == *stuck.uid));
 }
 
 #[tokio::test]

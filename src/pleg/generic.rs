@@ -18,6 +18,7 @@ use super::records::{PodRecords, RuntimePod, Transition, group_pods};
 use super::{EventSource, EventType, PodLifecycleEvent};
 use crate::cache::CacheWriter;
 use crate::cri::{CriError, RuntimeService};
+use crate::labels::shared;
 use crate::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use crate::model::{ContainerState, PodStatus, nanos_to_system};
 
@@ -618,13 +619,18 @@ pub fn build_events(
     source: EventSource,
 ) -> Vec<PodLifecycleEvent> {
     let observed_at = SystemTime::now();
+    let (uid, namespace, name) = (
+        shared(uid),
+        shared(status.as_ref().map_or(namespace, |s| s.namespace.as_str())),
+        shared(status.as_ref().map_or(name, |s| s.name.as_str())),
+    );
     let base = |kind, id: &str, cname: &str, is_sandbox, ts| PodLifecycleEvent {
-        pod_uid: uid.to_owned(),
-        pod_namespace: status.as_ref().map_or(namespace, |s| s.namespace.as_str()).to_owned(),
-        pod_name: status.as_ref().map_or(name, |s| s.name.as_str()).to_owned(),
+        pod_uid: uid.clone(),
+        pod_namespace: namespace.clone(),
+        pod_name: name.clone(),
         kind,
         container_id: id.to_owned(),
-        container_name: cname.to_owned(),
+        container_name: shared(cname),
         is_sandbox,
         source,
         observed_at,

@@ -50,22 +50,23 @@ pub enum EventSource {
     Reconciler,
 }
 
-/// A pod lifecycle event.
+/// A pod lifecycle event. The pod's uid, name and namespace and the container's name
+/// are shared strings ([`crate::labels::shared`]): a pod's events repeat them.
 #[derive(Clone, Debug, Serialize)]
 pub struct PodLifecycleEvent {
     /// Pod UID.
-    pub pod_uid: String,
+    pub pod_uid: Arc<str>,
     /// Pod namespace.
-    pub pod_namespace: String,
+    pub pod_namespace: Arc<str>,
     /// Pod name.
-    pub pod_name: String,
+    pub pod_name: Arc<str>,
     /// What happened.
     #[serde(rename = "type")]
     pub kind: EventType,
     /// Container or sandbox id (empty for pod-level events).
     pub container_id: String,
     /// Container name (empty for sandboxes).
-    pub container_name: String,
+    pub container_name: Arc<str>,
     /// Whether `container_id` is the pod's sandbox.
     pub is_sandbox: bool,
     /// Which path noticed it.
@@ -176,12 +177,12 @@ impl PodLifecycleEvent {
     /// The API message.
     pub fn to_api(&self) -> api::LifecycleEvent {
         api::LifecycleEvent {
-            pod_uid: self.pod_uid.clone(),
-            pod_namespace: self.pod_namespace.clone(),
-            pod_name: self.pod_name.clone(),
+            pod_uid: self.pod_uid.to_string(),
+            pod_namespace: self.pod_namespace.to_string(),
+            pod_name: self.pod_name.to_string(),
             r#type: self.kind.to_api() as i32,
             container_id: self.container_id.clone(),
-            container_name: self.container_name.clone(),
+            container_name: self.container_name.to_string(),
             is_sandbox: self.is_sandbox,
             source: self.source.to_api() as i32,
             observed_at: Some(system_to_timestamp(self.observed_at)),

@@ -171,7 +171,7 @@ impl PlegUnderTest {
 pub fn summary(events: &[PodLifecycleEvent]) -> Vec<(&'static str, String)> {
     events
         .iter()
-        .map(|e| (e.kind.as_str(), if e.is_sandbox { "(sandbox)".to_string() } else { e.container_name.clone() }))
+        .map(|e| (e.kind.as_str(), if e.is_sandbox { "(sandbox)".to_string() } else { e.container_name.to_string() }))
         .collect()
 }
 
