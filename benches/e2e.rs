@@ -20,27 +20,15 @@
 //!   runtime is quiet, each call alone and all at once.
 #![allow(missing_docs)]
 
+mod support;
+
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use plegd::proto::plegd as api;
 use plegd::proto::plegd::watch_event::Kind;
-
-const BIN: &str = env!("CARGO_BIN_EXE_plegd");
-
-fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
-    args.windows(2).find(|w| w[0] == name).and_then(|w| w[1].parse().ok()).unwrap_or(default)
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use support::{Proc, arg, run_args, sim, spawn, wait_path};
 
 /// CPU seconds and RSS bytes of a process.
 fn usage(pid: u32) -> (f64, f64) {
@@ -199,46 +187,11 @@ fn report(mode: &str, watchers: usize, secs: f64, all: Vec<Seen>, cpu: Option<(f
     }
 }
 
-fn spawn(args: &[&str]) -> Proc {
-    Proc(Command::new(BIN).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn plegd"))
-}
-
-fn wait_path(p: &std::path::Path) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !p.exists() {
-        assert!(Instant::now() < deadline, "{} never appeared", p.display());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// `plegd sim` + `plegd run` as processes; returns them and plegd's API socket.
 fn processes(dir: &std::path::Path, pods: usize, cpp: usize, churn: f64, mode: &str) -> (Proc, Proc, String) {
-    let cri = format!("unix://{}", dir.join("cri.sock").display());
+    let (sim, cri) = sim(dir, pods, cpp, churn);
     let api = format!("unix://{}", dir.join("plegd.sock").display());
-    let sim = spawn(&[
-        "sim",
-        "--listen",
-        &cri,
-        "--pods",
-        &pods.to_string(),
-        "--containers-per-pod",
-        &cpp.to_string(),
-        "--churn-per-sec",
-        &churn.to_string(),
-    ]);
-    wait_path(&dir.join("cri.sock"));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let run = spawn(&[
-        "run",
-        "--runtime-endpoint",
-        &cri,
-        "--listen",
-        &api,
-        "--admin-addr",
-        &format!("127.0.0.1:{port}"),
-        "--mode",
-        mode,
-    ]);
+    let run = spawn(&run_args(&cri, &api, mode));
     wait_path(&dir.join("plegd.sock"));
     (sim, run, api)
 }
