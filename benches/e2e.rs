@@ -604,7 +604,7 @@ async fn cri_calls() {
                         Prefetched::read(&client, [sid.clone()], [cid.clone()]),
                     )
                     .await;
-                    inspect_prefetched(&client, &listed.unwrap().unwrap(), &[], prefetched).await.unwrap()
+                    inspect_prefetched(&client, &listed.unwrap().unwrap(), None, prefetched).await.unwrap()
                 })
                 .await,
             );

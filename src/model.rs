@@ -1,5 +1,6 @@
 //! The pod-status model plegd keeps in its cache, converted once from the CRI's types.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -100,8 +101,10 @@ pub struct PodStatus {
     pub ips: Vec<String>,
     /// Sandboxes, newest first.
     pub sandboxes: Vec<SandboxStatus>,
-    /// Containers, newest first.
-    pub containers: Vec<ContainerStatus>,
+    /// Containers, newest first. A container unchanged since the pod's previous status
+    /// is that status's allocation: the journal keeps a status for every change, and
+    /// most changes touch one container of several.
+    pub containers: Vec<Arc<ContainerStatus>>,
     /// When plegd read this status.
     #[serde(serialize_with = "ser_time")]
     pub observed_at: SystemTime,

@@ -478,7 +478,10 @@ mod tests {
     }
 
     fn pod(containers: Vec<ContainerStatus>) -> Arc<PodStatus> {
-        Arc::new(PodStatus { containers, ..PodStatus::empty("u1", "default", "web") })
+        Arc::new(PodStatus {
+            containers: containers.into_iter().map(Arc::new).collect(),
+            ..PodStatus::empty("u1", "default", "web")
+        })
     }
 
     fn tracked(cl: &CrashLoop) -> Vec<(String, String, usize)> {

@@ -286,24 +286,24 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// are left out (they are gone).
     async fn inspect_all<'a>(&self, uids: impl Iterator<Item = &'a String>) -> Vec<Inspection> {
         let reader = self.cache.reader();
-        let jobs: Vec<(String, RuntimePod, Vec<String>)> = uids
+        let jobs: Vec<(String, RuntimePod, Option<Arc<PodStatus>>)> = uids
             .filter_map(|uid| {
                 let pod = self.records.current(uid)?.clone();
-                let ips = reader.get(uid).and_then(|e| e.status.as_ref().map(|s| s.ips.clone())).unwrap_or_default();
-                Some((uid.clone(), pod, ips))
+                Some((uid.clone(), pod, reader.get(uid).and_then(|e| e.status.clone())))
             })
             .collect();
         let timeout = self.cfg.inspect_timeout;
         futures_util::stream::iter(jobs)
-            .map(|(uid, pod, ips)| {
+            .map(|(uid, pod, previous)| {
                 let runtime = self.runtime.clone();
                 async move {
                     let at = Instant::now();
-                    let res = match tokio::time::timeout(timeout, inspect_pod(&runtime, &pod, &ips)).await {
-                        Ok(Ok(status)) => Ok(status),
-                        Ok(Err(e)) => Err(e.to_string()),
-                        Err(_) => Err(format!("inspecting pod {uid} took longer than {timeout:?}")),
-                    };
+                    let res =
+                        match tokio::time::timeout(timeout, inspect_pod(&runtime, &pod, previous.as_deref())).await {
+                            Ok(Ok(status)) => Ok(status),
+                            Ok(Err(e)) => Err(e.to_string()),
+                            Err(_) => Err(format!("inspecting pod {uid} took longer than {timeout:?}")),
+                        };
                     (uid, at, res)
                 }
             })
@@ -347,8 +347,8 @@ impl<R: RuntimeService> GenericPleg<R> {
                 known.extend(hint.sandbox_ids);
                 let mut containers = self.records.container_ids(&uid);
                 containers.extend(hint.container_ids.into_iter().filter(|id| !known.contains(id)));
-                let ips = reader.get(&uid).and_then(|e| e.status.as_ref().map(|s| s.ips.clone())).unwrap_or_default();
-                (uid, hint.source, known, containers, ips)
+                let previous = reader.get(&uid).and_then(|e| e.status.clone());
+                (uid, hint.source, known, containers, previous)
             })
             .collect();
         let timeout = self.cfg.inspect_timeout;
@@ -360,7 +360,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         while jobs.peek().is_some() {
             let part: Vec<_> = jobs.by_ref().take(chunk).collect();
             let mut results: Vec<PodRead> = futures_util::stream::iter(part)
-                .map(|(uid, source, known, containers, ips)| {
+                .map(|(uid, source, known, containers, previous)| {
                     let runtime = self.runtime.clone();
                     async move {
                         let at = Instant::now();
@@ -375,7 +375,8 @@ impl<R: RuntimeService> GenericPleg<R> {
                             match listed? {
                                 None => Ok(None),
                                 Some(pod) => {
-                                    let status = inspect_prefetched(&runtime, &pod, &ips, prefetched).await;
+                                    let status =
+                                        inspect_prefetched(&runtime, &pod, previous.as_deref(), prefetched).await;
                                     Ok(Some((pod, at, status)))
                                 }
                             }

@@ -1,6 +1,7 @@
 //! Reading one pod's full status from the runtime (the kubelet's `GetPodStatus`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures_util::future::join_all;
@@ -8,6 +9,7 @@ use futures_util::future::join_all;
 use super::PlegState;
 use super::records::{RuntimeContainer, RuntimePod};
 use crate::cri::{CriError, RuntimeService};
+use crate::labels::Labels;
 use crate::model::{ContainerState, ContainerStatus, PodStatus, SandboxState, SandboxStatus};
 use crate::proto::runtime as cri;
 
@@ -79,14 +81,15 @@ fn usable<T>(
 
 /// Reads the status of every sandbox and container the listing showed for `pod`.
 /// Objects that vanished since the listing (NotFound) are skipped; any other error
-/// fails the inspection. When no sandbox is ready and the fresh status has no IPs,
-/// `previous_ips` are kept, as the kubelet keeps a dead pod's IP.
+/// fails the inspection. When no sandbox is ready and the fresh status has no IPs, the
+/// `previous` status's IPs are kept, as the kubelet keeps a dead pod's IP; its
+/// containers and labels that read the same again are shared, not copied.
 pub async fn inspect_pod<R: RuntimeService>(
     runtime: &R,
     pod: &RuntimePod,
-    previous_ips: &[String],
+    previous: Option<&PodStatus>,
 ) -> Result<PodStatus, CriError> {
-    inspect_prefetched(runtime, pod, previous_ips, Prefetched::none()).await
+    inspect_prefetched(runtime, pod, previous, Prefetched::none()).await
 }
 
 /// As [`inspect_pod`], using the statuses already read where they match the listing
@@ -95,7 +98,7 @@ pub async fn inspect_pod<R: RuntimeService>(
 pub async fn inspect_prefetched<R: RuntimeService>(
     runtime: &R,
     pod: &RuntimePod,
-    previous_ips: &[String],
+    previous: Option<&PodStatus>,
     mut prefetched: Prefetched,
 ) -> Result<PodStatus, CriError> {
     let observed_at = prefetched.observed_at;
@@ -135,7 +138,7 @@ pub async fn inspect_prefetched<R: RuntimeService>(
     let mut containers = Vec::with_capacity(pod.containers.len());
     for res in container_results {
         match res {
-            Ok(st) => containers.push(ContainerStatus::from_cri(&st)),
+            Ok(st) => containers.push(share_unchanged(ContainerStatus::from_cri(&st), previous)),
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
         }
@@ -155,7 +158,14 @@ pub async fn inspect_prefetched<R: RuntimeService>(
         None => (pod.name.clone(), pod.namespace.clone(), Default::default(), Default::default(), Vec::new()),
     };
     let any_ready = sandboxes.iter().any(|s| s.state == SandboxState::Ready);
-    let ips = if ips.is_empty() && !any_ready { previous_ips.to_vec() } else { ips };
+    let ips = match previous {
+        Some(p) if ips.is_empty() && !any_ready => p.ips.clone(),
+        _ => ips,
+    };
+    let (labels, annotations) = match previous {
+        Some(p) => (same_or(labels, &p.labels), same_or(annotations, &p.annotations)),
+        None => (labels, annotations),
+    };
     Ok(PodStatus {
         uid: pod.uid.clone(),
         name: if name.is_empty() { pod.name.clone() } else { name },
@@ -167,6 +177,19 @@ pub async fn inspect_prefetched<R: RuntimeService>(
         containers,
         observed_at,
     })
+}
+
+/// `fresh`, or the previous status's copy of the same container when it reads the same.
+fn share_unchanged(fresh: ContainerStatus, previous: Option<&PodStatus>) -> Arc<ContainerStatus> {
+    match previous.and_then(|p| p.containers.iter().find(|c| c.id == fresh.id)) {
+        Some(old) if **old == fresh => old.clone(),
+        _ => Arc::new(fresh),
+    }
+}
+
+/// `fresh`, or `previous` when both hold the same pairs.
+fn same_or(fresh: Labels, previous: &Labels) -> Labels {
+    if fresh == *previous { previous.clone() } else { fresh }
 }
 
 /// Lists one pod the way a full listing would show it: its sandboxes (by the kubelet's
@@ -256,7 +279,7 @@ pub async fn read_all<R: RuntimeService>(runtime: &R, concurrency: usize) -> Res
     let (sandboxes, containers) = list_everything(runtime).await?;
     let pods = super::records::group_pods(sandboxes, containers);
     let mut out: Vec<PodStatus> = futures_util::stream::iter(pods.into_values())
-        .map(|p| async move { inspect_pod(runtime, &p, &[]).await })
+        .map(|p| async move { inspect_pod(runtime, &p, None).await })
         .buffer_unordered(concurrency.max(1))
         .collect::<Vec<_>>()
         .await
@@ -300,7 +323,7 @@ mod tests {
             times: None,
         });
         let listed = list_pod(&sim, &pod.uid, &[sid].into()).await.unwrap().expect("the pod is listed");
-        let status = inspect_prefetched(&sim, &listed, &[], prefetched).await.expect("inspection");
+        let status = inspect_prefetched(&sim, &listed, None, prefetched).await.expect("inspection");
         let state = |id: &str| status.containers.iter().find(|c| c.id == id).map(|c| c.state);
         assert_eq!(state(&ids[0]), Some(ContainerState::Running));
         assert_eq!(state(&ids[1]), Some(ContainerState::Exited));
@@ -323,8 +346,28 @@ mod tests {
         }
         let prefetched = Prefetched::read(&sim, [sid.clone()], ids.clone()).await;
         let listed = list_pod(&sim, &pod.uid, &[sid].into()).await.unwrap().expect("the pod is listed");
-        let status = inspect_prefetched(&sim, &listed, &[], prefetched).await.expect("inspection");
+        let status = inspect_prefetched(&sim, &listed, None, prefetched).await.expect("inspection");
         let found: Vec<&str> = status.containers.iter().map(|c| c.id.as_str()).collect();
         assert_eq!(found, vec![ids[0].as_str()]);
+    }
+
+    #[tokio::test]
+    async fn a_container_that_reads_the_same_again_is_shared_with_the_previous_status() {
+        let sim = SimRuntime::new();
+        let pod = PodSpec::new("ns", "p").label("app", "web");
+        let (sid, ids) = running_pod(&sim, &pod, &["a", "b"]).await;
+        let listed = list_pod(&sim, &pod.uid, &[sid.clone()].into()).await.unwrap().expect("the pod is listed");
+        let first = inspect_pod(&sim, &listed, None).await.expect("inspection");
+        assert!(sim.exit_container(&ids[1], 1, "Error"));
+        let second = inspect_pod(&sim, &listed, Some(&first)).await.expect("inspection");
+        let of = |s: &PodStatus, id: &str| s.containers.iter().find(|c| c.id == id).cloned().expect("listed");
+        assert!(Arc::ptr_eq(&of(&first, &ids[0]), &of(&second, &ids[0])), "`a` did not change");
+        assert!(!Arc::ptr_eq(&of(&first, &ids[1]), &of(&second, &ids[1])), "`b` exited");
+        assert_eq!(of(&second, &ids[1]).state, ContainerState::Exited);
+        assert_eq!(second.labels, first.labels);
+        // Without a previous status nothing is shared, and the result is the same.
+        let alone = inspect_pod(&sim, &listed, None).await.expect("inspection");
+        assert!(!Arc::ptr_eq(&of(&alone, &ids[0]), &of(&second, &ids[0])));
+        assert_eq!(alone.containers, second.containers);
     }
 }
