@@ -1,5 +1,6 @@
-//! The admin HTTP surface on `--admin-addr`: metrics, liveness, PLEG health and
-//! readiness.
+//! The admin HTTP surface on `--admin-addr`: metrics, liveness (every long-running loop
+//! turning), PLEG health and readiness, and the debug API (the cache and the runtime
+//! afresh, pod timelines, the sync loop's history, the work queues, resync requests).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -233,10 +234,15 @@ async fn livez(State(s): State<Arc<AdminState>>) -> Response {
     }
 }
 
+/// The kubelet's PLEG health; a relist that failed since the last good one (its
+/// listing could not be read or decoded) is named on a second line, healthy or not.
 async fn healthz(State(s): State<Arc<AdminState>>) -> Response {
+    let detail = s.health.last_error().map(|e| format!("last relist failed: {e}\n")).unwrap_or_default();
     match s.health.check() {
-        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
-        Err(msg) => (StatusCode::INTERNAL_SERVER_ERROR, format!("PLEG is not healthy: {msg}\n")).into_response(),
+        Ok(()) => (StatusCode::OK, format!("ok\n{detail}")).into_response(),
+        Err(msg) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("PLEG is not healthy: {msg}\n{detail}")).into_response()
+        }
     }
 }
 
@@ -324,7 +330,13 @@ async fn debug_resync(State(s): State<Arc<AdminState>>) -> Response {
     (StatusCode::ACCEPTED, "resync requested: a full relist and a sync-loop resync\n").into_response()
 }
 
-/// How long the relist loop may go without a turn before `/livez` fails.
-pub fn liveness_window(period: Duration, inspect_timeout: Duration, request_timeout: Duration) -> Duration {
-    period * 3 + inspect_timeout * 2 + request_timeout * 4 + Duration::from_secs(30)
+/// How long the relist loop may go without a turn before `/livez` fails: a few of its
+/// turns (it turns at least every relist period and every
+/// [`crate::pleg::health::BEAT_EVERY`], quiet or busy), plus the longest a listing and
+/// one pod read may take while the runtime is slow, plus a margin.
+pub fn relist_liveness_limit(period: Duration, inspect_timeout: Duration, request_timeout: Duration) -> Duration {
+    period.min(crate::pleg::health::BEAT_EVERY) * 3
+        + inspect_timeout * 2
+        + request_timeout * 4
+        + Duration::from_secs(30)
 }

@@ -546,14 +546,14 @@ impl PodLifecycle for PodLifecycleService {
         if r.pod_uid.is_empty() {
             return Err(RequestError::Missing("pod_uid").into());
         }
-        let entry = match r.min_timestamp {
-            None => self.cache.get(&r.pod_uid),
+        let (entry, absent_at) = match r.min_timestamp {
+            None => (self.cache.get(&r.pod_uid), None),
             Some(ts) => {
                 let min_wall = crate::model::nanos_to_system(ts.seconds * 1_000_000_000 + i64::from(ts.nanos))
                     .unwrap_or(SystemTime::UNIX_EPOCH);
                 let min = wall_to_instant(min_wall);
                 match tokio::time::timeout(deadline, self.cache.get_newer_than(&r.pod_uid, min)).await {
-                    Ok(fresh) => fresh.entry,
+                    Ok(fresh) => (fresh.entry, fresh.absent_at),
                     Err(_) => {
                         return Err(RequestError::NotNewer {
                             uid: r.pod_uid,
@@ -568,10 +568,19 @@ impl PodLifecycle for PodLifecycleService {
         let timestamp = entry
             .as_ref()
             .map(|e| e.modified_wall)
+            .or_else(|| absent_at.map(|at| SystemTime::now() - at.elapsed()))
             .or_else(|| self.cache.global_timestamp_wall())
             .map(system_to_timestamp);
-        let pod = entry.as_ref().and_then(|e| e.status.as_ref().map(|s| s.to_api(e.error.as_deref())));
-        Ok(Response::new(api::GetPodStatusResponse { pod, timestamp }))
+        let pod = entry.as_ref().map(|e| match &e.status {
+            Some(s) => s.to_api(e.error.as_deref()),
+            None => api::PodStatus {
+                uid: r.pod_uid.clone(),
+                error: e.error.as_deref().unwrap_or("").into(),
+                ..Default::default()
+            },
+        });
+        let not_found = entry.is_none() && (absent_at.is_some() || self.cache.global_timestamp().is_some());
+        Ok(Response::new(api::GetPodStatusResponse { pod, timestamp, not_found }))
     }
 }
 
@@ -759,6 +768,7 @@ pub async fn serve(
     listener: UnixListener,
     svc: PodLifecycleService,
     ready: impl Fn() -> bool + Send + 'static,
+    beat: crate::pleg::health::Beat,
     shutdown: CancellationToken,
 ) -> Result<(), ApiError> {
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -769,6 +779,7 @@ pub async fn serve(
             tokio::select! {
                 _ = sd.cancelled() => return,
                 _ = tick.tick() => {
+                    beat.beat();
                     let status = if ready() { tonic_health::ServingStatus::Serving } else { tonic_health::ServingStatus::NotServing };
                     reporter.set_service_status("", status).await;
                     reporter.set_service_status("plegd.v1.PodLifecycle", status).await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admin::{AdminError, AdminServer, AdminState, Readiness, liveness_window};
+use crate::admin::{AdminError, AdminServer, AdminState, Readiness, relist_liveness_limit};
 use crate::api::{ApiError, PodLifecycleService};
 use crate::backoff::Backoff;
 use crate::cache::{self, PodCache};
@@ -18,7 +18,7 @@ use crate::journal::Journal;
 use crate::metrics::Metrics;
 use crate::pleg::evented::{self, EventedWatcher, Mode, StreamState};
 use crate::pleg::generic::{GenericPleg, PlegHandle, RelistConfig};
-use crate::pleg::health::{Liveness, PlegHealth};
+use crate::pleg::health::{Liveness, PlegHealth, QUICK_LOOP_LIMIT};
 use crate::pleg::hints::PodHints;
 use crate::publish;
 use crate::reconcile::{Controller, CrashLoop, Enqueue, Gc, GcMode, Publish, Reconciler};
@@ -58,12 +58,12 @@ pub struct Sidecar {
     pub metrics: Metrics,
     /// Relist requests.
     pub pleg: PlegHandle,
+    /// The liveness of every long-running loop, as `/livez` reports it.
+    pub liveness: Liveness,
     /// Where the admin server listens.
     pub admin_addr: SocketAddr,
     /// The API socket.
     pub api_socket: std::path::PathBuf,
-    /// The CRI client.
-    pub runtime: CriClient,
     /// The event stream's state.
     pub stream: tokio::sync::watch::Receiver<StreamState>,
     /// The sync loop's history.
@@ -74,17 +74,33 @@ pub struct Sidecar {
     pub queues: Vec<WorkQueue<String>>,
 }
 
-/// Starts the sidecar's tasks in `tracker`; they stop when `shutdown` is cancelled.
-/// Sockets are bound before anything runs, so a bad address fails here.
+/// Starts the sidecar's tasks in `tracker` against the CRI runtime at
+/// `--runtime-endpoint`; they stop when `shutdown` is cancelled. Sockets are bound
+/// before anything runs, so a bad address fails here.
 pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &CancellationToken) -> Result<Sidecar, AppError> {
     let metrics = Metrics::new();
     let opts = ClientOptions { timeout: cfg.runtime_request_timeout, ..Default::default() };
     let client = CriClient::new(&cfg.runtime_endpoint, opts, Some(metrics.cri.clone())).map_err(AppError::Endpoint)?;
+    start_on(cfg, client, metrics, tracker, shutdown).await
+}
+
+/// Starts the sidecar on any runtime (the CRI client in production; the simulated
+/// runtime in-process for tests that run hours of paused time).
+pub async fn start_on<R: RuntimeService>(
+    cfg: &RunConfig,
+    client: R,
+    metrics: Metrics,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Result<Sidecar, AppError> {
     let (writer, cache) = cache::new();
     let health = PlegHealth::new(cfg.relist_threshold);
-    let liveness = Liveness::new(liveness_window(cfg.relist_period, cfg.inspect_timeout, cfg.runtime_request_timeout));
+    let liveness = Liveness::new();
+    let relist_beat = liveness
+        .register("relist", relist_liveness_limit(cfg.relist_period, cfg.inspect_timeout, cfg.runtime_request_timeout));
     let journal = Journal::new(cfg.journal_capacity, cfg.watch_buffer, Some(metrics.journal.clone()));
     let (events_tx, publisher) = publish::channel(4096, journal.clone(), Some(metrics.events.clone()));
+    let publisher = publisher.with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT));
     let relist = RelistConfig {
         period: cfg.relist_period,
         concurrency: cfg.inspect_concurrency,
@@ -93,7 +109,7 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
     let hints = PodHints::default();
     let (state_tx, state_rx) = evented::stream_state();
     let pleg = GenericPleg::new(client.clone(), writer, events_tx, health.clone(), Some(metrics.pleg.clone()), relist)
-        .with_liveness(liveness.clone())
+        .with_liveness(relist_beat)
         .with_hints(hints.clone(), state_rx.clone(), cfg.evented_relist_period);
     let handle = pleg.handle();
     let readiness =
@@ -103,7 +119,8 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
     let history = Arc::new(Mutex::new(History::new(cfg.sync.history_retention, Duration::from_secs(3600), 100_000)));
     let mut sync_loop = SyncLoop::new(journal.clone(), Vec::new(), history.clone())
         .with_periodic_resync(cfg.sync.resync_period)
-        .with_startup_gate(health.clone(), Duration::from_secs(30));
+        .with_startup_gate(health.clone(), Duration::from_secs(30))
+        .with_liveness(liveness.register("sync", QUICK_LOOP_LIMIT));
     let sync = sync_loop.handle();
     let mut reconcilers: Vec<Arc<dyn Reconciler>> =
         vec![Arc::new(CrashLoop::new(cfg.sync.crashloop.clone(), sync.clone()))];
@@ -114,13 +131,11 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
     let mut controllers = Vec::new();
     for r in reconcilers {
         let q = WorkQueue::new(r.name(), cfg.sync.rate_limit.clone(), Some(metrics.queues.clone()));
-        controllers.push(Controller::new(
-            r,
-            q.clone(),
-            cache.clone(),
-            cfg.sync.workers,
-            Some(metrics.reconcile.clone()),
-        ));
+        let beat = liveness.register(r.name(), crate::reconcile::RECONCILE_STUCK_AFTER + QUICK_LOOP_LIMIT);
+        controllers.push(
+            Controller::new(r, q.clone(), cache.clone(), cfg.sync.workers, Some(metrics.reconcile.clone()))
+                .with_liveness(beat),
+        );
         queues.push(q);
     }
     sync_loop.add_handler(Box::new(Enqueue::new(queues.clone(), cache.clone(), sync.clone())));
@@ -131,7 +146,7 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
     let admin_state = AdminState {
         metrics: metrics.clone(),
         health: health.clone(),
-        liveness,
+        liveness: liveness.clone(),
         readiness: readiness.clone(),
         history: history.clone(),
         queues: queues.clone(),
@@ -155,7 +170,8 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
         state_tx.send_replace(StreamState::Disabled);
     } else {
         let watcher =
-            EventedWatcher::new(client.clone(), hints, state_tx, Some(metrics.pleg.clone()), cfg.evented.clone());
+            EventedWatcher::new(client.clone(), hints, state_tx, Some(metrics.pleg.clone()), cfg.evented.clone())
+                .with_liveness(liveness.register("event stream", QUICK_LOOP_LIMIT));
         tracker.spawn(watcher.run(shutdown.clone()));
     }
     tracker.spawn(pleg.run(shutdown.clone()));
@@ -181,8 +197,10 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
     let sd = shutdown.clone();
     let ready = readiness.clone();
     let socket = cfg.api.socket.clone();
+    let api_beat = liveness.register("api", QUICK_LOOP_LIMIT);
     tracker.spawn(async move {
-        if let Err(e) = crate::api::serve(api_listener, svc, move || ready.check().is_ok(), sd.clone()).await {
+        if let Err(e) = crate::api::serve(api_listener, svc, move || ready.check().is_ok(), api_beat, sd.clone()).await
+        {
             tracing::error!(error = %e, "gRPC API stopped");
             sd.cancel();
         }
@@ -199,9 +217,9 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
         readiness,
         metrics,
         pleg: handle,
+        liveness,
         admin_addr,
         api_socket: cfg.api.socket.clone(),
-        runtime: client,
         stream: state_rx,
         history,
         sync,
@@ -211,7 +229,7 @@ pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &Cancellati
 
 /// Logs the runtime's name and version once it answers; until then says, once, that
 /// plegd waits for it.
-async fn announce_runtime(client: CriClient, shutdown: CancellationToken) {
+async fn announce_runtime<R: RuntimeService>(client: R, shutdown: CancellationToken) {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     let mut warned = false;
     loop {

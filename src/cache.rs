@@ -2,16 +2,22 @@
 //! ([`PodCache`]), the kubelet cache's `get_newer_than` on a monotonic clock, and a
 //! change feed for subscribers.
 //!
+//! A waiter that is not answered at once is also a *demand*: the writer (the relister)
+//! takes the pods that readers wait on and, while full relists are far apart, reads
+//! them at once, so `get_newer_than` answers in one runtime round trip on a quiet node
+//! in every mode. A pod the runtime no longer has is answered as absent, with the time
+//! it was seen absent.
+//!
 //! Freshness uses [`tokio::time::Instant`], never wall time, so clock steps cannot wedge
 //! waiters (kubernetes#134153). "Newer than `t`" is strict everywhere: an entry
 //! modified at `t`, or a global timestamp equal to `t`, does not satisfy a waiter
 //! for `t` (the kubelet's cache is strict in one place and not the other).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{Notify, broadcast, oneshot};
 use tokio::time::Instant;
 
 use crate::model::PodStatus;
@@ -65,11 +71,18 @@ pub struct Fresh {
     pub entry: Option<Arc<CacheEntry>>,
     /// The global timestamp at the time of the answer.
     pub global: Option<Instant>,
+    /// When the runtime was read and had no such pod, if that is what released the
+    /// waiter (the pod was removed, or never existed).
+    pub absent_at: Option<Instant>,
 }
 
 struct Waiter {
     min: Instant,
     tx: oneshot::Sender<Fresh>,
+    /// The writer took this waiter's demand: its next write for the pod comes from a
+    /// read that started after the waiter registered, which answers it even on a clock
+    /// too coarse (or paused) to tell the read's time from `min`.
+    covered: bool,
 }
 
 #[derive(Default)]
@@ -78,12 +91,15 @@ struct State {
     global: Option<Instant>,
     global_wall: Option<SystemTime>,
     waiters: HashMap<Arc<str>, Vec<Waiter>>,
+    /// Pods someone started waiting on since the writer last took them.
+    demand: BTreeSet<Arc<str>>,
     seq: u64,
 }
 
 struct Shared {
     state: RwLock<State>,
     changes: broadcast::Sender<CacheChange>,
+    demand: Notify,
 }
 
 /// A reader of the cache. Cheap to clone.
@@ -102,8 +118,15 @@ impl State {
         self.pods.get(uid).is_some_and(|e| e.modified > min) || self.global.is_some_and(|g| g > min)
     }
 
+    /// Whether a waiter is answered by what the cache holds now.
+    fn answers(&self, uid: &str, w: &Waiter) -> bool {
+        self.is_fresh(uid, w.min)
+            || (w.covered
+                && (self.pods.get(uid).is_some_and(|e| e.modified >= w.min) || self.global.is_some_and(|g| g >= w.min)))
+    }
+
     fn answer(&self, uid: &str) -> Fresh {
-        Fresh { entry: self.pods.get(uid).cloned(), global: self.global }
+        Fresh { entry: self.pods.get(uid).cloned(), global: self.global, absent_at: None }
     }
 
     /// Wakes the waiters on `uid` whose condition now holds; drops abandoned ones.
@@ -114,7 +137,7 @@ impl State {
             if w.tx.is_closed() {
                 continue;
             }
-            if self.is_fresh(uid, w.min) {
+            if self.answers(uid, &w) {
                 let _ = w.tx.send(self.answer(uid));
             } else {
                 keep.push(w);
@@ -129,7 +152,7 @@ impl State {
 /// Creates an empty cache: the writer and a reader.
 pub fn new() -> (CacheWriter, PodCache) {
     let (changes, _) = broadcast::channel(4096);
-    let shared = Arc::new(Shared { state: RwLock::new(State::default()), changes });
+    let shared = Arc::new(Shared { state: RwLock::new(State::default()), changes, demand: Notify::new() });
     (CacheWriter { shared: shared.clone() }, PodCache { shared })
 }
 
@@ -154,11 +177,14 @@ impl PodCache {
                 return s.answer(uid);
             }
             let (tx, rx) = oneshot::channel();
-            let list = s.waiters.entry(Arc::from(uid)).or_default();
+            let key: Arc<str> = Arc::from(uid);
+            let list = s.waiters.entry(key.clone()).or_default();
             list.retain(|w| !w.tx.is_closed());
-            list.push(Waiter { min, tx });
+            list.push(Waiter { min, tx, covered: false });
+            s.demand.insert(key);
             rx
         };
+        self.shared.demand.notify_one();
         match rx.await {
             Ok(fresh) => fresh,
             // The writer is gone (shutdown): answer with what there is.
@@ -238,16 +264,62 @@ impl CacheWriter {
         let _ = self.shared.changes.send(change);
     }
 
-    /// Removes a pod (it no longer exists in the runtime). Waiters are released by
-    /// the next global timestamp advance, as in the kubelet.
-    pub fn delete(&mut self, uid: &str) {
+    /// Records that the runtime, read at `at`, has no such pod: its entry goes, and
+    /// waiters for anything older than `at` are released with an absent answer (the
+    /// kubelet leaves them to the next full relist, which in evented mode may be
+    /// minutes away).
+    pub fn delete(&mut self, uid: &str, at: Instant) {
         let change = {
             let mut s = self.shared.state.write().expect("cache lock");
-            let Some((key, _)) = s.pods.remove_entry(uid) else { return };
+            let removed = s.pods.remove_entry(uid);
+            if let Some(list) = s.waiters.remove(uid) {
+                let mut keep = Vec::new();
+                for w in list {
+                    if w.tx.is_closed() {
+                        continue;
+                    }
+                    if at > w.min || (w.covered && at >= w.min) || s.global.is_some_and(|g| g > w.min) {
+                        let _ = w.tx.send(Fresh { entry: None, global: s.global, absent_at: Some(at) });
+                    } else {
+                        keep.push(w);
+                    }
+                }
+                if !keep.is_empty() {
+                    s.waiters.insert(Arc::from(uid), keep);
+                }
+            }
+            let Some((key, _)) = removed else { return };
             s.seq += 1;
             CacheChange::Deleted { uid: key, seq: s.seq }
         };
         let _ = self.shared.changes.send(change);
+    }
+
+    /// Takes the pods readers started waiting on since the last call, oldest demand
+    /// first; those whose waiters all went away are left out.
+    pub fn take_demand(&mut self) -> Vec<String> {
+        let mut s = self.shared.state.write().expect("cache lock");
+        let demand = std::mem::take(&mut s.demand);
+        let mut wanted = Vec::new();
+        for uid in demand {
+            let Some(list) = s.waiters.get_mut(&uid) else { continue };
+            list.retain(|w| !w.tx.is_closed());
+            if list.is_empty() {
+                s.waiters.remove(&uid);
+                continue;
+            }
+            for w in list.iter_mut() {
+                w.covered = true;
+            }
+            wanted.push(uid.to_string());
+        }
+        wanted
+    }
+
+    /// Resolves when a reader starts waiting on a pod (a permit is kept if the writer
+    /// is busy).
+    pub async fn demanded(&self) {
+        self.shared.demand.notified().await;
     }
 
     /// Advances the global timestamp to `ts` (the start of a completed full relist)
@@ -401,8 +473,8 @@ mod tests {
         let (mut w, r) = new();
         let mut sub = r.subscribe();
         w.set("a", Some(status("a")), None, Instant::now());
-        w.delete("a");
-        w.delete("a");
+        w.delete("a", Instant::now());
+        w.delete("a", Instant::now());
         w.update_time(Instant::now());
         assert!(matches!(sub.recv().await.unwrap(), CacheChange::Set { seq: 1, .. }));
         assert!(matches!(sub.recv().await.unwrap(), CacheChange::Deleted { seq: 2, .. }));

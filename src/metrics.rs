@@ -75,6 +75,9 @@ pub struct PlegMetrics {
     pub evented_connections: Counter,
     /// `plegd_evented_connection_errors_total`.
     pub evented_connection_errors: Counter,
+    /// `plegd_evented_missed_changes_total`: changes a relist found that the event
+    /// stream, up at the time, never announced.
+    pub evented_missed: Counter,
     /// `plegd_pleg_relist_errors_total`: relists whose listing failed.
     pub relist_errors: Counter,
     /// `plegd_pleg_inspection_errors_total`: pod inspections that failed.
@@ -146,6 +149,7 @@ impl Metrics {
             mode: Family::default(),
             evented_connections: Counter::default(),
             evented_connection_errors: Counter::default(),
+            evented_missed: Counter::default(),
             relist_errors: Counter::default(),
             inspection_errors: Counter::default(),
             cache_pods: Gauge::default(),
@@ -173,6 +177,11 @@ impl Metrics {
             "plegd_evented_connection_errors",
             "CRI event streams that failed or ended",
             pleg.evented_connection_errors.clone(),
+        );
+        r.register(
+            "plegd_evented_missed_changes",
+            "Changes a relist found that the CRI event stream, up at the time, never announced",
+            pleg.evented_missed.clone(),
         );
         r.register("plegd_pleg_relist_errors", "Relists whose runtime listing failed", pleg.relist_errors.clone());
         r.register(

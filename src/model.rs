@@ -30,6 +30,8 @@ pub enum SandboxState {
     Ready,
     /// The sandbox was stopped or failed.
     NotReady,
+    /// A state the CRI does not name (a newer runtime, or a broken one).
+    Unknown,
 }
 
 /// One container of a pod, from `ContainerStatus`.
@@ -133,9 +135,14 @@ impl ContainerState {
 }
 
 impl SandboxState {
-    /// From the CRI enum value; anything but READY is not ready.
+    /// From the CRI enum value; a value the CRI does not name is unknown (the kubelet
+    /// maps it to its unknown container state).
     pub fn from_cri(v: i32) -> Self {
-        if v == cri::PodSandboxState::SandboxReady as i32 { Self::Ready } else { Self::NotReady }
+        match cri::PodSandboxState::try_from(v) {
+            Ok(cri::PodSandboxState::SandboxReady) => Self::Ready,
+            Ok(cri::PodSandboxState::SandboxNotready) => Self::NotReady,
+            Err(_) => Self::Unknown,
+        }
     }
 }
 
@@ -219,6 +226,7 @@ impl PodStatus {
                     state: match s.state {
                         SandboxState::Ready => api::SandboxState::Ready,
                         SandboxState::NotReady => api::SandboxState::Notready,
+                        SandboxState::Unknown => api::SandboxState::Unspecified,
                     } as i32,
                     created_at: nanos_to_timestamp(s.created_at),
                     ip: s.ip.clone(),
@@ -324,6 +332,7 @@ mod tests {
         assert_eq!(ContainerState::from_cri(99), ContainerState::Unknown);
         assert_eq!(ContainerState::from_cri(1), ContainerState::Running);
         assert_eq!(SandboxState::from_cri(0), SandboxState::Ready);
-        assert_eq!(SandboxState::from_cri(7), SandboxState::NotReady);
+        assert_eq!(SandboxState::from_cri(1), SandboxState::NotReady);
+        assert_eq!(SandboxState::from_cri(7), SandboxState::Unknown);
     }
 }

@@ -101,7 +101,11 @@ pub struct Controller {
     cache: PodCache,
     workers: usize,
     metrics: Option<ReconcileMetrics>,
+    beat: crate::pleg::health::Beat,
 }
+
+/// A reconcile running longer than this counts as a wedged worker for `/livez`.
+pub const RECONCILE_STUCK_AFTER: Duration = Duration::from_secs(60);
 
 impl Controller {
     /// A controller running `reconciler` with `workers` workers on `queue`.
@@ -112,7 +116,21 @@ impl Controller {
         workers: usize,
         metrics: Option<ReconcileMetrics>,
     ) -> Self {
-        Self { reconciler, queue, cache, workers: workers.max(1), metrics }
+        Self {
+            reconciler,
+            queue,
+            cache,
+            workers: workers.max(1),
+            metrics,
+            beat: crate::pleg::health::Beat::detached("reconcile"),
+        }
+    }
+
+    /// Beats `beat` every half second while no reconcile has been running longer than
+    /// [`RECONCILE_STUCK_AFTER`].
+    pub fn with_liveness(mut self, beat: crate::pleg::health::Beat) -> Self {
+        self.beat = beat;
+        self
     }
 
     async fn work(self: Arc<Self>) {
@@ -159,7 +177,12 @@ impl Controller {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = tick.tick() => me.queue.update_in_flight_metrics(),
+                _ = tick.tick() => {
+                    me.queue.update_in_flight_metrics();
+                    if me.queue.longest_in_flight() <= RECONCILE_STUCK_AFTER {
+                        me.beat.beat();
+                    }
+                }
             }
         }
         me.queue.shutdown_with_drain().await;

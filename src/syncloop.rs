@@ -272,6 +272,7 @@ pub struct SyncLoop {
     seq: u64,
     started: bool,
     pending: VecDeque<(FollowUp, Option<u64>)>,
+    beat: crate::pleg::health::Beat,
 }
 
 impl SyncLoop {
@@ -294,7 +295,14 @@ impl SyncLoop {
             seq: 0,
             started: false,
             pending: VecDeque::new(),
+            beat: crate::pleg::health::Beat::detached("sync"),
         }
+    }
+
+    /// Beats `beat` on every event and at least every [`crate::pleg::health::BEAT_EVERY`].
+    pub fn with_liveness(mut self, beat: crate::pleg::health::Beat) -> Self {
+        self.beat = beat;
+        self
     }
 
     /// Adds a handler after the others.
@@ -383,6 +391,7 @@ impl SyncLoop {
         if let Some(h) = &self.startup_gate {
             let deadline = Instant::now() + self.startup_deadline;
             while !h.first_relist_done() && Instant::now() < deadline {
+                self.beat.beat();
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(Duration::from_millis(20)) => {}
@@ -394,7 +403,9 @@ impl SyncLoop {
             healing_at = Some(Instant::now() + self.healing_delay);
         }
         let mut next_periodic = self.periodic.map(|p| Instant::now() + p);
+        let mut beat = crate::pleg::health::beat_timer();
         loop {
+            self.beat.beat();
             // Follow-ups overtake queued events.
             let input = if let Some((f, of)) = self.pending.pop_front() {
                 Some((LoopInput::FollowUp(Box::new(f)), of))
@@ -419,6 +430,7 @@ impl SyncLoop {
             let input = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return,
+                _ = beat.tick() => continue,
                 Some((f, of)) = self.follow_rx.recv() => (LoopInput::FollowUp(Box::new(f)), of),
                 Some(kind) = self.resync_rx.recv() => (LoopInput::Resync(kind), None),
                 entry = sub.next() => match entry {

@@ -437,6 +437,12 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
         self.inner.state.lock().expect("queue lock").shutting_down
     }
 
+    /// How long the oldest key in flight has been processed (zero when none is).
+    pub fn longest_in_flight(&self) -> Duration {
+        let s = self.inner.state.lock().expect("queue lock");
+        s.processing.values().map(|t| t.elapsed()).max().unwrap_or_default()
+    }
+
     /// Updates the two in-flight gauges (client-go does this every 500 ms).
     pub fn update_in_flight_metrics(&self) {
         let Some(m) = &self.inner.metrics else { return };

@@ -120,13 +120,16 @@ async fn healthz_reports_the_kubelets_message_and_readyz_follows() {
     let (code, body) = http(a, "GET", "/healthz").await;
     assert_eq!(code, 500);
     assert!(body.starts_with("PLEG is not healthy: pleg was last seen active "), "{body}");
-    assert!(body.trim_end().ends_with("; threshold is 400ms"), "{body}");
+    let mut lines = body.lines();
+    assert!(lines.next().unwrap().ends_with("; threshold is 400ms"), "{body}");
+    let detail = lines.next().unwrap_or_default();
+    assert!(detail.starts_with("last relist failed: ") && detail.contains("stuck"), "the cause is named: {body}");
     let (code, body) = http(a, "GET", "/readyz").await;
     assert_eq!(code, 503);
     assert!(body.contains("PLEG is not healthy"), "{body}");
     assert_eq!(http(a, "GET", "/livez").await.0, 200, "the loop is alive, just failing");
     p.h.sim.clear_faults();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(http(a, "GET", "/healthz").await.0, 200);
+    assert_eq!(http(a, "GET", "/healthz").await, (200, "ok\n".to_string()), "a good relist clears the cause");
     p.stop().await;
 }

@@ -438,17 +438,22 @@ async fn get_pod_status_waits_for_a_newer_status_up_to_the_deadline() {
         .unwrap()
         .into_inner();
     assert_eq!(got.pod.unwrap().containers.len(), 1);
-    // Nothing newer than "now" yet: the call waits; the container's death makes one.
-    let mut client = p.client();
-    let uid = pod.uid.clone();
-    let waiter = tokio::spawn(async move {
-        let mut req = tonic::Request::new(api::GetPodStatusRequest { pod_uid: uid, min_timestamp: Some(now) });
-        req.set_timeout(Duration::from_secs(5));
-        client.get_pod_status(req).await
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Nothing newer than "now" is cached: the call makes plegd read the pod afresh (the
+    // stream is up, so full relists are minutes apart) and answers with that read.
+    let mut req = tonic::Request::new(api::GetPodStatusRequest { pod_uid: pod.uid.clone(), min_timestamp: Some(now) });
+    req.set_timeout(Duration::from_secs(5));
+    let got = p.client().get_pod_status(req).await.unwrap().into_inner();
+    let ts = got.timestamp.unwrap();
+    assert!((ts.seconds, ts.nanos) > (now.seconds, now.nanos), "the answer is newer than asked");
+    assert_eq!(got.pod.unwrap().containers[0].state, api::ContainerState::Running as i32);
+    assert!(!got.not_found);
+    // After the container dies, a status newer than its death shows it.
     p.h.sim.exit_container(&ids[0], 3, "Error");
-    let got = waiter.await.unwrap().unwrap().into_inner();
+    let after = plegd::model::system_to_timestamp(std::time::SystemTime::now());
+    let mut req =
+        tonic::Request::new(api::GetPodStatusRequest { pod_uid: pod.uid.clone(), min_timestamp: Some(after) });
+    req.set_timeout(Duration::from_secs(5));
+    let got = p.client().get_pod_status(req).await.unwrap().into_inner();
     let c = &got.pod.unwrap().containers[0];
     assert_eq!((c.state, c.exit_code), (api::ContainerState::Exited as i32, 3));
     // A time in the future cannot be satisfied before the deadline.

@@ -135,7 +135,8 @@ fn a_runtime_missing_at_start_is_not_ready_then_ready_once_it_appears() {
     let (code, body) = get(port, "/readyz").unwrap();
     assert_eq!(code, 503, "{body}");
     let (code, body) = get(port, "/healthz").unwrap();
-    assert_eq!((code, body.trim()), (500, "PLEG is not healthy: pleg has yet to be successful"));
+    assert_eq!((code, body.lines().next()), (500, Some("PLEG is not healthy: pleg has yet to be successful")));
+    assert!(body.contains("last relist failed: ") && body.contains("No such file"), "the cause is named: {body}");
 
     let _sim = Killed(
         Command::new(BIN)

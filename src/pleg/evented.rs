@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::EventSource;
+use super::health::{Beat, beat_timer};
 use super::hints::PodHints;
 use crate::backoff::Backoff;
 use crate::cri::RuntimeService;
@@ -99,6 +100,7 @@ pub struct EventedWatcher<R: RuntimeService> {
     state: watch::Sender<StreamState>,
     metrics: Option<PlegMetrics>,
     cfg: EventedConfig,
+    beat: Beat,
 }
 
 /// How one stream ended.
@@ -107,6 +109,21 @@ struct Ended {
     connected: bool,
     unimplemented: bool,
     error: Option<String>,
+}
+
+/// Whether a runtime's `GetContainerEvents` hands every event to every subscriber and
+/// never drops one, so a quiet stream means a quiet runtime. containerd 2.x does (each
+/// subscriber has its own queue, and publishing waits for room); containerd 1.x does
+/// not (one shared channel: each event goes to one subscriber only, and events are
+/// dropped when it is full), and neither does a runtime plegd does not know. The
+/// simulated runtime streams like containerd 2.x.
+pub fn stream_is_complete(runtime_name: &str, runtime_version: &str) -> bool {
+    let major = runtime_version.trim_start_matches('v').split('.').next().and_then(|m| m.parse::<u32>().ok());
+    match runtime_name {
+        "containerd" => major.is_some_and(|m| m >= 2),
+        "plegd-sim" => true,
+        _ => false,
+    }
 }
 
 /// Creates the shared stream state.
@@ -123,7 +140,13 @@ impl<R: RuntimeService> EventedWatcher<R> {
         metrics: Option<PlegMetrics>,
         cfg: EventedConfig,
     ) -> Self {
-        Self { runtime, hints, state, metrics, cfg }
+        Self { runtime, hints, state, metrics, cfg, beat: Beat::detached("event stream") }
+    }
+
+    /// Beats `beat` as events arrive and at least every [`super::health::BEAT_EVERY`].
+    pub fn with_liveness(mut self, beat: Beat) -> Self {
+        self.beat = beat;
+        self
     }
 
     fn set_state(&self, s: StreamState) {
@@ -163,6 +186,7 @@ impl<R: RuntimeService> EventedWatcher<R> {
 
     async fn consume(&self, shutdown: &CancellationToken, backoff: &mut Backoff, after_outage: bool) -> Option<Ended> {
         self.set_state(StreamState::Connecting);
+        self.beat.beat();
         let mut stream = match self.runtime.container_events().await {
             Ok(s) => s,
             Err(e) => {
@@ -176,15 +200,18 @@ impl<R: RuntimeService> EventedWatcher<R> {
         let grace = tokio::time::sleep(self.cfg.connect_grace);
         tokio::pin!(grace);
         let mut connected = false;
+        let mut beat = beat_timer();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return None,
+                _ = beat.tick() => self.beat.beat(),
                 _ = &mut grace, if !connected => {
                     connected = true;
                     self.on_connected(backoff, after_outage);
                 }
                 item = stream.next() => match item {
                     Some(Ok(ev)) => {
+                        self.beat.beat();
                         if !connected {
                             connected = true;
                             self.on_connected(backoff, after_outage);
@@ -246,10 +273,31 @@ impl<R: RuntimeService> EventedWatcher<R> {
                 retry_in = ?delay,
                 "CRI event stream ended"
             );
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(delay) => {}
+            let until = Instant::now() + delay;
+            let mut beat = beat_timer();
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep_until(until) => break,
+                    _ = beat.tick() => self.beat.beat(),
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_runtimes_known_to_deliver_every_event_are_trusted_with_a_quiet_stream() {
+        assert!(stream_is_complete("containerd", "v2.1.9"));
+        assert!(stream_is_complete("containerd", "2.0.0"));
+        assert!(!stream_is_complete("containerd", "v1.7.24"));
+        assert!(!stream_is_complete("containerd", "1.6.20"));
+        assert!(!stream_is_complete("containerd", "garbage"));
+        assert!(!stream_is_complete("cri-o", "1.31.0"));
+        assert!(stream_is_complete("plegd-sim", "0.1.0"));
     }
 }

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::evented::StreamState;
-use super::health::PlegHealth;
+use super::health::{BEAT_EVERY, Beat, PlegHealth};
 use super::hints::{Hint, PodHints};
 use super::inspect::{Prefetched, inspect_pod, inspect_prefetched, list_pod};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
@@ -46,6 +46,9 @@ pub enum PlegError {
     /// The runtime could not be listed; nothing was changed.
     #[error("relist failed: {0}")]
     List(#[source] CriError),
+    /// The listing was read but does not decode; nothing was changed.
+    #[error("relist failed: the runtime's listing does not decode: {0}")]
+    Decode(#[source] CriError),
 }
 
 /// What one relist did.
@@ -61,6 +64,8 @@ pub struct RelistOutcome {
     pub events: usize,
     /// The listing was the last one's, unchanged: nothing was decoded or diffed.
     pub unchanged: bool,
+    /// Changes found that the event stream, up at the time, never announced.
+    pub missed: usize,
 }
 
 /// Asks the relister for a full relist now. Cheap to clone.
@@ -91,7 +96,7 @@ pub struct GenericPleg<R: RuntimeService> {
     requests: mpsc::Receiver<()>,
     handle: PlegHandle,
     failing: bool,
-    liveness: Option<super::health::Liveness>,
+    beat: Beat,
     hints: PodHints,
     stream: watch::Receiver<StreamState>,
     evented_period: Duration,
@@ -100,7 +105,46 @@ pub struct GenericPleg<R: RuntimeService> {
     listed: Option<u64>,
     /// This process's key for listing fingerprints.
     seed: u64,
+    /// What the relister knows of the event stream it is paired with.
+    trust: StreamTrust,
 }
+
+/// How far the relister trusts the CRI event stream, and what it learned.
+#[derive(Debug)]
+struct StreamTrust {
+    /// The runtime delivers every event to every subscriber (containerd 2.x); learned
+    /// from `Version` each time the stream comes up.
+    complete: bool,
+    /// The runtime as `Version` named it, for messages.
+    runtime: String,
+    /// Since when the stream has been up without a break.
+    up_since: Option<Instant>,
+    /// Until when fast relists follow a stream that came back after an outage (the
+    /// runtime may still be recovering state it sends no events for; not misses).
+    settle_until: Instant,
+    /// Changes a relist found while the stream was up, per pod, with when they were
+    /// found: a miss unless the pod's event arrives within [`MISS_GRACE`] (it was in
+    /// flight).
+    suspects: Vec<(Instant, String, usize)>,
+    /// The safety-net period in force on a complete stream: the configured one, or
+    /// shorter after a relist found changes the stream did not announce.
+    net_period: Duration,
+    /// Whether the last relist found missed changes (for logging transitions).
+    missing: bool,
+    /// When the stream was last found to have missed a change.
+    last_miss: Option<Instant>,
+}
+
+/// A change a relist found counts as missed by the stream only if the stream had been
+/// up this long before the listing and the pod's event has not arrived this long
+/// after it: an event still in flight is not a miss. Measured on plegd's monotonic
+/// clock, so neither clock steps nor the runtime's timestamps matter.
+const MISS_GRACE: Duration = Duration::from_secs(2);
+
+/// After the stream missed a change, full relists keep the relist period this long
+/// before they slow down again (a quiet stream proves nothing while it may be missing
+/// changes; a quiet node proves nothing either).
+const MISS_HOLD: Duration = Duration::from_secs(300);
 
 type Inspection = (String, Instant, Result<PodStatus, String>);
 
@@ -131,18 +175,29 @@ impl<R: RuntimeService> GenericPleg<R> {
             requests,
             handle: PlegHandle { tx },
             failing: false,
-            liveness: None,
+            beat: Beat::detached("relist"),
             hints: PodHints::default(),
             stream: watch::channel(StreamState::Disabled).1,
             evented_period: Duration::from_secs(300),
             listed: None,
             seed: fastrand::u64(..),
+            trust: StreamTrust {
+                complete: false,
+                runtime: String::new(),
+                up_since: None,
+                settle_until: Instant::now(),
+                suspects: Vec::new(),
+                net_period: Duration::from_secs(300),
+                missing: false,
+                last_miss: None,
+            },
         }
     }
 
-    /// Ticks `liveness` on every turn of the loop.
-    pub fn with_liveness(mut self, liveness: super::health::Liveness) -> Self {
-        self.liveness = Some(liveness);
+    /// Beats `beat` on every turn of the loop, at least every [`BEAT_EVERY`], and as
+    /// each pod read completes.
+    pub fn with_liveness(mut self, beat: Beat) -> Self {
+        self.beat = beat;
         self
     }
 
@@ -157,6 +212,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.hints = hints;
         self.stream = stream;
         self.evented_period = evented_period;
+        self.trust.net_period = evented_period;
         self
     }
 
@@ -165,15 +221,24 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.hints.clone()
     }
 
-    /// The full-relist period in force: the safety-net period while the stream is up,
-    /// except during the settle window after it came up, when the runtime may still be
-    /// recovering state it will not send events for.
-    fn period(&self, settle_until: Instant) -> Duration {
-        if self.stream.borrow().is_up() && Instant::now() >= settle_until {
-            self.evented_period
+    /// The full-relist period in force: the safety-net period while a stream that
+    /// delivers every event is up, except during the settle window after it came up
+    /// (the runtime may still be recovering state it sends no events for) and after a
+    /// relist found changes the stream did not announce. A stream that may split or
+    /// drop events (containerd 1.x) never makes full relists slower than the relist
+    /// period: its silence proves nothing.
+    fn period(&self) -> Duration {
+        if self.stream.borrow().is_up() && Instant::now() >= self.trust.settle_until && self.trust.complete {
+            self.trust.net_period
         } else {
             self.cfg.period
         }
+    }
+
+    /// Whether full relists are slower than the relist period now, so pods that readers
+    /// wait on are read at once instead.
+    fn full_relists_are_slow(&self) -> bool {
+        self.period() > self.cfg.period
     }
 
     /// A handle to request relists.
@@ -196,12 +261,17 @@ impl<R: RuntimeService> GenericPleg<R> {
                 m.relist_errors.inc();
             }
         }
+        match &res {
+            Err(e) => self.health.record_failure(e.to_string()),
+            // A full relist that found nothing the stream missed lets the period grow.
+            Ok(o) if o.missed == 0 && self.trust.suspects.is_empty() => self.judge_stream(0),
+            Ok(_) => {}
+        }
         res
     }
 
     async fn relist_inner(&mut self, start: Instant, start_wall: SystemTime) -> Result<RelistOutcome, PlegError> {
         let listing = self.runtime.list_encoded().await.map_err(PlegError::List)?;
-        self.health.record_relist(start, start_wall);
         // An idle node lists the same bytes (in some order) every period: with no pod
         // waiting for a re-inspection, the records already hold this listing and every
         // diff would be empty.
@@ -212,7 +282,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
         self.listed = None;
         let (sandboxes, containers) =
-            super::inspect::decode_listing(&self.runtime, &listing).await.map_err(PlegError::List)?;
+            super::inspect::decode_listing(&self.runtime, &listing).await.map_err(PlegError::Decode)?;
         drop(listing);
         let pods = group_pods(sandboxes, containers);
         let mut outcome = RelistOutcome { pods: pods.len(), ..Default::default() };
@@ -235,7 +305,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             let status = match results.remove(&uid) {
                 // The pod is gone from the runtime.
                 None => {
-                    self.cache.delete(&uid);
+                    self.cache.delete(&uid, start);
                     None
                 }
                 Some((at, Ok(status))) => {
@@ -248,7 +318,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                     if let Some(m) = &self.metrics {
                         m.inspection_errors.inc();
                     }
-                    self.cache.set(&uid, None, Some(err), at);
+                    self.store_failure(&uid, err, at);
                     needs_reinspect.insert(uid);
                     outcome.failed += 1;
                     continue;
@@ -260,6 +330,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             let events =
                 build_events(&uid, &namespace, &name, &transitions, status, was_reinspect, EventSource::Relist);
             outcome.events += events.len();
+            outcome.missed += self.suspect(&uid, &events, start);
             for ev in events {
                 if self.events.send(ev).await.is_err() {
                     tracing::debug!("event receiver gone; dropping events");
@@ -273,9 +344,92 @@ impl<R: RuntimeService> GenericPleg<R> {
         Ok(outcome)
     }
 
-    /// Ends a full relist that started at `start`: the cache's global timestamp advances.
+    /// Stores a failed inspection. A pod whose very first inspection fails is cached
+    /// with the error and what the listing says of it, as the kubelet caches
+    /// `(status, err)`, so readers and waiters get the error rather than no pod.
+    fn store_failure(&mut self, uid: &str, err: String, at: Instant) {
+        let placeholder = match self.cache.reader().get(uid).and_then(|e| e.status.clone()) {
+            Some(_) => None,
+            None => {
+                let (namespace, name) = self.records.pod_name(uid);
+                Some(Arc::new(PodStatus::empty(uid, &namespace, &name)))
+            }
+        };
+        self.cache.set(uid, placeholder, Some(err), at);
+    }
+
+    /// Notes the changes among `events` (found by a read of the runtime that started at
+    /// `listed`, not by an event) as suspected misses of the stream; returns how many.
+    fn suspect(&mut self, uid: &str, events: &[PodLifecycleEvent], listed: Instant) -> usize {
+        let Some(up_since) = self.trust.up_since else { return 0 };
+        if listed < up_since + MISS_GRACE || listed < self.trust.settle_until {
+            return 0;
+        }
+        let n = events.iter().filter(|e| e.kind != EventType::PodSync).count();
+        if n > 0 {
+            self.trust.suspects.push((Instant::now(), uid.to_owned(), n));
+        }
+        n
+    }
+
+    /// Clears the suspects of pods whose events arrived, and judges those whose events
+    /// did not arrive within the grace.
+    fn settle_suspects(&mut self, hinted: &[(String, Hint)]) {
+        if self.trust.suspects.is_empty() {
+            return;
+        }
+        self.trust
+            .suspects
+            .retain(|(_, uid, _)| !hinted.iter().any(|(u, h)| u == uid && h.source == EventSource::CriEvent));
+        let now = Instant::now();
+        let mut missed = 0;
+        self.trust.suspects.retain(|(found, _, n)| {
+            let due = now.duration_since(*found) >= MISS_GRACE;
+            if due {
+                missed += n;
+            }
+            !due
+        });
+        if missed > 0 {
+            self.judge_stream(missed);
+        }
+    }
+
+    /// Counts and logs changes the stream missed, and moves the safety-net period: down
+    /// to the relist period at once when the stream missed something, back up by
+    /// doubling after each full relist that found nothing missed, once [`MISS_HOLD`]
+    /// has passed since the last miss.
+    fn judge_stream(&mut self, missed: usize) {
+        if missed > 0 {
+            if let Some(m) = &self.metrics {
+                m.evented_missed.inc_by(missed as u64);
+            }
+            if !self.trust.missing {
+                tracing::warn!(
+                    missed,
+                    runtime = %self.trust.runtime,
+                    "a relist found changes the CRI event stream never announced: the stream is not complete \
+                     on this node (another subscriber may be taking events, or the runtime dropped them), so \
+                     full relists run at the relist period until relists find nothing missed"
+                );
+            }
+            self.trust.missing = true;
+            self.trust.last_miss = Some(Instant::now());
+            self.trust.net_period = self.cfg.period;
+        } else if self.stream.borrow().is_up() && self.trust.last_miss.is_none_or(|t| t.elapsed() >= MISS_HOLD) {
+            if std::mem::take(&mut self.trust.missing) {
+                tracing::info!("a relist found nothing the CRI event stream missed; full relists slow down again");
+            }
+            self.trust.net_period = (self.trust.net_period * 2).clamp(self.cfg.period, self.evented_period);
+        }
+    }
+
+    /// Ends a full relist that started at `start`, its results in the cache: the
+    /// cache's global timestamp advances, and only now does the relist count for
+    /// health and readiness.
     fn finish(&mut self, start: Instant, start_wall: SystemTime) {
         self.cache.update_time(start);
+        self.health.record_relist(start, start_wall);
         if let Some(m) = &self.metrics {
             m.cache_pods.set(self.cache.reader().len() as i64);
             m.last_seen.set(start_wall.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0));
@@ -308,6 +462,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 }
             })
             .buffer_unordered(self.cfg.concurrency.max(1))
+            .inspect(|_| self.beat.beat())
             .collect()
             .await
     }
@@ -389,6 +544,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                     }
                 })
                 .buffer_unordered(self.cfg.concurrency.max(1))
+                .inspect(|_| self.beat.beat())
                 .collect()
                 .await;
             results.sort_by(|a, b| a.uid.cmp(&b.uid));
@@ -413,7 +569,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 let mut sync = self.reinspect.remove(&r.uid);
                 let status = match status {
                     None => {
-                        self.cache.delete(&r.uid);
+                        self.cache.delete(&r.uid, at);
                         None
                     }
                     Some(Ok(status)) => {
@@ -430,7 +586,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                         if let Some(m) = &self.metrics {
                             m.inspection_errors.inc();
                         }
-                        self.cache.set(&r.uid, None, Some(e.to_string()), at);
+                        self.store_failure(&r.uid, e.to_string(), at);
                         self.reinspect.insert(r.uid);
                         continue;
                     }
@@ -438,6 +594,11 @@ impl<R: RuntimeService> GenericPleg<R> {
                 self.records.commit(&r.uid);
                 let events = build_events(&r.uid, &namespace, &name, &transitions, status, sync, r.source);
                 outcome.events += events.len();
+                if r.source != EventSource::CriEvent {
+                    // A pod read because someone waits on it, or retried: a change found
+                    // here was not announced either.
+                    outcome.missed += self.suspect(&r.uid, &events, at);
+                }
                 for ev in events {
                     let _ = self.events.send(ev).await;
                 }
@@ -493,13 +654,41 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
     }
 
-    fn on_stream_state(&self, up: bool) {
-        self.health.set_evented_allowance(if up { self.evented_period } else { Duration::ZERO });
+    /// The stream went up or down. Up: ask the runtime what it is, to know whether its
+    /// stream delivers every event (then full relists may slow down to the safety-net
+    /// period, and health allows for that) or may split and drop them.
+    async fn on_stream_state(&mut self, up: bool) {
+        if !up {
+            self.trust.up_since = None;
+            self.health.set_evented_allowance(Duration::ZERO);
+            return;
+        }
+        self.trust.up_since = Some(Instant::now());
+        let (complete, runtime) = match self.runtime.version().await {
+            Ok(v) => (
+                super::evented::stream_is_complete(&v.runtime_name, &v.runtime_version),
+                format!("{} {}", v.runtime_name, v.runtime_version),
+            ),
+            Err(e) => (false, format!("an unknown runtime ({e})")),
+        };
+        if complete {
+            tracing::info!(%runtime, "the runtime's event stream delivers every event to every subscriber; full relists slow down to the safety-net period");
+        } else {
+            tracing::info!(%runtime, "this runtime's event stream may split events between subscribers or drop them; full relists keep the relist period and the stream only makes changes show sooner");
+        }
+        self.trust.complete = complete;
+        self.trust.runtime = runtime;
+        self.trust.net_period = self.evented_period;
+        self.trust.missing = false;
+        self.trust.last_miss = None;
+        self.health.set_evented_allowance(if complete { self.evented_period } else { Duration::ZERO });
     }
 
     /// Relists fully every period (sliding: from the end of one relist to the start of
-    /// the next; the safety-net period while the event stream is up), at once when the
-    /// stream goes up or down or on request, and relists single pods as hints arrive.
+    /// the next; the safety-net period while a complete event stream is up), at once when
+    /// the stream goes up or down or on request; relists single pods as hints arrive and
+    /// as readers wait on them while full relists are far apart. Beats at least every
+    /// [`BEAT_EVERY`], quiet or busy.
     pub async fn run(mut self, shutdown: CancellationToken) {
         // Subscribe, then list: give the stream consumer a moment to open its call.
         if *self.stream.borrow() == StreamState::Starting {
@@ -508,29 +697,50 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
         let mut stream_open = true;
         let mut up = self.stream.borrow().is_up();
-        self.on_stream_state(up);
+        self.on_stream_state(up).await;
         let mut next_full = Instant::now();
         let mut next_retry: Option<Instant> = None;
         // Fast full relists follow a stream that came back after failing (the runtime may
         // have restarted); a stream up from the start needs none.
-        let mut settle_until = Instant::now();
+        self.trust.settle_until = Instant::now();
         loop {
-            if let Some(l) = &self.liveness {
-                l.tick();
-            }
+            self.beat.beat();
             let pending = self.hints.take();
             if pending.recovered {
-                settle_until = Instant::now() + SETTLE;
+                self.trust.settle_until = Instant::now() + SETTLE;
             }
-            let (batch, full_hint) = self.resolve(pending);
+            let (mut batch, full_hint) = self.resolve(pending);
+            self.settle_suspects(&batch);
+            // A miss just judged shortens the period: the next full relist moves closer.
+            next_full = next_full.min(Instant::now() + self.period());
             let requested = self.requests.try_recv().is_ok();
+            let demand = self.cache.take_demand();
             if full_hint || requested || Instant::now() >= next_full {
-                // Hints taken before this relist starts are covered by it.
+                // Hints and demand taken before this relist starts are covered by it.
                 self.full_relist_logged().await;
-                next_full = Instant::now() + self.period(settle_until);
+                next_full = Instant::now() + self.period();
                 next_retry = None;
-            } else if !batch.is_empty() {
-                self.relist_pods(batch).await;
+            } else {
+                // Pods readers wait on: while full relists are far apart, read them now
+                // (one round trip); otherwise the next full relist, at most a relist
+                // period away, answers them.
+                if self.full_relists_are_slow() {
+                    let now = Instant::now();
+                    for uid in demand {
+                        if !batch.iter().any(|(u, _)| *u == uid) {
+                            let hint = Hint {
+                                source: EventSource::PodRelist,
+                                first_seen: now,
+                                sandbox_ids: Default::default(),
+                                container_ids: Default::default(),
+                            };
+                            batch.push((uid, hint));
+                        }
+                    }
+                }
+                if !batch.is_empty() {
+                    self.relist_pods(batch).await;
+                }
             }
             // Pods whose targeted relist failed are retried at the relist period, even
             // while full relists are slow.
@@ -558,18 +768,19 @@ impl<R: RuntimeService> GenericPleg<R> {
                     _ => {}
                 }
             }
-            let wake = next_retry.map_or(next_full, |r| r.min(next_full));
+            let wake = next_retry.map_or(next_full, |r| r.min(next_full)).min(Instant::now() + BEAT_EVERY);
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep_until(wake) => {}
                 Some(()) = self.requests.recv() => next_full = Instant::now(),
                 _ = self.hints.notified() => {}
+                _ = self.cache.demanded() => {}
                 changed = self.stream.changed(), if stream_open => match changed {
                     Ok(()) => {
                         let now_up = self.stream.borrow().is_up();
                         if now_up != up {
                             up = now_up;
-                            self.on_stream_state(up);
+                            self.on_stream_state(up).await;
                             // Up: repair what was missed, then slow down. Down: relist now
                             // and go back to the relist period.
                             next_full = Instant::now();

@@ -1,5 +1,5 @@
-//! PLEG health the kubelet's way: how long since the last relist whose listing
-//! succeeded, against a threshold.
+//! PLEG health the kubelet's way (how long since the last relist whose results are
+//! in the cache, against a threshold), and the liveness of every long-running loop.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -12,12 +12,18 @@ pub struct PlegHealth {
     inner: Arc<Mutex<Option<(Instant, SystemTime)>>>,
     threshold: Duration,
     extra: Arc<Mutex<Duration>>,
+    last_error: Arc<Mutex<Option<String>>>,
 }
 
 impl PlegHealth {
     /// Health with the given threshold (the kubelet's is 3 minutes).
     pub fn new(threshold: Duration) -> Self {
-        Self { inner: Arc::new(Mutex::new(None)), threshold, extra: Arc::new(Mutex::new(Duration::ZERO)) }
+        Self {
+            inner: Arc::new(Mutex::new(None)),
+            threshold,
+            extra: Arc::new(Mutex::new(Duration::ZERO)),
+            last_error: Arc::new(Mutex::new(None)),
+        }
     }
 
     /// The threshold in force: the configured one, plus the safety-net relist period
@@ -31,9 +37,22 @@ impl PlegHealth {
         *self.extra.lock().expect("health lock") = extra;
     }
 
-    /// Records the start of a relist whose listing succeeded.
+    /// Records a relist that started at `start` and whose results are now in the cache
+    /// (the kubelet records the listing; plegd waits until readers can see it).
     pub fn record_relist(&self, start: Instant, wall: SystemTime) {
         *self.inner.lock().expect("health lock") = Some((start, wall));
+        *self.last_error.lock().expect("health lock") = None;
+    }
+
+    /// Records a relist that failed (its listing could not be read or decoded): health
+    /// does not move, and `/healthz` shows why.
+    pub fn record_failure(&self, error: String) {
+        *self.last_error.lock().expect("health lock") = Some(error);
+    }
+
+    /// Why the latest relist failed, if it did.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().expect("health lock").clone()
     }
 
     /// Whether a relist has ever succeeded.
@@ -139,34 +158,112 @@ mod tests {
     }
 }
 
-/// Liveness of the relist loop: it ticks on every turn, failed relists included.
-#[derive(Clone)]
+/// How often a quiet loop shows it is alive. Every long-running loop wakes at least
+/// this often, busy or not, so `/livez` tells a wedged loop from a quiet node.
+pub const BEAT_EVERY: Duration = Duration::from_secs(5);
+
+/// The limit for loops whose every turn is quick (no runtime call inside): a few
+/// missed beats, never a quiet period.
+pub const QUICK_LOOP_LIMIT: Duration = Duration::from_secs(30);
+
+/// Liveness of plegd's long-running loops. Each loop registers a [`Beat`] with its own
+/// limit and beats on every turn and at least every [`BEAT_EVERY`]; `/livez` fails when
+/// any of them has not beaten within its limit. Cheap to clone.
+#[derive(Clone, Default)]
 pub struct Liveness {
-    last: Arc<Mutex<Instant>>,
-    window: Duration,
+    beats: Arc<Mutex<Vec<BeatState>>>,
+}
+
+struct BeatState {
+    name: &'static str,
+    last: Instant,
+    limit: Duration,
+}
+
+/// One loop's heartbeat. Cheap to clone.
+#[derive(Clone)]
+pub struct Beat {
+    beats: Arc<Mutex<Vec<BeatState>>>,
+    index: usize,
 }
 
 impl Liveness {
-    /// A liveness tracker that fails after `window` without a tick.
-    pub fn new(window: Duration) -> Self {
-        Self { last: Arc::new(Mutex::new(Instant::now())), window }
+    /// No loop registered yet: alive.
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// Records a turn of the loop.
-    pub fn tick(&self) {
-        *self.last.lock().expect("liveness lock") = Instant::now();
+    /// Registers a loop that must beat at least every `limit`; it counts as just beaten.
+    pub fn register(&self, name: &'static str, limit: Duration) -> Beat {
+        let mut beats = self.beats.lock().expect("liveness lock");
+        beats.push(BeatState { name, last: Instant::now(), limit });
+        Beat { beats: self.beats.clone(), index: beats.len() - 1 }
     }
 
-    /// `Ok` while the loop turned within the window.
+    /// `Ok` while every loop beat within its limit; otherwise names each one that did
+    /// not (`relist loop has not turned for 1m4s; limit is 51s`).
     pub fn check(&self) -> Result<(), String> {
-        let since = self.last.lock().expect("liveness lock").elapsed();
-        if since > self.window {
-            return Err(format!(
-                "relist loop has not run for {}; limit is {}",
-                go_duration(since),
-                go_duration(self.window)
-            ));
+        let beats = self.beats.lock().expect("liveness lock");
+        let stalled: Vec<String> = beats
+            .iter()
+            .filter(|b| b.last.elapsed() > b.limit)
+            .map(|b| {
+                format!(
+                    "{} loop has not turned for {}; limit is {}",
+                    b.name,
+                    go_duration(b.last.elapsed()),
+                    go_duration(b.limit)
+                )
+            })
+            .collect();
+        if stalled.is_empty() { Ok(()) } else { Err(stalled.join("; ")) }
+    }
+
+    /// Each registered loop with the time since its last beat, for `/livez?verbose`.
+    pub fn report(&self) -> Vec<(&'static str, Duration, Duration)> {
+        let beats = self.beats.lock().expect("liveness lock");
+        beats.iter().map(|b| (b.name, b.last.elapsed(), b.limit)).collect()
+    }
+}
+
+impl Beat {
+    /// Records a turn of the loop.
+    pub fn beat(&self) {
+        self.beats.lock().expect("liveness lock")[self.index].last = Instant::now();
+    }
+
+    /// A beat registered nowhere (for components run alone, as in tests).
+    pub fn detached(name: &'static str) -> Self {
+        Liveness::new().register(name, Duration::MAX)
+    }
+}
+
+/// A timer that fires every [`BEAT_EVERY`], for a loop's `select!`.
+pub fn beat_timer() -> tokio::time::Interval {
+    let mut t = tokio::time::interval(BEAT_EVERY);
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    t
+}
+
+#[cfg(test)]
+mod liveness_tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_that_beats_stays_live_for_hours_and_one_that_stops_is_named() {
+        let l = Liveness::new();
+        let relist = l.register("relist", Duration::from_secs(51));
+        let publish = l.register("publish", QUICK_LOOP_LIMIT);
+        for _ in 0..(4 * 3600 / 5) {
+            tokio::time::advance(BEAT_EVERY).await;
+            relist.beat();
+            publish.beat();
+            assert!(l.check().is_ok());
         }
-        Ok(())
+        tokio::time::advance(Duration::from_secs(31)).await;
+        relist.beat();
+        assert_eq!(l.check().unwrap_err(), "publish loop has not turned for 31s; limit is 30s");
+        publish.beat();
+        assert!(l.check().is_ok());
     }
 }

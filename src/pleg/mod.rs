@@ -203,11 +203,13 @@ impl PlegState {
         }
     }
 
-    /// A sandbox as a pseudo-container: READY is running, anything else exited.
+    /// A sandbox as a pseudo-container, by the kubelet's table: READY is running,
+    /// NOTREADY exited, a state the CRI does not name unknown.
     pub fn of_sandbox(s: SandboxState) -> Self {
         match s {
             SandboxState::Ready => Self::Running,
             SandboxState::NotReady => Self::Exited,
+            SandboxState::Unknown => Self::Unknown,
         }
     }
 }
@@ -281,5 +283,6 @@ mod tests {
         assert_eq!(PlegState::of_container(ContainerState::Exited), Exited);
         assert_eq!(PlegState::of_sandbox(SandboxState::Ready), Running);
         assert_eq!(PlegState::of_sandbox(SandboxState::NotReady), Exited);
+        assert_eq!(PlegState::of_sandbox(SandboxState::Unknown), Unknown, "the kubelet maps it to unknown");
     }
 }

@@ -89,6 +89,8 @@ struct Inner {
     drop_streams: watch::Sender<u64>,
     reaper: Notify,
     muted: std::sync::atomic::AtomicBool,
+    /// `Version`'s runtime name and version (tests stand in for containerd 1.7 or 2.x).
+    identity: Mutex<(String, String)>,
 }
 
 #[derive(Default)]
@@ -301,6 +303,7 @@ impl SimRuntime {
                 drop_streams: watch::channel(0).0,
                 reaper: Notify::new(),
                 muted: std::sync::atomic::AtomicBool::new(false),
+                identity: Mutex::new(("plegd-sim".into(), env!("CARGO_PKG_VERSION").into())),
             }),
         }
     }
@@ -351,6 +354,12 @@ impl SimRuntime {
         self.inner.muted.store(muted, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Makes `Version` answer as another runtime (for instance `containerd` `v1.7.24`,
+    /// whose event stream plegd does not trust to be complete).
+    pub fn set_identity(&self, runtime_name: &str, runtime_version: &str) {
+        *self.inner.identity.lock().expect("identity lock") = (runtime_name.into(), runtime_version.into());
+    }
+
     /// Number of open event streams.
     pub fn event_subscribers(&self) -> usize {
         self.inner.events.receiver_count()
@@ -397,10 +406,11 @@ impl SimRuntime {
     /// `Version`.
     pub async fn version(&self) -> Result<cri::VersionResponse, Status> {
         self.fault("Version", "").await?;
+        let (runtime_name, runtime_version) = self.inner.identity.lock().expect("identity lock").clone();
         Ok(cri::VersionResponse {
             version: "0.1.0".into(),
-            runtime_name: "plegd-sim".into(),
-            runtime_version: env!("CARGO_PKG_VERSION").into(),
+            runtime_name,
+            runtime_version,
             runtime_api_version: "v1".into(),
         })
     }

@@ -281,6 +281,7 @@ pub async fn truth_and_cache(
             let v = match s.state {
                 plegd::model::SandboxState::Ready => 0,
                 plegd::model::SandboxState::NotReady => 1,
+                plegd::model::SandboxState::Unknown => -1,
             };
             cached.insert(s.id.clone(), format!("sandbox:{v}"));
         }

@@ -1,0 +1,394 @@
+//! A quiet node, hours of it in paused time, in every mode: plegd stays live, healthy
+//! and ready, and `GetNewerThan` answers within about a relist period; a wedged loop
+//! fails `/livez`; health counts a relist only once its pods are in the cache; and an
+//! event stream that misses changes is noticed and compensated.
+//!
+//! The whole sidecar (`app::start_on`) runs here on the simulated runtime in-process,
+//! so tokio's paused clock can skip hours.
+
+mod support;
+
+use std::time::Duration;
+
+use plegd::app::Sidecar;
+use plegd::config::RunConfig;
+use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::metrics::Metrics;
+use plegd::pleg::evented::Mode;
+use plegd::sim::{Fault, FaultAction, SimRuntime};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+struct InProcess {
+    sim: SimRuntime,
+    app: Sidecar,
+    cfg: RunConfig,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    _dir: tempfile::TempDir,
+}
+
+fn config(mode: Mode, dir: &tempfile::TempDir) -> RunConfig {
+    let mut cfg = RunConfig::for_endpoint("unix:///run/containerd/containerd.sock").unwrap();
+    cfg.api.socket = dir.path().join("api/plegd.sock");
+    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
+    cfg.mode = mode;
+    cfg
+}
+
+async fn start_on<R: plegd::cri::RuntimeService>(sim: SimRuntime, runtime: R, mode: Mode) -> InProcess {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(mode, &dir);
+    let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
+    tracker.spawn(sim.clone().run_reaper(shutdown.clone()));
+    let app = plegd::app::start_on(&cfg, runtime, Metrics::new(), &tracker, &shutdown).await.expect("plegd starts");
+    InProcess { sim, app, cfg, shutdown, tracker, _dir: dir }
+}
+
+/// plegd in `mode` on a simulated runtime that answers `Version` as `identity`.
+async fn start(mode: Mode, identity: Option<(&str, &str)>) -> InProcess {
+    let sim = SimRuntime::new();
+    if let Some((name, version)) = identity {
+        sim.set_identity(name, version);
+    }
+    start_on(sim.clone(), sim, mode).await
+}
+
+impl InProcess {
+    async fn ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.app.readiness.check().is_err() {
+            assert!(Instant::now() < deadline, "never ready: {:?}", self.app.readiness.check());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn run_pod(&self, name: &str) -> (PodSpec, String, String) {
+        let pod = PodSpec::new("default", name);
+        let sid = self.sim.run_pod_sandbox(pod.run_request()).await.unwrap();
+        let id = self.start_container(&pod, &sid, "app").await;
+        (pod, sid, id)
+    }
+
+    async fn start_container(&self, pod: &PodSpec, sid: &str, name: &str) -> String {
+        let id = self.sim.create_container(pod.create_request(sid, &ContainerSpec::new(name))).await.unwrap();
+        self.sim.start_container(&id).await.unwrap();
+        id
+    }
+
+    /// A counter or gauge from the metrics text (0 when absent).
+    fn metric(&self, name: &str) -> f64 {
+        let text = self.app.metrics.encode_text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// Events plegd published about a container.
+    fn events_of(&self, pod: &PodSpec, container_id: &str) -> usize {
+        let timeline = self.app.journal.timeline(&pod.uid).unwrap_or_default();
+        timeline.iter().filter(|e| e.event.container_id == container_id).count()
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
+
+/// A runtime's `Version` name and version.
+type Identity = Option<(&'static str, &'static str)>;
+
+const MODES: [(Mode, Identity, &str); 4] = [
+    (Mode::Auto, None, "auto, a stream that delivers every event"),
+    (Mode::Auto, Some(("containerd", "v1.7.24")), "auto, a stream that may split events (containerd 1.7)"),
+    (Mode::Generic, None, "generic"),
+    (Mode::Evented, None, "evented"),
+];
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_node_stays_live_healthy_and_ready_for_hours_in_every_mode() {
+    for (mode, identity, what) in MODES {
+        let p = start(mode, identity).await;
+        for i in 0..3 {
+            p.run_pod(&format!("quiet-{i}")).await;
+        }
+        p.ready().await;
+        // The kubelet probes every 10 s; three hours of a node where nothing changes.
+        for step in 0..(3 * 3600 / 10) {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let at = format!("{what}: after {} s of quiet", (step + 1) * 10);
+            assert_eq!(p.app.liveness.check(), Ok(()), "{at}");
+            assert_eq!(p.app.health.check(), Ok(()), "{at}");
+            assert_eq!(p.app.readiness.check(), Ok(()), "{at}");
+        }
+        assert_eq!(p.app.cache.len(), 3, "{what}");
+        p.stop().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wedged_relist_loop_fails_livez_within_its_limit_and_is_named() {
+    let p = start(Mode::Generic, None).await;
+    p.run_pod("a").await;
+    p.ready().await;
+    // The in-process runtime has no deadline: a listing that never answers wedges the
+    // relist loop, as a bug that awaited forever would.
+    p.sim.inject(Fault { method: "ListPodSandbox", target: None, action: FaultAction::Hang, times: None });
+    let limit =
+        plegd::admin::relist_liveness_limit(p.cfg.relist_period, p.cfg.inspect_timeout, p.cfg.runtime_request_timeout);
+    let wedged_at = Instant::now();
+    let mut failed_after = None;
+    while wedged_at.elapsed() < limit * 2 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Err(msg) = p.app.liveness.check() {
+            assert!(msg.starts_with("relist loop has not turned for "), "{msg}");
+            failed_after = Some(wedged_at.elapsed());
+            break;
+        }
+    }
+    let failed_after = failed_after.expect("/livez never failed for a wedged relist loop");
+    assert!(failed_after <= limit + Duration::from_secs(2), "failed after {failed_after:?}, limit {limit:?}");
+    let (code, body) = support::http(p.app.admin_addr, "GET", "/livez").await;
+    assert_eq!(code, 500, "{body}");
+    assert!(body.contains("relist loop"), "{body}");
+    p.sim.clear_faults();
+    p.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn get_newer_than_answers_within_a_relist_period_on_a_quiet_node_in_every_mode() {
+    for (mode, identity, what) in MODES {
+        let p = start(mode, identity).await;
+        let (pod, sid, _) = p.run_pod("steady").await;
+        let (gone, gone_sid, _) = p.run_pod("going").await;
+        p.ready().await;
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        let period = p.cfg.relist_period;
+
+        // A pod that does not change: answered with a status read after the asked time.
+        let min = Instant::now();
+        let fresh = tokio::time::timeout(period * 2, p.app.cache.get_newer_than(&pod.uid, min))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no answer for a quiet pod within two relist periods"));
+        let entry = fresh.entry.expect("the pod exists");
+        // Read after the waiter registered (on a paused clock the read's time can equal
+        // the asked time; real clocks move on).
+        assert!(entry.modified >= min || fresh.global.is_some_and(|g| g >= min), "{what}: the answer is fresh");
+        assert!(entry.status.as_ref().unwrap().sandboxes.iter().any(|s| s.id == sid));
+
+        // A pod removed without a word on the stream: its waiter is told it is gone.
+        p.sim.mute_events(true);
+        p.sim.stop_pod_sandbox(&gone_sid).await.unwrap();
+        p.sim.remove_pod_sandbox(&gone_sid).await.unwrap();
+        let min = Instant::now();
+        let fresh = tokio::time::timeout(period * 2, p.app.cache.get_newer_than(&gone.uid, min))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: a waiter on a removed pod was never released"));
+        assert!(fresh.entry.is_none(), "{what}: the removed pod is absent");
+
+        // A pod that never existed: answered as absent too.
+        let min = Instant::now();
+        let fresh = tokio::time::timeout(period * 2, p.app.cache.get_newer_than("no-such-pod", min))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: a waiter on an unknown pod was never released"));
+        assert!(fresh.entry.is_none());
+        p.sim.mute_events(false);
+        p.stop().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn health_readiness_and_the_startup_resync_see_a_relist_only_once_its_pods_are_cached() {
+    let sim = SimRuntime::new();
+    for i in 0..5 {
+        let pod = PodSpec::new("default", &format!("slow-{i}"));
+        let sid = sim.run_pod_sandbox(pod.run_request()).await.unwrap();
+        let id = sim.create_container(pod.create_request(&sid, &ContainerSpec::new("app"))).await.unwrap();
+        sim.start_container(&id).await.unwrap();
+    }
+    // Each pod takes a second to read.
+    sim.inject(Fault {
+        method: "PodSandboxStatus",
+        target: None,
+        action: FaultAction::Delay(Duration::from_secs(1)),
+        times: None,
+    });
+    let p = start_on(sim.clone(), sim, Mode::Generic).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !p.app.health.first_relist_done() {
+        assert!(p.app.readiness.check().is_err(), "ready before the first relist counted");
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(p.app.cache.len(), 5, "the first relist counted before its pods were in the cache");
+    p.ready().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let startup = p.app.history.lock().unwrap().query(&plegd::syncloop::Query { seq: Some(0), ..Default::default() });
+    assert_eq!(&*startup[0].name, "resync:startup");
+    assert_eq!(&*startup[0].handlers[0].change, "queued 5 pods for crashloop", "the startup resync saw every pod");
+    p.sim.clear_faults();
+    p.stop().await;
+}
+
+/// The simulated runtime, with a listing that does not decode.
+#[derive(Clone)]
+struct Garbled {
+    sim: SimRuntime,
+    garbled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl plegd::cri::RuntimeService for Garbled {
+    fn endpoint(&self) -> &str {
+        "garbled"
+    }
+    async fn version(&self) -> Result<plegd::proto::runtime::VersionResponse, plegd::cri::CriError> {
+        plegd::cri::RuntimeService::version(&self.sim).await
+    }
+    async fn list_pod_sandboxes(
+        &self,
+        f: Option<plegd::proto::runtime::PodSandboxFilter>,
+    ) -> Result<Vec<plegd::proto::runtime::PodSandbox>, plegd::cri::CriError> {
+        self.sim.list_pod_sandboxes(f).await
+    }
+    async fn pod_sandbox_status(
+        &self,
+        id: &str,
+    ) -> Result<plegd::proto::runtime::PodSandboxStatus, plegd::cri::CriError> {
+        plegd::cri::RuntimeService::pod_sandbox_status(&self.sim, id).await
+    }
+    async fn list_containers(
+        &self,
+        f: Option<plegd::proto::runtime::ContainerFilter>,
+    ) -> Result<Vec<plegd::proto::runtime::Container>, plegd::cri::CriError> {
+        self.sim.list_containers(f).await
+    }
+    async fn list_encoded(&self) -> Result<plegd::cri::brief::EncodedListing, plegd::cri::CriError> {
+        let mut listing = self.sim.list_encoded().await?;
+        if self.garbled.load(std::sync::atomic::Ordering::SeqCst) {
+            // A length prefix that runs past the end: no protobuf decoder accepts it.
+            listing.sandboxes = vec![0x0a, 0xff, 0x01, 0x00].into();
+        }
+        Ok(listing)
+    }
+    async fn container_status(&self, id: &str) -> Result<plegd::proto::runtime::ContainerStatus, plegd::cri::CriError> {
+        self.sim.container_status(id).await
+    }
+    async fn container_events(&self) -> Result<plegd::cri::EventStream, plegd::cri::CriError> {
+        self.sim.container_events().await
+    }
+    async fn remove_container(&self, id: &str) -> Result<(), plegd::cri::CriError> {
+        plegd::cri::RuntimeService::remove_container(&self.sim, id).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listing_that_does_not_decode_is_a_failed_relist_counted_and_shown_in_healthz() {
+    use plegd::cri::RuntimeService;
+    let sim = SimRuntime::new();
+    let garbled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let p = start_on(sim.clone(), Garbled { sim, garbled: garbled.clone() }, Mode::Generic).await;
+    p.run_pod("a").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!p.app.health.first_relist_done(), "an undecodable listing is not a relist");
+    assert!(p.app.readiness.check().is_err());
+    assert!(p.metric("plegd_pleg_relist_errors_total") >= 4.0, "each failed relist is counted");
+    let (code, body) = support::http(p.app.admin_addr, "GET", "/healthz").await;
+    assert_eq!(code, 500, "{body}");
+    assert!(body.contains("last relist failed: relist failed: the runtime's listing does not decode"), "{body}");
+    // The same listing decoded: healthy, and the pod is there.
+    garbled.store(false, std::sync::atomic::Ordering::SeqCst);
+    p.ready().await;
+    assert_eq!(p.app.cache.len(), 1);
+    let _ = p.sim.endpoint();
+    p.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_whose_first_inspection_fails_is_cached_with_the_error() {
+    let p = start(Mode::Generic, None).await;
+    p.ready().await;
+    p.sim.inject(Fault {
+        method: "PodSandboxStatus",
+        target: None,
+        action: FaultAction::Error(tonic::Code::Internal, "sandbox status unreadable".into()),
+        times: None,
+    });
+    let (pod, _, _) = p.run_pod("broken").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let entry = p.app.cache.get(&pod.uid).expect("the pod is cached, with its error, as the kubelet caches it");
+    assert!(entry.error.as_deref().unwrap().contains("sandbox status unreadable"), "{:?}", entry.error);
+    let status = entry.status.as_ref().expect("what the listing says of it");
+    assert_eq!((status.namespace.as_str(), status.name.as_str()), ("default", "broken"));
+    // A waiter gets that error.
+    let min = Instant::now();
+    let fresh = tokio::time::timeout(Duration::from_secs(3), p.app.cache.get_newer_than(&pod.uid, min)).await.unwrap();
+    assert!(fresh.entry.unwrap().error.is_some());
+    p.sim.clear_faults();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let entry = p.app.cache.get(&pod.uid).unwrap();
+    assert!(entry.error.is_none() && entry.status.as_ref().unwrap().containers.len() == 1);
+    p.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_complete_stream_that_misses_changes_is_noticed_and_full_relists_speed_up_until_it_is_complete_again() {
+    let p = start(Mode::Auto, None).await;
+    let (pod, sid, _) = p.run_pod("a").await;
+    p.ready().await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(p.metric("plegd_evented_missed_changes_total"), 0.0, "nothing missed while events flow");
+
+    // The runtime goes on without a word on the stream (containerd 1.7 handing events to
+    // another subscriber looks the same from here).
+    p.sim.mute_events(true);
+    let first = p.start_container(&pod, &sid, "sidecar").await;
+    // Found by the safety-net relist, at most its period later.
+    let t0 = Instant::now();
+    while p.events_of(&pod, &first) == 0 {
+        assert!(t0.elapsed() <= p.cfg.evented_relist_period + Duration::from_secs(2), "never found");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Its event never comes: after a grace for events in flight, it counts as missed.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(p.metric("plegd_evented_missed_changes_total") >= 1.0, "the miss is counted");
+    // While the stream keeps missing, full relists run at the relist period.
+    let second = p.start_container(&pod, &sid, "second").await;
+    let t1 = Instant::now();
+    while p.events_of(&pod, &second) == 0 {
+        assert!(t1.elapsed() <= p.cfg.relist_period * 3, "a second missed change waited {:?}", t1.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Events flow again: relists find nothing missed and slow down step by step.
+    p.sim.mute_events(false);
+    tokio::time::sleep(Duration::from_secs(20 * 60)).await;
+    let relists = || p.metric("plegd_pleg_relist_duration_seconds_count");
+    let before = relists();
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let during = relists() - before;
+    assert!(during <= 3.0, "back to the safety-net period: {during} full relists in 10 minutes");
+    p.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_a_runtime_whose_stream_may_split_events_full_relists_never_slow_down() {
+    let p = start(Mode::Auto, Some(("containerd", "v1.7.24"))).await;
+    let (pod, sid, _) = p.run_pod("a").await;
+    p.ready().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(p.app.stream.borrow().is_up(), "the stream is used, for latency");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    p.sim.mute_events(true);
+    let id = p.start_container(&pod, &sid, "sidecar").await;
+    let t0 = Instant::now();
+    while p.events_of(&pod, &id) == 0 {
+        assert!(t0.elapsed() <= p.cfg.relist_period * 3, "a change the stream missed waited {:?}", t0.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Health does not allow for slow relists here: none are slow.
+    assert_eq!(p.app.health.threshold(), p.cfg.relist_threshold);
+    p.stop().await;
+}
