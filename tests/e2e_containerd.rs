@@ -592,3 +592,155 @@ async fn gc_removes_dead_containers_beyond_the_policy_in_a_real_runtime() {
     remove_pod(&c, &sid).await;
     p.stop().await;
 }
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn a_quiet_node_stays_live_healthy_ready_and_answers_get_newer_than_for_minutes() {
+    use plegd::proto::plegd as api;
+    let env = env();
+    let c = env.client();
+    // plegd as deployed: default periods (1 s relists, 300 s safety net with a stream).
+    let p = env.full(|_| {}).await;
+    let admin = p.app.admin_addr;
+    // Some churn, then nothing at all.
+    let mut pods = Vec::new();
+    for i in 0..3 {
+        let pod = PodSpec::new("e2e", &format!("quiet-{i}"));
+        let sid = run_pod(&c, &pod).await;
+        let spec = if i == 0 {
+            ContainerSpec::new("main").exits_after(Duration::from_secs(1), 2)
+        } else {
+            ContainerSpec::new("main")
+        };
+        start(&c, &pod, &sid, &spec).await;
+        pods.push((pod, sid));
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let quiet: u64 = std::env::var("PLEGD_E2E_QUIET_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(150);
+    let mut client = plegd::client::connect(&p.socket).unwrap();
+    let mut answers = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(quiet) {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let at = format!("after {:.0} s of quiet", t0.elapsed().as_secs_f64());
+        for path in ["/livez", "/healthz", "/readyz"] {
+            let (code, body) = support::http(admin, "GET", path).await;
+            assert_eq!(code, 200, "{path} {at}: {body}");
+        }
+        // GetNewerThan over the wire for a pod that does not change.
+        let now = plegd::model::system_to_timestamp(std::time::SystemTime::now());
+        let mut req =
+            tonic::Request::new(api::GetPodStatusRequest { pod_uid: pods[1].0.uid.clone(), min_timestamp: Some(now) });
+        req.set_timeout(Duration::from_secs(5));
+        let asked = Instant::now();
+        let got = client.get_pod_status(req).await.unwrap_or_else(|e| panic!("GetPodStatus {at}: {e}")).into_inner();
+        answers.push(asked.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(got.pod.unwrap().containers.len(), 1, "{at}");
+    }
+    // A pod removed on a quiet node: its waiter is told it is gone.
+    remove_pod(&c, &pods[2].1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = plegd::model::system_to_timestamp(std::time::SystemTime::now());
+    let mut req =
+        tonic::Request::new(api::GetPodStatusRequest { pod_uid: pods[2].0.uid.clone(), min_timestamp: Some(now) });
+    req.set_timeout(Duration::from_secs(5));
+    let got = client.get_pod_status(req).await.unwrap().into_inner();
+    assert!(got.pod.is_none() && got.not_found, "a removed pod is answered as not found: {got:?}");
+    answers.sort_by(f64::total_cmp);
+    figure(&format!(
+        "containerd {} quiet node, {quiet} s: /livez /healthz /readyz 200 throughout; GetPodStatus(min_timestamp=now) answered in {:.1}..{:.1} ms (median {:.1})",
+        env.version,
+        answers[0],
+        answers[answers.len() - 1],
+        answers[answers.len() / 2]
+    ));
+    for (_, sid) in &pods[..2] {
+        remove_pod(&c, sid).await;
+    }
+    p.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn with_a_second_event_subscriber_every_start_and_death_still_reaches_plegd_within_a_relist_period() {
+    use plegd::journal::{Filter, Since};
+    let env = env();
+    let c = env.client();
+    let p = env.full(|_| {}).await;
+    // Another subscriber on the node, as `crictl events` or the kubelet's evented PLEG
+    // would be. containerd 1.7 hands each event to only one of them.
+    let theirs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let other = tokio::spawn({
+        let (c, theirs) = (env.client(), theirs.clone());
+        async move {
+            let Ok(mut s) = c.container_events().await else { return };
+            while let Some(Ok(_)) = futures_util::StreamExt::next(&mut s).await {
+                theirs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut sub = p.app.journal.subscribe(Since::Snapshot, std::sync::Arc::new(Filter::default()));
+    let mut started_at = BTreeMap::new();
+    let mut sids = Vec::new();
+    for i in 0..12 {
+        let pod = PodSpec::new("e2e", &format!("split-{i}"));
+        let sid = run_pod(&c, &pod).await;
+        let (id, at) = start(&c, &pod, &sid, &ContainerSpec::new("main").exits_after(Duration::from_secs(2), 0)).await;
+        started_at.insert(id, at);
+        sids.push(sid);
+    }
+    let mut started = BTreeMap::new();
+    let mut died = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (started.len() < 12 || died.len() < 12) && Instant::now() < deadline {
+        let Ok(Some(e)) = tokio::time::timeout(Duration::from_secs(1), sub.next()).await else { continue };
+        let ev = &e.event;
+        if !started_at.contains_key(&ev.container_id) {
+            continue;
+        }
+        let lag = ev.latency().map(|d| d.as_secs_f64() * 1e3).unwrap_or(f64::NAN);
+        match ev.kind {
+            EventType::ContainerStarted => {
+                started.insert(ev.container_id.clone(), (lag, ev.source));
+            }
+            EventType::ContainerDied => {
+                died.insert(ev.container_id.clone(), (lag, ev.source));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(started.len(), 12, "every start is reported, however the stream is split");
+    assert_eq!(died.len(), 12, "every death is reported");
+    let summary = |m: &BTreeMap<String, (f64, EventSource)>| {
+        let mut l: Vec<f64> = m.values().map(|(l, _)| *l).collect();
+        l.sort_by(f64::total_cmp);
+        let by_stream = m.values().filter(|(_, s)| *s == EventSource::CriEvent).count();
+        (l[l.len() / 2], l[l.len() - 1], by_stream)
+    };
+    let (s50, smax, s_stream) = summary(&started);
+    let (d50, dmax, d_stream) = summary(&died);
+    for (what, max) in [("start", smax), ("death", dmax)] {
+        assert!(
+            max < 2500.0,
+            "a {what} reached plegd {max:.0} ms after the runtime made it: more than a relist period"
+        );
+    }
+    for sid in &sids {
+        remove_pod(&c, sid).await;
+    }
+    other.abort();
+    let theirs = theirs.load(std::sync::atomic::Ordering::SeqCst);
+    figure(&format!(
+        "containerd {} with a second event subscriber: 12 STARTED median {s50:.0} ms max {smax:.0} ms ({s_stream} via the stream), 12 DIED median {d50:.0} ms max {dmax:.0} ms ({d_stream} via the stream); missed-change counter {}{}",
+        env.version,
+        p.app
+            .metrics
+            .encode_text()
+            .lines()
+            .find(|l| l.starts_with("plegd_evented_missed_changes_total "))
+            .unwrap_or("absent"),
+        if theirs > 0 { format!("; the other subscriber got {theirs} events") } else { String::new() }
+    ));
+    p.stop().await;
+}
