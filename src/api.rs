@@ -122,6 +122,8 @@ impl PodLifecycleService {
             shutdown: self.shutdown.clone(),
             phase: Phase::Subscribe(since),
             sub: None,
+            announced: false,
+            queued: None,
             last_sent: Instant::now(),
             idle: Box::pin(tokio::time::sleep(self.cfg.bookmark_interval)),
             burst: 0,
@@ -193,6 +195,10 @@ struct WatchFeed {
     shutdown: CancellationToken,
     phase: Phase,
     sub: Option<Subscription>,
+    /// Whether the stream told its epoch (its first message does).
+    announced: bool,
+    /// A message to send before anything else (the reset after the epoch).
+    queued: Option<Outgoing>,
     /// When the last message went out; a bookmark follows `bookmark` after it.
     last_sent: Instant,
     /// One timer per stream, moved only when it fires: re-arming a timer for every
@@ -287,10 +293,18 @@ impl WatchFeed {
             if self.shutdown.is_cancelled() {
                 self.phase = Phase::Done;
             }
+            if let Some(m) = self.queued.take() {
+                return Some(m);
+            }
             match &mut self.phase {
                 Phase::Done => return None,
                 Phase::Subscribe(since) => {
                     let mut sub = self.journal.subscribe(*since, self.filter.clone());
+                    let resumed = matches!(sub.start, Start::Replay(_));
+                    let after = match (&sub.start, since) {
+                        (Start::Replay(_), Since::Revision(r, _)) => *r,
+                        _ => 0,
+                    };
                     self.phase = match std::mem::replace(&mut sub.start, Start::Replay(Vec::new())) {
                         Start::Snapshot { pods, revision } => Phase::Snapshot(self.convert(pods, revision)),
                         Start::Replay(entries) => Phase::Replay(entries.into_iter()),
@@ -299,7 +313,12 @@ impl WatchFeed {
                     self.sub = Some(sub);
                     if refused {
                         let msg = "the requested revision is no longer kept (or belongs to another plegd process); here is a fresh snapshot";
-                        return Some(self.reset(ResetReason::RevisionTooOld, msg));
+                        self.queued = Some(self.reset(ResetReason::RevisionTooOld, msg));
+                    }
+                    if !std::mem::replace(&mut self.announced, true) {
+                        // Every stream tells its epoch before anything else.
+                        let start = api::StreamStart { epoch: self.journal.epoch(), resumed };
+                        return Some(Self::message(after, api::watch_event::Kind::Start(start)));
                     }
                 }
                 Phase::Snapshot(rx) => {
@@ -318,6 +337,8 @@ impl WatchFeed {
                 Phase::Live => {
                     let sub = self.sub.as_mut()?;
                     tokio::select! {
+                        // Queued events always go before a bookmark.
+                        biased;
                         _ = self.shutdown.cancelled() => self.phase = Phase::Done,
                         entry = sub.next() => match entry {
                             Some(e) => {
@@ -341,13 +362,19 @@ impl WatchFeed {
                         },
                         _ = &mut self.idle => {
                             let due = self.last_sent + self.bookmark;
-                            if Instant::now() >= due {
+                            // The journal hands an entry to its subscribers before it
+                            // publishes the entry's revision: with the revision read
+                            // first, an empty buffer means every entry up to it that this
+                            // stream matches has been sent. Otherwise the queued events go
+                            // first and the bookmark waits.
+                            let revision = self.journal.revision();
+                            if Instant::now() >= due && sub.is_drained() {
                                 self.last_sent = Instant::now();
                                 self.idle.as_mut().reset(self.last_sent + self.bookmark);
                                 let bookmark = api::watch_event::Kind::Bookmark(api::Bookmark {});
-                                return Some(Self::message(self.journal.revision(), bookmark));
+                                return Some(Self::message(revision, bookmark));
                             }
-                            self.idle.as_mut().reset(due);
+                            self.idle.as_mut().reset(due.max(Instant::now() + Duration::from_millis(1)));
                         }
                     }
                 }

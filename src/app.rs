@@ -139,7 +139,7 @@ pub async fn start_on<R: RuntimeService>(
         queues.push(q);
     }
     sync_loop.add_handler(Box::new(Enqueue::new(queues.clone(), cache.clone(), sync.clone())));
-    sync_loop.add_handler(Box::new(Publish::new(journal.clone())));
+    sync_loop.add_handler(Box::new(Publish::new(publisher.path())));
 
     // Bind both sockets before starting anything.
     let api_listener = crate::uds::bind(&cfg.api.socket, 0o660).await.map_err(AppError::Listen)?;

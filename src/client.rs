@@ -26,6 +26,9 @@ pub enum ClientError {
     /// Writing the output failed (a closed pipe ends quietly).
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
+    /// `--verify` found messages that break the Watch invariants.
+    #[error("--verify: {0} watch invariant violations (listed above)")]
+    Verify(u64),
 }
 
 impl ClientError {
@@ -34,7 +37,7 @@ impl ClientError {
         match self {
             Self::Socket(_) => true,
             Self::Status(s) => s.code() == tonic::Code::InvalidArgument,
-            Self::Output(_) => false,
+            Self::Output(_) | Self::Verify(_) => false,
         }
     }
 }
@@ -61,23 +64,57 @@ pub struct WatchOptions {
     pub json: bool,
     /// Print the snapshot too (text output shows only events by default).
     pub show_snapshot: bool,
+    /// The epoch `since` belongs to (0: unknown; plegd then trusts the revision).
+    pub epoch: u64,
+    /// Check every message against the Watch invariants and report violations.
+    pub verify: bool,
 }
 
 /// `plegd watch`: prints events until shutdown; on a broken stream reconnects with
-/// backoff and resumes after the last revision it printed.
+/// backoff and resumes where its copy was last complete (after `synced`, an event
+/// after it, or a bookmark; never mid-snapshot or after a reset), with the epoch the
+/// stream told, so it never carries on into a restarted plegd's revisions. With
+/// `verify`, every message is checked against the Watch invariants
+/// ([`crate::watchcheck`]); violations go to stderr and make the command fail.
 pub async fn watch(socket: &str, opts: WatchOptions, shutdown: CancellationToken) -> Result<(), ClientError> {
     let mut client = connect(socket)?;
-    let mut since = opts.since;
-    let mut epoch = 0;
+    let filtered = opts.filter != api::PodFilter::default() || !opts.types.is_empty();
+    let mut checker = crate::watchcheck::WatchChecker::new(filtered).resuming_from(opts.since, opts.epoch);
+    let mut violations = 0u64;
+    let (mut since, mut epoch) = (opts.since, opts.epoch);
+    let result = watch_loop(&mut client, &opts, &shutdown, &mut checker, &mut violations, &mut since, &mut epoch).await;
+    if opts.verify {
+        eprintln!(
+            "plegd watch --verify: {} events, {} resets, {} bookmarks checked; {violations} violations",
+            checker.events, checker.resets, checker.bookmarks
+        );
+        if violations > 0 && result.is_ok() {
+            return Err(ClientError::Verify(violations));
+        }
+    }
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn watch_loop(
+    client: &mut PodLifecycleClient<tonic::transport::Channel>,
+    opts: &WatchOptions,
+    shutdown: &CancellationToken,
+    checker: &mut crate::watchcheck::WatchChecker,
+    violations: &mut u64,
+    since: &mut u64,
+    epoch: &mut u64,
+) -> Result<(), ClientError> {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
     let mut out = std::io::stdout().lock();
     loop {
         let req = api::WatchRequest {
-            since_revision: since,
+            since_revision: *since,
             filter: Some(opts.filter.clone()),
             types: opts.types.iter().map(|t| *t as i32).collect(),
-            epoch,
+            epoch: *epoch,
         };
+        checker.reconnect();
         let stream = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
             r = client.watch(req) => r,
@@ -101,10 +138,14 @@ pub async fn watch(socket: &str, opts: WatchOptions, shutdown: CancellationToken
             match msg {
                 Ok(Some(ev)) => {
                     backoff.reset();
-                    since = ev.revision;
-                    if let Some(api::watch_event::Kind::Synced(s)) = &ev.kind {
-                        epoch = s.epoch;
+                    if let Err(v) = checker.observe(&ev) {
+                        *violations += 1;
+                        if opts.verify {
+                            eprintln!("plegd watch --verify: {v}");
+                        }
                     }
+                    // The resume point moves only where the copy is complete.
+                    (*since, *epoch) = checker.resume_point().unwrap_or((0, 0));
                     if let Some(line) = render(&ev, opts.json, opts.show_snapshot) {
                         if let Err(e) = writeln!(out, "{line}") {
                             return if e.kind() == std::io::ErrorKind::BrokenPipe { Ok(()) } else { Err(e.into()) };
@@ -114,7 +155,10 @@ pub async fn watch(socket: &str, opts: WatchOptions, shutdown: CancellationToken
                 }
                 Ok(None) => break,
                 Err(s) => {
-                    eprintln!("plegd watch: stream broke ({}); resuming after revision {since}", s.message());
+                    eprintln!(
+                        "plegd watch: stream broke ({}); resuming after revision {since} (0: a fresh snapshot)",
+                        s.message()
+                    );
                     break;
                 }
             }
@@ -144,6 +188,7 @@ fn render(ev: &api::WatchEvent, json: bool, show_snapshot: bool) -> Option<Strin
             r.message
         )),
         Kind::Bookmark(_) => None,
+        Kind::Start(s) => Some(format!("# stream: epoch {}{}", s.epoch, if s.resumed { ", resumed" } else { "" })),
     }
 }
 
@@ -236,6 +281,7 @@ pub fn watch_event_json(ev: &api::WatchEvent) -> Value {
             json!({"reason": api::ResetReason::try_from(r.reason).map(|x| x.as_str_name()).unwrap_or("?"), "message": r.message}),
         ),
         Some(Kind::Bookmark(_)) => ("bookmark", json!({})),
+        Some(Kind::Start(s)) => ("start", json!({"epoch": s.epoch, "resumed": s.resumed})),
         None => ("unknown", Value::Null),
     };
     json!({ "revision": ev.revision, k: v })

@@ -87,6 +87,16 @@ pub struct WatchArgs {
     /// Also print the snapshot's pods in text output.
     #[arg(long, env = "PLEGD_SHOW_SNAPSHOT")]
     pub show_snapshot: bool,
+    /// The epoch `--since` belongs to (from a stream's `start` or `synced`); a plegd
+    /// with another journal then answers with a reset and a snapshot instead of
+    /// carrying on from its own revisions.
+    #[arg(long, env = "PLEGD_EPOCH", default_value_t = 0)]
+    pub epoch: u64,
+    /// Check every message against the Watch invariants (epoch first, no gap without a
+    /// reset, no bookmark ahead of an event, snapshot then synced); violations go to
+    /// stderr and the command exits 1.
+    #[arg(long, env = "PLEGD_VERIFY")]
+    pub verify: bool,
     /// Logging.
     #[command(flatten)]
     pub log: LogArgs,

@@ -189,6 +189,11 @@ struct Inner {
     gone: VecDeque<Arc<str>>,
     view: BTreeMap<Arc<str>, Arc<PodStatus>>,
     metas: BTreeMap<Arc<str>, Arc<PodMeta>>,
+    /// Who the pods that went away were (their labels above all), so every one of a
+    /// removed pod's events matches a filter as the pod did; the last
+    /// [`TIMELINE_GONE_PODS`] are kept.
+    gone_metas: std::collections::HashMap<Arc<str>, Arc<PodMeta>>,
+    gone_order: VecDeque<Arc<str>>,
     subs: Vec<Sub>,
     next_sub: u64,
 }
@@ -258,6 +263,8 @@ impl Journal {
                     gone: VecDeque::new(),
                     view: BTreeMap::new(),
                     metas: BTreeMap::new(),
+                    gone_metas: Default::default(),
+                    gone_order: VecDeque::new(),
                     subs: Vec::new(),
                     next_sub: 0,
                 }),
@@ -287,30 +294,59 @@ impl Journal {
 
     /// Appends an event: assigns the next revision, updates the view and hands the
     /// entry to every matching subscriber without waiting. Returns the revision.
-    pub fn append(&self, event: PodLifecycleEvent) -> u64 {
+    ///
+    /// The PLEG's events carry the pod as the runtime has it and move the view. A
+    /// reconciler's event (source `RECONCILER`) is about the pod as the view has it
+    /// now: it carries that status and never moves the view, so a status its
+    /// reconciler read earlier cannot overwrite a newer one, nor bring back a pod that
+    /// is gone; about a pod that is gone it is not appended (`None`).
+    pub fn append(&self, mut event: PodLifecycleEvent) -> Option<u64> {
         let mut inner = self.shared.inner.lock().expect("journal lock");
         let revision = self.shared.revision.load(Ordering::Relaxed) + 1;
         let uid = event.pod_uid.clone();
-        let meta = match &event.pod {
-            Some(status) => {
-                let meta = match inner.metas.get(&*uid) {
-                    Some(m) if m.labels == status.labels && *m.name == *status.name => m.clone(),
-                    _ => Arc::new(PodMeta::of(status)),
-                };
-                inner.view.insert(uid.clone(), status.clone());
-                inner.metas.insert(uid.clone(), meta.clone());
-                meta
-            }
-            None => {
-                inner.view.remove(&*uid);
-                inner.metas.remove(&*uid).unwrap_or_else(|| {
-                    Arc::new(PodMeta {
-                        uid: uid.clone(),
-                        namespace: event.pod_namespace.clone(),
-                        name: event.pod_name.clone(),
-                        labels: Labels::default(),
-                    })
-                })
+        let meta = if event.source == crate::pleg::EventSource::Reconciler {
+            let current = inner.view.get(&*uid).cloned()?;
+            event.pod = Some(current);
+            inner.metas.get(&*uid).cloned()?
+        } else {
+            match &event.pod {
+                Some(status) => {
+                    let meta = match inner.metas.get(&*uid) {
+                        Some(m) if m.labels == status.labels && *m.name == *status.name => m.clone(),
+                        _ => Arc::new(PodMeta::of(status)),
+                    };
+                    inner.view.insert(uid.clone(), status.clone());
+                    inner.metas.insert(uid.clone(), meta.clone());
+                    if inner.gone_metas.remove(&*uid).is_some() {
+                        inner.gone_order.retain(|u| *u != uid);
+                    }
+                    meta
+                }
+                None => {
+                    inner.view.remove(&*uid);
+                    // Every removal event of a pod matches as the pod did: its labels
+                    // outlive the first of them.
+                    match inner.metas.remove(&*uid) {
+                        Some(meta) => {
+                            inner.gone_metas.insert(uid.clone(), meta.clone());
+                            inner.gone_order.push_back(uid.clone());
+                            while inner.gone_order.len() > TIMELINE_GONE_PODS {
+                                let old = inner.gone_order.pop_front().expect("non-empty");
+                                inner.gone_metas.remove(&old);
+                            }
+                            meta
+                        }
+                        None => inner.gone_metas.get(&*uid).cloned().unwrap_or_else(|| {
+                            // A pod plegd never saw alive: nothing is known of its labels.
+                            Arc::new(PodMeta {
+                                uid: uid.clone(),
+                                namespace: event.pod_namespace.clone(),
+                                name: event.pod_name.clone(),
+                                labels: Labels::default(),
+                            })
+                        }),
+                    }
+                }
             }
         };
         let entry = Arc::new(Entry::new(revision, event, meta));
@@ -354,7 +390,12 @@ impl Journal {
         if let Some(m) = &self.shared.metrics {
             m.revision.set(revision as i64);
         }
-        revision
+        Some(revision)
+    }
+
+    /// The number of pods whose identity is kept after they went away (bounded).
+    pub fn gone_pods(&self) -> usize {
+        self.shared.inner.lock().expect("journal lock").gone_metas.len()
     }
 
     /// The matching pods and the revision they are consistent with.
@@ -431,6 +472,13 @@ impl Subscription {
     /// Whether the journal dropped this subscriber because its buffer overflowed.
     pub fn overflowed(&self) -> bool {
         self.overflowed.load(Ordering::Acquire)
+    }
+
+    /// Whether every entry handed to this subscriber has been taken (and it did not
+    /// overflow): with the journal's revision read before, nothing at or below that
+    /// revision is still to come.
+    pub fn is_drained(&self) -> bool {
+        self.rx.is_empty() && !self.overflowed()
     }
 
     /// The next live entry; `None` once the subscriber overflowed (check

@@ -22,4 +22,5 @@ pub mod sim;
 pub mod syncloop;
 pub mod telemetry;
 pub mod uds;
+pub mod watchcheck;
 pub mod workqueue;

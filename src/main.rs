@@ -121,6 +121,8 @@ async fn run(cli: Cli) -> ExitCode {
                 types: args.types.iter().map(|t| t.to_api()).collect(),
                 json: args.client.output == config::OutputFormat::Json,
                 show_snapshot: args.show_snapshot,
+                epoch: args.epoch,
+                verify: args.verify,
             };
             client_exit(plegd::client::watch(&args.client.socket, opts, shutdown.clone()).await)
         }

@@ -1,5 +1,7 @@
-//! The publisher: takes the PLEG's events in order, accounts them in metrics, and
-//! appends them to the journal, which gives each its revision and fans it out.
+//! The one publish path: every producer's events (the PLEG's, through the publisher
+//! task; the reconcilers', through the sync loop) are accounted in metrics and appended
+//! to the journal by [`PublishPath::publish`], which gives each its revision and fans it
+//! out.
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -9,11 +11,38 @@ use crate::metrics::{EventMetrics, TypeSource};
 use crate::pleg::PodLifecycleEvent;
 use crate::pleg::health::{Beat, beat_timer};
 
-/// Receives events from producers and publishes them.
-pub struct Publisher {
-    rx: mpsc::Receiver<PodLifecycleEvent>,
+/// Publishes one event: the journal, then the metrics. Cheap to clone.
+#[derive(Clone)]
+pub struct PublishPath {
     journal: Journal,
     metrics: Option<EventMetrics>,
+}
+
+impl PublishPath {
+    /// A path into `journal`.
+    pub fn new(journal: Journal, metrics: Option<EventMetrics>) -> Self {
+        Self { journal, metrics }
+    }
+
+    /// Publishes `ev`; its revision, or `None` when the journal refused it (a
+    /// reconciler's event about a pod that is gone).
+    pub fn publish(&self, ev: PodLifecycleEvent) -> Option<u64> {
+        let (kind, source, runtime_ts) = (ev.kind, ev.source, ev.runtime_timestamp);
+        let revision = self.journal.append(ev)?;
+        if let Some(m) = &self.metrics {
+            m.total.get_or_create(&TypeSource { r#type: kind.as_str().into(), source: source.as_str().into() }).inc();
+            if let Some(d) = runtime_ts.and_then(|t| std::time::SystemTime::now().duration_since(t).ok()) {
+                m.delivery_latency.observe(d.as_secs_f64());
+            }
+        }
+        Some(revision)
+    }
+}
+
+/// Receives the PLEG's events in order and publishes them.
+pub struct Publisher {
+    rx: mpsc::Receiver<PodLifecycleEvent>,
+    path: PublishPath,
     beat: Beat,
 }
 
@@ -25,7 +54,7 @@ pub fn channel(
     metrics: Option<EventMetrics>,
 ) -> (mpsc::Sender<PodLifecycleEvent>, Publisher) {
     let (tx, rx) = mpsc::channel(capacity);
-    (tx, Publisher { rx, journal, metrics, beat: Beat::detached("publish") })
+    (tx, Publisher { rx, path: PublishPath::new(journal, metrics), beat: Beat::detached("publish") })
 }
 
 impl Publisher {
@@ -35,16 +64,9 @@ impl Publisher {
         self
     }
 
-    fn publish(&self, ev: PodLifecycleEvent) {
-        if let Some(m) = &self.metrics {
-            m.total
-                .get_or_create(&TypeSource { r#type: ev.kind.as_str().into(), source: ev.source.as_str().into() })
-                .inc();
-            if let Some(d) = ev.runtime_timestamp.and_then(|t| std::time::SystemTime::now().duration_since(t).ok()) {
-                m.delivery_latency.observe(d.as_secs_f64());
-            }
-        }
-        self.journal.append(ev);
+    /// The publish path, for the other producers.
+    pub fn path(&self) -> PublishPath {
+        self.path.clone()
     }
 
     /// Publishes until shutdown or until every producer is gone; on shutdown it
@@ -56,7 +78,7 @@ impl Publisher {
                 biased;
                 ev = self.rx.recv() => match ev {
                     Some(ev) => {
-                        self.publish(ev);
+                        self.path.publish(ev);
                         self.beat.beat();
                     }
                     None => return,
@@ -64,7 +86,7 @@ impl Publisher {
                 _ = beat.tick() => self.beat.beat(),
                 _ = shutdown.cancelled() => {
                     while let Ok(ev) = self.rx.try_recv() {
-                        self.publish(ev);
+                        self.path.publish(ev);
                     }
                     return;
                 }

@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cache::PodCache;
 use crate::cri::{CriError, RuntimeService};
-use crate::journal::Journal;
 use crate::labels::shared;
 use crate::model::{ContainerState, PodStatus, nanos_to_system};
 use crate::pleg::{EventSource, EventType, PodLifecycleEvent};
@@ -174,9 +173,12 @@ impl Controller {
             workers.spawn(me.clone().work());
         }
         let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let moving = me.queue.move_due_keys(&shutdown);
+        tokio::pin!(moving);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
+                _ = &mut moving => {}
                 _ = tick.tick() => {
                     me.queue.update_in_flight_metrics();
                     if me.queue.longest_in_flight() <= RECONCILE_STUCK_AFTER {
@@ -220,12 +222,22 @@ impl Handler for Enqueue {
     }
 
     fn handle(&mut self, ev: &LoopEvent, _: &mut Outbox) -> Result<String, String> {
-        let uids: Vec<String> = match &ev.input {
-            LoopInput::Lifecycle(e) => vec![e.event.pod_uid.to_string()],
-            _ => self.cache.snapshot().iter().map(|e| e.uid.to_string()).collect(),
+        let (uids, gone): (Vec<String>, bool) = match &ev.input {
+            LoopInput::Lifecycle(e) => (vec![e.event.pod_uid.to_string()], e.event.pod.is_none()),
+            _ => {
+                let uids: Vec<String> = self.cache.snapshot().iter().map(|e| e.uid.to_string()).collect();
+                // Origins are remembered for pods that exist, not every pod ever seen.
+                let live: std::collections::HashSet<&str> = uids.iter().map(String::as_str).collect();
+                self.handle.retain_origins(|k| live.contains(k));
+                (uids, false)
+            }
         };
         for uid in &uids {
-            self.handle.set_origin(uid, ev.seq);
+            if gone {
+                self.handle.forget_origin(uid);
+            } else {
+                self.handle.set_origin(uid, ev.seq);
+            }
             for q in &self.queues {
                 q.add(uid.clone());
             }
@@ -238,15 +250,16 @@ impl Handler for Enqueue {
     }
 }
 
-/// Sync-loop handler: publishes follow-ups that carry a lifecycle event into the stream.
+/// Sync-loop handler: publishes follow-ups that carry a lifecycle event into the stream,
+/// through the one publish path every producer uses.
 pub struct Publish {
-    journal: Journal,
+    path: crate::publish::PublishPath,
 }
 
 impl Publish {
-    /// Publishes into `journal`.
-    pub fn new(journal: Journal) -> Self {
-        Self { journal }
+    /// Publishes through `path`.
+    pub fn new(path: crate::publish::PublishPath) -> Self {
+        Self { path }
     }
 }
 
@@ -263,8 +276,10 @@ impl Handler for Publish {
         let LoopInput::FollowUp(f) = &ev.input else { return Ok(String::new()) };
         let e = f.event.clone().expect("selected");
         let kind = e.kind.as_str();
-        let rev = self.journal.append(e);
-        Ok(format!("published {kind} at revision {rev}"))
+        Ok(match self.path.publish(e) {
+            Some(rev) => format!("published {kind} at revision {rev}"),
+            None => format!("not published: the pod is gone ({kind})"),
+        })
     }
 }
 
@@ -308,7 +323,9 @@ impl CrashLoop {
         Self { cfg, tracks: Mutex::new(HashMap::new()), sink }
     }
 
-    fn emit(&self, status: &Arc<PodStatus>, name: &str, kind: EventType, message: String) {
+    /// Queues a crash-loop event; `false` when the sync loop's follow-up queue is full
+    /// (nothing changes then: the state moves only with an event that will be sent).
+    fn emit(&self, status: &Arc<PodStatus>, name: &str, kind: EventType, message: String) -> bool {
         let newest = status.containers.iter().find(|c| c.name == name);
         let ev = PodLifecycleEvent {
             pod_uid: shared(&status.uid),
@@ -330,9 +347,14 @@ impl CrashLoop {
             event: Some(ev),
         };
         if self.sink.push_follow_up(f, self.sink.origin(&status.uid)).is_err() {
-            tracing::warn!(pod = %status.uid, "sync loop follow-up queue full; crash-loop event dropped");
+            tracing::warn!(pod = %status.uid, "sync loop follow-up queue full; the crash-loop event is retried");
+            return false;
         }
+        true
     }
+
+    /// How soon a pod whose crash-loop event could not be queued is checked again.
+    const RETRY_EMIT: Duration = Duration::from_secs(1);
 
     fn check(&self, uid: &str, status: &Arc<PodStatus>) -> Action {
         let now = SystemTime::now();
@@ -352,19 +374,25 @@ impl CrashLoop {
             t.deaths.retain(|_, at| now.duration_since(*at).map(|age| age <= self.cfg.window).unwrap_or(true));
             let newest = status.containers.iter().find(|c| c.name == name);
             if !t.flagged && t.deaths.len() >= self.cfg.deaths {
-                t.flagged = true;
                 let msg = format!("{} deaths within {}", t.deaths.len(), humantime::format_duration(self.cfg.window));
-                self.emit(status, name, EventType::CrashLoop, msg);
+                if self.emit(status, name, EventType::CrashLoop, msg) {
+                    t.flagged = true;
+                } else {
+                    requeue = Some(Self::RETRY_EMIT);
+                }
             }
             if t.flagged
                 && let Some(c) = newest.filter(|c| c.state == ContainerState::Running)
             {
                 let up = nanos_to_system(c.started_at).and_then(|s| now.duration_since(s).ok()).unwrap_or_default();
                 if up >= self.cfg.clear_after {
-                    t.flagged = false;
-                    t.deaths.clear();
                     let msg = format!("running for {}", humantime::format_duration(Duration::from_secs(up.as_secs())));
-                    self.emit(status, name, EventType::CrashLoopCleared, msg);
+                    if self.emit(status, name, EventType::CrashLoopCleared, msg) {
+                        t.flagged = false;
+                        t.deaths.clear();
+                    } else {
+                        requeue = Some(Self::RETRY_EMIT);
+                    }
                 } else {
                     let left = self.cfg.clear_after - up;
                     requeue = Some(requeue.map_or(left, |r| r.min(left)));
@@ -515,7 +543,7 @@ mod tests {
     #[tokio::test]
     async fn crash_loop_tracks_only_containers_that_died_within_the_window() {
         let history = Arc::new(Mutex::new(History::new(Duration::from_secs(60), Duration::ZERO, 100)));
-        let sync = SyncLoop::new(Journal::new(16, 16, None), Vec::new(), history);
+        let sync = SyncLoop::new(crate::journal::Journal::new(16, 16, None), Vec::new(), history);
         let cl = CrashLoop::new(CrashLoopConfig::default(), sync.handle());
         let (running, exited) = (cri::ContainerState::ContainerRunning, cri::ContainerState::ContainerExited);
         let now = SystemTime::now();

@@ -255,6 +255,21 @@ impl SyncLoopHandle {
     pub fn origin(&self, key: &str) -> Option<u64> {
         self.origins.lock().expect("origins lock").get(key).copied()
     }
+
+    /// Forgets why `key` was queued (its pod is gone).
+    pub fn forget_origin(&self, key: &str) {
+        self.origins.lock().expect("origins lock").remove(key);
+    }
+
+    /// Keeps the origins of the keys `keep` accepts only.
+    pub fn retain_origins(&self, mut keep: impl FnMut(&str) -> bool) {
+        self.origins.lock().expect("origins lock").retain(|k, _| keep(k));
+    }
+
+    /// How many keys have a remembered origin.
+    pub fn origins(&self) -> usize {
+        self.origins.lock().expect("origins lock").len()
+    }
 }
 
 /// The loop.

@@ -129,6 +129,8 @@ struct Inner<K> {
     state: Mutex<State<K>>,
     notify: Notify,
     drained: Notify,
+    /// Woken when a delayed key is scheduled, for [`WorkQueue::move_due_keys`].
+    delays: Notify,
     limit: RateLimit,
     metrics: Option<QueueMetrics>,
 }
@@ -195,6 +197,7 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
                 }),
                 notify: Notify::new(),
                 drained: Notify::new(),
+                delays: Notify::new(),
                 limit,
                 metrics,
             }),
@@ -210,10 +213,11 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
     pub fn add(&self, key: K) {
         let mut s = self.inner.state.lock().expect("queue lock");
         self.promote_due(&mut s);
-        self.add_locked(&mut s, key);
+        self.add_locked(&mut s, key, Instant::now());
     }
 
-    fn add_locked(&self, s: &mut State<K>, key: K) {
+    /// Adds `key`, queued since `since` (now, or a delayed key's deadline).
+    fn add_locked(&self, s: &mut State<K>, key: K, since: Instant) {
         if s.shutting_down || s.dirty.contains(&key) {
             return;
         }
@@ -222,7 +226,7 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
             m.depth.get_or_create(&self.label()).inc();
         }
         s.dirty.insert(key.clone());
-        s.added_at.entry(key.clone()).or_insert_with(Instant::now);
+        s.added_at.entry(key.clone()).or_insert(since);
         if s.processing.contains_key(&key) {
             return;
         }
@@ -243,7 +247,8 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
                 continue;
             }
             s.waiting_at.remove(&key);
-            self.add_locked(s, key);
+            // Queued since its deadline, as client-go's delaying queue moves it then.
+            self.add_locked(s, key, at);
         }
     }
 
@@ -258,7 +263,7 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
         }
         if delay.is_zero() {
             self.promote_due(&mut s);
-            self.add_locked(&mut s, key);
+            self.add_locked(&mut s, key, Instant::now());
             return;
         }
         let at = Instant::now() + delay;
@@ -271,6 +276,7 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
         s.waiting.push(Reverse((at, seq, key)));
         // Waiting getters must wake for the new, possibly earlier, deadline.
         self.inner.notify.notify_waiters();
+        self.inner.delays.notify_one();
     }
 
     /// The rate limiter's delay for `key`: the larger of its exponential backoff and
@@ -373,6 +379,9 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
         {
             m.work_duration.get_or_create(&self.label()).observe(started.elapsed().as_secs_f64());
         }
+        // Delayed keys that came due were ready before this one was re-added: they go
+        // first, as in client-go, where they are moved at their deadline.
+        self.promote_due(&mut s);
         if s.dirty.contains(key) {
             s.queue.push_back(key.clone());
             self.inner.notify.notify_one();
@@ -380,6 +389,30 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
             self.inner.drained.notify_waiters();
         }
         self.promote_due(&mut s);
+    }
+
+    /// Moves each delayed key into the queue at its deadline, as client-go's delaying
+    /// queue does, so `workqueue_depth` and `workqueue_queue_duration_seconds` count it
+    /// from then even while every worker is busy. Runs until `shutdown`.
+    pub async fn move_due_keys(&self, shutdown: &tokio_util::sync::CancellationToken) {
+        loop {
+            let next = {
+                let mut s = self.inner.state.lock().expect("queue lock");
+                self.promote_due(&mut s);
+                s.waiting.peek().map(|Reverse((at, _, _))| *at)
+            };
+            let sleep = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.inner.delays.notified() => {}
+                _ = sleep => {}
+            }
+        }
     }
 
     /// Keys ready to be handed out.
@@ -585,6 +618,48 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_delayed_key_that_came_due_is_served_before_a_dirty_key_that_done_re_adds() {
+        let q = q();
+        q.add(1);
+        let k = q.get().await.unwrap();
+        q.add(1); // dirty while in flight
+        q.add_after(2, Duration::from_millis(10));
+        tokio::time::advance(Duration::from_millis(20)).await;
+        q.done(&k);
+        assert_eq!(q.try_get(), Some(2), "ready at its deadline, before 1 was re-added");
+        assert_eq!(q.try_get(), Some(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_key_counts_in_depth_and_queue_duration_from_its_deadline() {
+        let mut r = prometheus_client::registry::Registry::default();
+        let m = QueueMetrics::register(&mut r);
+        let q: WorkQueue<u32> = WorkQueue::new("delays", RateLimit::default(), Some(m.clone()));
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let mover = tokio::spawn({
+            let (q, shutdown) = (q.clone(), shutdown.clone());
+            async move { q.move_due_keys(&shutdown).await }
+        });
+        q.add_after(7, Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(1001)).await;
+        let l = NameLabel { name: "delays".into() };
+        assert_eq!(m.depth.get_or_create(&l).get(), 1, "in the queue's depth from its deadline, nobody asking");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(q.try_get(), Some(7));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        let sum: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("workqueue_queue_duration_seconds_sum{name=\"delays\"} "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1.9..2.1).contains(&sum), "queued for 2 s after its deadline, not from the late move: {sum}");
+        shutdown.cancel();
+        mover.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn shutdown_drains_queued_keys_then_returns_none_and_drops_new_adds() {
         let q = q();
         q.add(1);
@@ -724,6 +799,10 @@ mod tests {
                             proptest::prop_assert_eq!(q.try_get(), want);
                         }
                         Op::Done(k) => {
+                            // Keys that came due are in the queue before a dirty key
+                            // finishing now is re-added (client-go moves them at their
+                            // deadline).
+                            m.promote();
                             if m.processing.remove(&k) {
                                 q.done(&k);
                                 if m.dirty.contains(&k) {

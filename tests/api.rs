@@ -13,8 +13,13 @@ use tonic::Code;
 
 type Stream = tonic::Streaming<api::WatchEvent>;
 
+/// Opens a Watch stream and reads its first message, which tells the journal's epoch.
 async fn watch(p: &support::Plegd, req: api::WatchRequest) -> Stream {
-    p.client().watch(req).await.expect("watch").into_inner()
+    let mut s = p.client().watch(req).await.expect("watch").into_inner();
+    let first = next(&mut s).await;
+    let Some(Kind::Start(start)) = first.kind else { panic!("the stream did not open with its epoch: {first:?}") };
+    assert_eq!(start.epoch, p.app.journal.epoch());
+    s
 }
 
 async fn next(s: &mut Stream) -> api::WatchEvent {

@@ -363,7 +363,9 @@ fn watch_prints_json_lines_and_survives_a_plegd_restart() {
         }
     });
     let next = |what: &str| rx.recv_timeout(Duration::from_secs(15)).unwrap_or_else(|_| panic!("no {what}"));
-    let mut v = next("first message");
+    let first = next("first message");
+    assert!(first["start"]["epoch"].as_u64().is_some(), "every stream opens with its epoch: {first}");
+    let mut v = next("the snapshot");
     while v.get("synced").is_none() {
         assert!(v.get("snapshot").is_some(), "{v}");
         v = next("synced");

@@ -1,0 +1,336 @@
+//! The Watch invariant checker: what a client of `plegd.v1.PodLifecycle/Watch` may rely
+//! on, checked message by message. Tests, benches and `plegd watch --verify` use it; it
+//! also keeps the client's copy of the pods and the point a client may safely resume
+//! from.
+//!
+//! The invariants:
+//! 1. every stream opens with `start` (the journal's epoch) before anything else;
+//! 2. a stream that did not resume sends snapshots, then `synced`, before any event;
+//!    a `reset` drops the client's copy and is followed by snapshots and `synced`;
+//! 3. event revisions strictly increase, and on an unfiltered stream follow each other
+//!    with no gap (after `synced` at R the next event is R+1; after a resume from R,
+//!    R+1) except across a `reset`;
+//! 4. nothing at or below a bookmark's revision arrives after it (on an unfiltered
+//!    stream a bookmark names exactly the last revision sent);
+//! 5. the epoch changes only with a reset: a stream never resumes into another journal.
+
+use std::collections::BTreeMap;
+
+use crate::proto::plegd as api;
+
+/// One broken invariant, with the evidence.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("watch invariant broken at message {message}: {what}")]
+pub struct Violation {
+    /// The message's position in the checked sequence (0-based, across streams).
+    pub message: u64,
+    /// What was wrong.
+    pub what: String,
+}
+
+/// Where the client is within a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// A new stream: `start` comes next.
+    Opening,
+    /// Snapshots until `synced`.
+    Snapshot,
+    /// Events and bookmarks.
+    Live,
+}
+
+/// Checks one client's sequence of Watch messages, across its reconnects.
+#[derive(Debug)]
+pub struct WatchChecker {
+    filtered: bool,
+    phase: Phase,
+    epoch: Option<u64>,
+    /// The next event revision an unfiltered stream must send.
+    next: Option<u64>,
+    /// Nothing at or below this may arrive any more.
+    floor: u64,
+    /// The revision a client may resume after (moves on `synced`, events after it, and
+    /// bookmarks); `None` while its copy is incomplete (during a snapshot).
+    resume: Option<u64>,
+    view: BTreeMap<String, api::PodStatus>,
+    building: BTreeMap<String, api::PodStatus>,
+    seen: u64,
+    /// Events checked.
+    pub events: u64,
+    /// Resets seen.
+    pub resets: u64,
+    /// Bookmarks seen.
+    pub bookmarks: u64,
+}
+
+impl WatchChecker {
+    /// A checker for a stream with a filter (`filtered`: gaps between revisions are
+    /// expected) or without.
+    pub fn new(filtered: bool) -> Self {
+        Self {
+            filtered,
+            phase: Phase::Opening,
+            epoch: None,
+            next: None,
+            floor: 0,
+            resume: None,
+            view: BTreeMap::new(),
+            building: BTreeMap::new(),
+            seen: 0,
+            events: 0,
+            resets: 0,
+            bookmarks: 0,
+        }
+    }
+
+    /// The client starts by resuming after `revision` of `epoch` (0: unknown).
+    pub fn resuming_from(mut self, revision: u64, epoch: u64) -> Self {
+        if revision > 0 {
+            self.resume = Some(revision);
+            self.epoch = (epoch != 0).then_some(epoch);
+        }
+        self
+    }
+
+    /// The client opens a new stream (a reconnect): `start` must come first again.
+    pub fn reconnect(&mut self) {
+        self.phase = Phase::Opening;
+    }
+
+    /// Where the client may resume: `(revision, epoch)`; `None` means "take a snapshot"
+    /// (its copy is incomplete, or no stream got that far).
+    pub fn resume_point(&self) -> Option<(u64, u64)> {
+        Some((self.resume?, self.epoch?))
+    }
+
+    /// The client's copy of the pods, by UID, as the stream built it.
+    pub fn view(&self) -> &BTreeMap<String, api::PodStatus> {
+        &self.view
+    }
+
+    /// Whether the client's copy is complete (after `synced`).
+    pub fn is_synced(&self) -> bool {
+        self.phase == Phase::Live
+    }
+
+    fn fail(&self, what: String) -> Result<(), Violation> {
+        Err(Violation { message: self.seen, what })
+    }
+
+    /// Checks the next message; the state moves on even when it breaks an invariant.
+    pub fn observe(&mut self, m: &api::WatchEvent) -> Result<(), Violation> {
+        use api::watch_event::Kind;
+        let res = self.check(m);
+        self.seen += 1;
+        if let Some(Kind::Event(e)) = &m.kind {
+            self.events += 1;
+            if self.phase == Phase::Live {
+                match &e.pod {
+                    Some(p) => {
+                        self.view.insert(e.pod_uid.clone(), p.clone());
+                    }
+                    None => {
+                        self.view.remove(&e.pod_uid);
+                    }
+                }
+            }
+        }
+        res
+    }
+
+    fn check(&mut self, m: &api::WatchEvent) -> Result<(), Violation> {
+        use api::watch_event::Kind;
+        let Some(kind) = &m.kind else { return self.fail("a message with no kind".into()) };
+        let r = m.revision;
+        if self.phase == Phase::Opening {
+            let Kind::Start(s) = kind else {
+                return self.fail(format!("the stream did not open with its epoch but with {}", name(kind)));
+            };
+            let other_journal = self.epoch.is_some_and(|e| e != s.epoch);
+            self.epoch = Some(s.epoch);
+            if s.resumed {
+                self.phase = Phase::Live;
+                if other_journal {
+                    return self.fail(format!("resumed into another journal (epoch {})", s.epoch));
+                }
+                if self.resume.is_some_and(|p| p != r) {
+                    return self.fail(format!("resumed after {r}, not after the client's point {:?}", self.resume));
+                }
+                self.next = Some(r + 1);
+            } else {
+                self.phase = Phase::Snapshot;
+                self.building.clear();
+            }
+            return Ok(());
+        }
+        match kind {
+            Kind::Start(_) => self.fail("a second start on one stream".into()),
+            Kind::Reset(_) => {
+                self.resets += 1;
+                self.phase = Phase::Snapshot;
+                self.view.clear();
+                self.building.clear();
+                self.resume = None;
+                self.next = None;
+                self.floor = 0;
+                Ok(())
+            }
+            Kind::Snapshot(p) => {
+                if self.phase != Phase::Snapshot {
+                    return self.fail(format!("a snapshot of {} outside a snapshot", p.uid));
+                }
+                self.building.insert(p.uid.clone(), p.clone());
+                Ok(())
+            }
+            Kind::Synced(s) => {
+                if self.phase != Phase::Snapshot {
+                    return self.fail("synced outside a snapshot".into());
+                }
+                self.phase = Phase::Live;
+                self.view = std::mem::take(&mut self.building);
+                let wrong_count = s.pods as usize != self.view.len();
+                let wrong_epoch = self.epoch.is_some_and(|e| e != s.epoch);
+                self.epoch = Some(s.epoch);
+                self.floor = r;
+                self.resume = Some(r);
+                self.next = Some(r + 1);
+                if wrong_count {
+                    return self.fail(format!("synced says {} pods after {} snapshots", s.pods, self.view.len()));
+                }
+                if wrong_epoch {
+                    return self.fail(format!("synced's epoch {} is not the stream's", s.epoch));
+                }
+                Ok(())
+            }
+            Kind::Event(e) => {
+                if self.phase != Phase::Live {
+                    return self.fail(format!("event {r} before synced"));
+                }
+                let expected = self.next;
+                let floor = self.floor;
+                self.floor = r;
+                self.resume = Some(r);
+                self.next = Some(r + 1);
+                if r <= floor {
+                    return self.fail(format!(
+                        "event {r} ({} of {}) at or below revision {floor}, already passed",
+                        e.r#type, e.pod_uid
+                    ));
+                }
+                if !self.filtered && expected.is_some_and(|n| n != r) {
+                    return self
+                        .fail(format!("event {r} where {} was due: a gap with no reset", expected.unwrap_or(0)));
+                }
+                Ok(())
+            }
+            Kind::Bookmark(_) => {
+                self.bookmarks += 1;
+                if self.phase != Phase::Live {
+                    return self.fail(format!("bookmark {r} before synced"));
+                }
+                let floor = self.floor;
+                let expected = self.next;
+                self.floor = self.floor.max(r);
+                self.resume = Some(self.floor);
+                if r < floor {
+                    return self.fail(format!("bookmark {r} below revision {floor}, already passed"));
+                }
+                if !self.filtered && expected.is_some_and(|n| r >= n) {
+                    return self.fail(format!(
+                        "bookmark {r} on an unfiltered stream whose next event is {}: it overtakes events",
+                        expected.unwrap_or(0)
+                    ));
+                }
+                if r >= floor {
+                    self.next = Some(r + 1);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn name(k: &api::watch_event::Kind) -> &'static str {
+    use api::watch_event::Kind;
+    match k {
+        Kind::Snapshot(_) => "a snapshot",
+        Kind::Synced(_) => "synced",
+        Kind::Event(_) => "an event",
+        Kind::Reset(_) => "a reset",
+        Kind::Bookmark(_) => "a bookmark",
+        Kind::Start(_) => "start",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::watch_event::Kind;
+
+    fn msg(revision: u64, kind: Kind) -> api::WatchEvent {
+        api::WatchEvent { revision, kind: Some(kind) }
+    }
+    fn start(epoch: u64, resumed: bool, after: u64) -> api::WatchEvent {
+        msg(after, Kind::Start(api::StreamStart { epoch, resumed }))
+    }
+    fn synced(r: u64, epoch: u64, pods: u32) -> api::WatchEvent {
+        msg(r, Kind::Synced(api::Synced { epoch, pods }))
+    }
+    fn event(r: u64, uid: &str) -> api::WatchEvent {
+        let pod = api::PodStatus { uid: uid.into(), ..Default::default() };
+        msg(r, Kind::Event(api::LifecycleEvent { pod_uid: uid.into(), pod: Some(pod), ..Default::default() }))
+    }
+    fn bookmark(r: u64) -> api::WatchEvent {
+        msg(r, Kind::Bookmark(api::Bookmark {}))
+    }
+
+    #[test]
+    fn a_well_formed_stream_passes_and_builds_the_view() {
+        let mut c = WatchChecker::new(false);
+        for m in [start(7, false, 0), synced(4, 7, 0), event(5, "a"), event(6, "b"), bookmark(6), event(7, "a")] {
+            c.observe(&m).unwrap();
+        }
+        assert_eq!(c.view().len(), 2);
+        assert_eq!(c.resume_point(), Some((7, 7)));
+    }
+
+    #[test]
+    fn a_bookmark_that_overtakes_queued_events_is_caught() {
+        let mut c = WatchChecker::new(false);
+        for m in [start(7, false, 0), synced(4, 7, 0), event(5, "a")] {
+            c.observe(&m).unwrap();
+        }
+        assert!(c.observe(&bookmark(9)).is_err(), "events 6..9 were still to come");
+        assert!(c.observe(&event(6, "a")).is_err(), "an event below the bookmark");
+    }
+
+    #[test]
+    fn a_resume_into_another_journal_and_a_missing_epoch_are_caught() {
+        let mut c = WatchChecker::new(false);
+        for m in [start(7, false, 0), synced(4, 7, 0), event(5, "a")] {
+            c.observe(&m).unwrap();
+        }
+        c.reconnect();
+        assert!(c.observe(&start(8, true, 5)).is_err(), "epoch 8 is another journal");
+        let mut c = WatchChecker::new(false);
+        assert!(c.observe(&synced(4, 7, 0)).is_err(), "no start first");
+    }
+
+    #[test]
+    fn gaps_need_a_reset_on_unfiltered_streams_only() {
+        let mut c = WatchChecker::new(false);
+        for m in [start(7, false, 0), synced(4, 7, 0)] {
+            c.observe(&m).unwrap();
+        }
+        assert!(c.observe(&event(6, "a")).is_err());
+        let mut f = WatchChecker::new(true);
+        for m in [start(7, false, 0), synced(4, 7, 0), event(6, "a"), event(9, "a")] {
+            f.observe(&m).unwrap();
+        }
+        let reset = msg(12, Kind::Reset(api::Reset::default()));
+        for m in [reset, synced(12, 7, 0), event(13, "b")] {
+            f.observe(&m).unwrap();
+        }
+        assert_eq!(f.resets, 1);
+    }
+}
