@@ -657,3 +657,220 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod guarantee_tests {
+    use super::*;
+    use crate::pleg::EventSource;
+
+    fn pod(uid: &str, app: Option<&str>) -> Arc<PodStatus> {
+        let labels = app.map(|a| [("app".to_string(), a.to_string())].into()).unwrap_or_default();
+        Arc::new(PodStatus { labels, ..PodStatus::empty(uid, "ns", &format!("pod-{uid}")) })
+    }
+
+    fn ev(uid: &str, kind: EventType, id: &str, p: Option<Arc<PodStatus>>, source: EventSource) -> PodLifecycleEvent {
+        PodLifecycleEvent {
+            pod_uid: uid.into(),
+            pod_namespace: "ns".into(),
+            pod_name: format!("pod-{uid}").into(),
+            kind,
+            container_id: id.into(),
+            container_name: "c".into(),
+            is_sandbox: id.starts_with('s'),
+            source,
+            observed_at: SystemTime::now(),
+            runtime_timestamp: None,
+            pod: p,
+            message: String::new(),
+        }
+    }
+
+    fn drain(s: &mut Subscription) -> Vec<u64> {
+        let mut v = Vec::new();
+        while let Ok(e) = s.rx.try_recv() {
+            v.push(e.revision);
+        }
+        v
+    }
+
+    #[test]
+    fn every_removal_event_of_a_pod_matches_by_the_labels_it_had() {
+        let j = Journal::new(100, 100, None);
+        let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
+        let not_app = Filter { selector: Selector::parse("!app").unwrap(), ..Default::default() };
+        let mut web_sub = j.subscribe(Since::Snapshot, Arc::new(web));
+        let mut not_app_sub = j.subscribe(Since::Snapshot, Arc::new(not_app));
+        j.append(ev("a", EventType::ContainerStarted, "c1", Some(pod("a", Some("web"))), EventSource::Relist));
+        // The pod goes: its container's removal, the sandbox's death and removal.
+        for (kind, id) in
+            [(EventType::ContainerRemoved, "c1"), (EventType::ContainerDied, "s1"), (EventType::ContainerRemoved, "s1")]
+        {
+            j.append(ev("a", kind, id, None, EventSource::Relist));
+        }
+        assert_eq!(drain(&mut web_sub), [1, 2, 3, 4], "every event of the web pod, removals included");
+        assert!(drain(&mut not_app_sub).is_empty(), "none of a pod that carried app");
+        // The identity of gone pods is bounded.
+        for i in 0..(TIMELINE_GONE_PODS + 10) {
+            let uid = format!("g{i}");
+            j.append(ev(&uid, EventType::ContainerStarted, "c", Some(pod(&uid, None)), EventSource::Relist));
+            j.append(ev(&uid, EventType::ContainerRemoved, "c", None, EventSource::Relist));
+        }
+        assert_eq!(j.gone_pods(), TIMELINE_GONE_PODS);
+    }
+
+    #[test]
+    fn a_reconcilers_event_carries_the_current_view_and_never_brings_a_gone_pod_back() {
+        let j = Journal::new(100, 100, None);
+        let old = pod("a", Some("web"));
+        j.append(ev("a", EventType::ContainerStarted, "c1", Some(old.clone()), EventSource::Relist));
+        let newer = Arc::new(PodStatus { ips: vec!["10.0.0.9".into()], ..(*pod("a", Some("web"))).clone() });
+        j.append(ev("a", EventType::ContainerDied, "c1", Some(newer.clone()), EventSource::Relist));
+        // A crash-loop event made from the older status.
+        let r = j.append(ev("a", EventType::CrashLoop, "c1", Some(old), EventSource::Reconciler)).unwrap();
+        let (view, _) = j.list(&Filter::default());
+        assert_eq!(view[0].ips, ["10.0.0.9"], "the view keeps the newer status");
+        let tl = j.timeline("a").unwrap();
+        let sent = tl.iter().find(|e| e.revision == r).unwrap();
+        assert_eq!(sent.event.pod.as_ref().unwrap().ips, ["10.0.0.9"], "the event carries the current status");
+        // The pod goes; a late reconciler event about it is not published.
+        j.append(ev("a", EventType::ContainerRemoved, "s1", None, EventSource::Relist));
+        assert_eq!(j.append(ev("a", EventType::CrashLoopCleared, "c1", Some(newer), EventSource::Reconciler)), None);
+        assert!(j.list(&Filter::default()).0.is_empty(), "no ghost");
+    }
+
+    /// One step of a generated schedule.
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// A pod (0..6) with labels (0: none, 1: app=web, 2: app=db) starts a container.
+        Start(u8, u8),
+        /// A pod's container dies.
+        Die(u8),
+        /// A pod goes away: its container's and sandbox's removal events.
+        Remove(u8),
+        /// A reconciler event about a pod.
+        Reconcile(u8),
+        /// Subscriber (0..3) reads everything queued.
+        Read(u8),
+        /// Subscriber (0..3) disconnects and resumes after the last revision it took.
+        Resume(u8),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0u8..6, 0u8..3).prop_map(|(p, l)| Step::Start(p, l)),
+            3 => (0u8..6).prop_map(Step::Die),
+            2 => (0u8..6).prop_map(Step::Remove),
+            1 => (0u8..6).prop_map(Step::Reconcile),
+            4 => (0u8..3).prop_map(Step::Read),
+            1 => (0u8..3).prop_map(Step::Resume),
+        ]
+    }
+
+    const SELECTORS: [&str; 5] = ["", "app=web", "!app", "app!=web", "app in (web,db)"];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// Random churn, random filters (negative selectors too), tiny buffers, stalls,
+        /// resumes: each filtered subscriber receives exactly the unfiltered journal
+        /// restricted to the pods that matched (by the labels they had), in order, with
+        /// no gap and no repeat except across a reset it was told about.
+        #[test]
+        fn a_filtered_stream_is_the_unfiltered_one_restricted_by_the_filter(
+            steps in proptest::collection::vec(step(), 1..150),
+            filters in proptest::collection::vec(0usize..SELECTORS.len(), 3),
+            buffer in 1usize..6,
+        ) {
+            let j = Journal::new(1000, buffer, None);
+            let filters: Vec<Arc<Filter>> = filters
+                .iter()
+                .map(|i| Arc::new(Filter { selector: Selector::parse(SELECTORS[*i]).unwrap(), ..Default::default() }))
+                .collect();
+            let mut subs: Vec<Subscription> = filters.iter().map(|f| j.subscribe(Since::Snapshot, f.clone())).collect();
+            let mut got: Vec<Vec<u64>> = vec![Vec::new(); 3];
+            // Revisions each subscriber was told it may have missed (a reset).
+            let mut reset_at: Vec<Option<u64>> = vec![None; 3];
+            // Ground truth: each revision and the labels its pod had.
+            let mut truth: Vec<(u64, Labels)> = Vec::new();
+            let mut labels_of: BTreeMap<u8, Labels> = BTreeMap::new();
+            let mut alive: BTreeMap<u8, Arc<PodStatus>> = BTreeMap::new();
+            for s in steps {
+                match s {
+                    Step::Start(p, l) => {
+                        let status = alive.entry(p).or_insert_with(|| {
+                            pod(&format!("p{p}"), [None, Some("web"), Some("db")][l as usize])
+                        }).clone();
+                        labels_of.insert(p, status.labels.clone());
+                        let r = j.append(ev(&format!("p{p}"), EventType::ContainerStarted, "c", Some(status.clone()), EventSource::Relist)).unwrap();
+                        truth.push((r, status.labels.clone()));
+                    }
+                    Step::Die(p) => if let Some(status) = alive.get(&p) {
+                        let r = j.append(ev(&format!("p{p}"), EventType::ContainerDied, "c", Some(status.clone()), EventSource::Relist)).unwrap();
+                        truth.push((r, status.labels.clone()));
+                    },
+                    Step::Remove(p) => if let Some(status) = alive.remove(&p) {
+                        for id in ["c", "s"] {
+                            let r = j.append(ev(&format!("p{p}"), EventType::ContainerRemoved, id, None, EventSource::Relist)).unwrap();
+                            truth.push((r, status.labels.clone()));
+                        }
+                    },
+                    Step::Reconcile(p) => {
+                        let appended = j.append(ev(&format!("p{p}"), EventType::CrashLoop, "c", None, EventSource::Reconciler));
+                        proptest::prop_assert_eq!(appended.is_some(), alive.contains_key(&p), "reconciler events only about live pods");
+                        if let Some(r) = appended {
+                            truth.push((r, labels_of[&p].clone()));
+                        }
+                    }
+                    Step::Read(i) => {
+                        let i = i as usize;
+                        while let Ok(e) = subs[i].rx.try_recv() {
+                            got[i].push(e.revision);
+                        }
+                        if subs[i].overflowed() {
+                            // A reset: the client starts over from a snapshot.
+                            let r = j.revision();
+                            reset_at[i] = Some(r);
+                            got[i].clear();
+                            subs[i] = j.subscribe(Since::Snapshot, filters[i].clone());
+                        }
+                    }
+                    Step::Resume(i) => {
+                        let i = i as usize;
+                        if subs[i].overflowed() {
+                            continue;
+                        }
+                        while let Ok(e) = subs[i].rx.try_recv() {
+                            got[i].push(e.revision);
+                        }
+                        let last = got[i].last().copied().or(reset_at[i]).unwrap_or(0);
+                        let resumed = j.subscribe(Since::Revision(last.max(1), j.epoch()), filters[i].clone());
+                        if last == 0 || resumed.reset.is_some() {
+                            subs[i] = j.subscribe(Since::Snapshot, filters[i].clone());
+                            reset_at[i] = Some(j.revision());
+                            got[i].clear();
+                            continue;
+                        }
+                        let Start::Replay(entries) = &resumed.start else { panic!("kept revisions resume") };
+                        got[i].extend(entries.iter().map(|e| e.revision));
+                        subs[i] = resumed;
+                    }
+                }
+            }
+            for i in 0..3 {
+                if subs[i].overflowed() {
+                    continue;
+                }
+                while let Ok(e) = subs[i].rx.try_recv() {
+                    got[i].push(e.revision);
+                }
+                let from = reset_at[i].unwrap_or(0);
+                let want: Vec<u64> = truth
+                    .iter()
+                    .filter(|(r, l)| *r > from && filters[i].selector.matches(l))
+                    .map(|(r, _)| *r)
+                    .collect();
+                proptest::prop_assert_eq!(&got[i], &want, "subscriber {} with {:?}", i, &filters[i].selector);
+            }
+        }
+    }
+}

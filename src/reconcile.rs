@@ -572,4 +572,43 @@ mod tests {
         assert!(matches!(cl.reconcile("u1", None).await, Ok(Action::AwaitChange)));
         assert_eq!(tracked(&cl), vec![], "a pod that is gone is forgotten");
     }
+
+    #[tokio::test]
+    async fn the_sync_loop_forgets_the_origin_of_pods_that_are_gone() {
+        use crate::journal::Journal;
+        use crate::syncloop::{LoopEvent, LoopInput, ResyncKind};
+        let journal = Journal::new(100, 100, None);
+        let history = Arc::new(Mutex::new(History::new(Duration::from_secs(60), Duration::ZERO, 100)));
+        let sync = SyncLoop::new(journal.clone(), Vec::new(), history);
+        let (_writer, cache) = crate::cache::new();
+        let mut enqueue = Enqueue::new(Vec::new(), cache, sync.handle());
+        let mut out = Outbox::default();
+        let ev = |uid: &str, pod: Option<Arc<PodStatus>>| PodLifecycleEvent {
+            pod_uid: uid.into(),
+            pod_namespace: "ns".into(),
+            pod_name: "p".into(),
+            kind: if pod.is_some() { EventType::ContainerStarted } else { EventType::ContainerRemoved },
+            container_id: "c".into(),
+            container_name: "c".into(),
+            is_sandbox: false,
+            source: EventSource::Relist,
+            observed_at: SystemTime::now(),
+            runtime_timestamp: None,
+            pod,
+            message: String::new(),
+        };
+        for i in 0..100 {
+            let uid = format!("u{i}");
+            for pod_now in [Some(Arc::new(PodStatus::empty(&uid, "ns", "p"))), None] {
+                let rev = journal.append(ev(&uid, pod_now)).unwrap();
+                let entry = journal.timeline(&uid).unwrap().into_iter().find(|e| e.revision == rev).unwrap();
+                let le = LoopEvent { seq: rev, input: LoopInput::Lifecycle(entry), follow_up_of: None };
+                enqueue.handle(&le, &mut out).unwrap();
+            }
+        }
+        assert_eq!(sync.handle().origins(), 0, "a hundred pods came and went; nothing is remembered of them");
+        let le = LoopEvent { seq: 500, input: LoopInput::Resync(ResyncKind::Periodic), follow_up_of: None };
+        enqueue.handle(&le, &mut out).unwrap();
+        assert_eq!(sync.handle().origins(), 0, "a resync keeps origins of cached pods only");
+    }
 }

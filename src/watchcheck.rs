@@ -317,6 +317,21 @@ mod tests {
     }
 
     #[test]
+    fn the_resume_point_moves_only_where_the_copy_is_complete() {
+        let mut c = WatchChecker::new(false);
+        c.observe(&start(7, false, 0)).unwrap();
+        c.observe(&msg(4, Kind::Snapshot(api::PodStatus { uid: "a".into(), ..Default::default() }))).unwrap();
+        assert_eq!(c.resume_point(), None, "mid-snapshot: a break takes a fresh snapshot");
+        for m in [synced(4, 7, 1), event(5, "a")] {
+            c.observe(&m).unwrap();
+        }
+        assert_eq!(c.resume_point(), Some((5, 7)));
+        c.observe(&msg(9, Kind::Reset(api::Reset::default()))).unwrap();
+        assert_eq!(c.resume_point(), None, "after a reset the copy is gone");
+        assert!(c.view().is_empty());
+    }
+
+    #[test]
     fn gaps_need_a_reset_on_unfiltered_streams_only() {
         let mut c = WatchChecker::new(false);
         for m in [start(7, false, 0), synced(4, 7, 0)] {

@@ -547,3 +547,55 @@ async fn the_socket_serves_grpc_health_once_ready() {
     }
     p.stop().await;
 }
+
+#[tokio::test]
+async fn a_client_that_stalls_past_the_bookmark_interval_never_gets_a_bookmark_ahead_of_queued_events() {
+    use plegd::pleg::{EventSource, EventType, PodLifecycleEvent};
+    let p = start_plegd(|c| {
+        c.api.bookmark_interval = Duration::from_millis(20);
+        c.watch_buffer = 100_000;
+    })
+    .await;
+    let mut checker = plegd::watchcheck::WatchChecker::new(false);
+    let mut s = p.client().watch(api::WatchRequest::default()).await.unwrap().into_inner();
+    // Big pods, so the transport's window fills and events queue behind it.
+    let labels: std::collections::BTreeMap<String, String> =
+        (0..40).map(|i| (format!("label-{i}"), "x".repeat(60))).collect();
+    let status = std::sync::Arc::new(plegd::model::PodStatus {
+        labels: labels.into_iter().collect(),
+        ..plegd::model::PodStatus::empty("stall", "ns", "stall")
+    });
+    for round in 0..3 {
+        for i in 0..1500 {
+            p.app.journal.append(PodLifecycleEvent {
+                pod_uid: "stall".into(),
+                pod_namespace: "ns".into(),
+                pod_name: "stall".into(),
+                kind: if i % 2 == 0 { EventType::ContainerStarted } else { EventType::ContainerDied },
+                container_id: format!("c{round}-{i}"),
+                container_name: "c".into(),
+                is_sandbox: false,
+                source: EventSource::Relist,
+                observed_at: std::time::SystemTime::now(),
+                runtime_timestamp: None,
+                pod: Some(status.clone()),
+                message: String::new(),
+            });
+        }
+        // The client stalls for many bookmark intervals, then reads everything.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let target = p.app.journal.revision();
+        let mut last = 0;
+        while last < target {
+            let m = next(&mut s).await;
+            if let Err(v) = checker.observe(&m) {
+                panic!("{v}");
+            }
+            if matches!(m.kind, Some(Kind::Event(_))) {
+                last = m.revision;
+            }
+        }
+    }
+    assert!(checker.events >= 4500);
+    p.stop().await;
+}
