@@ -616,7 +616,7 @@ async fn a_quiet_node_stays_live_healthy_ready_and_answers_get_newer_than_for_mi
         pods.push((pod, sid));
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let quiet: u64 = std::env::var("PLEGD_E2E_QUIET_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(150);
+    let quiet: u64 = std::env::var("PLEGD_E2E_QUIET_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(180);
     let mut client = plegd::client::connect(&p.socket).unwrap();
     let mut answers = Vec::new();
     let t0 = Instant::now();
