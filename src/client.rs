@@ -138,6 +138,19 @@ async fn watch_loop(
             match msg {
                 Ok(Some(ev)) => {
                     backoff.reset();
+                    if let Some(api::watch_event::Kind::Start(start)) = &ev.kind
+                        && checker.is_foreign(start)
+                    {
+                        // Resumed without an epoch into another plegd's journal: what
+                        // follows are its revisions, not ours. Start over.
+                        eprintln!(
+                            "plegd watch: plegd's journal changed (epoch {}); starting over with a snapshot",
+                            start.epoch
+                        );
+                        checker.start_over();
+                        (*since, *epoch) = (0, 0);
+                        break;
+                    }
                     if let Err(v) = checker.observe(&ev) {
                         *violations += 1;
                         if opts.verify {

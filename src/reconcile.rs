@@ -175,10 +175,12 @@ impl Controller {
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let moving = me.queue.move_due_keys(&shutdown);
         tokio::pin!(moving);
+        let mut moved = false;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = &mut moving => {}
+                // Returns only at shutdown; a completed future is never polled again.
+                _ = &mut moving, if !moved => moved = true,
                 _ = tick.tick() => {
                     me.queue.update_in_flight_metrics();
                     if me.queue.longest_in_flight() <= RECONCILE_STUCK_AFTER {

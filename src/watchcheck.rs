@@ -92,6 +92,23 @@ impl WatchChecker {
         self
     }
 
+    /// Whether `start` opens a stream that resumed into another journal than the one
+    /// the client knows (it resumed without naming its epoch, and plegd lost its
+    /// journal): the client must drop its copy and start over with a snapshot.
+    pub fn is_foreign(&self, start: &api::StreamStart) -> bool {
+        start.resumed && self.epoch.is_some_and(|e| e != start.epoch)
+    }
+
+    /// The client drops its copy and will open a stream with a snapshot.
+    pub fn start_over(&mut self) {
+        self.phase = Phase::Opening;
+        self.view.clear();
+        self.building.clear();
+        self.resume = None;
+        self.next = None;
+        self.floor = 0;
+    }
+
     /// The client opens a new stream (a reconnect): `start` must come first again.
     pub fn reconnect(&mut self) {
         self.phase = Phase::Opening;
