@@ -313,6 +313,10 @@ impl Journal {
                 Some(status) => {
                     let meta = match inner.metas.get(&*uid) {
                         Some(m) if m.labels == status.labels && *m.name == *status.name => m.clone(),
+                        // A pod's labels are its sandbox's: a status read while no sandbox
+                        // is left says nothing of them, and the pod keeps matching the
+                        // filters it matched (found by tests/watch_property.rs).
+                        Some(m) if status.sandboxes.is_empty() => m.clone(),
                         _ => Arc::new(PodMeta::of(status)),
                     };
                     inner.view.insert(uid.clone(), status.clone());
@@ -716,6 +720,33 @@ mod guarantee_tests {
             j.append(ev(&uid, EventType::ContainerRemoved, "c", None, EventSource::Relist));
         }
         assert_eq!(j.gone_pods(), TIMELINE_GONE_PODS);
+    }
+
+    #[test]
+    fn a_pod_read_after_its_sandbox_went_keeps_matching_by_its_labels() {
+        // Found by tests/watch_property.rs: with the sandbox removed first, the pod's
+        // next status has no sandbox and no labels; its later events must still reach
+        // the filters it matched.
+        let j = Journal::new(100, 100, None);
+        let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
+        let mut sub = j.subscribe(Since::Snapshot, Arc::new(web.clone()));
+        let with_sandbox = Arc::new(PodStatus {
+            sandboxes: vec![crate::model::SandboxStatus {
+                id: "s1".into(),
+                attempt: 0,
+                state: crate::model::SandboxState::Ready,
+                created_at: 0,
+                ip: String::new(),
+                additional_ips: vec![],
+            }],
+            ..(*pod("a", Some("web"))).clone()
+        });
+        j.append(ev("a", EventType::ContainerStarted, "s1", Some(with_sandbox), EventSource::Relist));
+        let no_sandbox = Arc::new(PodStatus::empty("a", "ns", "pod-a"));
+        j.append(ev("a", EventType::ContainerRemoved, "s1", Some(no_sandbox), EventSource::Relist));
+        j.append(ev("a", EventType::ContainerRemoved, "c1", None, EventSource::Relist));
+        assert_eq!(drain(&mut sub), [1, 2, 3]);
+        assert!(j.list(&web).0.is_empty());
     }
 
     #[test]

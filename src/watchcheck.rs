@@ -175,8 +175,14 @@ impl WatchChecker {
                 }
                 self.next = Some(r + 1);
             } else {
+                // A snapshot follows: until its `synced`, the client has no point to
+                // resume from (a break now must not resume the old copy into this
+                // journal).
                 self.phase = Phase::Snapshot;
                 self.building.clear();
+                self.resume = None;
+                self.next = None;
+                self.floor = 0;
             }
             return Ok(());
         }
@@ -346,6 +352,21 @@ mod tests {
         c.observe(&msg(9, Kind::Reset(api::Reset::default()))).unwrap();
         assert_eq!(c.resume_point(), None, "after a reset the copy is gone");
         assert!(c.view().is_empty());
+    }
+
+    #[test]
+    fn a_stream_that_breaks_between_its_start_and_synced_resumes_with_a_snapshot() {
+        // Found by tests/watch_property.rs: a client asked to resume after 3 of a
+        // journal that plegd lost; the new plegd opened with a snapshot (resumed false)
+        // and the stream broke before `synced`. Resuming after 3 of the new epoch
+        // would have been a silent gap.
+        let mut c = WatchChecker::new(false);
+        for m in [start(7, false, 0), synced(3, 7, 0)] {
+            c.observe(&m).unwrap();
+        }
+        c.reconnect();
+        c.observe(&start(8, false, 0)).unwrap();
+        assert_eq!(c.resume_point(), None);
     }
 
     #[test]

@@ -78,6 +78,8 @@ struct Watcher {
     tx: mpsc::UnboundedSender<Command>,
     checker: Arc<Mutex<WatchChecker>>,
     filter: api::PodFilter,
+    /// What it received, one line a message, for the failure report.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 struct Totals {
@@ -120,7 +122,8 @@ fn spawn_watcher(
 ) -> Watcher {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let checker = Arc::new(Mutex::new(WatchChecker::new(filtered)));
-    let (c, f) = (checker.clone(), filter.clone());
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (c, f, l) = (checker.clone(), filter.clone(), log.clone());
     tracker.spawn(async move {
         let mut name_epoch = true;
         'connect: loop {
@@ -138,6 +141,7 @@ fn spawn_watcher(
                 (r, if name_epoch { e } else { 0 })
             };
             let req = api::WatchRequest { since_revision: since, filter: Some(f.clone()), types: vec![], epoch };
+            l.lock().unwrap().push(format!("open since {since} epoch {epoch}"));
             let mut stream = tokio::select! {
                 _ = stop.cancelled() => return,
                 s = client.watch(req) => match s {
@@ -162,6 +166,7 @@ fn spawn_watcher(
                     m = stream.message() => match m {
                         Ok(Some(m)) => {
                             TOTALS.messages.fetch_add(1, Ordering::Relaxed);
+                            l.lock().unwrap().push(describe(&m));
                             let mut c = c.lock().unwrap();
                             if let Some(api::watch_event::Kind::Start(s)) = &m.kind
                                 && c.is_foreign(s)
@@ -184,7 +189,27 @@ fn spawn_watcher(
             }
         }
     });
-    Watcher { tx, checker, filter }
+    Watcher { tx, checker, filter, log }
+}
+
+fn describe(m: &api::WatchEvent) -> String {
+    use api::watch_event::Kind;
+    let what = match &m.kind {
+        Some(Kind::Start(s)) => format!("start epoch {} resumed {}", s.epoch, s.resumed),
+        Some(Kind::Snapshot(p)) => format!("snapshot {}", p.uid),
+        Some(Kind::Synced(s)) => format!("synced {} pods epoch {}", s.pods, s.epoch),
+        Some(Kind::Event(e)) => format!(
+            "event {} {} {} pod {}",
+            e.r#type,
+            e.pod_uid,
+            e.container_id.get(..8).unwrap_or(""),
+            e.pod.is_some()
+        ),
+        Some(Kind::Reset(r)) => format!("reset {}", r.reason),
+        Some(Kind::Bookmark(_)) => "bookmark".into(),
+        None => "?".into(),
+    };
+    format!("{} {what}", m.revision)
 }
 
 /// A pod's containers as (id, state), for comparing copies.
@@ -238,7 +263,8 @@ async fn run_schedule(ops: Vec<Op>, selectors: [usize; 3], buffer: usize) -> Res
             }
             Op::Start(i, code) => {
                 let Some(p) = pods.get_mut(i).filter(|p| !p.stopped) else { continue };
-                let name = format!("c{}", p.containers.len());
+                n += 1;
+                let name = format!("c{n}");
                 let mut c = ContainerSpec::new(&name);
                 if let Some(code) = code {
                     c = c.exits_after(Duration::from_millis(30), code);
@@ -323,9 +349,14 @@ async fn run_schedule(ops: Vec<Op>, selectors: [usize; 3], buffer: usize) -> Res
             }
             if tokio::time::Instant::now() > deadline {
                 stop.cancel();
+                let log =
+                    w.log.lock().unwrap().iter().filter(|l| !l.ends_with("bookmark")).cloned().collect::<Vec<_>>();
                 return Err(TestCaseError::fail(format!(
-                    "watcher {:?} never matched ListPods at revision {} (caught up: {caught_up}):\n{view}",
-                    w.filter, list.revision
+                    "watcher {:?} never matched ListPods at revision {} epoch {} (caught up: {caught_up}):\n{view}\nits messages (bookmarks left out):\n{}",
+                    w.filter,
+                    list.revision,
+                    list.epoch,
+                    log.join("\n")
                 )));
             }
             tokio::time::sleep(Duration::from_millis(30)).await;

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Real containerd for plegd's end-to-end suite: installs containerd 1.6 (Debian 12) and
-# 1.7 (Debian 13's package, unpacked privately), builds a busybox OCI image, and starts
-# or stops a private containerd with its own root, state and socket.
+# Real containerd for plegd's end-to-end suite: installs containerd 1.6 (Debian 12),
+# 1.7 (Debian 13's package) and 2.1 (Debian sid's package), the last two unpacked
+# privately, builds a busybox OCI image, and starts or stops a private containerd with
+# its own root, state and socket.
 #
-#   containerd.sh install              apt packages + containerd 1.7 under $E2E/1.7
-#   containerd.sh start 1.6|1.7        prints the CRI endpoint (unix://…)
-#   containerd.sh stop 1.6|1.7         kills containers, shims and containerd; cleans up
-#   containerd.sh kill 1.6|1.7         kills containerd only (containers keep running)
-#   containerd.sh resume 1.6|1.7       starts containerd again on the same root and socket
+#   containerd.sh install              apt packages + containerd 1.7 and 2.1 under $E2E
+#   containerd.sh start 1.6|1.7|2.1    prints the CRI endpoint (unix://…)
+#   containerd.sh stop V               kills containers, shims and containerd; cleans up
+#   containerd.sh kill V               kills containerd only (containers keep running)
+#   containerd.sh resume V             starts containerd again on the same root and socket
 set -euo pipefail
 
 E2E=${PLEGD_E2E_ROOT:-/var/tmp/plegd-e2e}
@@ -20,7 +21,8 @@ bin_dir() {
   case "$1" in
     1.6) echo /usr/bin ;;
     1.7) echo "$E2E/1.7/usr/bin" ;;
-    *) die "unknown version $1 (use 1.6 or 1.7)" ;;
+    2.1) echo "$E2E/2.1/usr/bin" ;;
+    *) die "unknown version $1 (use 1.6, 1.7 or 2.1)" ;;
   esac
 }
 
@@ -32,21 +34,31 @@ install() {
     apt-get update -qq
     apt-get install -y -qq containerd runc busybox-static >/dev/null
   fi
-  if [ -x "$E2E/1.7/usr/bin/containerd" ]; then return; fi
-  # containerd 1.7 comes from Debian 13; apt is pointed at it through private lists so
-  # nothing system-wide changes.
-  local apt="$E2E/apt-trixie" uri
-  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/etc" "$apt/dl" "$E2E/1.7"
+  # containerd 1.7 comes from Debian 13, 2.1 from sid; apt is pointed at each through
+  # private lists so nothing system-wide changes. sid's runc needs a newer glibc:
+  # containerd 2.1 runs with Debian 12's runc.
+  private_containerd 1.7 trixie
+  private_containerd 2.1 sid
+}
+
+# private_containerd VERSION SUITE: downloads SUITE's containerd package and unpacks it
+# under $E2E/VERSION.
+private_containerd() {
+  local v=$1 suite=$2 apt uri
+  [ -x "$E2E/$v/usr/bin/containerd" ] && return 0
+  apt="$E2E/apt-$suite"
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/etc" "$apt/dl" "$E2E/$v"
   uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
   [ -n "$uri" ] || uri=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list)
   [ -n "$uri" ] || die "no Debian mirror configured in /etc/apt"
-  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri trixie main" >"$apt/etc/sources.list"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $suite main" >"$apt/etc/sources.list"
   local opts=(-o "Dir::Etc::SourceList=$apt/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null
     -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
   apt-get "${opts[@]}" update -qq
-  (cd "$apt/dl" && apt-get "${opts[@]}" download containerd >/dev/null)
-  dpkg-deb -x "$apt"/dl/containerd_1.7*.deb "$E2E/1.7"
-  "$E2E/1.7/usr/bin/containerd" --version | grep -q ' 1\.7\.' || die "unpacked containerd is not 1.7"
+  (cd "$apt/dl" && rm -f containerd_*.deb && apt-get "${opts[@]}" download containerd >/dev/null)
+  dpkg-deb -x "$apt"/dl/containerd_*.deb "$E2E/$v"
+  "$E2E/$v/usr/bin/containerd" --version | grep -q " v\?${v//./\\.}\." \
+    || die "unpacked containerd is not $v: $("$E2E/$v/usr/bin/containerd" --version)"
 }
 
 image() {
@@ -120,19 +132,25 @@ start() {
   image
   mkdir -p "$dir/root" "$dir/state"
   PATH="$bin:$PATH" "$bin/containerd" config default >"$dir/config.toml"
-  python3 - "$dir/config.toml" "$SANDBOX_IMAGE" <<'PY'
+  python3 - "$dir/config.toml" "$SANDBOX_IMAGE" "$v" <<'PY'
 import re, sys
-path, sandbox = sys.argv[1], sys.argv[2]
+path, sandbox, version = sys.argv[1], sys.argv[2], sys.argv[3]
 s = open(path).read()
-s = re.sub(r'restrict_oom_score_adj = false', 'restrict_oom_score_adj = true', s)
+# Version 2 configs (1.6, 1.7) quote with ", version 3 (2.x) with '.
+s = re.sub(r"restrict_oom_score_adj = false", "restrict_oom_score_adj = true", s)
+s = re.sub(r"disable_apparmor = false", "disable_apparmor = true", s)
 s = re.sub(r'sandbox_image = ".*"', f'sandbox_image = "{sandbox}"', s)
-# No overlay mounts on every machine this runs on: the native snapshotter always works.
-s = re.sub(r'snapshotter = "overlayfs"', 'snapshotter = "native"', s)
-s = re.sub(r'disable_apparmor = false', 'disable_apparmor = true', s)
+s = re.sub(r"sandbox = '.*'", f"sandbox = '{sandbox}'", s)
+if not version.startswith("2."):
+    # 1.x: the native snapshotter always works. 2.1 cannot import into it ("no unpack
+    # platforms defined") and keeps overlayfs.
+    s = re.sub(r'snapshotter = "overlayfs"', 'snapshotter = "native"', s)
 open(path, "w").write(s)
 PY
   launch "$v"
-  PATH="$bin:$PATH" ctr --address "$dir/containerd.sock" -n k8s.io images import --snapshotter native \
+  local snap=(--snapshotter native)
+  [ "${v%%.*}" = 2 ] && snap=()
+  PATH="$bin:$PATH" ctr --address "$dir/containerd.sock" -n k8s.io images import "${snap[@]}" \
     "$E2E/busybox-oci.tar" >/dev/null
   echo "unix://$dir/containerd.sock"
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs plegd's end-to-end suite against real containerd 1.6 and 1.7. Installs what it
+# Runs plegd's end-to-end suite against real containerd 1.6, 1.7 and 2.1. Installs what it
 # needs (apt), starts each containerd privately, runs the ignored e2e tests, tears down.
 # Extra arguments go to the test binary (a test-name filter, say).
 set -euo pipefail
@@ -13,7 +13,7 @@ export PLEGD_E2E_FIGURES=${PLEGD_E2E_FIGURES:-/tmp/plegd-e2e-figures.txt}
 : >"$PLEGD_E2E_FIGURES"
 # A failing test prints its captured debug log.
 export RUST_LOG=${RUST_LOG:-plegd=debug}
-for v in ${PLEGD_E2E_VERSIONS:-1.6 1.7}; do
+for v in ${PLEGD_E2E_VERSIONS:-1.6 1.7 2.1}; do
   echo "== containerd $v"
   endpoint=$("$CTL" start "$v")
   set +e
@@ -35,4 +35,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "e2e: failed against containerd ${failed[*]}" >&2
   exit 1
 fi
-echo "e2e: all scenarios passed against containerd ${PLEGD_E2E_VERSIONS:-1.6 1.7}"
+echo "e2e: all scenarios passed against containerd ${PLEGD_E2E_VERSIONS:-1.6 1.7 2.1}"
