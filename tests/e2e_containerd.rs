@@ -1,4 +1,5 @@
-//! End-to-end against a real containerd (1.6 without an event stream, 1.7 with one).
+//! End-to-end against a real containerd (1.6 without an event stream, 1.7 with one that
+//! splits events between subscribers, 2.1 with one that delivers every event to each).
 //! Run by `tests/e2e/run.sh`, which installs and starts containerd and sets
 //! `PLEGD_E2E_ENDPOINT`, `PLEGD_E2E_VERSION` and `PLEGD_E2E_CTL`.
 
@@ -17,7 +18,7 @@ use plegd::proto::runtime as cri;
 use support::{Sidecar, start_sidecar};
 use tokio::time::Instant;
 
-const NEEDS: &str = "needs a real containerd: run tests/e2e/run.sh (it installs and starts containerd 1.6 and 1.7)";
+const NEEDS: &str = "needs a real containerd: run tests/e2e/run.sh (it installs and starts containerd 1.6, 1.7 and 2.1)";
 
 struct Env {
     endpoint: String,
