@@ -248,13 +248,19 @@ impl WatchFeed {
     }
 
     fn reset(&self, reason: ResetReason, message: &str) -> Outgoing {
+        self.reset_at(self.journal.revision(), reason, message)
+    }
+
+    /// A reset at `revision` (a refused resume's is its snapshot's, so `synced` never
+    /// comes below it).
+    fn reset_at(&self, revision: u64, reason: ResetReason, message: &str) -> Outgoing {
         let reason = match reason {
             ResetReason::SlowConsumer => api::ResetReason::SlowConsumer,
             ResetReason::RevisionTooOld => api::ResetReason::RevisionTooOld,
             ResetReason::RuntimeResync => api::ResetReason::RuntimeResync,
         };
         let reset = api::Reset { reason: reason as i32, message: message.into() };
-        Self::message(self.journal.revision(), api::watch_event::Kind::Reset(reset))
+        Self::message(revision, api::watch_event::Kind::Reset(reset))
     }
 
     /// Converts a snapshot on a task of its own, a few messages ahead of the transport,
@@ -305,6 +311,10 @@ impl WatchFeed {
                         (Start::Replay(_), Since::Revision(r, _)) => *r,
                         _ => 0,
                     };
+                    let snapshot_at = match &sub.start {
+                        Start::Snapshot { revision, .. } => *revision,
+                        Start::Replay(_) => 0,
+                    };
                     self.phase = match std::mem::replace(&mut sub.start, Start::Replay(Vec::new())) {
                         Start::Snapshot { pods, revision } => Phase::Snapshot(self.convert(pods, revision)),
                         Start::Replay(entries) => Phase::Replay(entries.into_iter()),
@@ -313,7 +323,7 @@ impl WatchFeed {
                     self.sub = Some(sub);
                     if refused {
                         let msg = "the requested revision is no longer kept (or belongs to another plegd process); here is a fresh snapshot";
-                        self.queued = Some(self.reset(ResetReason::RevisionTooOld, msg));
+                        self.queued = Some(self.reset_at(snapshot_at, ResetReason::RevisionTooOld, msg));
                     }
                     if !std::mem::replace(&mut self.announced, true) {
                         // Every stream tells its epoch before anything else.
@@ -351,13 +361,18 @@ impl WatchFeed {
                                 return Some(Self::entry(&e));
                             }
                             None => {
-                                // The buffer overflowed: the client must start over.
+                                // Dropped by the journal: the client must start over.
+                                let reason = sub.dropped_because().unwrap_or(ResetReason::SlowConsumer);
                                 self.sub = None;
                                 self.phase = Phase::Subscribe(Since::Snapshot);
-                                self.journal.count_reset(ResetReason::SlowConsumer);
-                                tracing::info!("watch client fell behind; sending a reset and a fresh snapshot");
-                                let msg = "this client did not keep up; here is a fresh snapshot";
-                                return Some(self.reset(ResetReason::SlowConsumer, msg));
+                                self.journal.count_reset(reason);
+                                let msg = if reason == ResetReason::SlowConsumer {
+                                    tracing::info!("watch client fell behind; sending a reset and a fresh snapshot");
+                                    "this client did not keep up; here is a fresh snapshot"
+                                } else {
+                                    "a pod this stream selected changed its labels and left the selection; here is a fresh snapshot"
+                                };
+                                return Some(self.reset(reason, msg));
                             }
                         },
                         _ = &mut self.idle => {
@@ -592,11 +607,14 @@ impl PodLifecycle for PodLifecycleService {
                 }
             }
         };
+        // The time the answer is current to: the pod's read, or the last full relist if
+        // that is later (a relist that found the pod unchanged vouches for it too).
+        let global = self.cache.global_timestamp_wall();
         let timestamp = entry
             .as_ref()
-            .map(|e| e.modified_wall)
+            .map(|e| global.map_or(e.modified_wall, |g| g.max(e.modified_wall)))
             .or_else(|| absent_at.map(|at| SystemTime::now() - at.elapsed()))
-            .or_else(|| self.cache.global_timestamp_wall())
+            .or(global)
             .map(system_to_timestamp);
         let pod = entry.as_ref().map(|e| match &e.status {
             Some(s) => s.to_api(e.error.as_deref()),

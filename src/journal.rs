@@ -4,7 +4,7 @@
 //! publisher (a full buffer marks the subscriber for a reset instead).
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -157,10 +157,16 @@ pub struct Subscription {
     pub reset: Option<ResetReason>,
     /// Live entries after the start.
     pub rx: mpsc::Receiver<Arc<Entry>>,
-    overflowed: Arc<AtomicBool>,
+    overflowed: Arc<AtomicU8>,
     id: u64,
     journal: Journal,
 }
+
+/// Why the journal dropped a subscriber: its buffer overflowed.
+const SLOW: u8 = 1;
+/// Why the journal dropped a subscriber: a pod it watched changed labels and left its
+/// selection.
+const LEFT_SELECTION: u8 = 2;
 
 /// Journal metrics.
 #[derive(Clone, Default)]
@@ -175,7 +181,7 @@ struct Sub {
     id: u64,
     filter: Arc<Filter>,
     tx: mpsc::Sender<Arc<Entry>>,
-    overflowed: Arc<AtomicBool>,
+    overflowed: Arc<AtomicU8>,
 }
 
 /// Entries kept per pod for its timeline.
@@ -304,6 +310,8 @@ impl Journal {
         let mut inner = self.shared.inner.lock().expect("journal lock");
         let revision = self.shared.revision.load(Ordering::Relaxed) + 1;
         let uid = event.pod_uid.clone();
+        // The pod's identity before this event, when this event changes it.
+        let mut left: Option<Arc<PodMeta>> = None;
         let meta = if event.source == crate::pleg::EventSource::Reconciler {
             let current = inner.view.get(&*uid).cloned()?;
             event.pod = Some(current);
@@ -311,13 +319,20 @@ impl Journal {
         } else {
             match &event.pod {
                 Some(status) => {
-                    let meta = match inner.metas.get(&*uid) {
+                    let known = inner.metas.get(&*uid).or_else(|| inner.gone_metas.get(&*uid));
+                    let meta = match known {
                         Some(m) if m.labels == status.labels && *m.name == *status.name => m.clone(),
                         // A pod's labels are its sandbox's: a status read while no sandbox
                         // is left says nothing of them, and the pod keeps matching the
                         // filters it matched (found by tests/watch_property.rs).
                         Some(m) if status.sandboxes.is_empty() => m.clone(),
-                        _ => Arc::new(PodMeta::of(status)),
+                        Some(m) => {
+                            // New labels (a new sandbox with the pod's current ones):
+                            // watchers it matched and no longer does are reset below.
+                            left = Some(m.clone());
+                            Arc::new(PodMeta::of(status))
+                        }
+                        None => Arc::new(PodMeta::of(status)),
                     };
                     inner.view.insert(uid.clone(), status.clone());
                     inner.metas.insert(uid.clone(), meta.clone());
@@ -379,12 +394,19 @@ impl Journal {
         }
         inner.subs.retain(|s| {
             if !s.filter.matches(&entry) {
+                if left.as_ref().is_some_and(|old| s.filter.matches_pod(old)) {
+                    // The pod left this watcher's selection: its later events, removal
+                    // included, no longer match, so its copy would keep the pod for
+                    // good. A reset and a fresh snapshot instead of a silent gap.
+                    s.overflowed.store(LEFT_SELECTION, Ordering::Release);
+                    return false;
+                }
                 return !s.tx.is_closed();
             }
             match s.tx.try_send(entry.clone()) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
-                    s.overflowed.store(true, Ordering::Release);
+                    s.overflowed.store(SLOW, Ordering::Release);
                     false
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
@@ -439,7 +461,7 @@ impl Journal {
             Since::Snapshot => (snapshot(&inner, &filter, current), None),
         };
         let (tx, rx) = mpsc::channel(self.shared.client_buffer);
-        let overflowed = Arc::new(AtomicBool::new(false));
+        let overflowed = Arc::new(AtomicU8::new(0));
         let id = inner.next_sub;
         inner.next_sub += 1;
         inner.subs.push(Sub { id, filter, tx, overflowed: overflowed.clone() });
@@ -473,9 +495,19 @@ fn snapshot(inner: &Inner, filter: &Filter, revision: u64) -> Start {
 }
 
 impl Subscription {
-    /// Whether the journal dropped this subscriber because its buffer overflowed.
+    /// Whether the journal dropped this subscriber (its buffer overflowed, or a pod it
+    /// watched left its selection): it must start over.
     pub fn overflowed(&self) -> bool {
-        self.overflowed.load(Ordering::Acquire)
+        self.overflowed.load(Ordering::Acquire) != 0
+    }
+
+    /// Why the journal dropped this subscriber, if it did.
+    pub fn dropped_because(&self) -> Option<ResetReason> {
+        match self.overflowed.load(Ordering::Acquire) {
+            0 => None,
+            LEFT_SELECTION => Some(ResetReason::RuntimeResync),
+            _ => Some(ResetReason::SlowConsumer),
+        }
     }
 
     /// Whether every entry handed to this subscriber has been taken (and it did not
@@ -667,9 +699,18 @@ mod guarantee_tests {
     use super::*;
     use crate::pleg::EventSource;
 
+    /// A pod as the PLEG reads it: with its sandbox, whose labels are the pod's.
     fn pod(uid: &str, app: Option<&str>) -> Arc<PodStatus> {
         let labels = app.map(|a| [("app".to_string(), a.to_string())].into()).unwrap_or_default();
-        Arc::new(PodStatus { labels, ..PodStatus::empty(uid, "ns", &format!("pod-{uid}")) })
+        let sandbox = crate::model::SandboxStatus {
+            id: format!("s-{uid}"),
+            attempt: 0,
+            state: crate::model::SandboxState::Ready,
+            created_at: 0,
+            ip: String::new(),
+            additional_ips: vec![],
+        };
+        Arc::new(PodStatus { labels, sandboxes: vec![sandbox], ..PodStatus::empty(uid, "ns", &format!("pod-{uid}")) })
     }
 
     fn ev(uid: &str, kind: EventType, id: &str, p: Option<Arc<PodStatus>>, source: EventSource) -> PodLifecycleEvent {
@@ -767,6 +808,23 @@ mod guarantee_tests {
         j.append(ev("a", EventType::ContainerRemoved, "s1", None, EventSource::Relist));
         assert_eq!(j.append(ev("a", EventType::CrashLoopCleared, "c1", Some(newer), EventSource::Reconciler)), None);
         assert!(j.list(&Filter::default()).0.is_empty(), "no ghost");
+    }
+
+    #[tokio::test]
+    async fn a_pod_whose_new_labels_leave_a_watchers_selection_resets_that_watcher() {
+        // Found by review: with the pod's later events (its removal too) no longer
+        // matching, the watcher's copy would have kept the pod for good.
+        let j = Journal::new(100, 100, None);
+        let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
+        let db = Filter { selector: Selector::parse("app=db").unwrap(), ..Default::default() };
+        let mut web_sub = j.subscribe(Since::Snapshot, Arc::new(web));
+        let mut db_sub = j.subscribe(Since::Snapshot, Arc::new(db));
+        j.append(ev("a", EventType::ContainerStarted, "s1", Some(pod("a", Some("web"))), EventSource::Relist));
+        j.append(ev("a", EventType::ContainerStarted, "s2", Some(pod("a", Some("db"))), EventSource::Relist));
+        assert!(web_sub.next().await.is_none(), "dropped: a reset and a snapshot follow");
+        assert_eq!(web_sub.dropped_because(), Some(ResetReason::RuntimeResync));
+        assert_eq!(db_sub.next().await.unwrap().revision, 2, "the pod entered this selection with the event");
+        assert!(!db_sub.overflowed());
     }
 
     /// One step of a generated schedule.

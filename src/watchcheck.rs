@@ -47,6 +47,8 @@ pub struct WatchChecker {
     epoch: Option<u64>,
     /// The next event revision an unfiltered stream must send.
     next: Option<u64>,
+    /// The client asked to resume and was answered with a snapshot: a reset must say so.
+    expect_reset: bool,
     /// Nothing at or below this may arrive any more.
     floor: u64,
     /// The revision a client may resume after (moves on `synced`, events after it, and
@@ -72,6 +74,7 @@ impl WatchChecker {
             phase: Phase::Opening,
             epoch: None,
             next: None,
+            expect_reset: false,
             floor: 0,
             resume: None,
             view: BTreeMap::new(),
@@ -167,14 +170,23 @@ impl WatchChecker {
             self.epoch = Some(s.epoch);
             if s.resumed {
                 self.phase = Phase::Live;
+                let asked = self.resume;
+                self.next = Some(r + 1);
+                self.floor = r;
                 if other_journal {
                     return self.fail(format!("resumed into another journal (epoch {})", s.epoch));
                 }
-                if self.resume.is_some_and(|p| p != r) {
-                    return self.fail(format!("resumed after {r}, not after the client's point {:?}", self.resume));
+                match asked {
+                    None => return self.fail(format!("resumed after {r} though the client asked for a snapshot")),
+                    Some(p) if p != r => {
+                        return self.fail(format!("resumed after {r}, not after the client's point {p}"));
+                    }
+                    _ => {}
                 }
-                self.next = Some(r + 1);
             } else {
+                // A resume the client asked for, refused: a reset must come first.
+                // (Revision 0 asks for a snapshot.)
+                self.expect_reset = self.resume.is_some_and(|p| p > 0);
                 // A snapshot follows: until its `synced`, the client has no point to
                 // resume from (a break now must not resume the old copy into this
                 // journal).
@@ -185,6 +197,9 @@ impl WatchChecker {
                 self.floor = 0;
             }
             return Ok(());
+        }
+        if std::mem::take(&mut self.expect_reset) && !matches!(kind, Kind::Reset(_)) {
+            return self.fail(format!("a refused resume went on with {} instead of a reset", name(kind)));
         }
         match kind {
             Kind::Start(_) => self.fail("a second start on one stream".into()),
@@ -367,6 +382,18 @@ mod tests {
         c.reconnect();
         c.observe(&start(8, false, 0)).unwrap();
         assert_eq!(c.resume_point(), None);
+    }
+
+    #[test]
+    fn a_resume_nobody_asked_for_old_events_after_a_resume_and_a_silent_refusal_are_caught() {
+        let mut c = WatchChecker::new(true);
+        assert!(c.observe(&start(7, true, 5)).is_err(), "resumed though the client asked for a snapshot");
+        let mut c = WatchChecker::new(true).resuming_from(5, 7);
+        c.observe(&start(7, true, 5)).unwrap();
+        assert!(c.observe(&event(4, "a")).is_err(), "an event at or below the resume point");
+        let mut c = WatchChecker::new(false).resuming_from(5, 7);
+        c.observe(&start(7, false, 0)).unwrap();
+        assert!(c.observe(&synced(9, 7, 0)).is_err(), "a refused resume must say so with a reset");
     }
 
     #[test]

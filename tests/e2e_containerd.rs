@@ -18,7 +18,8 @@ use plegd::proto::runtime as cri;
 use support::{Sidecar, start_sidecar};
 use tokio::time::Instant;
 
-const NEEDS: &str = "needs a real containerd: run tests/e2e/run.sh (it installs and starts containerd 1.6, 1.7 and 2.1)";
+const NEEDS: &str =
+    "needs a real containerd: run tests/e2e/run.sh (it installs and starts containerd 1.6, 1.7 and 2.1)";
 
 struct Env {
     endpoint: String,

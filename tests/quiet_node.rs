@@ -392,3 +392,41 @@ async fn on_a_runtime_whose_stream_may_split_events_full_relists_never_slow_down
     assert_eq!(p.app.health.threshold(), p.cfg.relist_threshold);
     p.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_safety_net_shorter_than_the_relist_period_is_no_crash() {
+    // Found by review: the period's doubling clamped between the relist period and a
+    // shorter safety net, which panics.
+    let sim = SimRuntime::new();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(Mode::Auto, &dir);
+    cfg.relist_period = Duration::from_secs(2);
+    cfg.evented_relist_period = Duration::from_secs(1);
+    let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
+    let app = plegd::app::start_on(&cfg, sim.clone(), Metrics::new(), &tracker, &shutdown).await.unwrap();
+    let p = InProcess { sim, app, cfg, shutdown, tracker, _dir: dir };
+    p.run_pod("a").await;
+    p.ready().await;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(p.app.liveness.check(), Ok(()), "every loop still turns");
+    assert_eq!(p.app.health.check(), Ok(()));
+    p.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_relists_racing_the_streams_hints_count_no_miss() {
+    // Found by review: hints taken in the turn that ran a full relist were dropped, and
+    // the relist's findings counted as missed by the stream.
+    let p = start(Mode::Auto, None).await;
+    let (pod, sid, _) = p.run_pod("a").await;
+    p.ready().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for i in 0..40 {
+        p.start_container(&pod, &sid, &format!("c{i}")).await;
+        p.app.pleg.request_relist();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(p.metric("plegd_evented_missed_changes_total"), 0.0, "every change had its event");
+    p.stop().await;
+}

@@ -126,6 +126,10 @@ struct StreamTrust {
     /// found: a miss unless the pod's event arrives within [`MISS_GRACE`] (it was in
     /// flight).
     suspects: Vec<(Instant, String, usize)>,
+    /// Pods the stream announced lately, or whose reads failed, with when: a change a
+    /// read finds for them is not a miss (their event was taken, or used up by a
+    /// failed read).
+    announced: std::collections::HashMap<String, Instant>,
     /// The safety-net period in force on a complete stream: the configured one, or
     /// shorter after a relist found changes the stream did not announce.
     net_period: Duration,
@@ -187,6 +191,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 up_since: None,
                 settle_until: Instant::now(),
                 suspects: Vec::new(),
+                announced: Default::default(),
                 net_period: Duration::from_secs(300),
                 missing: false,
                 last_miss: None,
@@ -365,6 +370,9 @@ impl<R: RuntimeService> GenericPleg<R> {
         if listed < up_since + MISS_GRACE || listed < self.trust.settle_until {
             return 0;
         }
+        if self.trust.announced.get(uid).is_some_and(|t| *t + MISS_GRACE >= listed) {
+            return 0;
+        }
         let n = events.iter().filter(|e| e.kind != EventType::PodSync).count();
         if n > 0 {
             self.trust.suspects.push((Instant::now(), uid.to_owned(), n));
@@ -375,13 +383,19 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// Clears the suspects of pods whose events arrived, and judges those whose events
     /// did not arrive within the grace.
     fn settle_suspects(&mut self, hinted: &[(String, Hint)]) {
+        let now = Instant::now();
+        for (uid, h) in hinted {
+            if h.source == EventSource::CriEvent {
+                self.trust.announced.insert(uid.clone(), now);
+            }
+        }
+        self.trust.announced.retain(|_, t| now.duration_since(*t) < MISS_GRACE * 2);
         if self.trust.suspects.is_empty() {
             return;
         }
         self.trust
             .suspects
             .retain(|(_, uid, _)| !hinted.iter().any(|(u, h)| u == uid && h.source == EventSource::CriEvent));
-        let now = Instant::now();
         let mut missed = 0;
         self.trust.suspects.retain(|(found, _, n)| {
             let due = now.duration_since(*found) >= MISS_GRACE;
@@ -420,7 +434,9 @@ impl<R: RuntimeService> GenericPleg<R> {
             if std::mem::take(&mut self.trust.missing) {
                 tracing::info!("a relist found nothing the CRI event stream missed; full relists slow down again");
             }
-            self.trust.net_period = (self.trust.net_period * 2).clamp(self.cfg.period, self.evented_period);
+            // Never below the relist period, never above the safety net (nor below the
+            // relist period if the safety net was configured shorter).
+            self.trust.net_period = (self.trust.net_period * 2).min(self.evented_period).max(self.cfg.period);
         }
     }
 
@@ -556,6 +572,8 @@ impl<R: RuntimeService> GenericPleg<R> {
                 let (pod, at, status) = match r.res {
                     Err(err) => {
                         tracing::debug!(pod = %r.uid, error = %err, "targeted relist failed; retrying");
+                        // Its event (if any) is used up: the retry's finding is no miss.
+                        self.trust.announced.insert(r.uid.clone(), Instant::now());
                         self.reinspect.insert(r.uid);
                         outcome.failed += 1;
                         continue;
@@ -587,6 +605,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                             m.inspection_errors.inc();
                         }
                         self.store_failure(&r.uid, e.to_string(), at);
+                        self.trust.announced.insert(r.uid.clone(), Instant::now());
                         self.reinspect.insert(r.uid);
                         continue;
                     }
@@ -767,6 +786,11 @@ impl<R: RuntimeService> GenericPleg<R> {
                     None => next_retry = Some(now + self.cfg.period),
                     _ => {}
                 }
+            }
+            if self.reinspect.is_empty() {
+                // A pod read again by other means needs no retry: a deadline left in the
+                // past would make the loop spin until the next full relist.
+                next_retry = None;
             }
             let wake = next_retry.map_or(next_full, |r| r.min(next_full)).min(Instant::now() + BEAT_EVERY);
             tokio::select! {
