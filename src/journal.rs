@@ -771,18 +771,7 @@ mod guarantee_tests {
         let j = Journal::new(100, 100, None);
         let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
         let mut sub = j.subscribe(Since::Snapshot, Arc::new(web.clone()));
-        let with_sandbox = Arc::new(PodStatus {
-            sandboxes: vec![crate::model::SandboxStatus {
-                id: "s1".into(),
-                attempt: 0,
-                state: crate::model::SandboxState::Ready,
-                created_at: 0,
-                ip: String::new(),
-                additional_ips: vec![],
-            }],
-            ..(*pod("a", Some("web"))).clone()
-        });
-        j.append(ev("a", EventType::ContainerStarted, "s1", Some(with_sandbox), EventSource::Relist));
+        j.append(ev("a", EventType::ContainerStarted, "s1", Some(pod("a", Some("web"))), EventSource::Relist));
         let no_sandbox = Arc::new(PodStatus::empty("a", "ns", "pod-a"));
         j.append(ev("a", EventType::ContainerRemoved, "s1", Some(no_sandbox), EventSource::Relist));
         j.append(ev("a", EventType::ContainerRemoved, "c1", None, EventSource::Relist));

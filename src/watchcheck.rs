@@ -104,7 +104,12 @@ impl WatchChecker {
 
     /// The client drops its copy and will open a stream with a snapshot.
     pub fn start_over(&mut self) {
-        self.phase = Phase::Opening;
+        self.drop_copy(Phase::Opening);
+    }
+
+    /// Drops the client's copy and everything it could resume from.
+    fn drop_copy(&mut self, phase: Phase) {
+        self.phase = phase;
         self.view.clear();
         self.building.clear();
         self.resume = None;
@@ -205,12 +210,7 @@ impl WatchChecker {
             Kind::Start(_) => self.fail("a second start on one stream".into()),
             Kind::Reset(_) => {
                 self.resets += 1;
-                self.phase = Phase::Snapshot;
-                self.view.clear();
-                self.building.clear();
-                self.resume = None;
-                self.next = None;
-                self.floor = 0;
+                self.drop_copy(Phase::Snapshot);
                 Ok(())
             }
             Kind::Snapshot(p) => {
