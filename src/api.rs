@@ -768,16 +768,24 @@ fn incoming(
     listener: UnixListener,
     cfg: Arc<ApiConfig>,
     metrics: ApiMetrics,
+    beat: crate::pleg::health::Beat,
     shutdown: CancellationToken,
 ) -> impl Stream<Item = Result<Prefaced, std::io::Error>> {
     let (tx, rx) = mpsc::channel::<Result<Prefaced, std::io::Error>>(64);
     tokio::spawn(async move {
+        // The API's liveness is its accept loop turning, quiet or busy.
+        let mut ticks = crate::pleg::health::beat_timer();
         loop {
             let conn = tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tx.closed() => return,
+                _ = ticks.tick() => {
+                    beat.beat();
+                    continue;
+                }
                 c = listener.accept() => c,
             };
+            beat.beat();
             let conn = match conn {
                 Ok((c, _)) => c,
                 Err(e) => {
@@ -824,7 +832,6 @@ pub async fn serve(
             tokio::select! {
                 _ = sd.cancelled() => return,
                 _ = tick.tick() => {
-                    beat.beat();
                     let status = if ready() { tonic_health::ServingStatus::Serving } else { tonic_health::ServingStatus::NotServing };
                     reporter.set_service_status("", status).await;
                     reporter.set_service_status("plegd.v1.PodLifecycle", status).await;
@@ -841,7 +848,7 @@ pub async fn serve(
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(health)
         .add_service(LifecycleRoutes::new(svc))
-        .serve_with_incoming_shutdown(incoming(listener, cfg, metrics, shutdown.clone()), shutdown.cancelled())
+        .serve_with_incoming_shutdown(incoming(listener, cfg, metrics, beat, shutdown.clone()), shutdown.cancelled())
         .await;
     health_task.abort();
     Ok(res?)
