@@ -38,8 +38,18 @@ fn config(mode: Mode, dir: &tempfile::TempDir) -> RunConfig {
 }
 
 async fn start_on<R: plegd::cri::RuntimeService>(sim: SimRuntime, runtime: R, mode: Mode) -> InProcess {
+    start_tuned(sim, runtime, mode, |_| {}).await
+}
+
+async fn start_tuned<R: plegd::cri::RuntimeService>(
+    sim: SimRuntime,
+    runtime: R,
+    mode: Mode,
+    tune: impl FnOnce(&mut RunConfig),
+) -> InProcess {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(mode, &dir);
+    let mut cfg = config(mode, &dir);
+    tune(&mut cfg);
     let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
     tracker.spawn(sim.clone().run_reaper(shutdown.clone()));
     let app = plegd::app::start_on(&cfg, runtime, Metrics::new(), &tracker, &shutdown).await.expect("plegd starts");
@@ -398,13 +408,11 @@ async fn a_safety_net_shorter_than_the_relist_period_is_no_crash() {
     // Found by review: the period's doubling clamped between the relist period and a
     // shorter safety net, which panics.
     let sim = SimRuntime::new();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(Mode::Auto, &dir);
-    cfg.relist_period = Duration::from_secs(2);
-    cfg.evented_relist_period = Duration::from_secs(1);
-    let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
-    let app = plegd::app::start_on(&cfg, sim.clone(), Metrics::new(), &tracker, &shutdown).await.unwrap();
-    let p = InProcess { sim, app, cfg, shutdown, tracker, _dir: dir };
+    let p = start_tuned(sim.clone(), sim, Mode::Auto, |cfg| {
+        cfg.relist_period = Duration::from_secs(2);
+        cfg.evented_relist_period = Duration::from_secs(1);
+    })
+    .await;
     p.run_pod("a").await;
     p.ready().await;
     tokio::time::sleep(Duration::from_secs(120)).await;
