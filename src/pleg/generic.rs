@@ -64,7 +64,8 @@ pub struct RelistOutcome {
     pub events: usize,
     /// The listing was the last one's, unchanged: nothing was decoded or diffed.
     pub unchanged: bool,
-    /// Changes found that the event stream, up at the time, never announced.
+    /// Changes found while the event stream was up and not announced by it yet: each
+    /// counts as missed unless its pod's event arrives within [`MISS_GRACE`].
     pub missed: usize,
 }
 

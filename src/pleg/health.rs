@@ -218,12 +218,6 @@ impl Liveness {
             .collect();
         if stalled.is_empty() { Ok(()) } else { Err(stalled.join("; ")) }
     }
-
-    /// Each registered loop with the time since its last beat, for `/livez?verbose`.
-    pub fn report(&self) -> Vec<(&'static str, Duration, Duration)> {
-        let beats = self.beats.lock().expect("liveness lock");
-        beats.iter().map(|b| (b.name, b.last.elapsed(), b.limit)).collect()
-    }
 }
 
 impl Beat {
