@@ -65,7 +65,7 @@ pub struct RelistOutcome {
     /// The listing was the last one's, unchanged: nothing was decoded or diffed.
     pub unchanged: bool,
     /// Changes found while the event stream was up and not announced by it yet: each
-    /// counts as missed unless its pod's event arrives within [`MISS_GRACE`].
+    /// counts as missed unless its pod's event arrives within 2 s.
     pub missed: usize,
 }
 
