@@ -106,7 +106,7 @@ async fn watch_loop<M>(mut s: tonic::Streaming<M>, until: Instant, classify: imp
 }
 
 async fn watcher(socket: String, until: Instant, use_observed: bool) -> Seen {
-    let mut c = plegd::client::connect(&socket).expect("socket");
+    let mut c = plegd::cli::client::connect(&socket).expect("socket");
     let s = c.watch(api::WatchRequest::default()).await.expect("watch").into_inner();
     watch_loop(s, until, |m: &api::WatchEvent| {
         let got = match &m.kind {
@@ -306,15 +306,15 @@ async fn fanout(args: &[String]) {
         tick.tick().await;
         let due = (t0.elapsed().as_secs_f64() * rate as f64) as u64;
         while sent < due.min(sent + batch * 5) {
-            app.journal.append(plegd::pleg::PodLifecycleEvent {
+            app.journal.append(plegd::model::event::PodLifecycleEvent {
                 pod_uid: "bench".into(),
                 pod_namespace: "default".into(),
                 pod_name: "web".into(),
-                kind: plegd::pleg::EventType::ContainerStarted,
+                kind: plegd::model::event::EventType::ContainerStarted,
                 container_id: format!("{sent:064x}"),
                 container_name: "app".into(),
                 is_sandbox: false,
-                source: plegd::pleg::EventSource::CriEvent,
+                source: plegd::model::event::EventSource::CriEvent,
                 observed_at: SystemTime::now(),
                 runtime_timestamp: None,
                 pod: Some(pod.clone()),
@@ -494,7 +494,7 @@ async fn containerd(args: &[String]) {
     let p2 = published.clone();
     let journal_task = tokio::spawn(async move {
         while let Some(e) = sub.next().await {
-            if e.event.kind == plegd::pleg::EventType::ContainerStarted {
+            if e.event.kind == plegd::model::event::EventType::ContainerStarted {
                 p2.lock().unwrap().insert(e.event.container_id.clone(), Instant::now());
             }
         }
@@ -503,7 +503,7 @@ async fn containerd(args: &[String]) {
     let seen: std::sync::Arc<std::sync::Mutex<HashMap<String, Instant>>> = Default::default();
     let s2 = seen.clone();
     let w = tokio::spawn(async move {
-        let mut c = plegd::client::connect(&api_socket).unwrap();
+        let mut c = plegd::cli::client::connect(&api_socket).unwrap();
         let mut s = c.watch(api::WatchRequest::default()).await.unwrap().into_inner();
         while let Ok(Ok(Some(m))) = tokio::time::timeout(Duration::from_secs(5), s.message()).await {
             if let Some(Kind::Event(e)) = m.kind

@@ -38,12 +38,12 @@ fn main() {
     let api = format!("unix://{}", dir.path().join("plegd.sock").display());
 
     let capacity_arg = capacity.to_string();
-    let cli = plegd::config::Cli::parse_from(
+    let cli = plegd::cli::Cli::parse_from(
         std::iter::once("plegd")
             .chain(run_args(&cri, &api, "generic"))
             .chain(["--journal-capacity", capacity_arg.as_str()]),
     );
-    let plegd::config::Command::Run(run_args) = cli.command else { unreachable!("parsed a run command") };
+    let plegd::cli::Command::Run(run_args) = cli.command else { unreachable!("parsed a run command") };
     let cfg = plegd::config::RunConfig::try_from(&run_args).expect("valid run config");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let (tracker, shutdown) = (TaskTracker::new(), CancellationToken::new());

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use plegd::journal::{Journal, Since};
 use plegd::model::PodStatus;
-use plegd::pleg::{EventSource, EventType, PodLifecycleEvent};
+use plegd::model::event::{EventSource, EventType, PodLifecycleEvent};
 
 fn event(pod: &Arc<PodStatus>) -> PodLifecycleEvent {
     PodLifecycleEvent {

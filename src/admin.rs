@@ -14,7 +14,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
+use crate::metrics::Registry;
 use crate::pleg::health::PlegHealth;
 
 /// Errors of the admin server.
@@ -66,11 +66,11 @@ impl Readiness {
 #[derive(Clone)]
 pub struct AdminState {
     /// Metrics to expose.
-    pub metrics: Metrics,
+    pub metrics: Arc<Registry>,
     /// PLEG health.
     pub health: PlegHealth,
     /// Relist loop liveness.
-    pub liveness: crate::pleg::health::Liveness,
+    pub liveness: crate::liveness::Liveness,
     /// Readiness.
     pub readiness: Readiness,
     /// The sync loop's history.
@@ -220,10 +220,14 @@ async fn metrics(State(s): State<Arc<AdminState>>, headers: axum::http::HeaderMa
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("application/openmetrics-text"));
     if wants_om {
-        ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
+        (
+            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+            crate::metrics::encode(&s.metrics),
+        )
             .into_response()
     } else {
-        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], s.metrics.encode_text()).into_response()
+        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], crate::metrics::encode_text(&s.metrics))
+            .into_response()
     }
 }
 
@@ -332,11 +336,8 @@ async fn debug_resync(State(s): State<Arc<AdminState>>) -> Response {
 
 /// How long the relist loop may go without a turn before `/livez` fails: a few of its
 /// turns (it turns at least every relist period and every
-/// [`crate::pleg::health::BEAT_EVERY`], quiet or busy), plus the longest a listing and
+/// [`crate::liveness::BEAT_EVERY`], quiet or busy), plus the longest a listing and
 /// one pod read may take while the runtime is slow, plus a margin.
 pub fn relist_liveness_limit(period: Duration, inspect_timeout: Duration, request_timeout: Duration) -> Duration {
-    period.min(crate::pleg::health::BEAT_EVERY) * 3
-        + inspect_timeout * 2
-        + request_timeout * 4
-        + Duration::from_secs(30)
+    period.min(crate::liveness::BEAT_EVERY) * 3 + inspect_timeout * 2 + request_timeout * 4 + Duration::from_secs(30)
 }

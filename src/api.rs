@@ -18,8 +18,8 @@ use tonic::{Request, Response, Status};
 
 use crate::cache::PodCache;
 use crate::journal::{Entry, Filter, Journal, ResetReason, Since, Start, Subscription};
+use crate::model::event::EventType;
 use crate::model::{PodStatus, system_to_timestamp};
-use crate::pleg::EventType;
 use crate::proto::plegd as api;
 use crate::proto::plegd::pod_lifecycle_server::{PodLifecycle, PodLifecycleServer};
 use crate::selector::Selector;
@@ -53,6 +53,21 @@ pub struct ApiMetrics {
     pub refused: Counter,
     /// `plegd_api_connections_total`.
     pub accepted: Counter,
+}
+
+impl ApiMetrics {
+    /// Creates the API's families and registers them.
+    pub fn register(registry: &mut crate::metrics::Registry) -> Self {
+        let api = Self::default();
+        registry.register("plegd_watch_clients", "Open Watch streams", api.watch_clients.clone());
+        registry.register("plegd_api_connections", "API connections accepted", api.accepted.clone());
+        registry.register(
+            "plegd_api_connections_refused",
+            "API connections refused by the peer-credential allowlist",
+            api.refused.clone(),
+        );
+        api
+    }
 }
 
 /// Errors of starting the API.
@@ -768,13 +783,13 @@ fn incoming(
     listener: UnixListener,
     cfg: Arc<ApiConfig>,
     metrics: ApiMetrics,
-    beat: crate::pleg::health::Beat,
+    beat: crate::liveness::Beat,
     shutdown: CancellationToken,
 ) -> impl Stream<Item = Result<Prefaced, std::io::Error>> {
     let (tx, rx) = mpsc::channel::<Result<Prefaced, std::io::Error>>(64);
     tokio::spawn(async move {
         // The API's liveness is its accept loop turning, quiet or busy.
-        let mut ticks = crate::pleg::health::beat_timer();
+        let mut ticks = crate::liveness::beat_timer();
         loop {
             let conn = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -821,7 +836,7 @@ pub async fn serve(
     listener: UnixListener,
     svc: PodLifecycleService,
     ready: impl Fn() -> bool + Send + 'static,
-    beat: crate::pleg::health::Beat,
+    beat: crate::liveness::Beat,
     shutdown: CancellationToken,
 ) -> Result<(), ApiError> {
     let (reporter, health) = tonic_health::server::health_reporter();

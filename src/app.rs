@@ -15,10 +15,11 @@ use crate::config::RunConfig;
 use crate::cri::RuntimeService;
 use crate::cri::client::{ClientOptions, CriClient};
 use crate::journal::Journal;
-use crate::metrics::Metrics;
+use crate::liveness::{Liveness, QUICK_LOOP_LIMIT};
+use crate::metrics::Registry;
 use crate::pleg::evented::{self, EventedWatcher, Mode, StreamState};
 use crate::pleg::generic::{GenericPleg, PlegHandle, RelistConfig};
-use crate::pleg::health::{Liveness, PlegHealth, QUICK_LOOP_LIMIT};
+use crate::pleg::health::PlegHealth;
 use crate::pleg::hints::PodHints;
 use crate::publish;
 use crate::reconcile::{Controller, CrashLoop, Enqueue, Gc, GcMode, Publish, Reconciler};
@@ -144,7 +145,7 @@ pub async fn start_on<R: RuntimeService>(
     // Bind both sockets before starting anything.
     let api_listener = crate::uds::bind(&cfg.api.socket, 0o660).await.map_err(AppError::Listen)?;
     let admin_state = AdminState {
-        metrics: metrics.clone(),
+        metrics: metrics.registry.clone(),
         health: health.clone(),
         liveness: liveness.clone(),
         readiness: readiness.clone(),
@@ -252,5 +253,58 @@ async fn announce_runtime<R: RuntimeService>(client: R, shutdown: CancellationTo
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(backoff.next_delay()) => {}
         }
+    }
+}
+
+/// Every subsystem's metrics, each registered by its owner in one registry.
+#[derive(Clone)]
+pub struct Metrics {
+    /// The registry, encoded by `/metrics`.
+    pub registry: Arc<Registry>,
+    /// PLEG metrics.
+    pub pleg: crate::pleg::metrics::PlegMetrics,
+    /// CRI client metrics.
+    pub cri: crate::cri::metrics::CriMetrics,
+    /// Published-event metrics.
+    pub events: crate::publish::EventMetrics,
+    /// Journal metrics.
+    pub journal: crate::journal::JournalMetrics,
+    /// API metrics.
+    pub api: crate::api::ApiMetrics,
+    /// Work queue metrics (client-go's names).
+    pub queues: crate::workqueue::QueueMetrics,
+    /// Reconciler metrics.
+    pub reconcile: crate::reconcile::ReconcileMetrics,
+}
+
+impl Metrics {
+    /// Creates one registry and has every subsystem register its families in it.
+    pub fn new() -> Self {
+        let mut r = Registry::default();
+        let pleg = crate::pleg::metrics::PlegMetrics::register(&mut r);
+        let cri = crate::cri::metrics::CriMetrics::register(&mut r);
+        let events = crate::publish::EventMetrics::register(&mut r);
+        let journal = crate::journal::JournalMetrics::register(&mut r);
+        let api = crate::api::ApiMetrics::register(&mut r);
+        crate::process::ProcessCollector::register(&mut r);
+        let queues = crate::workqueue::QueueMetrics::register(&mut r);
+        let reconcile = crate::reconcile::ReconcileMetrics::register(&mut r);
+        Self { registry: Arc::new(r), pleg, cri, events, journal, api, queues, reconcile }
+    }
+
+    /// The registry in OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        crate::metrics::encode(&self.registry)
+    }
+
+    /// The registry in the classic Prometheus text format.
+    pub fn encode_text(&self) -> String {
+        crate::metrics::encode_text(&self.registry)
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
     }
 }

@@ -1,129 +1,14 @@
-//! The command line (clap, one flattened argument struct per subsystem, every flag
-//! with a `PLEGD_…` variable) and its one fallible conversion to validated configs.
+//! `plegd run`'s flags (clap, one flattened argument struct per subsystem, every flag
+//! with a `PLEGD_…` variable) and their one fallible conversion to the validated
+//! [`RunConfig`] that `app` builds from. The other commands' flags live in `cli`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, ValueEnum};
 
 use crate::uds::parse_unix_endpoint;
-
-/// plegd: a node-local container lifecycle observer for CRI runtimes.
-#[derive(Debug, Parser)]
-#[command(name = "plegd", version, about, propagate_version = true)]
-pub struct Cli {
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
-    /// Threads that run plegd's tasks. One core serves a node (the relist, the event
-    /// stream and tens of watchers) and keeps plegd's CPU and memory bounded; more help
-    /// only with hundreds of busy watchers.
-    #[arg(
-        long,
-        global = true,
-        env = "PLEGD_WORKER_THREADS",
-        default_value_t = 1,
-        value_parser = clap::value_parser!(u16).range(1..=256)
-    )]
-    pub worker_threads: u16,
-}
-
-/// Subcommands.
-#[derive(Debug, Subcommand)]
-// Parsed once at start; boxing the big variant would only obscure the clap derive.
-#[allow(clippy::large_enum_variant)]
-pub enum Command {
-    /// Run the sidecar next to a CRI runtime.
-    Run(RunArgs),
-    /// Run the simulated runtime with pod churn and the sidecar against it, and show
-    /// the lifecycle events live. Needs nothing installed.
-    Demo(DemoArgs),
-    /// Serve the simulated CRI runtime on a unix socket.
-    Sim(SimArgs),
-    /// Print lifecycle events from a running plegd (reconnects and resumes by itself).
-    Watch(WatchArgs),
-    /// List the pods a running plegd has cached.
-    Pods(PodsArgs),
-}
-
-/// Which plegd to talk to, and which pods.
-#[derive(Debug, Args)]
-pub struct ClientArgs {
-    /// plegd's gRPC socket.
-    #[arg(long, env = "PLEGD_SOCKET", default_value = "unix:///run/plegd/plegd.sock")]
-    pub socket: String,
-    /// Only pods in this namespace.
-    #[arg(long, short = 'n', env = "PLEGD_NAMESPACE")]
-    pub namespace: Option<String>,
-    /// Only the pod with this name.
-    #[arg(long, env = "PLEGD_POD")]
-    pub pod: Option<String>,
-    /// Only the pod with this UID.
-    #[arg(long, env = "PLEGD_POD_UID")]
-    pub pod_uid: Option<String>,
-    /// Only pods whose sandbox labels match this Kubernetes label selector.
-    #[arg(long, short = 'l', env = "PLEGD_SELECTOR")]
-    pub selector: Option<String>,
-    /// Output: readable lines or a table, or JSON.
-    #[arg(short = 'o', long, env = "PLEGD_OUTPUT", value_enum, default_value = "text")]
-    pub output: OutputFormat,
-}
-
-/// `plegd watch`.
-#[derive(Debug, Args)]
-pub struct WatchArgs {
-    /// Connection and filters.
-    #[command(flatten)]
-    pub client: ClientArgs,
-    /// Resume after this revision instead of starting with a snapshot.
-    #[arg(long, env = "PLEGD_SINCE", default_value_t = 0)]
-    pub since: u64,
-    /// Only these event types (repeat or comma-separate): CONTAINER_STARTED,
-    /// CONTAINER_DIED, CONTAINER_REMOVED, CONTAINER_CHANGED, POD_SYNC, CRASH_LOOP,
-    /// CRASH_LOOP_CLEARED.
-    #[arg(long = "type", short = 't', env = "PLEGD_TYPE", value_delimiter = ',')]
-    pub types: Vec<crate::pleg::EventType>,
-    /// Also print the snapshot's pods in text output.
-    #[arg(long, env = "PLEGD_SHOW_SNAPSHOT")]
-    pub show_snapshot: bool,
-    /// The epoch `--since` belongs to (from a stream's `start` or `synced`); a plegd
-    /// with another journal then answers with a reset and a snapshot instead of
-    /// carrying on from its own revisions.
-    #[arg(long, env = "PLEGD_EPOCH", default_value_t = 0)]
-    pub epoch: u64,
-    /// Check every message against the Watch invariants (epoch first, no gap without a
-    /// reset, no bookmark ahead of an event, snapshot then synced); violations go to
-    /// stderr and the command exits 1.
-    #[arg(long, env = "PLEGD_VERIFY")]
-    pub verify: bool,
-    /// Logging.
-    #[command(flatten)]
-    pub log: LogArgs,
-}
-
-/// `plegd pods`.
-#[derive(Debug, Args)]
-pub struct PodsArgs {
-    /// Connection and filters.
-    #[command(flatten)]
-    pub client: ClientArgs,
-    /// Logging.
-    #[command(flatten)]
-    pub log: LogArgs,
-}
-
-impl ClientArgs {
-    /// The server-side filter.
-    pub fn filter(&self) -> crate::proto::plegd::PodFilter {
-        crate::proto::plegd::PodFilter {
-            namespace: self.namespace.clone().unwrap_or_default(),
-            pod_uid: self.pod_uid.clone().unwrap_or_default(),
-            pod_name: self.pod.clone().unwrap_or_default(),
-            label_selector: self.selector.clone().unwrap_or_default(),
-        }
-    }
-}
 
 /// Flags of the CRI client.
 #[derive(Debug, Args)]
@@ -136,24 +21,13 @@ pub struct RuntimeArgs {
     pub runtime_request_timeout: Duration,
 }
 
-/// PLEG mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ModeArg {
-    /// Use the CRI event stream when the runtime has it, relist otherwise.
-    Auto,
-    /// Relist only.
-    Generic,
-    /// Require the stream (not ready without it), still relisting as a safety net.
-    Evented,
-}
-
 /// Flags of the PLEG.
 #[derive(Debug, Args)]
 pub struct PlegArgs {
     /// auto: use the CRI event stream when the runtime has it; generic: relist only;
     /// evented: require the stream, still relisting as a safety net.
     #[arg(long, env = "PLEGD_MODE", value_enum, default_value = "auto")]
-    pub mode: ModeArg,
+    pub mode: crate::pleg::evented::Mode,
     /// Safety-net relist period while the event stream is healthy.
     #[arg(long, env = "PLEGD_EVENTED_RELIST_PERIOD", default_value = "300s", value_parser = parse_duration)]
     pub evented_relist_period: Duration,
@@ -196,17 +70,6 @@ pub struct ApiArgs {
     pub bookmark_interval: Duration,
 }
 
-/// `--gc` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum GcArg {
-    /// No garbage collection.
-    Off,
-    /// Remove dead containers beyond the policy.
-    On,
-    /// Log what would be removed.
-    DryRun,
-}
-
 /// Flags of the sync loop, the work queues and the reconcilers.
 #[derive(Debug, Args)]
 pub struct SyncArgs {
@@ -222,7 +85,7 @@ pub struct SyncArgs {
     pub resync_period: Duration,
     /// Garbage-collect dead containers (`--gc` alone means on; `--gc=dry-run` only logs).
     #[arg(long, env = "PLEGD_GC", value_enum, default_value = "off", num_args = 0..=1, default_missing_value = "on", require_equals = true)]
-    pub gc: GcArg,
+    pub gc: crate::reconcile::GcMode,
     /// Dead containers kept per container name.
     #[arg(long, env = "PLEGD_GC_KEEP", default_value_t = 1)]
     pub gc_keep: usize,
@@ -298,80 +161,6 @@ pub struct RunArgs {
     /// Admin HTTP.
     #[command(flatten)]
     pub admin: AdminArgs,
-    /// Logging.
-    #[command(flatten)]
-    pub log: LogArgs,
-}
-
-/// Flags of the simulated runtime's churn.
-#[derive(Debug, Args)]
-pub struct ChurnArgs {
-    /// Pods kept alive.
-    #[arg(long, env = "PLEGD_PODS", default_value_t = 20)]
-    pub pods: usize,
-    /// Containers per pod.
-    #[arg(long, env = "PLEGD_CONTAINERS_PER_POD", default_value_t = 2)]
-    pub containers_per_pod: usize,
-    /// Changes per second.
-    #[arg(long, env = "PLEGD_CHURN_PER_SEC", default_value_t = 5.0)]
-    pub churn_per_sec: f64,
-}
-
-/// `plegd demo`.
-#[derive(Debug, Args)]
-pub struct DemoArgs {
-    /// Stop after this long (default: run until Ctrl-C).
-    #[arg(long, env = "PLEGD_DURATION", value_parser = parse_duration)]
-    pub duration: Option<Duration>,
-    /// Pod churn.
-    #[command(flatten)]
-    pub churn: ChurnArgs,
-    /// Relist period.
-    #[arg(long, env = "PLEGD_RELIST_PERIOD", default_value = "1s", value_parser = parse_duration)]
-    pub relist_period: Duration,
-    /// HTTP: metrics, health, debug (port 0 picks a free port).
-    #[arg(long, env = "PLEGD_ADMIN_ADDR", default_value = "127.0.0.1:0")]
-    pub admin_addr: SocketAddr,
-    /// Output: readable lines, or JSON lines.
-    #[arg(short = 'o', long, env = "PLEGD_OUTPUT", value_enum, default_value = "text")]
-    pub output: OutputFormat,
-    /// Logging.
-    #[command(flatten)]
-    pub log: LogArgs,
-}
-
-/// How client commands print.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
-    /// Readable lines or tables.
-    Text,
-    /// JSON lines.
-    Json,
-}
-
-/// How the simulated runtime answers `GetContainerEvents`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum SimEvents {
-    /// Stream events (containerd 1.7).
-    Stream,
-    /// Answer Unimplemented (containerd 1.6).
-    Unimplemented,
-    /// Answer OK with an empty stream (CRI-O with pod events off).
-    Empty,
-}
-
-/// `plegd sim`.
-#[derive(Debug, Args)]
-pub struct SimArgs {
-    /// Socket to serve the CRI on.
-    #[arg(long, env = "PLEGD_SIM_LISTEN", default_value = "unix:///run/plegd/sim.sock")]
-    pub listen: String,
-    /// Pod churn.
-    #[command(flatten)]
-    pub churn: ChurnArgs,
-    /// How GetContainerEvents behaves.
-    #[arg(long, env = "PLEGD_SIM_EVENTS", value_enum, default_value = "stream")]
-    pub events: SimEvents,
     /// Logging.
     #[command(flatten)]
     pub log: LogArgs,
@@ -465,11 +254,7 @@ impl TryFrom<&RunArgs> for RunConfig {
             runtime_endpoint: format!("unix://{}", runtime_socket.display()),
             runtime_socket,
             runtime_request_timeout: positive("--runtime-request-timeout", a.runtime.runtime_request_timeout)?,
-            mode: match a.pleg.mode {
-                ModeArg::Auto => crate::pleg::evented::Mode::Auto,
-                ModeArg::Generic => crate::pleg::evented::Mode::Generic,
-                ModeArg::Evented => crate::pleg::evented::Mode::Evented,
-            },
+            mode: a.pleg.mode,
             relist_period,
             evented_relist_period: positive("--evented-relist-period", a.pleg.evented_relist_period)?,
             relist_threshold,
@@ -502,13 +287,18 @@ impl TryFrom<&RunArgs> for RunConfig {
 
 impl RunConfig {
     /// A config for a sidecar on `endpoint` with defaults elsewhere (tests, demo).
+    ///
+    /// The defaults are the flags' own (one source of defaults): `RunArgs` is parsed
+    /// with `--runtime-endpoint` alone.
     pub fn for_endpoint(endpoint: &str) -> Result<Self, ConfigError> {
-        let args = Cli::try_parse_from(["plegd", "run", "--runtime-endpoint", endpoint])
-            .map_err(|e| invalid("--runtime-endpoint", e.to_string()))?;
-        match &args.command {
-            Command::Run(a) => Self::try_from(a),
-            _ => unreachable!("parsed a run command"),
+        #[derive(Parser)]
+        struct Run {
+            #[command(flatten)]
+            run: RunArgs,
         }
+        let args = Run::try_parse_from(["plegd", "--runtime-endpoint", endpoint])
+            .map_err(|e| invalid("--runtime-endpoint", e.to_string()))?;
+        Self::try_from(&args.run)
     }
 }
 
@@ -535,15 +325,7 @@ fn sync_config(s: &SyncArgs) -> Result<SyncConfig, ConfigError> {
             qps: s.retry_qps,
             burst: s.retry_burst.max(1),
         },
-        gc: crate::reconcile::GcConfig {
-            mode: match s.gc {
-                GcArg::Off => crate::reconcile::GcMode::Off,
-                GcArg::On => crate::reconcile::GcMode::On,
-                GcArg::DryRun => crate::reconcile::GcMode::DryRun,
-            },
-            keep: s.gc_keep,
-            min_age: s.gc_min_age,
-        },
+        gc: crate::reconcile::GcConfig { mode: s.gc, keep: s.gc_keep, min_age: s.gc_min_age },
         crashloop: crate::reconcile::CrashLoopConfig {
             deaths: s.crashloop_deaths,
             window: positive("--crashloop-window", s.crashloop_window)?,
@@ -561,28 +343,21 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (expected a duration such as 500ms, 1s, 3m, 24h)"))
 }
 
-/// Validates the churn flags.
-pub fn churn_config(a: &ChurnArgs) -> Result<crate::sim::churn::ChurnConfig, ConfigError> {
-    if !a.churn_per_sec.is_finite() || a.churn_per_sec < 0.0 {
-        return Err(invalid("--churn-per-sec", "must be a number ≥ 0"));
-    }
-    Ok(crate::sim::churn::ChurnConfig {
-        pods: a.pods,
-        containers_per_pod: a.containers_per_pod,
-        churn_per_sec: a.churn_per_sec,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[derive(Parser)]
+    struct Run {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
     fn run_args(extra: &[&str]) -> Result<RunConfig, String> {
-        let mut argv = vec!["plegd", "run"];
+        let mut argv = vec!["plegd"];
         argv.extend_from_slice(extra);
-        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
-        let Command::Run(a) = cli.command else { unreachable!() };
-        RunConfig::try_from(&a).map_err(|e| e.to_string())
+        let a = Run::try_parse_from(argv).map_err(|e| e.to_string())?;
+        RunConfig::try_from(&a.run).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use crate::labels::Labels;
 use crate::model::PodStatus;
-use crate::pleg::{EventType, PodLifecycleEvent};
+use crate::model::event::{EventType, PodLifecycleEvent};
 use crate::selector::Selector;
 
 /// Why a subscriber must start over.
@@ -174,7 +174,28 @@ pub struct JournalMetrics {
     /// `plegd_journal_revision`.
     pub revision: Gauge,
     /// `plegd_watch_resets_total{reason}`.
-    pub resets: Family<crate::metrics::ReasonLabel, Counter>,
+    pub resets: Family<ReasonLabel, Counter>,
+}
+
+/// Label set `{reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Reason, as in the API enum.
+    pub reason: String,
+}
+
+impl JournalMetrics {
+    /// Creates the journal's families and registers them.
+    pub fn register(registry: &mut crate::metrics::Registry) -> Self {
+        let journal = Self::default();
+        registry.register("plegd_journal_revision", "The latest event revision", journal.revision.clone());
+        registry.register("plegd_watch_resets", "Watch streams told to start over, by reason", journal.resets.clone());
+        // Known label values start at zero, so rate() and alerts work from the start.
+        for reason in ["SLOW_CONSUMER", "REVISION_TOO_OLD", "RUNTIME_RESYNC"] {
+            let _ = journal.resets.get_or_create(&ReasonLabel { reason: reason.into() });
+        }
+        journal
+    }
 }
 
 struct Sub {
@@ -312,7 +333,7 @@ impl Journal {
         let uid = event.pod_uid.clone();
         // The pod's identity before this event, when this event changes it.
         let mut left: Option<Arc<PodMeta>> = None;
-        let meta = if event.source == crate::pleg::EventSource::Reconciler {
+        let meta = if event.source == crate::model::event::EventSource::Reconciler {
             let current = inner.view.get(&*uid).cloned()?;
             event.pod = Some(current);
             inner.metas.get(&*uid).cloned()?
@@ -475,7 +496,7 @@ impl Journal {
     /// Counts a reset in the metrics.
     pub fn count_reset(&self, reason: ResetReason) {
         if let Some(m) = &self.shared.metrics {
-            m.resets.get_or_create(&crate::metrics::ReasonLabel { reason: reason.as_str().into() }).inc();
+            m.resets.get_or_create(&ReasonLabel { reason: reason.as_str().into() }).inc();
         }
     }
 
@@ -536,7 +557,7 @@ impl Drop for Subscription {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pleg::EventSource;
+    use crate::model::event::EventSource;
 
     fn status(uid: &str, ns: &str, app: &str) -> Arc<PodStatus> {
         let labels = [("app".to_string(), app.to_string())].into();
@@ -697,7 +718,7 @@ mod tests {
 #[cfg(test)]
 mod guarantee_tests {
     use super::*;
-    use crate::pleg::EventSource;
+    use crate::model::event::EventSource;
 
     /// A pod as the PLEG reads it: with its sandbox, whose labels are the pod's.
     fn pod(uid: &str, app: Option<&str>) -> Arc<PodStatus> {

@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use plegd::config::{self, Cli, Command, RunConfig};
+use plegd::cli::{self, Cli, Command};
+use plegd::config::RunConfig;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -95,18 +96,18 @@ async fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Demo(args) => {
-            let churn = match config::churn_config(&args.churn) {
+            let churn = match cli::churn_config(&args.churn) {
                 Ok(c) => c,
                 Err(e) => return usage(&e.to_string()),
             };
-            let cfg = plegd::demo::DemoConfig {
+            let cfg = plegd::cli::demo::DemoConfig {
                 duration: args.duration,
                 churn,
                 relist_period: args.relist_period,
                 admin_addr: args.admin_addr,
                 output: args.output,
             };
-            match plegd::demo::run(cfg, shutdown.clone()).await {
+            match plegd::cli::demo::run(cfg, shutdown.clone()).await {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("plegd: {e}");
@@ -115,22 +116,22 @@ async fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Watch(args) => {
-            let opts = plegd::client::WatchOptions {
+            let opts = plegd::cli::client::WatchOptions {
                 since: args.since,
                 filter: args.client.filter(),
                 types: args.types.iter().map(|t| t.to_api()).collect(),
-                json: args.client.output == config::OutputFormat::Json,
+                json: args.client.output == cli::OutputFormat::Json,
                 show_snapshot: args.show_snapshot,
                 epoch: args.epoch,
                 verify: args.verify,
             };
-            client_exit(plegd::client::watch(&args.client.socket, opts, shutdown.clone()).await)
+            client_exit(plegd::cli::client::watch(&args.client.socket, opts, shutdown.clone()).await)
         }
         Command::Pods(args) => {
-            client_exit(plegd::client::pods(&args.client.socket, args.client.filter(), args.client.output).await)
+            client_exit(plegd::cli::client::pods(&args.client.socket, args.client.filter(), args.client.output).await)
         }
         Command::Sim(args) => {
-            let churn = match config::churn_config(&args.churn) {
+            let churn = match cli::churn_config(&args.churn) {
                 Ok(c) => c,
                 Err(e) => return usage(&e.to_string()),
             };
@@ -153,7 +154,7 @@ async fn run(cli: Cli) -> ExitCode {
     status
 }
 
-fn client_exit(res: Result<(), plegd::client::ClientError>) -> ExitCode {
+fn client_exit(res: Result<(), plegd::cli::client::ClientError>) -> ExitCode {
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is_usage() => usage(&e.to_string()),

@@ -64,6 +64,13 @@ pub fn read() -> ProcessStats {
     s
 }
 
+impl ProcessCollector {
+    /// Registers the process's families.
+    pub fn register(registry: &mut crate::metrics::Registry) {
+        registry.register_collector(Box::new(Self));
+    }
+}
+
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = read();

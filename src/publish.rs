@@ -7,9 +7,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::journal::Journal;
-use crate::metrics::{EventMetrics, TypeSource};
-use crate::pleg::PodLifecycleEvent;
-use crate::pleg::health::{Beat, beat_timer};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+
+use crate::liveness::{Beat, beat_timer};
+use crate::metrics::{Registry, fast_buckets};
+use crate::model::event::PodLifecycleEvent;
 
 /// Publishes one event: the journal, then the metrics. Cheap to clone.
 #[derive(Clone)]
@@ -58,7 +63,7 @@ pub fn channel(
 }
 
 impl Publisher {
-    /// Beats `beat` as it publishes and at least every [`crate::pleg::health::BEAT_EVERY`].
+    /// Beats `beat` as it publishes and at least every [`crate::liveness::BEAT_EVERY`].
     pub fn with_liveness(mut self, beat: Beat) -> Self {
         self.beat = beat;
         self
@@ -92,5 +97,37 @@ impl Publisher {
                 }
             }
         }
+    }
+}
+
+/// Label set `{type, source}` of lifecycle events.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeSource {
+    /// Event type, as in the API enum.
+    pub r#type: String,
+    /// Event source, as in the API enum.
+    pub source: String,
+}
+
+/// Metrics of published lifecycle events.
+#[derive(Clone)]
+pub struct EventMetrics {
+    /// `plegd_lifecycle_events_total{type,source}`.
+    pub total: Family<TypeSource, Counter>,
+    /// `plegd_event_delivery_latency_seconds`: runtime time of a change → published.
+    pub delivery_latency: Histogram,
+}
+
+impl EventMetrics {
+    /// Creates the publish path's families and registers them.
+    pub fn register(registry: &mut Registry) -> Self {
+        let events = EventMetrics { total: Family::default(), delivery_latency: fast_buckets() };
+        registry.register("plegd_lifecycle_events", "Pod lifecycle events published", events.total.clone());
+        registry.register(
+            "plegd_event_delivery_latency_seconds",
+            "From the runtime's time of a change to the event being published",
+            events.delivery_latency.clone(),
+        );
+        events
     }
 }

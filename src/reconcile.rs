@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::PodCache;
 use crate::cri::{CriError, RuntimeService};
 use crate::labels::shared;
+use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::model::{ContainerState, PodStatus, nanos_to_system};
-use crate::pleg::{EventSource, EventType, PodLifecycleEvent};
 use crate::syncloop::{FollowUp, Handler, LoopEvent, LoopInput, Outbox, SyncLoopHandle};
 use crate::workqueue::WorkQueue;
 
@@ -100,7 +100,7 @@ pub struct Controller {
     cache: PodCache,
     workers: usize,
     metrics: Option<ReconcileMetrics>,
-    beat: crate::pleg::health::Beat,
+    beat: crate::liveness::Beat,
 }
 
 /// A reconcile running longer than this counts as a wedged worker for `/livez`.
@@ -121,13 +121,13 @@ impl Controller {
             cache,
             workers: workers.max(1),
             metrics,
-            beat: crate::pleg::health::Beat::detached("reconcile"),
+            beat: crate::liveness::Beat::detached("reconcile"),
         }
     }
 
     /// Beats `beat` every half second while no reconcile has been running longer than
     /// [`RECONCILE_STUCK_AFTER`].
-    pub fn with_liveness(mut self, beat: crate::pleg::health::Beat) -> Self {
+    pub fn with_liveness(mut self, beat: crate::liveness::Beat) -> Self {
         self.beat = beat;
         self
     }
@@ -429,14 +429,14 @@ impl Reconciler for CrashLoop {
     }
 }
 
-/// `gc` mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `gc` mode (`--gc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum GcMode {
-    /// Not run.
+    /// No garbage collection.
     Off,
-    /// Removes.
+    /// Remove dead containers beyond the policy.
     On,
-    /// Logs what it would remove.
+    /// Log what would be removed.
     DryRun,
 }
 

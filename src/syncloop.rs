@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::journal::{Entry, Journal, Since};
-use crate::pleg::{EventType, PodLifecycleEvent};
+use crate::model::event::{EventType, PodLifecycleEvent};
 
 /// Why a resync runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -287,7 +287,7 @@ pub struct SyncLoop {
     seq: u64,
     started: bool,
     pending: VecDeque<(FollowUp, Option<u64>)>,
-    beat: crate::pleg::health::Beat,
+    beat: crate::liveness::Beat,
 }
 
 impl SyncLoop {
@@ -310,12 +310,12 @@ impl SyncLoop {
             seq: 0,
             started: false,
             pending: VecDeque::new(),
-            beat: crate::pleg::health::Beat::detached("sync"),
+            beat: crate::liveness::Beat::detached("sync"),
         }
     }
 
-    /// Beats `beat` on every event and at least every [`crate::pleg::health::BEAT_EVERY`].
-    pub fn with_liveness(mut self, beat: crate::pleg::health::Beat) -> Self {
+    /// Beats `beat` on every event and at least every [`crate::liveness::BEAT_EVERY`].
+    pub fn with_liveness(mut self, beat: crate::liveness::Beat) -> Self {
         self.beat = beat;
         self
     }
@@ -418,7 +418,7 @@ impl SyncLoop {
             healing_at = Some(Instant::now() + self.healing_delay);
         }
         let mut next_periodic = self.periodic.map(|p| Instant::now() + p);
-        let mut beat = crate::pleg::health::beat_timer();
+        let mut beat = crate::liveness::beat_timer();
         loop {
             self.beat.beat();
             // Follow-ups overtake queued events.
@@ -508,7 +508,7 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pleg::EventSource;
+    use crate::model::event::EventSource;
 
     /// Records what it saw into a shared log; follows up on `CONTAINER_DIED`, fails on
     /// `POD_SYNC`.

@@ -493,15 +493,15 @@ async fn a_busy_stream_gets_no_bookmarks_and_one_that_goes_quiet_does() {
     let journal = p.app.journal.clone();
     let feeder = tokio::spawn(async move {
         for i in 0..30 {
-            journal.append(plegd::pleg::PodLifecycleEvent {
+            journal.append(plegd::model::event::PodLifecycleEvent {
                 pod_uid: format!("busy-{i}").into(),
                 pod_namespace: "default".into(),
                 pod_name: format!("busy-{i}").into(),
-                kind: plegd::pleg::EventType::PodSync,
+                kind: plegd::model::event::EventType::PodSync,
                 container_id: String::new(),
                 container_name: "".into(),
                 is_sandbox: false,
-                source: plegd::pleg::EventSource::Relist,
+                source: plegd::model::event::EventSource::Relist,
                 observed_at: std::time::SystemTime::now(),
                 runtime_timestamp: None,
                 pod: None,
@@ -550,7 +550,7 @@ async fn the_socket_serves_grpc_health_once_ready() {
 
 #[tokio::test]
 async fn a_client_that_stalls_past_the_bookmark_interval_never_gets_a_bookmark_ahead_of_queued_events() {
-    use plegd::pleg::{EventSource, EventType, PodLifecycleEvent};
+    use plegd::model::event::{EventSource, EventType, PodLifecycleEvent};
     let p = start_plegd(|c| {
         c.api.bookmark_interval = Duration::from_millis(20);
         c.watch_buffer = 100_000;

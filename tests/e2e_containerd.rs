@@ -12,8 +12,8 @@ use std::time::Duration;
 use plegd::cri::RuntimeService;
 use plegd::cri::client::{ClientOptions, CriClient};
 use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::model::event::{EventSource, EventType, PodLifecycleEvent};
 use plegd::pleg::evented::{Mode, StreamState};
-use plegd::pleg::{EventSource, EventType, PodLifecycleEvent};
 use plegd::proto::runtime as cri;
 use support::{Sidecar, start_sidecar};
 use tokio::time::Instant;
@@ -467,7 +467,7 @@ async fn the_watch_stream_and_debug_pods_match_what_the_runtime_did() {
     let c = env.client();
     let p = env.full(|_| {}).await;
     let mut watch =
-        plegd::client::connect(&p.socket).unwrap().watch(api::WatchRequest::default()).await.unwrap().into_inner();
+        plegd::cli::client::connect(&p.socket).unwrap().watch(api::WatchRequest::default()).await.unwrap().into_inner();
     let pod = PodSpec::new("e2e", "watched").label("app", "watched");
     let sid = run_pod(&c, &pod).await;
     // Without a stream the relist must see each state: lives longer than a period.
@@ -619,7 +619,7 @@ async fn a_quiet_node_stays_live_healthy_ready_and_answers_get_newer_than_for_mi
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
     let quiet: u64 = std::env::var("PLEGD_E2E_QUIET_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(180);
-    let mut client = plegd::client::connect(&p.socket).unwrap();
+    let mut client = plegd::cli::client::connect(&p.socket).unwrap();
     let mut answers = Vec::new();
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(quiet) {

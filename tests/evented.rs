@@ -6,8 +6,8 @@ mod support;
 use std::time::Duration;
 
 use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::model::event::{EventSource, EventType};
 use plegd::pleg::evented::{Mode, StreamState};
-use plegd::pleg::{EventSource, EventType};
 use plegd::proto::runtime as cri;
 use plegd::sim::EventsMode;
 use support::{SimHarness, replay, start_sidecar, truth_and_cache};
@@ -34,7 +34,10 @@ async fn a_started_container_is_published_from_the_stream_within_milliseconds() 
     let t0 = Instant::now();
     let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
     let mut got = Vec::new();
-    while !got.iter().any(|e: &plegd::pleg::PodLifecycleEvent| e.kind == EventType::ContainerStarted && !e.is_sandbox) {
+    while !got
+        .iter()
+        .any(|e: &plegd::model::event::PodLifecycleEvent| e.kind == EventType::ContainerStarted && !e.is_sandbox)
+    {
         got.push(sc.next(Duration::from_secs(2)).await.expect("events from the stream"));
     }
     let took = t0.elapsed();

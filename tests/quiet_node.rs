@@ -10,10 +10,10 @@ mod support;
 
 use std::time::Duration;
 
+use plegd::app::Metrics;
 use plegd::app::Sidecar;
 use plegd::config::RunConfig;
 use plegd::cri::spec::{ContainerSpec, PodSpec};
-use plegd::metrics::Metrics;
 use plegd::pleg::evented::Mode;
 use plegd::sim::{Fault, FaultAction, SimRuntime};
 use tokio::time::Instant;
@@ -154,8 +154,10 @@ async fn a_wedged_relist_loop_fails_livez_within_its_limit_and_is_named() {
     let mut failed_after = None;
     while wedged_at.elapsed() < limit * 2 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        if let Err(msg) = p.app.liveness.check() {
-            assert!(msg.starts_with("relist loop has not turned for "), "{msg}");
+        if let Err(stalled) = p.app.liveness.check() {
+            let names: Vec<_> = stalled.0.iter().map(|l| l.name).collect();
+            assert_eq!(names, ["relist"], "{stalled}");
+            assert!(stalled.to_string().starts_with("relist loop has not turned for "), "{stalled}");
             failed_after = Some(wedged_at.elapsed());
             break;
         }

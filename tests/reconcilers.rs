@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use plegd::cri::spec::{ContainerSpec, PodSpec};
 use plegd::journal::Since;
-use plegd::pleg::{EventSource, EventType};
+use plegd::model::event::{EventSource, EventType};
 use plegd::reconcile::GcMode;
 use plegd::sim::{Fault, FaultAction};
 use support::{http, start_plegd};

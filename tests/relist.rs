@@ -359,7 +359,7 @@ fn slow_calls(sim: &plegd::sim::SimRuntime, rtt: Duration) {
 
 #[tokio::test(start_paused = true)]
 async fn a_hinted_pod_is_read_in_one_round_trip_when_the_hint_names_what_changed() {
-    use plegd::pleg::EventSource;
+    use plegd::model::event::EventSource;
     use plegd::pleg::generic::GenericPleg;
     use plegd::pleg::health::PlegHealth;
     use plegd::pleg::hints::Hint;

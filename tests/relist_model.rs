@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use plegd::cache;
 use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::model::event::{EventSource, EventType};
 use plegd::model::{ContainerState, SandboxState};
 use plegd::pleg::generic::{GenericPleg, RelistConfig};
 use plegd::pleg::health::PlegHealth;
 use plegd::pleg::hints::Hint;
-use plegd::pleg::{EventSource, EventType, PlegState, transition_events};
+use plegd::pleg::{PlegState, transition_events};
 use plegd::sim::SimRuntime;
 use proptest::prelude::*;
 use tokio::time::Instant;

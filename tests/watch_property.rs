@@ -130,7 +130,7 @@ fn spawn_watcher(
             if stop.is_cancelled() {
                 return;
             }
-            let Ok(mut client) = plegd::client::connect(&socket) else {
+            let Ok(mut client) = plegd::cli::client::connect(&socket) else {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             };
@@ -328,7 +328,7 @@ async fn run_schedule(ops: Vec<Op>, selectors: [usize; 3], buffer: usize) -> Res
     }
     // Quiet: containers that exit on their own have, relists found everything.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let mut client = plegd::client::connect(&socket).unwrap();
+    let mut client = plegd::cli::client::connect(&socket).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     for w in &watchers {
         loop {

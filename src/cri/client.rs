@@ -9,9 +9,9 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
+use super::metrics::{CriMetrics, MethodCode, MethodLabel};
 use super::{CriError, EventStream, RuntimeService};
 use crate::backoff::Backoff;
-use crate::metrics::{CriMetrics, MethodCode, MethodLabel};
 use crate::proto::runtime as cri;
 use crate::proto::runtime::runtime_service_client::RuntimeServiceClient;
 use crate::uds::{UdsError, parse_unix_endpoint};

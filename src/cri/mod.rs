@@ -1,8 +1,9 @@
 //! The CRI seam: the runtime calls plegd makes, as a trait with a tonic implementation
-//! ([`client::CriClient`]) and the simulated runtime ([`crate::sim::SimRuntime`]).
+//! ([`client::CriClient`]) and the simulated runtime (`sim::SimRuntime`, above the production layers).
 
 pub mod brief;
 pub mod client;
+pub mod metrics;
 pub mod spec;
 
 use std::future::Future;

@@ -5,6 +5,12 @@ use std::collections::HashMap;
 
 use crate::proto::runtime as cri;
 
+/// Annotation the simulated runtime honours: the container exits this long after it
+/// starts (a humantime duration).
+pub const EXIT_AFTER: &str = "plegd.sim/exit-after";
+/// Annotation the simulated runtime honours: the exit code it then reports.
+pub const EXIT_CODE: &str = "plegd.sim/exit-code";
+
 /// The kubelet's pod labels on sandboxes and containers.
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
 /// Pod name label.
@@ -167,8 +173,8 @@ impl ContainerSpec {
     pub fn exits_after(mut self, after: std::time::Duration, code: i32) -> Self {
         let secs = after.as_secs_f64();
         self.command = vec!["sh".into(), "-c".into(), format!("sleep {secs}; exit {code}")];
-        self.annotations.insert(crate::sim::EXIT_AFTER.into(), humantime::format_duration(after).to_string());
-        self.annotations.insert(crate::sim::EXIT_CODE.into(), code.to_string());
+        self.annotations.insert(EXIT_AFTER.into(), humantime::format_duration(after).to_string());
+        self.annotations.insert(EXIT_CODE.into(), code.to_string());
         self
     }
 }

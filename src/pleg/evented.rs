@@ -10,18 +10,18 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::EventSource;
-use super::health::{Beat, beat_timer};
 use super::hints::PodHints;
+use super::metrics::{ModeLabel, PlegMetrics};
 use crate::backoff::Backoff;
 use crate::cri::RuntimeService;
-use crate::metrics::{ModeLabel, PlegMetrics};
+use crate::liveness::{Beat, beat_timer};
+use crate::model::event::EventSource;
 use crate::proto::runtime as cri;
 
-/// Which PLEG mode the sidecar runs in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which PLEG mode the sidecar runs in (`--mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
-    /// Use the event stream when the runtime has one, relist otherwise.
+    /// Use the CRI event stream when the runtime has it, relist otherwise.
     Auto,
     /// Relist only.
     Generic,
@@ -143,7 +143,7 @@ impl<R: RuntimeService> EventedWatcher<R> {
         Self { runtime, hints, state, metrics, cfg, beat: Beat::detached("event stream") }
     }
 
-    /// Beats `beat` as events arrive and at least every [`super::health::BEAT_EVERY`].
+    /// Beats `beat` as events arrive and at least every [`crate::liveness::BEAT_EVERY`].
     pub fn with_liveness(mut self, beat: Beat) -> Self {
         self.beat = beat;
         self

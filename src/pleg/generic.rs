@@ -11,15 +11,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::evented::StreamState;
-use super::health::{BEAT_EVERY, Beat, PlegHealth};
+use super::health::PlegHealth;
 use super::hints::{Hint, PodHints};
 use super::inspect::{Prefetched, inspect_pod, inspect_prefetched, list_pod};
+use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
-use super::{EventSource, EventType, PodLifecycleEvent};
 use crate::cache::CacheWriter;
 use crate::cri::{CriError, RuntimeService};
 use crate::labels::shared;
-use crate::metrics::{ModeLabel, PlegMetrics, StateLabel};
+use crate::liveness::{BEAT_EVERY, Beat};
+use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::model::{ContainerState, PodStatus, nanos_to_system};
 
 /// How the relister runs.

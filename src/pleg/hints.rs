@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::EventSource;
+use crate::model::event::EventSource;
 
 /// Why a pod should be relisted.
 #[derive(Clone, Debug, PartialEq, Eq)]

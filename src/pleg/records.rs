@@ -4,8 +4,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::{EventType, PlegState, transition_events};
+use super::{PlegState, transition_events};
 use crate::cri::spec::{CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL};
+use crate::model::event::EventType;
 use crate::model::{ContainerState, SandboxState};
 use crate::proto::runtime as cri;
 

@@ -22,10 +22,8 @@ use crate::cri::{CriError, EventStream, RuntimeService};
 use crate::model::system_to_nanos;
 use crate::proto::runtime as cri;
 
-/// Annotation: a started container exits on its own after this long (`2s`, `150ms`).
-pub const EXIT_AFTER: &str = "plegd.sim/exit-after";
-/// Annotation: the exit code of such an exit (default 0).
-pub const EXIT_CODE: &str = "plegd.sim/exit-code";
+/// The annotations the simulated runtime honours.
+pub use crate::cri::spec::{EXIT_AFTER, EXIT_CODE};
 
 /// What an injected fault does to a matching call.
 #[derive(Clone, Debug)]
@@ -51,14 +49,15 @@ pub struct Fault {
     pub times: Option<u32>,
 }
 
-/// How `GetContainerEvents` behaves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How `GetContainerEvents` behaves (`plegd sim --events`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum EventsMode {
     /// Streams events (containerd 1.7).
     Stream,
     /// Answers `Unimplemented` (containerd 1.6).
     Unimplemented,
     /// Answers OK and ends the stream at once (CRI-O with pod events off).
+    #[value(name = "empty")]
     EmptyOk,
 }
 
@@ -873,18 +872,14 @@ pub enum SimError {
 pub async fn serve_cli(
     listen: &str,
     churn: churn::ChurnConfig,
-    events: crate::config::SimEvents,
+    events: EventsMode,
     tracker: &tokio_util::task::TaskTracker,
     shutdown: CancellationToken,
 ) -> Result<(), SimError> {
     let path = crate::uds::parse_unix_endpoint(listen)?;
     let listener = crate::uds::bind(&path, 0o660).await?;
     let sim = SimRuntime::new();
-    sim.set_events_mode(match events {
-        crate::config::SimEvents::Stream => EventsMode::Stream,
-        crate::config::SimEvents::Unimplemented => EventsMode::Unimplemented,
-        crate::config::SimEvents::Empty => EventsMode::EmptyOk,
-    });
+    sim.set_events_mode(events);
     tracing::info!(socket = %path.display(), pods = churn.pods, churn_per_sec = churn.churn_per_sec, "simulated runtime serving");
     tracker.spawn(churn::Churn::new(sim.clone(), churn).run(shutdown.clone()));
     if let Err(e) = server::serve(sim, listener, shutdown.clone()).await {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use plegd::cache::{self, PodCache};
 use plegd::cri::client::{ClientOptions, CriClient};
 use plegd::cri::spec::{ContainerSpec, PodSpec};
-use plegd::pleg::PodLifecycleEvent;
+use plegd::model::event::PodLifecycleEvent;
 use plegd::pleg::generic::{GenericPleg, RelistConfig};
 use plegd::pleg::health::PlegHealth;
 use plegd::proto::runtime as cri;
@@ -185,7 +185,7 @@ pub struct Sidecar {
     pub events: mpsc::Receiver<PodLifecycleEvent>,
     pub cache: PodCache,
     pub stream: tokio::sync::watch::Receiver<plegd::pleg::evented::StreamState>,
-    pub metrics: plegd::metrics::Metrics,
+    pub metrics: plegd::app::Metrics,
     pub hints: plegd::pleg::hints::PodHints,
     pub health: PlegHealth,
     pub shutdown: CancellationToken,
@@ -211,7 +211,7 @@ pub fn start_sidecar(
     evented_period: Duration,
 ) -> Sidecar {
     use plegd::pleg::evented::{EventedWatcher, Mode, StreamState, stream_state};
-    let metrics = plegd::metrics::Metrics::new();
+    let metrics = plegd::app::Metrics::new();
     let (writer, cache) = cache::new();
     let (tx, events) = mpsc::channel(1_000_000);
     let health = PlegHealth::new(Duration::from_secs(180));
@@ -301,7 +301,8 @@ pub async fn truth_and_cache(
 /// Replays events on a per-id state model and checks each one is a transition the
 /// state table allows from the model's current state; returns the final model.
 pub fn replay(events: &[PodLifecycleEvent]) -> std::collections::BTreeMap<String, plegd::pleg::PlegState> {
-    use plegd::pleg::{EventType, PlegState};
+    use plegd::model::event::EventType;
+    use plegd::pleg::PlegState;
     let mut model: std::collections::BTreeMap<String, PlegState> = Default::default();
     for ev in events {
         if ev.container_id.is_empty() {
@@ -360,7 +361,7 @@ pub async fn start_plegd(tune: impl FnOnce(&mut plegd::config::RunConfig)) -> Pl
 impl Plegd {
     /// A gRPC client on plegd's socket.
     pub fn client(&self) -> plegd::proto::plegd::pod_lifecycle_client::PodLifecycleClient<tonic::transport::Channel> {
-        plegd::client::connect(&self.socket).expect("client")
+        plegd::cli::client::connect(&self.socket).expect("client")
     }
 
     pub async fn stop(self) {

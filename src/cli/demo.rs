@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{OutputFormat, RunConfig};
+use crate::cli::OutputFormat;
+use crate::config::RunConfig;
 use crate::sim::SimRuntime;
 use crate::sim::churn::{Churn, ChurnConfig};
 
@@ -117,8 +118,8 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
                     }
                     let api = ev.to_api();
                     let line = match cfg.output {
-                        OutputFormat::Text => crate::client::format_event(&api),
-                        OutputFormat::Json => crate::client::event_json(&api).to_string(),
+                        OutputFormat::Text => crate::cli::client::format_event(&api),
+                        OutputFormat::Json => crate::cli::client::event_json(&api).to_string(),
                     };
                     let mut out = stdout.lock();
                     if writeln!(out, "{line}").is_err() {

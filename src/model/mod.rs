@@ -1,5 +1,7 @@
 //! The pod-status model plegd keeps in its cache, converted once from the CRI's types.
 
+pub mod event;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::config::OutputFormat;
+use crate::cli::OutputFormat;
 use crate::model::rfc3339;
 use crate::proto::plegd as api;
 use crate::proto::plegd::pod_lifecycle_client::PodLifecycleClient;

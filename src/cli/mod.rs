@@ -1,0 +1,202 @@
+//! The command line's top: `plegd run | demo | sim | watch | pods`. `run`'s flags are
+//! `config`'s; the client commands, the demo and the simulated runtime (never imported
+//! by the layers below) live here.
+
+pub mod client;
+pub mod demo;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{ConfigError, LogArgs, RunArgs, parse_duration};
+use crate::sim::EventsMode;
+use crate::sim::churn::ChurnConfig;
+
+/// plegd: a node-local container lifecycle observer for CRI runtimes.
+#[derive(Debug, Parser)]
+#[command(name = "plegd", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+    /// Threads that run plegd's tasks. One core serves a node (the relist, the event
+    /// stream and tens of watchers) and keeps plegd's CPU and memory bounded; more help
+    /// only with hundreds of busy watchers.
+    #[arg(
+        long,
+        global = true,
+        env = "PLEGD_WORKER_THREADS",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u16).range(1..=256)
+    )]
+    pub worker_threads: u16,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+// Parsed once at start; boxing the big variant would only obscure the clap derive.
+#[allow(clippy::large_enum_variant)]
+pub enum Command {
+    /// Run the sidecar next to a CRI runtime.
+    Run(RunArgs),
+    /// Run the simulated runtime with pod churn and the sidecar against it, and show
+    /// the lifecycle events live. Needs nothing installed.
+    Demo(DemoArgs),
+    /// Serve the simulated CRI runtime on a unix socket.
+    Sim(SimArgs),
+    /// Print lifecycle events from a running plegd (reconnects and resumes by itself).
+    Watch(WatchArgs),
+    /// List the pods a running plegd has cached.
+    Pods(PodsArgs),
+}
+
+/// Which plegd to talk to, and which pods.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// plegd's gRPC socket.
+    #[arg(long, env = "PLEGD_SOCKET", default_value = "unix:///run/plegd/plegd.sock")]
+    pub socket: String,
+    /// Only pods in this namespace.
+    #[arg(long, short = 'n', env = "PLEGD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Only the pod with this name.
+    #[arg(long, env = "PLEGD_POD")]
+    pub pod: Option<String>,
+    /// Only the pod with this UID.
+    #[arg(long, env = "PLEGD_POD_UID")]
+    pub pod_uid: Option<String>,
+    /// Only pods whose sandbox labels match this Kubernetes label selector.
+    #[arg(long, short = 'l', env = "PLEGD_SELECTOR")]
+    pub selector: Option<String>,
+    /// Output: readable lines or a table, or JSON.
+    #[arg(short = 'o', long, env = "PLEGD_OUTPUT", value_enum, default_value = "text")]
+    pub output: OutputFormat,
+}
+
+/// `plegd watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Connection and filters.
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Resume after this revision instead of starting with a snapshot.
+    #[arg(long, env = "PLEGD_SINCE", default_value_t = 0)]
+    pub since: u64,
+    /// Only these event types (repeat or comma-separate): CONTAINER_STARTED,
+    /// CONTAINER_DIED, CONTAINER_REMOVED, CONTAINER_CHANGED, POD_SYNC, CRASH_LOOP,
+    /// CRASH_LOOP_CLEARED.
+    #[arg(long = "type", short = 't', env = "PLEGD_TYPE", value_delimiter = ',')]
+    pub types: Vec<crate::model::event::EventType>,
+    /// Also print the snapshot's pods in text output.
+    #[arg(long, env = "PLEGD_SHOW_SNAPSHOT")]
+    pub show_snapshot: bool,
+    /// The epoch `--since` belongs to (from a stream's `start` or `synced`); a plegd
+    /// with another journal then answers with a reset and a snapshot instead of
+    /// carrying on from its own revisions.
+    #[arg(long, env = "PLEGD_EPOCH", default_value_t = 0)]
+    pub epoch: u64,
+    /// Check every message against the Watch invariants (epoch first, no gap without a
+    /// reset, no bookmark ahead of an event, snapshot then synced); violations go to
+    /// stderr and the command exits 1.
+    #[arg(long, env = "PLEGD_VERIFY")]
+    pub verify: bool,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// `plegd pods`.
+#[derive(Debug, Args)]
+pub struct PodsArgs {
+    /// Connection and filters.
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+impl ClientArgs {
+    /// The server-side filter.
+    pub fn filter(&self) -> crate::proto::plegd::PodFilter {
+        crate::proto::plegd::PodFilter {
+            namespace: self.namespace.clone().unwrap_or_default(),
+            pod_uid: self.pod_uid.clone().unwrap_or_default(),
+            pod_name: self.pod.clone().unwrap_or_default(),
+            label_selector: self.selector.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// Flags of the simulated runtime's churn.
+#[derive(Debug, Args)]
+pub struct ChurnArgs {
+    /// Pods kept alive.
+    #[arg(long, env = "PLEGD_PODS", default_value_t = 20)]
+    pub pods: usize,
+    /// Containers per pod.
+    #[arg(long, env = "PLEGD_CONTAINERS_PER_POD", default_value_t = 2)]
+    pub containers_per_pod: usize,
+    /// Changes per second.
+    #[arg(long, env = "PLEGD_CHURN_PER_SEC", default_value_t = 5.0)]
+    pub churn_per_sec: f64,
+}
+
+/// `plegd demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Stop after this long (default: run until Ctrl-C).
+    #[arg(long, env = "PLEGD_DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Pod churn.
+    #[command(flatten)]
+    pub churn: ChurnArgs,
+    /// Relist period.
+    #[arg(long, env = "PLEGD_RELIST_PERIOD", default_value = "1s", value_parser = parse_duration)]
+    pub relist_period: Duration,
+    /// HTTP: metrics, health, debug (port 0 picks a free port).
+    #[arg(long, env = "PLEGD_ADMIN_ADDR", default_value = "127.0.0.1:0")]
+    pub admin_addr: SocketAddr,
+    /// Output: readable lines, or JSON lines.
+    #[arg(short = 'o', long, env = "PLEGD_OUTPUT", value_enum, default_value = "text")]
+    pub output: OutputFormat,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// How client commands print.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Readable lines or tables.
+    Text,
+    /// JSON lines.
+    Json,
+}
+
+/// `plegd sim`.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Socket to serve the CRI on.
+    #[arg(long, env = "PLEGD_SIM_LISTEN", default_value = "unix:///run/plegd/sim.sock")]
+    pub listen: String,
+    /// Pod churn.
+    #[command(flatten)]
+    pub churn: ChurnArgs,
+    /// How GetContainerEvents behaves.
+    #[arg(long, env = "PLEGD_SIM_EVENTS", value_enum, default_value = "stream")]
+    pub events: EventsMode,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Validates the churn flags.
+pub fn churn_config(a: &ChurnArgs) -> Result<ChurnConfig, ConfigError> {
+    if !a.churn_per_sec.is_finite() || a.churn_per_sec < 0.0 {
+        return Err(ConfigError { flag: "--churn-per-sec", reason: "must be a number ≥ 0".into() });
+    }
+    Ok(ChurnConfig { pods: a.pods, containers_per_pod: a.containers_per_pod, churn_per_sec: a.churn_per_sec })
+}
