@@ -1,11 +1,33 @@
 //! Compiles the CRI subset and plegd's own API with protox, so no machine needs `protoc`.
+//!
+//! - CRI `runtime.v1`: messages, client (plegd) and server (the simulated runtime).
+//! - `plegd.v1`: messages and client.
+//! - `plegd.v1`'s server alone, into `served/`, with the messages above except
+//!   `WatchEvent`, which the server sends as `grpc::wire::WatchFrame` (a published
+//!   event's shared encoding, byte for byte a `WatchEvent`) through `grpc::wire::Codec`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["runtime/v1/api.proto", "plegd/v1/plegd.proto"];
-    for f in &files {
+    let (cri, plegd) = ("runtime/v1/api.proto", "plegd/v1/plegd.proto");
+    for f in [cri, plegd] {
         println!("cargo:rerun-if-changed=cri-proto/{f}");
     }
-    let fds = protox::compile(files, ["cri-proto"])?;
-    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(fds)?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(protox::compile([cri], ["cri-proto"])?)?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(false)
+        .compile_fds(protox::compile([plegd], ["cri-proto"])?)?;
+    let served = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("served");
+    std::fs::create_dir_all(&served)?;
+    tonic_prost_build::configure()
+        .out_dir(&served)
+        .build_client(false)
+        .build_server(true)
+        .extern_path(".plegd.v1.WatchEvent", "crate::grpc::wire::WatchFrame")
+        .extern_path(".plegd.v1", "crate::proto::plegd")
+        .codec_path("crate::grpc::wire::Codec")
+        .compile_fds(protox::compile([plegd], ["cri-proto"])?)?;
     Ok(())
 }

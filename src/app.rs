@@ -8,12 +8,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::{AdminError, AdminServer, AdminState, Readiness, relist_liveness_limit};
-use crate::api::{ApiError, PodLifecycleService};
 use crate::backoff::Backoff;
 use crate::cache::{self, PodCache};
 use crate::config::RunConfig;
 use crate::cri::RuntimeService;
 use crate::cri::client::{ClientOptions, CriClient};
+use crate::grpc::{ApiError, PodLifecycleService};
 use crate::journal::Journal;
 use crate::liveness::{Liveness, QUICK_LOOP_LIMIT};
 use crate::metrics::Registry;
@@ -193,6 +193,7 @@ pub async fn start_on<R: RuntimeService>(
         cache.clone(),
         cfg.api.clone(),
         metrics.api.clone(),
+        tracker.clone(),
         shutdown.clone(),
     );
     let sd = shutdown.clone();
@@ -200,7 +201,7 @@ pub async fn start_on<R: RuntimeService>(
     let socket = cfg.api.socket.clone();
     let api_beat = liveness.register("api", QUICK_LOOP_LIMIT);
     tracker.spawn(async move {
-        if let Err(e) = crate::api::serve(api_listener, svc, move || ready.check().is_ok(), api_beat, sd.clone()).await
+        if let Err(e) = crate::grpc::serve(api_listener, svc, move || ready.check().is_ok(), api_beat, sd.clone()).await
         {
             tracing::error!(error = %e, "gRPC API stopped");
             sd.cancel();
@@ -270,7 +271,7 @@ pub struct Metrics {
     /// Journal metrics.
     pub journal: crate::journal::JournalMetrics,
     /// API metrics.
-    pub api: crate::api::ApiMetrics,
+    pub api: crate::grpc::ApiMetrics,
     /// Work queue metrics (client-go's names).
     pub queues: crate::workqueue::QueueMetrics,
     /// Reconciler metrics.
@@ -285,7 +286,7 @@ impl Metrics {
         let cri = crate::cri::metrics::CriMetrics::register(&mut r);
         let events = crate::publish::EventMetrics::register(&mut r);
         let journal = crate::journal::JournalMetrics::register(&mut r);
-        let api = crate::api::ApiMetrics::register(&mut r);
+        let api = crate::grpc::ApiMetrics::register(&mut r);
         crate::process::ProcessCollector::register(&mut r);
         let queues = crate::workqueue::QueueMetrics::register(&mut r);
         let reconcile = crate::reconcile::ReconcileMetrics::register(&mut r);

@@ -202,7 +202,7 @@ pub struct RunConfig {
     /// Event-stream reconnection settings.
     pub evented: crate::pleg::evented::EventedConfig,
     /// The API's socket and policies.
-    pub api: crate::api::ApiConfig,
+    pub api: crate::grpc::ApiConfig,
     /// Events kept in the journal.
     pub journal_capacity: usize,
     /// Events buffered per watcher.
@@ -262,7 +262,7 @@ impl TryFrom<&RunArgs> for RunConfig {
             inspect_timeout: positive("--inspect-timeout", a.pleg.inspect_timeout)?,
             admin_addr: a.admin.admin_addr,
             evented: Default::default(),
-            api: crate::api::ApiConfig {
+            api: crate::grpc::ApiConfig {
                 socket: parse_unix_endpoint(&a.api.listen).map_err(|e| invalid("--listen", e.to_string()))?,
                 allow_uids: a.api.allow_uid.clone(),
                 allow_gids: a.api.allow_gid.clone(),

@@ -51,63 +51,11 @@ pub struct Entry {
     pub event: Arc<PodLifecycleEvent>,
     /// The pod it is about, for filters.
     pub meta: Arc<PodMeta>,
-    /// The event as the API encodes it, shared by the watchers that send it while
-    /// the entry is among the newest.
-    encoded: Mutex<Encoding>,
 }
-
-/// An entry's kept encoding.
-#[derive(Debug, Default)]
-enum Encoding {
-    /// Not encoded yet; the first watcher to send it keeps its encoding here.
-    #[default]
-    Empty,
-    /// Encoded, shared by the next watchers.
-    Kept(prost::bytes::Bytes),
-    /// Too far behind the head to be worth keeping: each sender encodes its own.
-    Cold,
-}
-
-/// How many of the newest entries keep their encoding. Live watchers send entries
-/// close to the head; the ones further behind (replays, slow watchers) encode again
-/// rather than the journal keeping a copy of every event's pod status (an entry's
-/// encoding carries the whole pod, ≈ 2 KiB for a pod of five containers).
-const ENCODED_TAIL: usize = 256;
 
 impl Entry {
     fn new(revision: u64, event: PodLifecycleEvent, meta: Arc<PodMeta>) -> Self {
-        Self { revision, event: Arc::new(event), meta, encoded: Mutex::new(Encoding::Empty) }
-    }
-
-    /// The event encoded as the API's `LifecycleEvent`. Among the newest entries it is
-    /// encoded by the first watcher that sends it and shared by the rest.
-    pub fn encoded_event(&self) -> prost::bytes::Bytes {
-        use prost::Message;
-        let encode = || prost::bytes::Bytes::from(self.event.to_api().encode_to_vec());
-        let mut slot = self.encoded.lock().expect("encoding lock");
-        match &*slot {
-            Encoding::Kept(b) => b.clone(),
-            Encoding::Cold => {
-                drop(slot);
-                encode()
-            }
-            Encoding::Empty => {
-                let b = encode();
-                *slot = Encoding::Kept(b.clone());
-                b
-            }
-        }
-    }
-
-    /// Drops the kept encoding for good.
-    fn cool(&self) {
-        *self.encoded.lock().expect("encoding lock") = Encoding::Cold;
-    }
-
-    /// Whether it holds an encoding.
-    #[cfg(test)]
-    fn keeps_encoding(&self) -> bool {
-        matches!(*self.encoded.lock().expect("encoding lock"), Encoding::Kept(_))
+        Self { revision, event: Arc::new(event), meta }
     }
 }
 
@@ -390,15 +338,10 @@ impl Journal {
             }
         };
         let entry = Arc::new(Entry::new(revision, event, meta));
-        if inner.ring.len() == self.shared.capacity
-            && let Some(old) = inner.ring.pop_front()
-        {
-            old.cool();
+        if inner.ring.len() == self.shared.capacity {
+            inner.ring.pop_front();
         }
         inner.ring.push_back(entry.clone());
-        if let Some(old) = inner.ring.len().checked_sub(ENCODED_TAIL + 1).and_then(|i| inner.ring.get(i)) {
-            old.cool();
-        }
         let tl = inner.timelines.entry(uid.clone()).or_default();
         if tl.len() == TIMELINE_PER_POD {
             tl.pop_front();
@@ -591,34 +534,6 @@ mod tests {
         assert_eq!((pods.len(), *revision), (2, 2));
         j.append(event("a", EventType::ContainerDied, Some(status("a", "ns", "web"))));
         assert_eq!(sub.next().await.unwrap().revision, 3);
-    }
-
-    #[test]
-    fn only_the_newest_entries_keep_their_encoding_and_older_ones_still_encode() {
-        use prost::Message;
-        let j = Journal::new(10_000, 10, None);
-        for i in 0..ENCODED_TAIL + 50 {
-            j.append(event(&format!("p{i}"), EventType::ContainerStarted, Some(status(&format!("p{i}"), "ns", "web"))));
-        }
-        let all: Vec<Arc<Entry>> = j.shared.inner.lock().unwrap().ring.iter().cloned().collect();
-        for e in &all {
-            let bytes = e.encoded_event();
-            let decoded = crate::proto::plegd::LifecycleEvent::decode(bytes).expect("decodes");
-            assert_eq!(*decoded.pod_uid, *e.event.pod_uid);
-        }
-        let kept: Vec<bool> = all.iter().map(|e| e.keeps_encoding()).collect();
-        assert_eq!(kept.iter().filter(|k| **k).count(), ENCODED_TAIL);
-        assert!(kept[..50].iter().all(|k| !k), "the 50 oldest are cold");
-        assert!(kept[50..].iter().all(|k| *k), "the newest {ENCODED_TAIL} keep theirs");
-        // An entry that falls out of the ring drops its encoding too (timelines may
-        // still hold it).
-        let small = Journal::new(2, 10, None);
-        for i in 0..3 {
-            small.append(event("x", EventType::ContainerStarted, Some(status("x", "ns", "web"))));
-            small.timeline("x").unwrap()[i].encoded_event();
-        }
-        let tl = small.timeline("x").unwrap();
-        assert_eq!(tl.iter().map(|e| e.keeps_encoding()).collect::<Vec<_>>(), [false, true, true]);
     }
 
     #[tokio::test]

@@ -25,13 +25,13 @@
 //! `pleg::health` holds PLEG health and every loop's liveness beat; `watchcheck` is the
 //! Watch invariant checker clients, tests and `plegd watch --verify` run.
 pub mod admin;
-pub mod api;
 pub mod app;
 pub mod backoff;
 pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod cri;
+pub mod grpc;
 pub mod journal;
 pub mod labels;
 pub mod liveness;

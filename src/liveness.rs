@@ -98,29 +98,6 @@ pub fn beat_timer() -> tokio::time::Interval {
     t
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn a_loop_that_beats_stays_live_for_hours_and_one_that_stops_is_named() {
-        let l = Liveness::new();
-        let relist = l.register("relist", Duration::from_secs(51));
-        let publish = l.register("publish", QUICK_LOOP_LIMIT);
-        for _ in 0..(4 * 3600 / 5) {
-            tokio::time::advance(BEAT_EVERY).await;
-            relist.beat();
-            publish.beat();
-            assert!(l.check().is_ok());
-        }
-        tokio::time::advance(Duration::from_secs(31)).await;
-        relist.beat();
-        assert_eq!(l.check().unwrap_err().to_string(), "publish loop has not turned for 31s; limit is 30s");
-        publish.beat();
-        assert!(l.check().is_ok());
-    }
-}
-
 /// Formats a duration the way Go's `time.Duration.String` does (`3m0s`, `1.5s`,
 /// `250ms`, `1h2m3.5s`), so messages read like the kubelet's.
 pub fn go_duration(d: Duration) -> String {
@@ -158,5 +135,28 @@ pub fn go_duration(d: Duration) -> String {
         format!("{m}m{s}s")
     } else {
         format!("{s}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_that_beats_stays_live_for_hours_and_one_that_stops_is_named() {
+        let l = Liveness::new();
+        let relist = l.register("relist", Duration::from_secs(51));
+        let publish = l.register("publish", QUICK_LOOP_LIMIT);
+        for _ in 0..(4 * 3600 / 5) {
+            tokio::time::advance(BEAT_EVERY).await;
+            relist.beat();
+            publish.beat();
+            assert!(l.check().is_ok());
+        }
+        tokio::time::advance(Duration::from_secs(31)).await;
+        relist.beat();
+        assert_eq!(l.check().unwrap_err().to_string(), "publish loop has not turned for 31s; limit is 30s");
+        publish.beat();
+        assert!(l.check().is_ok());
     }
 }

@@ -10,3 +10,9 @@ pub mod runtime {
 pub mod plegd {
     tonic::include_proto!("plegd.v1");
 }
+
+/// plegd's API as the server sends it: the generated `PodLifecycle` server over the
+/// messages above, `Watch` yielding `crate::grpc::wire::WatchFrame`.
+pub mod served {
+    include!(concat!(env!("OUT_DIR"), "/served/plegd.v1.rs"));
+}

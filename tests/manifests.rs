@@ -26,7 +26,7 @@ fn exposed() -> BTreeSet<String> {
         "cri/metrics.rs",
         "publish.rs",
         "journal.rs",
-        "api.rs",
+        "grpc/mod.rs",
         "workqueue.rs",
         "reconcile.rs",
         "process.rs",

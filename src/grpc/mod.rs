@@ -1,0 +1,360 @@
+//! plegd's gRPC API on the `--listen` socket: `plegd.v1.PodLifecycle` (Watch, ListPods,
+//! GetPodStatus) and `grpc.health.v1.Health`, with peer-credential checks per
+//! connection and request size limits. The one mapping to `tonic::Status` lives here.
+//!
+//! - [`incoming`]: the socket's front door (screening each connection).
+//! - [`watch`]: one Watch stream, pulled from the journal.
+//! - [`wire`]: the served message type and the encode-once tail of published events.
+//!
+//! The service implements the generated `PodLifecycle` trait (served through
+//! [`wire::Codec`], `Watch` yielding [`wire::WatchFrame`]s), so the generated server
+//! routes every method; clients decode plain `WatchEvent`s.
+
+pub mod incoming;
+pub mod watch;
+pub mod wire;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::net::UnixListener;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::{Request, Response, Status};
+
+use crate::cache::PodCache;
+use crate::journal::{Filter, Journal};
+use crate::model::event::EventType;
+use crate::model::{PodStatus, system_to_timestamp};
+use crate::proto::plegd as api;
+use crate::proto::served::pod_lifecycle_server::{PodLifecycle, PodLifecycleServer};
+use crate::selector::Selector;
+
+/// Largest request accepted (requests are small; this stops abuse, not users).
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// How the API serves.
+#[derive(Clone, Debug)]
+pub struct ApiConfig {
+    /// Socket path.
+    pub socket: PathBuf,
+    /// Peer UIDs allowed (with `allow_gids`: either matches); both empty: all.
+    pub allow_uids: Vec<u32>,
+    /// Peer GIDs allowed.
+    pub allow_gids: Vec<u32>,
+    /// A Watch stream with nothing to send for this long gets a bookmark.
+    pub bookmark_interval: Duration,
+    /// Longest wait of a `GetPodStatus` with `min_timestamp` and no deadline.
+    pub max_wait: Duration,
+    /// A new connection must send the HTTP/2 preface within this long.
+    pub handshake_timeout: Duration,
+}
+
+/// API metrics.
+#[derive(Clone, Default)]
+pub struct ApiMetrics {
+    /// `plegd_watch_clients`.
+    pub watch_clients: Gauge,
+    /// `plegd_api_connections_refused_total`.
+    pub refused: Counter,
+    /// `plegd_api_connections_total`.
+    pub accepted: Counter,
+}
+
+impl ApiMetrics {
+    /// Creates the API's families and registers them.
+    pub fn register(registry: &mut crate::metrics::Registry) -> Self {
+        let api = Self::default();
+        registry.register("plegd_watch_clients", "Open Watch streams", api.watch_clients.clone());
+        registry.register("plegd_api_connections", "API connections accepted", api.accepted.clone());
+        registry.register(
+            "plegd_api_connections_refused",
+            "API connections refused by the peer-credential allowlist",
+            api.refused.clone(),
+        );
+        api
+    }
+}
+
+/// Errors of starting the API.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Serving failed.
+    #[error("gRPC server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// Invalid requests, mapped to `INVALID_ARGUMENT` at the boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The label selector does not parse.
+    #[error(transparent)]
+    Selector(#[from] crate::selector::SelectorError),
+    /// An event type number that does not exist.
+    #[error("unknown event type {0} in types")]
+    Type(i32),
+    /// A required field is empty.
+    #[error("{0} is required")]
+    Missing(&'static str),
+    /// No status newer than asked came in time.
+    #[error("no status of pod {uid} newer than {min} within {waited:?}")]
+    NotNewer {
+        /// The pod.
+        uid: String,
+        /// The time asked for, RFC 3339.
+        min: String,
+        /// How long plegd waited.
+        waited: Duration,
+    },
+}
+
+impl From<RequestError> for Status {
+    fn from(e: RequestError) -> Self {
+        match e {
+            RequestError::NotNewer { .. } => Status::deadline_exceeded(e.to_string()),
+            _ => Status::invalid_argument(e.to_string()),
+        }
+    }
+}
+
+/// The PodLifecycle service.
+#[derive(Clone)]
+pub struct PodLifecycleService {
+    journal: Journal,
+    cache: PodCache,
+    cfg: Arc<ApiConfig>,
+    metrics: ApiMetrics,
+    /// Published events' encodings, shared by every watcher.
+    tail: Arc<wire::EncodedTail>,
+    /// Where the service's own tasks (snapshot conversion, connection screening, the
+    /// health reporter) run.
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+impl PodLifecycleService {
+    /// A service over the journal and the cache.
+    pub fn new(
+        journal: Journal,
+        cache: PodCache,
+        cfg: ApiConfig,
+        metrics: ApiMetrics,
+        tasks: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let tail = Arc::new(wire::EncodedTail::default());
+        Self { journal, cache, cfg: Arc::new(cfg), metrics, tail, tasks, shutdown }
+    }
+}
+
+/// Builds a journal filter from the request, validating it.
+pub fn to_filter(f: Option<api::PodFilter>, types: &[i32]) -> Result<Filter, RequestError> {
+    let f = f.unwrap_or_default();
+    let mut set = std::collections::HashSet::new();
+    for t in types {
+        let kind = match api::LifecycleEventType::try_from(*t) {
+            Ok(api::LifecycleEventType::ContainerStarted) => EventType::ContainerStarted,
+            Ok(api::LifecycleEventType::ContainerDied) => EventType::ContainerDied,
+            Ok(api::LifecycleEventType::ContainerRemoved) => EventType::ContainerRemoved,
+            Ok(api::LifecycleEventType::ContainerChanged) => EventType::ContainerChanged,
+            Ok(api::LifecycleEventType::PodSync) => EventType::PodSync,
+            Ok(api::LifecycleEventType::CrashLoop) => EventType::CrashLoop,
+            Ok(api::LifecycleEventType::CrashLoopCleared) => EventType::CrashLoopCleared,
+            _ => return Err(RequestError::Type(*t)),
+        };
+        set.insert(kind);
+    }
+    Ok(Filter {
+        namespace: f.namespace,
+        pod_uid: f.pod_uid,
+        pod_name: f.pod_name,
+        selector: Selector::parse(&f.label_selector)?,
+        types: set,
+    })
+}
+
+fn watch_event(revision: u64, kind: api::watch_event::Kind) -> api::WatchEvent {
+    api::WatchEvent { revision, kind: Some(kind) }
+}
+
+fn pod_api(p: &PodStatus, cache: &PodCache) -> api::PodStatus {
+    let err = cache.get(&p.uid).and_then(|e| e.error.clone());
+    p.to_api(err.as_deref())
+}
+
+#[tonic::async_trait]
+impl PodLifecycle for PodLifecycleService {
+    type WatchStream = watch::FeedStream;
+
+    async fn watch(&self, req: Request<api::WatchRequest>) -> Result<Response<watch::FeedStream>, Status> {
+        Ok(Response::new(watch::open(self, req.into_inner())?))
+    }
+
+    async fn list_pods(&self, req: Request<api::ListPodsRequest>) -> Result<Response<api::ListPodsResponse>, Status> {
+        let filter = to_filter(req.into_inner().filter, &[])?;
+        let (pods, revision) = self.journal.list(&filter);
+        Ok(Response::new(api::ListPodsResponse {
+            pods: pods.iter().map(|p| pod_api(p, &self.cache)).collect(),
+            revision,
+            epoch: self.journal.epoch(),
+        }))
+    }
+
+    async fn get_pod_status(
+        &self,
+        req: Request<api::GetPodStatusRequest>,
+    ) -> Result<Response<api::GetPodStatusResponse>, Status> {
+        let deadline = grpc_timeout(req.metadata()).unwrap_or(self.cfg.max_wait).min(self.cfg.max_wait);
+        let r = req.into_inner();
+        if r.pod_uid.is_empty() {
+            return Err(RequestError::Missing("pod_uid").into());
+        }
+        let (entry, absent_at) = match r.min_timestamp {
+            None => (self.cache.get(&r.pod_uid), None),
+            Some(ts) => {
+                let min_wall = crate::model::nanos_to_system(ts.seconds * 1_000_000_000 + i64::from(ts.nanos))
+                    .unwrap_or(SystemTime::UNIX_EPOCH);
+                let min = wall_to_instant(min_wall);
+                match tokio::time::timeout(deadline, self.cache.get_newer_than(&r.pod_uid, min)).await {
+                    Ok(fresh) => (fresh.entry, fresh.absent_at),
+                    Err(_) => {
+                        return Err(RequestError::NotNewer {
+                            uid: r.pod_uid,
+                            min: crate::model::rfc3339(min_wall),
+                            waited: deadline,
+                        }
+                        .into());
+                    }
+                }
+            }
+        };
+        // The time the answer is current to: the pod's read, or the last full relist if
+        // that is later (a relist that found the pod unchanged vouches for it too).
+        let global = self.cache.global_timestamp_wall();
+        let timestamp = entry
+            .as_ref()
+            .map(|e| global.map_or(e.modified_wall, |g| g.max(e.modified_wall)))
+            .or_else(|| absent_at.map(|at| SystemTime::now() - at.elapsed()))
+            .or(global)
+            .map(system_to_timestamp);
+        let pod = entry.as_ref().map(|e| match &e.status {
+            Some(s) => s.to_api(e.error.as_deref()),
+            None => api::PodStatus {
+                uid: r.pod_uid.clone(),
+                error: e.error.as_deref().unwrap_or("").into(),
+                ..Default::default()
+            },
+        });
+        let not_found = entry.is_none() && (absent_at.is_some() || self.cache.global_timestamp().is_some());
+        Ok(Response::new(api::GetPodStatusResponse { pod, timestamp, not_found }))
+    }
+}
+
+/// A wall-clock time as a point on the monotonic clock.
+fn wall_to_instant(t: SystemTime) -> Instant {
+    let now_wall = SystemTime::now();
+    let now = Instant::now();
+    match now_wall.duration_since(t) {
+        Ok(ago) => now.checked_sub(ago).unwrap_or(now - now.elapsed()),
+        Err(ahead) => now + ahead.duration(),
+    }
+}
+
+/// The call's deadline from its `grpc-timeout` header.
+fn grpc_timeout(md: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let v = md.get("grpc-timeout")?.to_str().ok()?;
+    let (num, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = num.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Serves the API on `listener` until shutdown. `ready` reports readiness to the gRPC
+/// health service every second.
+pub async fn serve(
+    listener: UnixListener,
+    svc: PodLifecycleService,
+    ready: impl Fn() -> bool + Send + 'static,
+    beat: crate::liveness::Beat,
+    shutdown: CancellationToken,
+) -> Result<(), ApiError> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let sd = shutdown.clone();
+    svc.tasks.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = sd.cancelled() => return,
+                _ = tick.tick() => {
+                    let status = if ready() { tonic_health::ServingStatus::Serving } else { tonic_health::ServingStatus::NotServing };
+                    reporter.set_service_status("", status).await;
+                    reporter.set_service_status("plegd.v1.PodLifecycle", status).await;
+                }
+            }
+        }
+    });
+    let (cfg, metrics, tasks) = (svc.cfg.clone(), svc.metrics.clone(), svc.tasks.clone());
+    let lifecycle = PodLifecycleServer::new(svc).max_decoding_message_size(MAX_REQUEST_BYTES);
+    let incoming = incoming::incoming(listener, cfg, metrics, beat, tasks, shutdown.clone());
+    let res = tonic::transport::Server::builder()
+        .http2_max_header_list_size(16 * 1024)
+        .concurrency_limit_per_connection(256)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .add_service(health)
+        .add_service(lifecycle)
+        .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
+        .await;
+    Ok(res?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse() {
+        let mut md = tonic::metadata::MetadataMap::new();
+        md.insert("grpc-timeout", "1500m".parse().unwrap());
+        assert_eq!(grpc_timeout(&md), Some(Duration::from_millis(1500)));
+        md.insert("grpc-timeout", "2S".parse().unwrap());
+        assert_eq!(grpc_timeout(&md), Some(Duration::from_secs(2)));
+        md.insert("grpc-timeout", "x".parse().unwrap());
+        assert_eq!(grpc_timeout(&md), None);
+    }
+
+    #[test]
+    fn peers_are_allowed_by_uid_or_gid_and_everyone_without_lists() {
+        let mut cfg = ApiConfig {
+            socket: "/x".into(),
+            allow_uids: vec![],
+            allow_gids: vec![],
+            bookmark_interval: Duration::from_secs(1),
+            max_wait: Duration::from_secs(1),
+            handshake_timeout: Duration::from_secs(1),
+        };
+        assert!(incoming::peer_allowed(&cfg, 1000, 1000));
+        cfg.allow_uids = vec![0];
+        cfg.allow_gids = vec![42];
+        assert!(incoming::peer_allowed(&cfg, 0, 1));
+        assert!(incoming::peer_allowed(&cfg, 7, 42));
+        assert!(!incoming::peer_allowed(&cfg, 7, 7));
+    }
+
+    #[test]
+    fn an_unknown_event_type_is_an_invalid_argument() {
+        let e = to_filter(None, &[99]).unwrap_err();
+        assert_eq!(Status::from(e).code(), tonic::Code::InvalidArgument);
+    }
+}
