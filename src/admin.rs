@@ -49,17 +49,72 @@ pub struct Readiness {
 
 impl Readiness {
     /// `Ok`, or why not ready.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), NotReady> {
         if !self.health.first_relist_done() {
-            return Err("the first relist has not completed".into());
+            return Err(NotReady::FirstRelist);
         }
-        self.health.check().map_err(|msg| format!("PLEG is not healthy: {msg}"))?;
+        self.health.check()?;
         let stream = *self.stream.borrow();
         if self.require_stream && !stream.is_up() {
-            return Err(format!("--mode evented requires the CRI event stream, which is {}", stream.as_str()));
+            return Err(NotReady::NoStream(stream.as_str()));
         }
         Ok(())
     }
+}
+
+/// Why plegd is not ready.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// The first relist has not completed.
+    #[error("the first relist has not completed")]
+    FirstRelist,
+    /// The PLEG is unhealthy.
+    #[error("PLEG is not healthy: {0}")]
+    Unhealthy(#[from] crate::pleg::health::Unhealthy),
+    /// `--mode evented` without the stream.
+    #[error("--mode evented requires the CRI event stream, which is {0}")]
+    NoStream(&'static str),
+}
+
+/// A debug query parameter that does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// Not a time.
+    #[error("invalid {name}={value:?}: {source} (expected RFC 3339, e.g. 2026-11-21T15:04:05Z)")]
+    Time {
+        /// The parameter.
+        name: String,
+        /// Its value.
+        value: String,
+        /// Why.
+        source: humantime::TimestampError,
+    },
+    /// Not a count.
+    #[error("invalid {name}={value:?}: expected a non-negative whole number")]
+    Number {
+        /// The parameter.
+        name: String,
+        /// Its value.
+        value: String,
+    },
+    /// Not one of the choices.
+    #[error("invalid {name}={value:?}: expected {expected}")]
+    Choice {
+        /// The parameter.
+        name: String,
+        /// Its value.
+        value: String,
+        /// The choices.
+        expected: &'static str,
+    },
+    /// A parameter the endpoint does not take.
+    #[error("unknown parameter {name:?} ({known})")]
+    Unknown {
+        /// The parameter.
+        name: String,
+        /// The ones it takes.
+        known: &'static str,
+    },
 }
 
 /// What the admin handlers read.
@@ -158,7 +213,7 @@ async fn debug_pods(
     axum::extract::Query(params): axum::extract::Query<std::collections::HashMap<String, String>>,
 ) -> Response {
     if let Some(k) = params.keys().find(|k| k.as_str() != "view") {
-        return bad_request(format!("unknown parameter {k:?} (view=cache|runtime)"));
+        return bad_request(QueryError::Unknown { name: k.clone(), known: "view=cache|runtime" });
     }
     match params.get("view").map(String::as_str).unwrap_or("cache") {
         "cache" => {
@@ -178,7 +233,9 @@ async fn debug_pods(
             }
             Err(e) => (StatusCode::BAD_GATEWAY, format!("reading the runtime failed: {e}\n")).into_response(),
         },
-        other => bad_request(format!("invalid view={other:?}: expected cache or runtime")),
+        other => {
+            bad_request(QueryError::Choice { name: "view".into(), value: other.into(), expected: "cache or runtime" })
+        }
     }
 }
 
@@ -257,17 +314,16 @@ async fn readyz(State(s): State<Arc<AdminState>>) -> Response {
     }
 }
 
-fn bad_request(msg: String) -> Response {
-    (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response()
+fn bad_request(e: QueryError) -> Response {
+    (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
 }
 
-fn parse_time(name: &str, v: &str) -> Result<std::time::SystemTime, String> {
-    humantime::parse_rfc3339_weak(v)
-        .map_err(|e| format!("invalid {name}={v:?}: {e} (expected RFC 3339, e.g. 2026-11-21T15:04:05Z)"))
+fn parse_time(name: &str, v: &str) -> Result<std::time::SystemTime, QueryError> {
+    humantime::parse_rfc3339_weak(v).map_err(|source| QueryError::Time { name: name.into(), value: v.into(), source })
 }
 
-fn parse_num<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, String> {
-    v.parse().map_err(|_| format!("invalid {name}={v:?}: expected a non-negative whole number"))
+fn parse_num<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, QueryError> {
+    v.parse().map_err(|_| QueryError::Number { name: name.into(), value: v.into() })
 }
 
 async fn debug_events(
@@ -288,9 +344,9 @@ async fn debug_events(
                     Ok(())
                 }
                 "json" => Ok(()),
-                _ => Err(format!("invalid format={v:?}: expected json or text")),
+                _ => Err(QueryError::Choice { name: "format".into(), value: v.clone(), expected: "json or text" }),
             },
-            _ => Err(format!("unknown parameter {k:?} (since, until, seq, last, format)")),
+            _ => Err(QueryError::Unknown { name: k.clone(), known: "since, until, seq, last, format" }),
         };
         if let Err(msg) = res {
             return bad_request(msg);

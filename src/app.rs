@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::admin::{AdminError, AdminServer, AdminState, Readiness, relist_liveness_limit};
 use crate::backoff::Backoff;
@@ -73,6 +74,8 @@ pub struct Sidecar {
     pub sync: SyncLoopHandle,
     /// One work queue per reconciler.
     pub queues: Vec<WorkQueue<String>>,
+    /// The relister's targeted-relist requests (from the event stream).
+    pub hints: PodHints,
 }
 
 /// Starts the sidecar's tasks in `tracker` against the CRI runtime at
@@ -108,6 +111,7 @@ pub async fn start_on<R: RuntimeService>(
         inspect_timeout: cfg.inspect_timeout,
     };
     let hints = PodHints::default();
+    let sidecar_hints = hints.clone();
     let (state_tx, state_rx) = evented::stream_state();
     let pleg = GenericPleg::new(client.clone(), writer, events_tx, health.clone(), Some(metrics.pleg.clone()), relist)
         .with_liveness(relist_beat)
@@ -166,23 +170,24 @@ pub async fn start_on<R: RuntimeService>(
     let admin = AdminServer::bind(cfg.admin_addr, admin_state).await?;
     let admin_addr = admin.local_addr();
 
-    tracker.spawn(publisher.run(shutdown.clone()));
+    spawn(tracker, "publish", publisher.run(shutdown.clone()));
     if cfg.mode == Mode::Generic {
         state_tx.send_replace(StreamState::Disabled);
     } else {
         let watcher =
             EventedWatcher::new(client.clone(), hints, state_tx, Some(metrics.pleg.clone()), cfg.evented.clone())
                 .with_liveness(liveness.register("event stream", QUICK_LOOP_LIMIT));
-        tracker.spawn(watcher.run(shutdown.clone()));
+        spawn(tracker, "event_stream", watcher.run(shutdown.clone()));
     }
-    tracker.spawn(pleg.run(shutdown.clone()));
-    tracker.spawn(sync_loop.run(shutdown.clone()));
+    spawn(tracker, "relist", pleg.run(shutdown.clone()));
+    spawn(tracker, "sync_loop", sync_loop.run(shutdown.clone()));
     for c in controllers {
-        tracker.spawn(c.run(shutdown.clone()));
+        let span = tracing::info_span!("reconciler", name = c.name());
+        tracker.spawn(c.run(shutdown.clone()).instrument(span));
     }
-    tracker.spawn(announce_runtime(client.clone(), shutdown.clone()));
+    spawn(tracker, "announce_runtime", announce_runtime(client.clone(), shutdown.clone()));
     let sd = shutdown.clone();
-    tracker.spawn(async move {
+    spawn(tracker, "admin", async move {
         if let Err(e) = admin.run(sd.clone()).await {
             tracing::error!(error = %e, "admin server stopped");
             sd.cancel();
@@ -200,7 +205,7 @@ pub async fn start_on<R: RuntimeService>(
     let ready = readiness.clone();
     let socket = cfg.api.socket.clone();
     let api_beat = liveness.register("api", QUICK_LOOP_LIMIT);
-    tracker.spawn(async move {
+    spawn(tracker, "grpc", async move {
         if let Err(e) = crate::grpc::serve(api_listener, svc, move || ready.check().is_ok(), api_beat, sd.clone()).await
         {
             tracing::error!(error = %e, "gRPC API stopped");
@@ -226,7 +231,17 @@ pub async fn start_on<R: RuntimeService>(
         history,
         sync,
         queues,
+        hints: sidecar_hints,
     })
+}
+
+/// Spawns a long-running component into the tracker inside a span named for it, so
+/// every log line it writes says which component wrote it.
+fn spawn<F>(tracker: &TaskTracker, name: &'static str, fut: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    tracker.spawn(fut.instrument(tracing::info_span!("task", name)));
 }
 
 /// Logs the runtime's name and version once it answers; until then says, once, that

@@ -1,6 +1,14 @@
-//! The pod-status cache: one writer ([`CacheWriter`]), many cheap readers
-//! ([`PodCache`]), the kubelet cache's `get_newer_than` on a monotonic clock, and a
-//! change feed for subscribers.
+//! The pod-status cache: one writer ([`CacheWriter`], held by the relister), many
+//! cheap readers ([`PodCache`]), and the kubelet cache's subscribable `get_newer_than`
+//! on a monotonic clock.
+//!
+//! Where a pod's state lives: here, as the runtime last showed it, with when it was
+//! read and the error of a failed read — what `GetPodStatus` and the reconcilers
+//! read, and what waiters for "newer than t" wait on. The journal's view
+//! (`journal`) is the other copy, on purpose: the pods as of the journal's latest
+//! revision, moved only by published events, so that `ListPods` and a Watch snapshot
+//! agree with the revision they carry. The two differ only while an event is between
+//! the relister and the journal.
 //!
 //! A waiter that is not answered at once is also a *demand*: the writer (the relister)
 //! takes the pods that readers wait on and, while full relists are far apart, reads
@@ -17,7 +25,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
-use tokio::sync::{Notify, broadcast, oneshot};
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::model::PodStatus;
@@ -38,30 +46,6 @@ pub struct CacheEntry {
     pub modified_wall: SystemTime,
     /// The cache's change sequence number of this write.
     pub seq: u64,
-}
-
-/// What changed in the cache.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CacheChange {
-    /// A pod's entry was written.
-    Set {
-        /// Pod UID.
-        uid: Arc<str>,
-        /// Change sequence number.
-        seq: u64,
-    },
-    /// A pod's entry was removed.
-    Deleted {
-        /// Pod UID.
-        uid: Arc<str>,
-        /// Change sequence number.
-        seq: u64,
-    },
-    /// The global timestamp advanced (a full relist completed).
-    Time {
-        /// Change sequence number.
-        seq: u64,
-    },
 }
 
 /// The answer of [`PodCache::get_newer_than`].
@@ -98,7 +82,6 @@ struct State {
 
 struct Shared {
     state: RwLock<State>,
-    changes: broadcast::Sender<CacheChange>,
     demand: Notify,
 }
 
@@ -151,8 +134,7 @@ impl State {
 
 /// Creates an empty cache: the writer and a reader.
 pub fn new() -> (CacheWriter, PodCache) {
-    let (changes, _) = broadcast::channel(4096);
-    let shared = Arc::new(Shared { state: RwLock::new(State::default()), changes, demand: Notify::new() });
+    let shared = Arc::new(Shared { state: RwLock::new(State::default()), demand: Notify::new() });
     (CacheWriter { shared: shared.clone() }, PodCache { shared })
 }
 
@@ -224,12 +206,6 @@ impl PodCache {
     pub fn waiters(&self) -> usize {
         self.read().waiters.values().map(Vec::len).sum()
     }
-
-    /// Subscribes to changes. A subscriber that falls more than 4096 changes behind
-    /// receives `Lagged` and should re-read with [`PodCache::snapshot`].
-    pub fn subscribe(&self) -> broadcast::Receiver<CacheChange> {
-        self.shared.changes.subscribe()
-    }
 }
 
 impl CacheWriter {
@@ -242,26 +218,16 @@ impl CacheWriter {
     /// with the inspection error if it failed. On error with no new status, the last
     /// good status is kept beside the error.
     pub fn set(&mut self, uid: &str, status: Option<Arc<PodStatus>>, error: Option<String>, modified: Instant) {
-        let change = {
-            let mut s = self.shared.state.write().expect("cache lock");
-            s.seq += 1;
-            let seq = s.seq;
-            let key: Arc<str> = s.pods.get_key_value(uid).map(|(k, _)| k.clone()).unwrap_or_else(|| Arc::from(uid));
-            let status = status.or_else(|| s.pods.get(uid).and_then(|e| e.status.clone()));
-            let wall = SystemTime::now() - modified.elapsed();
-            let entry = CacheEntry {
-                uid: key.clone(),
-                status,
-                error: error.map(Arc::from),
-                modified,
-                modified_wall: wall,
-                seq,
-            };
-            s.pods.insert(key.clone(), Arc::new(entry));
-            s.notify(uid);
-            CacheChange::Set { uid: key, seq }
-        };
-        let _ = self.shared.changes.send(change);
+        let mut s = self.shared.state.write().expect("cache lock");
+        s.seq += 1;
+        let seq = s.seq;
+        let key: Arc<str> = s.pods.get_key_value(uid).map(|(k, _)| k.clone()).unwrap_or_else(|| Arc::from(uid));
+        let status = status.or_else(|| s.pods.get(uid).and_then(|e| e.status.clone()));
+        let wall = SystemTime::now() - modified.elapsed();
+        let entry =
+            CacheEntry { uid: key.clone(), status, error: error.map(Arc::from), modified, modified_wall: wall, seq };
+        s.pods.insert(key.clone(), Arc::new(entry));
+        s.notify(uid);
     }
 
     /// Records that the runtime, read at `at`, has no such pod: its entry goes, and
@@ -269,7 +235,7 @@ impl CacheWriter {
     /// kubelet leaves them to the next full relist, which in evented mode may be
     /// minutes away).
     pub fn delete(&mut self, uid: &str, at: Instant) {
-        let change = {
+        {
             let mut s = self.shared.state.write().expect("cache lock");
             let removed = s.pods.remove_entry(uid);
             if let Some(list) = s.waiters.remove(uid) {
@@ -288,11 +254,10 @@ impl CacheWriter {
                     s.waiters.insert(Arc::from(uid), keep);
                 }
             }
-            let Some((key, _)) = removed else { return };
-            s.seq += 1;
-            CacheChange::Deleted { uid: key, seq: s.seq }
-        };
-        let _ = self.shared.changes.send(change);
+            if removed.is_some() {
+                s.seq += 1;
+            }
+        }
     }
 
     /// Takes the pods readers started waiting on since the last call, oldest demand
@@ -326,7 +291,7 @@ impl CacheWriter {
     /// and wakes every waiter it satisfies. A timestamp older than the current one is
     /// ignored.
     pub fn update_time(&mut self, ts: Instant) {
-        let change = {
+        {
             let mut s = self.shared.state.write().expect("cache lock");
             if s.global.is_some_and(|g| g >= ts) {
                 return;
@@ -338,9 +303,7 @@ impl CacheWriter {
             for uid in uids {
                 s.notify(&uid);
             }
-            CacheChange::Time { seq: s.seq }
-        };
-        let _ = self.shared.changes.send(change);
+        }
     }
 }
 
@@ -466,20 +429,6 @@ mod tests {
         let e = r.get("a").unwrap();
         assert_eq!(e.error.as_deref(), Some("boom"));
         assert!(e.status.is_some());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn subscribers_see_every_change_in_order() {
-        let (mut w, r) = new();
-        let mut sub = r.subscribe();
-        w.set("a", Some(status("a")), None, Instant::now());
-        w.delete("a", Instant::now());
-        w.delete("a", Instant::now());
-        w.update_time(Instant::now());
-        assert!(matches!(sub.recv().await.unwrap(), CacheChange::Set { seq: 1, .. }));
-        assert!(matches!(sub.recv().await.unwrap(), CacheChange::Deleted { seq: 2, .. }));
-        assert!(matches!(sub.recv().await.unwrap(), CacheChange::Time { seq: 3 }));
-        assert!(r.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -68,8 +68,8 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Demo(_) | Command::Watch(_) | Command::Pods(_) => "warn",
         _ => "info",
     };
-    if let Err(msg) = plegd::telemetry::init(log, default_level) {
-        return usage(&msg);
+    if let Err(e) = plegd::telemetry::init(log, default_level) {
+        return usage(&e.to_string());
     }
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();

@@ -125,6 +125,11 @@ impl Controller {
         }
     }
 
+    /// The reconciler's name.
+    pub fn name(&self) -> &'static str {
+        self.reconciler.name()
+    }
+
     /// Beats `beat` every half second while no reconcile has been running longer than
     /// [`RECONCILE_STUCK_AFTER`].
     pub fn with_liveness(mut self, beat: crate::liveness::Beat) -> Self {
@@ -223,7 +228,7 @@ impl Handler for Enqueue {
         }
     }
 
-    fn handle(&mut self, ev: &LoopEvent, _: &mut Outbox) -> Result<String, String> {
+    fn handle(&mut self, ev: &LoopEvent, _: &mut Outbox) -> Result<String, crate::syncloop::HandlerError> {
         let (uids, gone): (Vec<String>, bool) = match &ev.input {
             LoopInput::Lifecycle(e) => (vec![e.event.pod_uid.to_string()], e.event.pod.is_none()),
             _ => {
@@ -274,7 +279,7 @@ impl Handler for Publish {
         matches!(&ev.input, LoopInput::FollowUp(f) if f.event.is_some())
     }
 
-    fn handle(&mut self, ev: &LoopEvent, _: &mut Outbox) -> Result<String, String> {
+    fn handle(&mut self, ev: &LoopEvent, _: &mut Outbox) -> Result<String, crate::syncloop::HandlerError> {
         let LoopInput::FollowUp(f) = &ev.input else { return Ok(String::new()) };
         let e = f.event.clone().expect("selected");
         let kind = e.kind.as_str();

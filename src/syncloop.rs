@@ -90,8 +90,11 @@ pub trait Handler: Send {
     /// Whether it wants this event.
     fn selects(&self, ev: &LoopEvent) -> bool;
     /// Handles the event; returns a description of the change made.
-    fn handle(&mut self, ev: &LoopEvent, out: &mut Outbox) -> Result<String, String>;
+    fn handle(&mut self, ev: &LoopEvent, out: &mut Outbox) -> Result<String, HandlerError>;
 }
+
+/// A handler's failure, with its source (each handler has its own error types).
+pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One handler's part in a record.
 #[derive(Clone, Debug, Serialize)]
@@ -374,7 +377,11 @@ impl SyncLoop {
                 Err(e) => {
                     failed = true;
                     tracing::warn!(handler = h.name(), seq, error = %e, "sync loop handler failed");
-                    records.push(HandlerRecord { handler: h.name(), change: "".into(), error: Some(e.into()) });
+                    records.push(HandlerRecord {
+                        handler: h.name(),
+                        change: "".into(),
+                        error: Some(e.to_string().into()),
+                    });
                 }
             }
         }
@@ -525,7 +532,7 @@ mod tests {
         fn selects(&self, _: &LoopEvent) -> bool {
             true
         }
-        fn handle(&mut self, ev: &LoopEvent, out: &mut Outbox) -> Result<String, String> {
+        fn handle(&mut self, ev: &LoopEvent, out: &mut Outbox) -> Result<String, HandlerError> {
             let (name, _, _) = describe(ev);
             self.log.lock().unwrap().push(format!("{}#{}:{}", self.name, ev.seq, name));
             if let LoopInput::Lifecycle(e) = &ev.input {

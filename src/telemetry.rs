@@ -10,12 +10,13 @@ use crate::config::{LogArgs, LogFormat};
 ///
 /// Filters are `RUST_LOG`-style directives (`warn`, `info,plegd::pleg=debug`); span-field
 /// filters are not supported, which keeps a regex engine out of the binary.
-pub fn init(args: &LogArgs, default_level: &str) -> Result<(), String> {
+pub fn init(args: &LogArgs, default_level: &str) -> Result<(), TelemetryError> {
+    let bad = |from| move |source| TelemetryError::Filter { from, source };
     let filter: Targets = match &args.log_level {
-        Some(level) => level.parse().map_err(|e| format!("invalid value for --log-level: {e}"))?,
+        Some(level) => level.parse().map_err(bad("value for --log-level"))?,
         None => match std::env::var("RUST_LOG") {
-            Ok(v) if !v.is_empty() => v.parse().map_err(|e| format!("invalid RUST_LOG: {e}"))?,
-            _ => default_level.parse().map_err(|e| format!("invalid default log level: {e}"))?,
+            Ok(v) if !v.is_empty() => v.parse().map_err(bad("RUST_LOG"))?,
+            _ => default_level.parse().map_err(bad("default log level"))?,
         },
     };
     use std::io::IsTerminal;
@@ -24,5 +25,21 @@ pub fn init(args: &LogArgs, default_level: &str) -> Result<(), String> {
         LogFormat::Text => builder.finish().with(filter).try_init(),
         LogFormat::Json => builder.json().flatten_event(true).finish().with(filter).try_init(),
     };
-    res.map_err(|e| format!("cannot install the logger: {e}"))
+    res.map_err(TelemetryError::Install)
+}
+
+/// Why logging could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    /// A filter that does not parse.
+    #[error("invalid {from}: {source}")]
+    Filter {
+        /// Where it came from.
+        from: &'static str,
+        /// Why.
+        source: tracing_subscriber::filter::ParseError,
+    },
+    /// A logger was installed already.
+    #[error("cannot install the logger: {0}")]
+    Install(#[source] tracing_subscriber::util::TryInitError),
 }

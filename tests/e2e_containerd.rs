@@ -62,7 +62,7 @@ impl Env {
         let filter: tracing_subscriber::filter::Targets =
             std::env::var("RUST_LOG").unwrap_or_else(|_| "plegd=info".into()).parse().expect("RUST_LOG filter");
         let _ = tracing_subscriber::fmt().with_test_writer().finish().with(filter).try_init();
-        let mut sc = start_sidecar(self.client(), Mode::Auto, Duration::from_secs(1), Duration::from_secs(300));
+        let mut sc = start_sidecar(self.client(), Mode::Auto, Duration::from_secs(1), Duration::from_secs(300)).await;
         let want = if self.has_stream() { StreamState::Up } else { StreamState::NoStream };
         sc.wait_stream(Duration::from_secs(20), |s| s == want).await;
         sc.until_quiet(Duration::from_millis(1500)).await;
@@ -345,7 +345,7 @@ async fn a_runtime_socket_that_appears_later_is_picked_up() {
     env.ctl("kill");
     let path = env.endpoint.trim_start_matches("unix://").to_string();
     let _ = std::fs::remove_file(&path);
-    let mut sc = start_sidecar(env.client(), Mode::Auto, Duration::from_millis(500), Duration::from_secs(300));
+    let mut sc = start_sidecar(env.client(), Mode::Auto, Duration::from_millis(500), Duration::from_secs(300)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!sc.health.first_relist_done(), "no relist can succeed without the runtime");
     env.ctl("resume");

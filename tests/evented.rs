@@ -18,7 +18,7 @@ const SLOW: Duration = Duration::from_secs(600);
 
 async fn up_sidecar(h: &SimHarness) -> support::Sidecar {
     // Relists rare enough (also in the settle window) that a fast event is the stream's.
-    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_secs(10), SLOW);
+    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_secs(10), SLOW).await;
     sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::Up).await;
     // The repair relist that follows the connection.
     sc.until_quiet(Duration::from_millis(300)).await;
@@ -96,7 +96,7 @@ async fn the_stream_dropping_mid_churn_loses_nothing() {
 async fn an_unimplemented_stream_falls_back_to_relisting_at_the_relist_period() {
     let h = SimHarness::start().await;
     h.sim.set_events_mode(EventsMode::Unimplemented);
-    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_millis(200), SLOW);
+    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_millis(200), SLOW).await;
     sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::NoStream).await;
     let pod = PodSpec::new("default", "web");
     h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
@@ -111,7 +111,7 @@ async fn an_unimplemented_stream_falls_back_to_relisting_at_the_relist_period() 
 async fn an_empty_ok_stream_counts_as_no_stream() {
     let h = SimHarness::start().await;
     h.sim.set_events_mode(EventsMode::EmptyOk);
-    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_millis(200), SLOW);
+    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_millis(200), SLOW).await;
     sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::NoStream).await;
     sc.stop().await;
 }
@@ -120,7 +120,7 @@ async fn an_empty_ok_stream_counts_as_no_stream() {
 async fn the_sidecar_returns_to_evented_mode_when_the_stream_works_again() {
     let h = SimHarness::start().await;
     h.sim.set_events_mode(EventsMode::Unimplemented);
-    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_secs(1), SLOW);
+    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_secs(1), SLOW).await;
     sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::NoStream).await;
     h.sim.set_events_mode(EventsMode::Stream);
     sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::Up).await;
@@ -241,7 +241,7 @@ async fn the_runtime_going_away_and_coming_back_reconnects_and_repairs() {
 #[tokio::test]
 async fn generic_mode_never_opens_the_stream() {
     let h = SimHarness::start().await;
-    let mut sc = start_sidecar(h.client(), Mode::Generic, Duration::from_millis(100), SLOW);
+    let mut sc = start_sidecar(h.client(), Mode::Generic, Duration::from_millis(100), SLOW).await;
     h.run_pod(&PodSpec::new("default", "web"), &[ContainerSpec::new("app")]).await;
     let ev = sc.next(Duration::from_secs(2)).await.unwrap();
     assert_eq!(ev.source, EventSource::Relist);
@@ -253,7 +253,7 @@ async fn generic_mode_never_opens_the_stream() {
 #[tokio::test]
 async fn a_change_without_an_event_right_after_a_reconnect_is_found_by_the_settling_relists() {
     let h = SimHarness::start().await;
-    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_millis(300), SLOW);
+    let mut sc = start_sidecar(h.client(), Mode::Auto, Duration::from_millis(300), SLOW).await;
     sc.wait_stream(Duration::from_secs(5), |s| s == StreamState::Up).await;
     let pod = PodSpec::new("default", "web");
     let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app"), ContainerSpec::new("sidecar")]).await;

@@ -16,12 +16,13 @@ use super::hints::{Hint, PodHints};
 use super::inspect::{Prefetched, inspect_pod, inspect_prefetched, list_pod};
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
+use super::trust::{SETTLE, StreamTrust};
+use super::{build_events, same_status};
 use crate::cache::CacheWriter;
 use crate::cri::{CriError, RuntimeService};
-use crate::labels::shared;
 use crate::liveness::{BEAT_EVERY, Beat};
-use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
-use crate::model::{ContainerState, PodStatus, nanos_to_system};
+use crate::model::event::{EventSource, PodLifecycleEvent};
+use crate::model::{ContainerState, PodStatus};
 
 /// How the relister runs.
 #[derive(Clone, Debug)]
@@ -111,47 +112,6 @@ pub struct GenericPleg<R: RuntimeService> {
     trust: StreamTrust,
 }
 
-/// How far the relister trusts the CRI event stream, and what it learned.
-#[derive(Debug)]
-struct StreamTrust {
-    /// The runtime delivers every event to every subscriber (containerd 2.x); learned
-    /// from `Version` each time the stream comes up.
-    complete: bool,
-    /// The runtime as `Version` named it, for messages.
-    runtime: String,
-    /// Since when the stream has been up without a break.
-    up_since: Option<Instant>,
-    /// Until when fast relists follow a stream that came back after an outage (the
-    /// runtime may still be recovering state it sends no events for; not misses).
-    settle_until: Instant,
-    /// Changes a relist found while the stream was up, per pod, with when they were
-    /// found: a miss unless the pod's event arrives within [`MISS_GRACE`] (it was in
-    /// flight).
-    suspects: Vec<(Instant, String, usize)>,
-    /// Pods the stream announced lately, or whose reads failed, with when: a change a
-    /// read finds for them is not a miss (their event was taken, or used up by a
-    /// failed read).
-    announced: std::collections::HashMap<String, Instant>,
-    /// The safety-net period in force on a complete stream: the configured one, or
-    /// shorter after a relist found changes the stream did not announce.
-    net_period: Duration,
-    /// Whether the last relist found missed changes (for logging transitions).
-    missing: bool,
-    /// When the stream was last found to have missed a change.
-    last_miss: Option<Instant>,
-}
-
-/// A change a relist found counts as missed by the stream only if the stream had been
-/// up this long before the listing and the pod's event has not arrived this long
-/// after it: an event still in flight is not a miss. Measured on plegd's monotonic
-/// clock, so neither clock steps nor the runtime's timestamps matter.
-const MISS_GRACE: Duration = Duration::from_secs(2);
-
-/// After the stream missed a change, full relists keep the relist period this long
-/// before they slow down again (a quiet stream proves nothing while it may be missing
-/// changes; a quiet node proves nothing either).
-const MISS_HOLD: Duration = Duration::from_secs(300);
-
 type Inspection = (String, Instant, Result<PodStatus, String>);
 
 impl<R: RuntimeService> GenericPleg<R> {
@@ -187,17 +147,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             evented_period: Duration::from_secs(300),
             listed: None,
             seed: fastrand::u64(..),
-            trust: StreamTrust {
-                complete: false,
-                runtime: String::new(),
-                up_since: None,
-                settle_until: Instant::now(),
-                suspects: Vec::new(),
-                announced: Default::default(),
-                net_period: Duration::from_secs(300),
-                missing: false,
-                last_miss: None,
-            },
+            trust: StreamTrust::new(Duration::from_secs(300)),
         }
     }
 
@@ -309,38 +259,21 @@ impl<R: RuntimeService> GenericPleg<R> {
         let mut results: BTreeMap<String, (Instant, Result<PodStatus, String>)> =
             inspections.into_iter().map(|(uid, at, r)| (uid, (at, r))).collect();
         for (uid, transitions) in work {
-            let status = match results.remove(&uid) {
+            let (found, at) = match results.remove(&uid) {
                 // The pod is gone from the runtime.
+                None => (Found::Gone, start),
+                Some((at, Ok(status))) => (Found::Status(status), at),
+                Some((at, Err(err))) => (Found::Failed(err), at),
+            };
+            let sync = self.reinspect.contains(&uid);
+            match self.apply(&uid, found, at, &transitions, sync, EventSource::Relist, Some(start)).await {
+                Some((events, missed)) => {
+                    outcome.events += events;
+                    outcome.missed += missed;
+                }
                 None => {
-                    self.cache.delete(&uid, start);
-                    None
-                }
-                Some((at, Ok(status))) => {
-                    let status = Arc::new(status);
-                    self.cache.set(&uid, Some(status.clone()), None, at);
-                    Some(status)
-                }
-                Some((at, Err(err))) => {
-                    tracing::debug!(pod = %uid, error = %err, "pod inspection failed; events held until it succeeds");
-                    if let Some(m) = &self.metrics {
-                        m.inspection_errors.inc();
-                    }
-                    self.store_failure(&uid, err, at);
                     needs_reinspect.insert(uid);
                     outcome.failed += 1;
-                    continue;
-                }
-            };
-            let (namespace, name) = self.records.pod_name(&uid);
-            self.records.commit(&uid);
-            let was_reinspect = self.reinspect.contains(&uid);
-            let events =
-                build_events(&uid, &namespace, &name, &transitions, status, was_reinspect, EventSource::Relist);
-            outcome.events += events.len();
-            outcome.missed += self.suspect(&uid, &events, start);
-            for ev in events {
-                if self.events.send(ev).await.is_err() {
-                    tracing::debug!("event receiver gone; dropping events");
                 }
             }
         }
@@ -365,81 +298,67 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.cache.set(uid, placeholder, Some(err), at);
     }
 
-    /// Notes the changes among `events` (found by a read of the runtime that started at
-    /// `listed`, not by an event) as suspected misses of the stream; returns how many.
-    fn suspect(&mut self, uid: &str, events: &[PodLifecycleEvent], listed: Instant) -> usize {
-        let Some(up_since) = self.trust.up_since else { return 0 };
-        if listed < up_since + MISS_GRACE || listed < self.trust.settle_until {
-            return 0;
-        }
-        if self.trust.announced.get(uid).is_some_and(|t| *t + MISS_GRACE >= listed) {
-            return 0;
-        }
-        let n = events.iter().filter(|e| e.kind != EventType::PodSync).count();
-        if n > 0 {
-            self.trust.suspects.push((Instant::now(), uid.to_owned(), n));
-        }
-        n
-    }
-
-    /// Clears the suspects of pods whose events arrived, and judges those whose events
-    /// did not arrive within the grace.
+    /// Clears the suspects whose events arrived and judges the stream on the rest.
     fn settle_suspects(&mut self, hinted: &[(String, Hint)]) {
-        let now = Instant::now();
-        for (uid, h) in hinted {
-            if h.source == EventSource::CriEvent {
-                self.trust.announced.insert(uid.clone(), now);
-            }
-        }
-        self.trust.announced.retain(|_, t| now.duration_since(*t) < MISS_GRACE * 2);
-        if self.trust.suspects.is_empty() {
-            return;
-        }
-        self.trust
-            .suspects
-            .retain(|(_, uid, _)| !hinted.iter().any(|(u, h)| u == uid && h.source == EventSource::CriEvent));
-        let mut missed = 0;
-        self.trust.suspects.retain(|(found, _, n)| {
-            let due = now.duration_since(*found) >= MISS_GRACE;
-            if due {
-                missed += n;
-            }
-            !due
-        });
+        let missed = self.trust.settle(hinted);
         if missed > 0 {
             self.judge_stream(missed);
         }
     }
 
-    /// Counts and logs changes the stream missed, and moves the safety-net period: down
-    /// to the relist period at once when the stream missed something, back up by
-    /// doubling after each full relist that found nothing missed, once [`MISS_HOLD`]
-    /// has passed since the last miss.
+    /// Counts and logs changes the stream missed, and moves the safety-net period.
     fn judge_stream(&mut self, missed: usize) {
-        if missed > 0 {
-            if let Some(m) = &self.metrics {
-                m.evented_missed.inc_by(missed as u64);
+        let up = self.stream.borrow().is_up();
+        self.trust.judge(missed, up, self.cfg.period, self.evented_period, self.metrics.as_ref());
+    }
+
+    /// Applies what a read of one pod found — to the cache, the pod records, and the
+    /// publish channel as lifecycle events. The one path from any read of the runtime
+    /// (full relist, targeted relist) to the events. `at` is when the read started;
+    /// `suspect_from`, when set, counts the changes found as suspected misses of the
+    /// stream. Returns the events sent and the changes suspected, or `None` when the
+    /// read failed: the pod's events wait for a read that succeeds.
+    #[allow(clippy::too_many_arguments)]
+    async fn apply(
+        &mut self,
+        uid: &str,
+        found: Found,
+        at: Instant,
+        transitions: &[Transition],
+        sync: bool,
+        source: EventSource,
+        suspect_from: Option<Instant>,
+    ) -> Option<(usize, usize)> {
+        let status = match found {
+            Found::Gone => {
+                self.cache.delete(uid, at);
+                None
             }
-            if !self.trust.missing {
-                tracing::warn!(
-                    missed,
-                    runtime = %self.trust.runtime,
-                    "a relist found changes the CRI event stream never announced: the stream is not complete \
-                     on this node (another subscriber may be taking events, or the runtime dropped them), so \
-                     full relists run at the relist period until relists find nothing missed"
-                );
+            Found::Status(status) => {
+                let status = Arc::new(status);
+                self.cache.set(uid, Some(status.clone()), None, at);
+                Some(status)
             }
-            self.trust.missing = true;
-            self.trust.last_miss = Some(Instant::now());
-            self.trust.net_period = self.cfg.period;
-        } else if self.stream.borrow().is_up() && self.trust.last_miss.is_none_or(|t| t.elapsed() >= MISS_HOLD) {
-            if std::mem::take(&mut self.trust.missing) {
-                tracing::info!("a relist found nothing the CRI event stream missed; full relists slow down again");
+            Found::Failed(err) => {
+                tracing::debug!(pod = %uid, error = %err, "pod read failed; its events wait for a read that succeeds");
+                if let Some(m) = &self.metrics {
+                    m.inspection_errors.inc();
+                }
+                self.store_failure(uid, err, at);
+                return None;
             }
-            // Never below the relist period, never above the safety net (nor below the
-            // relist period if the safety net was configured shorter).
-            self.trust.net_period = (self.trust.net_period * 2).min(self.evented_period).max(self.cfg.period);
+        };
+        let (namespace, name) = self.records.pod_name(uid);
+        self.records.commit(uid);
+        let events = build_events(uid, &namespace, &name, transitions, status, sync, source);
+        let missed = suspect_from.map_or(0, |listed| self.trust.suspect(uid, &events, listed));
+        let sent = events.len();
+        for ev in events {
+            if self.events.send(ev).await.is_err() {
+                tracing::debug!("event receiver gone; dropping events");
+            }
         }
+        Some((sent, missed))
     }
 
     /// Ends a full relist that started at `start`, its results in the cache: the
@@ -585,43 +504,33 @@ impl<R: RuntimeService> GenericPleg<R> {
                 };
                 self.records.set_current_one(&r.uid, pod);
                 let transitions = self.records.transitions(&r.uid);
-                let (namespace, name) = self.records.pod_name(&r.uid);
                 let mut sync = self.reinspect.remove(&r.uid);
-                let status = match status {
-                    None => {
-                        self.cache.delete(&r.uid, at);
-                        None
-                    }
+                let found = match status {
+                    None => Found::Gone,
                     Some(Ok(status)) => {
                         outcome.inspected += 1;
                         let previous = reader.get(&r.uid).and_then(|e| e.status.clone());
                         sync |= previous.is_some_and(|p| !same_status(&p, &status));
-                        let status = Arc::new(status);
-                        self.cache.set(&r.uid, Some(status.clone()), None, at);
-                        Some(status)
+                        Found::Status(status)
                     }
                     Some(Err(e)) => {
                         outcome.inspected += 1;
-                        outcome.failed += 1;
-                        if let Some(m) = &self.metrics {
-                            m.inspection_errors.inc();
-                        }
-                        self.store_failure(&r.uid, e.to_string(), at);
-                        self.trust.announced.insert(r.uid.clone(), Instant::now());
-                        self.reinspect.insert(r.uid);
-                        continue;
+                        Found::Failed(e.to_string())
                     }
                 };
-                self.records.commit(&r.uid);
-                let events = build_events(&r.uid, &namespace, &name, &transitions, status, sync, r.source);
-                outcome.events += events.len();
-                if r.source != EventSource::CriEvent {
-                    // A pod read because someone waits on it, or retried: a change found
-                    // here was not announced either.
-                    outcome.missed += self.suspect(&r.uid, &events, at);
-                }
-                for ev in events {
-                    let _ = self.events.send(ev).await;
+                // A pod read because someone waits on it, or retried: a change found
+                // here was not announced either.
+                let suspect_from = (r.source != EventSource::CriEvent).then_some(at);
+                match self.apply(&r.uid, found, at, &transitions, sync, r.source, suspect_from).await {
+                    Some((events, missed)) => {
+                        outcome.events += events;
+                        outcome.missed += missed;
+                    }
+                    None => {
+                        outcome.failed += 1;
+                        self.trust.announced.insert(r.uid.clone(), Instant::now());
+                        self.reinspect.insert(r.uid);
+                    }
                 }
             }
         }
@@ -819,8 +728,15 @@ impl<R: RuntimeService> GenericPleg<R> {
     }
 }
 
-/// After the event stream comes back from an outage, full relists keep the relist period this long.
-const SETTLE: Duration = Duration::from_secs(10);
+/// What a read of one pod found.
+enum Found {
+    /// The runtime no longer has the pod.
+    Gone,
+    /// Its fresh status.
+    Status(PodStatus),
+    /// The read failed.
+    Failed(String),
+}
 
 /// One pod's targeted read.
 struct PodRead {
@@ -833,78 +749,3 @@ struct PodRead {
 
 /// A pod as listed, when it was inspected, and the inspection's result.
 type Listed = (RuntimePod, Instant, Result<PodStatus, CriError>);
-
-/// Whether two statuses say the same, ignoring when they were read.
-fn same_status(a: &PodStatus, b: &PodStatus) -> bool {
-    a.uid == b.uid
-        && a.ips == b.ips
-        && a.sandboxes == b.sandboxes
-        && a.containers == b.containers
-        && a.labels == b.labels
-        && a.annotations == b.annotations
-}
-
-/// Turns a pod's transitions into lifecycle events carrying the pod's fresh status. A
-/// pod refreshed without a transition gets one `POD_SYNC` when `sync` is set (it was
-/// re-inspected after a failure, or its status changed in another way).
-pub fn build_events(
-    uid: &str,
-    namespace: &str,
-    name: &str,
-    transitions: &[Transition],
-    status: Option<Arc<PodStatus>>,
-    sync: bool,
-    source: EventSource,
-) -> Vec<PodLifecycleEvent> {
-    let observed_at = SystemTime::now();
-    let (uid, namespace, name) = (
-        shared(uid),
-        shared(status.as_ref().map_or(namespace, |s| s.namespace.as_str())),
-        shared(status.as_ref().map_or(name, |s| s.name.as_str())),
-    );
-    let base = |kind, id: &str, cname: &str, is_sandbox, ts| PodLifecycleEvent {
-        pod_uid: uid.clone(),
-        pod_namespace: namespace.clone(),
-        pod_name: name.clone(),
-        kind,
-        container_id: id.to_owned(),
-        container_name: shared(cname),
-        is_sandbox,
-        source,
-        observed_at,
-        runtime_timestamp: ts,
-        pod: status.clone(),
-        message: String::new(),
-    };
-    if transitions.is_empty() {
-        if sync && status.is_some() {
-            return vec![base(EventType::PodSync, "", "", false, None)];
-        }
-        return Vec::new();
-    }
-    transitions
-        .iter()
-        .map(|t| {
-            let ts = status.as_deref().and_then(|s| runtime_time(s, t));
-            base(t.kind, &t.id, &t.name, t.is_sandbox, ts)
-        })
-        .collect()
-}
-
-/// The runtime's time of a transition, from the fresh status.
-fn runtime_time(status: &PodStatus, t: &Transition) -> Option<SystemTime> {
-    if t.is_sandbox {
-        let s = status.sandboxes.iter().find(|s| s.id == t.id)?;
-        return match t.kind {
-            EventType::ContainerStarted => nanos_to_system(s.created_at),
-            _ => None,
-        };
-    }
-    let c = status.containers.iter().find(|c| c.id == t.id)?;
-    match t.kind {
-        EventType::ContainerStarted => nanos_to_system(c.started_at),
-        EventType::ContainerDied => nanos_to_system(c.finished_at),
-        EventType::ContainerChanged => nanos_to_system(c.created_at),
-        _ => None,
-    }
-}

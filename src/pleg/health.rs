@@ -69,21 +69,33 @@ impl PlegHealth {
 
     /// `Ok` when healthy; otherwise the kubelet's message, e.g. `pleg was last seen
     /// active 3m1s ago; threshold is 3m0s`.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Unhealthy> {
         let Some((start, _)) = *self.inner.lock().expect("health lock") else {
-            return Err("pleg has yet to be successful".into());
+            return Err(Unhealthy::NeverRelisted);
         };
         let elapsed = start.elapsed();
         let threshold = self.threshold();
         if elapsed > threshold {
-            return Err(format!(
-                "pleg was last seen active {} ago; threshold is {}",
-                go_duration(elapsed),
-                go_duration(threshold)
-            ));
+            return Err(Unhealthy::Stale { ago: elapsed, threshold });
         }
         Ok(())
     }
+}
+
+/// Why the PLEG is not healthy, in the kubelet's words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unhealthy {
+    /// No relist has completed yet.
+    #[error("pleg has yet to be successful")]
+    NeverRelisted,
+    /// The last completed relist started too long ago.
+    #[error("pleg was last seen active {} ago; threshold is {}", go_duration(*.ago), go_duration(*.threshold))]
+    Stale {
+        /// Since the last completed relist's start.
+        ago: Duration,
+        /// The threshold in force.
+        threshold: Duration,
+    },
 }
 
 #[cfg(test)]
@@ -112,10 +124,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn health_reports_the_kubelet_message_past_the_threshold() {
         let h = PlegHealth::new(Duration::from_secs(180));
-        assert_eq!(h.check().unwrap_err(), "pleg has yet to be successful");
+        assert_eq!(h.check().unwrap_err().to_string(), "pleg has yet to be successful");
         h.record_relist(Instant::now(), SystemTime::now());
         assert!(h.check().is_ok());
         tokio::time::advance(Duration::from_secs(181)).await;
-        assert_eq!(h.check().unwrap_err(), "pleg was last seen active 3m1s ago; threshold is 3m0s");
+        assert_eq!(h.check().unwrap_err().to_string(), "pleg was last seen active 3m1s ago; threshold is 3m0s");
     }
 }

@@ -9,9 +9,15 @@ pub mod hints;
 pub mod inspect;
 pub mod metrics;
 pub mod records;
+mod trust;
 
-use crate::model::event::EventType;
-use crate::model::{ContainerState, SandboxState};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::labels::shared;
+use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
+use crate::model::{ContainerState, PodStatus, SandboxState, nanos_to_system};
+use records::Transition;
 
 /// The kubelet's internal container states for diffing relists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,6 +69,81 @@ pub fn transition_events(old: PlegState, new: PlegState) -> &'static [EventType]
             Exited => &[ContainerRemoved],
             _ => &[ContainerDied, ContainerRemoved],
         },
+    }
+}
+
+/// Whether two statuses say the same, ignoring when they were read.
+pub fn same_status(a: &PodStatus, b: &PodStatus) -> bool {
+    a.uid == b.uid
+        && a.ips == b.ips
+        && a.sandboxes == b.sandboxes
+        && a.containers == b.containers
+        && a.labels == b.labels
+        && a.annotations == b.annotations
+}
+
+/// Turns a pod's transitions into lifecycle events carrying the pod's fresh status. A
+/// pod refreshed without a transition gets one `POD_SYNC` when `sync` is set (it was
+/// re-inspected after a failure, or its status changed in another way).
+pub fn build_events(
+    uid: &str,
+    namespace: &str,
+    name: &str,
+    transitions: &[Transition],
+    status: Option<Arc<PodStatus>>,
+    sync: bool,
+    source: EventSource,
+) -> Vec<PodLifecycleEvent> {
+    let observed_at = SystemTime::now();
+    let (uid, namespace, name) = (
+        shared(uid),
+        shared(status.as_ref().map_or(namespace, |s| s.namespace.as_str())),
+        shared(status.as_ref().map_or(name, |s| s.name.as_str())),
+    );
+    let base = |kind, id: &str, cname: &str, is_sandbox, ts| PodLifecycleEvent {
+        pod_uid: uid.clone(),
+        pod_namespace: namespace.clone(),
+        pod_name: name.clone(),
+        kind,
+        container_id: id.to_owned(),
+        container_name: shared(cname),
+        is_sandbox,
+        source,
+        observed_at,
+        runtime_timestamp: ts,
+        pod: status.clone(),
+        message: String::new(),
+    };
+    if transitions.is_empty() {
+        if sync && status.is_some() {
+            return vec![base(EventType::PodSync, "", "", false, None)];
+        }
+        return Vec::new();
+    }
+    transitions
+        .iter()
+        .map(|t| {
+            let ts = status.as_deref().and_then(|s| runtime_time(s, t));
+            base(t.kind, &t.id, &t.name, t.is_sandbox, ts)
+        })
+        .collect()
+}
+
+/// The runtime's time of a transition, from the fresh status.
+fn runtime_time(status: &PodStatus, t: &Transition) -> Option<SystemTime> {
+    if t.is_sandbox {
+        let s = status.sandboxes.iter().find(|s| s.id == t.id)?;
+        return match t.kind {
+            EventType::ContainerStarted => nanos_to_system(s.created_at),
+            _ => None,
+        };
+    }
+    let c = status.containers.iter().find(|c| c.id == t.id)?;
+    match t.kind {
+        EventType::ContainerStarted => nanos_to_system(c.started_at),
+        EventType::ContainerDied => nanos_to_system(c.finished_at),
+        EventType::ContainerChanged => nanos_to_system(c.created_at),
+        _ => None,
     }
 }
 

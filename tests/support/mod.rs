@@ -180,16 +180,19 @@ pub fn exit_code(ev: &PodLifecycleEvent) -> Option<i32> {
     ev.pod.as_ref()?.containers.iter().find(|c| c.id == ev.container_id).map(|c| c.exit_code)
 }
 
-/// A full PLEG (relister + event-stream consumer) on a CRI client, with its outputs.
+/// The PLEG's events as the whole sidecar publishes them (the same builder production
+/// uses, `app::start_on`), read from its journal; reconcilers' events are left out.
 pub struct Sidecar {
-    pub events: mpsc::Receiver<PodLifecycleEvent>,
+    pub events: mpsc::UnboundedReceiver<PodLifecycleEvent>,
     pub cache: PodCache,
     pub stream: tokio::sync::watch::Receiver<plegd::pleg::evented::StreamState>,
     pub metrics: plegd::app::Metrics,
     pub hints: plegd::pleg::hints::PodHints,
     pub health: PlegHealth,
+    pub app: plegd::app::Sidecar,
     pub shutdown: CancellationToken,
     pub tracker: TaskTracker,
+    _dir: tempfile::TempDir,
 }
 
 /// Evented settings that retry quickly, for tests.
@@ -203,33 +206,69 @@ pub fn fast_evented() -> plegd::pleg::evented::EventedConfig {
     }
 }
 
-/// Starts a relister and (unless `mode` is generic) the stream consumer.
-pub fn start_sidecar(
+/// Starts the sidecar on `client` in `mode` with the given periods, and forwards every
+/// event its PLEG publishes, from revision 1 on, to [`Sidecar::events`].
+pub async fn start_sidecar(
     client: CriClient,
     mode: plegd::pleg::evented::Mode,
     relist_period: Duration,
     evented_period: Duration,
 ) -> Sidecar {
-    use plegd::pleg::evented::{EventedWatcher, Mode, StreamState, stream_state};
+    use plegd::journal::{Filter, Since, Start};
+    use plegd::model::event::EventSource;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = plegd::config::RunConfig::for_endpoint("unix:///the/client/is/given").unwrap();
+    cfg.mode = mode;
+    cfg.relist_period = relist_period;
+    cfg.evented_relist_period = evented_period;
+    cfg.evented = fast_evented();
+    cfg.inspect_concurrency = 8;
+    cfg.inspect_timeout = Duration::from_secs(2);
+    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
+    cfg.api.socket = dir.path().join("plegd.sock");
+    cfg.journal_capacity = 1_000_000;
+    cfg.watch_buffer = 1_000_000;
     let metrics = plegd::app::Metrics::new();
-    let (writer, cache) = cache::new();
-    let (tx, events) = mpsc::channel(1_000_000);
-    let health = PlegHealth::new(Duration::from_secs(180));
-    let hints = plegd::pleg::hints::PodHints::default();
-    let (state_tx, stream) = stream_state();
-    let cfg = RelistConfig { period: relist_period, concurrency: 8, inspect_timeout: Duration::from_secs(2) };
-    let pleg = GenericPleg::new(client.clone(), writer, tx, health.clone(), Some(metrics.pleg.clone()), cfg)
-        .with_hints(hints.clone(), stream.clone(), evented_period);
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
-    if mode == Mode::Generic {
-        state_tx.send_replace(StreamState::Disabled);
-    } else {
-        let w = EventedWatcher::new(client, hints.clone(), state_tx, Some(metrics.pleg.clone()), fast_evented());
-        tracker.spawn(w.run(shutdown.clone()));
+    let app = plegd::app::start_on(&cfg, client, metrics.clone(), &tracker, &shutdown).await.expect("sidecar starts");
+    // From revision 1: nothing published before this subscription is lost.
+    let mut sub = app.journal.subscribe(Since::Revision(0, 0), std::sync::Arc::new(Filter::default()));
+    let Start::Replay(replay) = std::mem::replace(&mut sub.start, Start::Replay(Vec::new())) else {
+        panic!("a journal that kept everything replays from revision 0")
+    };
+    let (tx, events) = mpsc::unbounded_channel();
+    let sd = shutdown.clone();
+    tracker.spawn(async move {
+        let forward = |e: &plegd::journal::Entry| {
+            if e.event.source != EventSource::Reconciler {
+                let _ = tx.send((*e.event).clone());
+            }
+        };
+        replay.iter().for_each(|e| forward(e));
+        loop {
+            tokio::select! {
+                _ = sd.cancelled() => return,
+                e = sub.next() => match e {
+                    Some(e) => forward(&e),
+                    None if sd.is_cancelled() => return,
+                    None => panic!("the test's journal subscriber was dropped: {:?}", sub.dropped_because()),
+                },
+            }
+        }
+    });
+    Sidecar {
+        events,
+        cache: app.cache.clone(),
+        stream: app.stream.clone(),
+        metrics,
+        hints: app.hints.clone(),
+        health: app.health.clone(),
+        app,
+        shutdown,
+        tracker,
+        _dir: dir,
     }
-    tracker.spawn(pleg.run(shutdown.clone()));
-    Sidecar { events, cache, stream, metrics, hints, health, shutdown, tracker }
 }
 
 impl Sidecar {

@@ -1,0 +1,199 @@
+//! The crate's layers: each top-level module imports only modules of its own layer or
+//! the layers below, and no two modules import each other (directly or around a
+//! cycle). Test code (`#[cfg(test)]` modules) may use anything, the simulator included.
+//!
+//! A new module must be given a layer here; a module that reaches up fails with the
+//! line that does it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Bottom to top. A module may import its own layer and the ones before it.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("leaves", &["proto", "backoff", "uds", "metrics", "process", "liveness", "labels", "selector"]),
+    ("model", &["model"]),
+    ("cri", &["cri"]),
+    ("stores", &["cache", "journal", "workqueue"]),
+    ("pleg", &["pleg"]),
+    ("pipeline", &["publish", "syncloop", "reconcile"]),
+    ("serving", &["grpc", "admin"]),
+    ("config", &["config", "telemetry"]),
+    ("wiring", &["app"]),
+    ("cli", &["cli", "sim", "watchcheck"]),
+];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The top-level module a file belongs to (`src/pleg/generic.rs` → `pleg`).
+fn owner(file: &Path) -> String {
+    let rel = file.strip_prefix(src()).unwrap();
+    let first = rel.components().next().unwrap().as_os_str().to_string_lossy().to_string();
+    first.trim_end_matches(".rs").to_string()
+}
+
+/// How a test module starts (at the top level of a file).
+const TEST_MODULE: &str = "\n#[cfg(test)]\nmod ";
+
+/// Production code of a file: comments dropped, `#[cfg(test)]` items cut off (test
+/// modules sit at the end of each file in this crate, which `tests_come_last` checks).
+fn production_code(text: &str) -> String {
+    let code = match text.find(TEST_MODULE) {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    code.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
+}
+
+/// The top-level modules `code` names as `crate::<module>`, with the line.
+fn imports(code: &str) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for (n, line) in code.lines().enumerate() {
+        let mut rest = line;
+        while let Some(i) = rest.find("crate::") {
+            rest = &rest[i + "crate::".len()..];
+            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if !name.is_empty() {
+                out.push((name, n + 1));
+            }
+        }
+    }
+    out
+}
+
+fn layer_of() -> BTreeMap<&'static str, usize> {
+    LAYERS.iter().enumerate().flat_map(|(i, (_, mods))| mods.iter().map(move |m| (*m, i))).collect()
+}
+
+#[test]
+fn every_module_imports_only_its_own_layer_or_the_layers_below() {
+    let layers = layer_of();
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut violations = Vec::new();
+    for f in &files {
+        let m = owner(f);
+        if m == "lib" || m == "main" {
+            continue;
+        }
+        let Some(&mine) = layers.get(m.as_str()) else {
+            violations.push(format!("{}: module {m} has no layer in tests/layering.rs", f.display()));
+            continue;
+        };
+        let text = std::fs::read_to_string(f).unwrap();
+        for (dep, line) in imports(&production_code(&text)) {
+            let Some(&theirs) = layers.get(dep.as_str()) else { continue };
+            if theirs > mine {
+                violations.push(format!(
+                    "{}:{line}: {m} ({}) imports {dep} ({}), a layer above it",
+                    f.display(),
+                    LAYERS[mine].0,
+                    LAYERS[theirs].0
+                ));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "layering violations:\n{}", violations.join("\n"));
+}
+
+#[test]
+fn no_two_top_level_modules_import_each_other_even_around_a_cycle() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let known: BTreeSet<String> = layer_of().keys().map(|s| s.to_string()).collect();
+    for f in &files {
+        let m = owner(f);
+        let text = std::fs::read_to_string(f).unwrap();
+        for (dep, _) in imports(&production_code(&text)) {
+            if dep != m && known.contains(&dep) {
+                graph.entry(m.clone()).or_default().insert(dep);
+            }
+        }
+    }
+    // Depth-first search for a back edge; report the cycle's path.
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(n.to_string(), 1);
+        path.push(n.to_string());
+        for d in g.get(n).into_iter().flatten() {
+            match state.get(d.as_str()) {
+                Some(1) => {
+                    let start = path.iter().position(|p| p == d).unwrap();
+                    let mut cycle = path[start..].to_vec();
+                    cycle.push(d.clone());
+                    return Some(cycle);
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(c) = visit(d, g, state, path) {
+                        return Some(c);
+                    }
+                }
+            }
+        }
+        path.pop();
+        state.insert(n.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for m in graph.keys() {
+        if !state.contains_key(m.as_str())
+            && let Some(cycle) = visit(m, &graph, &mut state, &mut Vec::new())
+        {
+            panic!("import cycle: {}", cycle.join(" → "));
+        }
+    }
+}
+
+#[test]
+fn tests_come_last_in_every_file_so_the_cut_above_sees_all_production_code() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let Some(i) = text.find(TEST_MODULE) else { continue };
+        // After the first test item only test items and their contents follow: no
+        // further top-level `pub` item.
+        let after = &text[i..];
+        let stray: Vec<&str> = after.lines().filter(|l| l.starts_with("pub ") || l.starts_with("impl ")).collect();
+        assert!(stray.is_empty(), "{}: production items after #[cfg(test)]: {stray:?}", f.display());
+    }
+}
+
+#[test]
+fn no_source_file_is_longer_than_about_900_lines() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let n = std::fs::read_to_string(f).unwrap().lines().count();
+            (n > 900).then(|| format!("{}: {n} lines", f.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "split these: {long:?}");
+}
+
+#[test]
+fn the_checker_sees_an_upward_import_and_ignores_comments_and_tests() {
+    let code = "use crate::model::PodStatus;\n// crate::app is only named here\nfn f() { crate::cli::run() }\n#[cfg(test)]\nfn g() { crate::grpc::x() }\n#[cfg(test)]\nmod tests { use crate::sim::SimRuntime; }\n";
+    let found: Vec<String> = imports(&production_code(code)).into_iter().map(|(m, _)| m).collect();
+    assert_eq!(found, ["model", "cli", "grpc"], "a test-only item inside production code still counts");
+}
