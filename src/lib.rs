@@ -1,29 +1,35 @@
 //! plegd: a node-local container lifecycle observer.
 //!
-//! The pipeline, from the runtime to the consumers:
+//! The pipeline, from the runtime to the consumers (one CRI event, hop by hop):
 //!
 //! ```text
-//!  CRI runtime ──► cri (client; sim is the in-process stand-in)
-//!       │  GetContainerEvents                      ListPodSandbox / ListContainers / *Status
-//!       ▼                                          ▲
-//!  pleg::evented ── hints ──► pleg::generic (the relister: the cache's only writer)
-//!                                 │ writes                    │ lifecycle events
-//!                                 ▼                           ▼
-//!                        cache (get, get_newer_than)   publish::PublishPath (the one publish path)
-//!                                 │ demand (waiters)          │
-//!                                 └──────► relister           ▼
-//!                                                  journal (revisions, view, fan-out)
-//!                                          ┌──────────────┼─────────────────┐
-//!                                          ▼              ▼                 ▼
-//!                                 api (gRPC Watch,   syncloop ──► reconcile   admin (HTTP: metrics,
-//!                                 ListPods, GetPod-   (history)   (workqueue,  livez/healthz/readyz,
-//!                                 Status)                         crashloop,   debug)
-//!                                                                 gc) ──► PublishPath
+//!  cri::client ─ GetContainerEvents ─► pleg::evented ─► pleg::hints ─► pleg::generic
+//!     (the stream is a hint)             (consume)        (coalesce)    (run → relist_pods:
+//!                                                                        read the pod via
+//!                                                                        pleg::inspect)
+//!  pleg::generic::apply ─► cache (write) + pleg::build_events ─► publish::PublishPath
+//!  ─► journal::Journal::append (revision, view, fan-out to subscriptions)
+//!  ─► grpc::watch (the Watch stream pulls) ─► grpc::wire (encode once) ─► the socket
 //! ```
 //!
-//! `app` wires these once (`app::start`, `app::start_on` for any runtime);
-//! `pleg::health` holds PLEG health and every loop's liveness beat; `watchcheck` is the
-//! Watch invariant checker clients, tests and `plegd watch --verify` run.
+//! The same events feed `syncloop` (history, the Contiv/VPP event loop) and, through
+//! work queues, `reconcile`, whose events come back through the same publish path.
+//!
+//! Layers, bottom to top; each module imports only its own layer and those below
+//! (`tests/layering.rs`):
+//!
+//! 1. leaves: [`proto`], [`backoff`], [`uds`], [`metrics`], [`process`], [`liveness`],
+//!    [`labels`], [`selector`]
+//! 2. [`model`] — pod status and [`model::event`], the lifecycle events
+//! 3. [`cri`] — the runtime calls as a trait, and the tonic client
+//! 4. stores: [`cache`] (the runtime's latest per pod), [`journal`] (events by revision,
+//!    and the pods as of the latest one), [`workqueue`]
+//! 5. [`pleg`] — the relister (the cache's only writer) and the event-stream consumer
+//! 6. pipeline: [`publish`] (the one publish path), [`syncloop`], [`reconcile`]
+//! 7. serving: [`grpc`], [`admin`]
+//! 8. [`config`], [`telemetry`]
+//! 9. [`app`] — the one builder: production, tests, benches and the demo call it
+//! 10. [`cli`], [`sim`] (the simulated runtime), [`watchcheck`] (the Watch checker)
 pub mod admin;
 pub mod app;
 pub mod backoff;
