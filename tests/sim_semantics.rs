@@ -232,3 +232,36 @@ async fn a_hung_call_times_out_at_the_clients_deadline() {
     assert!(started.elapsed() < Duration::from_secs(2));
     c.list_pod_sandboxes(None).await.expect("the next call works");
 }
+
+#[tokio::test]
+async fn with_containerd_2_delivery_a_subscriber_that_stops_reading_makes_calls_wait_after_its_queue_of_100() {
+    let sim = plegd::sim::SimRuntime::new();
+    sim.set_blocking_delivery(true);
+    let mut stream = sim.container_events().await.expect("events");
+    // Each sandbox makes two events (CREATED, STARTED): 50 fill the queue of 100.
+    for i in 0..50 {
+        let pod = PodSpec::new("default", &format!("p{i}"));
+        tokio::time::timeout(Duration::from_secs(1), sim.run_pod_sandbox(pod.run_request()))
+            .await
+            .expect("a call with room in the queue does not wait")
+            .expect("runs");
+    }
+    let blocked = sim.clone();
+    let call =
+        tokio::spawn(
+            async move { blocked.run_pod_sandbox(PodSpec::new("default", "one-too-many").run_request()).await },
+        );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!call.is_finished(), "the 101st event must make the call wait for the subscriber");
+    // The subscriber reads again: the call completes.
+    for _ in 0..2 {
+        next_event(&mut stream).await;
+    }
+    tokio::time::timeout(Duration::from_secs(2), call).await.expect("the call completes").unwrap().expect("runs");
+    // A subscriber that goes away releases the runtime at once.
+    drop(stream);
+    tokio::time::timeout(Duration::from_secs(1), sim.run_pod_sandbox(PodSpec::new("default", "after").run_request()))
+        .await
+        .expect("no subscriber: no wait")
+        .expect("runs");
+}

@@ -11,6 +11,8 @@ use tonic::transport::Channel;
 
 use super::metrics::{CriMetrics, MethodCode, MethodLabel};
 use super::{CriError, EventStream, RuntimeService};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
 use crate::backoff::Backoff;
 use crate::proto::runtime as cri;
 use crate::proto::runtime::runtime_service_client::RuntimeServiceClient;
@@ -43,6 +45,8 @@ impl Default for ClientOptions {
 pub struct CriClient {
     inner: RuntimeServiceClient<Channel>,
     channel: Channel,
+    /// The socket, for the event reader's own connection.
+    socket: std::path::PathBuf,
     endpoint: Arc<str>,
     opts: ClientOptions,
     gate: Arc<Mutex<Gate>>,
@@ -60,12 +64,13 @@ impl CriClient {
     /// up yet is not an error here; calls fail until it is.
     pub fn new(endpoint: &str, opts: ClientOptions, metrics: Option<CriMetrics>) -> Result<Self, UdsError> {
         let path = parse_unix_endpoint(endpoint)?;
-        let channel = crate::uds::lazy_channel(path);
+        let channel = crate::uds::lazy_channel(path.clone());
         let inner = RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE);
         let backoff = Backoff::new(opts.backoff_initial, opts.backoff_max);
         Ok(Self {
             inner,
             channel,
+            socket: path,
             endpoint: Arc::from(endpoint),
             opts,
             gate: Arc::new(Mutex::new(Gate { backoff, next_attempt: None })),
@@ -270,58 +275,43 @@ impl RuntimeService for CriClient {
         })
     }
 
-    /// Sends the call at once and returns a stream of its events. The response is not
-    /// awaited here, because containerd sends its headers only with the first event;
-    /// errors of the call itself (for instance `Unimplemented`) arrive as the stream's
-    /// first item. Dropping the stream ends the call.
+    /// Opens the runtime's event stream on a reader of its own: a thread with its own
+    /// connection and a single-threaded runtime that only reads the socket and queues
+    /// what it reads, so neither plegd's other work nor a stalled consumer ever makes
+    /// the runtime wait (containerd 2.x blocks its own CRI calls while a subscriber's
+    /// queue of 100 is full). When plegd falls behind — more than
+    /// [`EVENTS_BEHIND_LIMIT`] events wait, or events wait and nothing was taken for
+    /// [`STALLED_AFTER`] — the reader closes the stream and ends it with
+    /// [`CriError::FellBehind`]: plegd relists instead of falling further behind. Errors of the call itself (for
+    /// instance `Unimplemented`) arrive as the stream's first item, because containerd
+    /// sends its headers only with the first event. Dropping the stream ends the call
+    /// and the thread.
     async fn container_events(&self) -> Result<EventStream, CriError> {
-        let (tx, rx) = tokio::sync::mpsc::channel(1024);
-        let mut client = self.inner.clone();
-        let endpoint = self.endpoint.clone();
-        let metrics = self.metrics.clone();
-        let pump = async move {
-            let err = |status: tonic::Status| CriError::Call {
-                method: "GetContainerEvents",
-                endpoint: endpoint.clone(),
-                status,
-            };
-            let opened = tokio::select! {
-                _ = tx.closed() => return,
-                res = client.get_container_events(cri::GetEventsRequest {}) => res,
-            };
-            if let Some(m) = &metrics {
-                let code = opened.as_ref().map(|_| tonic::Code::Ok).unwrap_or_else(|s| s.code());
-                m.requests
-                    .get_or_create(&MethodCode { method: "GetContainerEvents".into(), code: code_name(code).into() })
-                    .inc();
-            }
-            let mut streaming = match opened {
-                Ok(resp) => resp.into_inner(),
-                Err(status) => {
-                    let _ = tx.send(Err(err(status))).await;
-                    return;
-                }
-            };
-            loop {
-                let msg = tokio::select! {
-                    _ = tx.closed() => return,
-                    msg = streaming.message() => msg,
-                };
-                let item = match msg {
-                    Ok(Some(ev)) => Ok(ev),
-                    Ok(None) => return,
-                    Err(status) => Err(err(status)),
-                };
-                let last = item.is_err();
-                if tx.send(item).await.is_err() || last {
-                    return;
-                }
-            }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let backlog = Arc::new(Backlog {
+            queued: AtomicUsize::new(0),
+            taken_ms: AtomicU64::new(0),
+            since: std::time::Instant::now(),
+        });
+        let reader = EventReader {
+            socket: self.socket.clone(),
+            endpoint: self.endpoint.clone(),
+            metrics: self.metrics.clone(),
+            backlog: backlog.clone(),
+            tx,
         };
-        // The task lives exactly as long as the returned stream: it returns as soon as
-        // the receiver is dropped, even while the call waits for an event.
-        tokio::spawn(pump);
-        Ok(tokio_stream::wrappers::ReceiverStream::new(rx).boxed())
+        std::thread::Builder::new().name("cri-events".into()).spawn(move || reader.run()).map_err(|e| {
+            CriError::Call {
+                method: "GetContainerEvents",
+                endpoint: self.endpoint.clone(),
+                status: tonic::Status::internal(format!("cannot start the event reader thread: {e}")),
+            }
+        })?;
+        let taken = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(move |item| {
+            backlog.took();
+            item
+        });
+        Ok(taken.boxed())
     }
 
     async fn remove_container(&self, id: &str) -> Result<(), CriError> {
@@ -331,5 +321,117 @@ impl RuntimeService for CriClient {
         })
         .await?;
         Ok(())
+    }
+}
+
+/// Events read from the runtime and not yet taken by plegd beyond which the reader
+/// closes the stream (a few MiB to tens of MiB of events): plegd relists instead.
+pub const EVENTS_BEHIND_LIMIT: usize = 16 * 1024;
+
+/// A consumer that took nothing for this long while events wait has stalled: the
+/// reader closes the stream at the next event rather than queue ever more. A busy
+/// consumer that keeps taking (a burst of thousands) is not behind.
+pub const STALLED_AFTER: Duration = Duration::from_secs(5);
+
+/// What the reader and the consumer share: how many events wait, and when the
+/// consumer last took one.
+struct Backlog {
+    queued: AtomicUsize,
+    /// Milliseconds since `since` at the last take.
+    taken_ms: AtomicU64,
+    since: std::time::Instant,
+}
+
+impl Backlog {
+    fn now_ms(&self) -> u64 {
+        self.since.elapsed().as_millis() as u64
+    }
+
+    fn took(&self) {
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        self.taken_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Counts one more waiting event; `Some(queued)` when the consumer is behind.
+    fn push(&self) -> Option<usize> {
+        let queued = self.queued.fetch_add(1, Ordering::Relaxed);
+        let idle = self.now_ms().saturating_sub(self.taken_ms.load(Ordering::Relaxed));
+        let stalled = queued > 0 && idle > STALLED_AFTER.as_millis() as u64;
+        (queued >= EVENTS_BEHIND_LIMIT || stalled).then_some(queued)
+    }
+}
+
+/// The event stream's reader, on a thread of its own.
+struct EventReader {
+    socket: std::path::PathBuf,
+    endpoint: Arc<str>,
+    metrics: Option<CriMetrics>,
+    backlog: Arc<Backlog>,
+    tx: tokio::sync::mpsc::UnboundedSender<Result<cri::ContainerEventResponse, CriError>>,
+}
+
+impl EventReader {
+    fn run(self) {
+        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                let status = tonic::Status::internal(format!("cannot start the event reader's runtime: {e}"));
+                let _ = self.tx.send(Err(self.err(status)));
+                return;
+            }
+        };
+        rt.block_on(self.read());
+    }
+
+    fn err(&self, status: tonic::Status) -> CriError {
+        CriError::Call { method: "GetContainerEvents", endpoint: self.endpoint.clone(), status }
+    }
+
+    /// Reads until the consumer goes away, the call ends, or the consumer falls behind.
+    async fn read(self) {
+        // Its own connection: the socket is read on this thread whatever plegd's
+        // worker threads are doing.
+        let channel = crate::uds::lazy_channel(self.socket.clone());
+        let mut client = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
+        let opened = tokio::select! {
+            _ = self.tx.closed() => return,
+            res = client.get_container_events(cri::GetEventsRequest {}) => res,
+        };
+        if let Some(m) = &self.metrics {
+            let code = opened.as_ref().map(|_| tonic::Code::Ok).unwrap_or_else(|s| s.code());
+            m.requests
+                .get_or_create(&MethodCode { method: "GetContainerEvents".into(), code: code_name(code).into() })
+                .inc();
+        }
+        let mut streaming = match opened {
+            Ok(resp) => resp.into_inner(),
+            Err(status) => {
+                let _ = self.tx.send(Err(self.err(status)));
+                return;
+            }
+        };
+        loop {
+            let msg = tokio::select! {
+                _ = self.tx.closed() => return,
+                msg = streaming.message() => msg,
+            };
+            let item = match msg {
+                Ok(Some(ev)) => {
+                    if let Some(queued) = self.backlog.push() {
+                        // Dropping `streaming` below ends the call: the runtime stops
+                        // queueing for plegd at once.
+                        let _ = self.tx.send(Err(CriError::FellBehind { endpoint: self.endpoint.clone(), queued }));
+                        return;
+                    }
+                    Ok(ev)
+                }
+                Ok(None) => return,
+                Err(status) => Err(self.err(status)),
+            };
+            let last = item.is_err();
+            if self.tx.send(item).is_err() || last {
+                return;
+            }
+        }
     }
 }

@@ -42,6 +42,18 @@ pub enum CriError {
         /// The deadline.
         timeout: Duration,
     },
+    /// plegd did not take the runtime's events as fast as they came: the stream was
+    /// closed rather than let the runtime wait on plegd (containerd 2.x blocks its own
+    /// calls while a subscriber's queue is full); a full relist repairs the gap.
+    #[error(
+        "cri GetContainerEvents on {endpoint}: plegd fell {queued} events behind the stream and closed it (relisting instead) so the runtime never waits on plegd"
+    )]
+    FellBehind {
+        /// Runtime endpoint.
+        endpoint: Arc<str>,
+        /// Events read and not yet taken when the stream was closed.
+        queued: usize,
+    },
     /// The runtime is known to be unreachable; plegd waits before dialing again.
     #[error("cri {method} on {endpoint} skipped: runtime unreachable, next attempt in {retry_in:?}")]
     Unreachable {
@@ -82,6 +94,7 @@ impl CriError {
             Self::Call { status, .. } => status.code(),
             Self::Timeout { .. } => tonic::Code::DeadlineExceeded,
             Self::Unreachable { .. } => tonic::Code::Unavailable,
+            Self::FellBehind { .. } => tonic::Code::ResourceExhausted,
             Self::Incomplete { .. } | Self::Malformed { .. } => tonic::Code::Internal,
         }
     }

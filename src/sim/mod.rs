@@ -6,17 +6,22 @@
 //! container exit on its own; otherwise it runs until stopped.
 
 pub mod churn;
+mod fault;
+mod runtime;
 pub mod server;
+
+pub use fault::{Fault, FaultAction};
+pub use server::{SimError, serve_cli};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use futures_util::StreamExt;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tonic::{Code, Status};
+use tonic::Status;
 
 use crate::cri::{CriError, EventStream, RuntimeService};
 use crate::model::system_to_nanos;
@@ -24,30 +29,6 @@ use crate::proto::runtime as cri;
 
 /// The annotations the simulated runtime honours.
 pub use crate::cri::spec::{EXIT_AFTER, EXIT_CODE};
-
-/// What an injected fault does to a matching call.
-#[derive(Clone, Debug)]
-pub enum FaultAction {
-    /// Answer with this status.
-    Error(Code, String),
-    /// Never answer (until the caller gives up).
-    Hang,
-    /// Answer after a delay.
-    Delay(Duration),
-}
-
-/// A fault injected into the simulated runtime.
-#[derive(Clone, Debug)]
-pub struct Fault {
-    /// CRI method name (`ContainerStatus`, `ListPodSandbox`, …).
-    pub method: &'static str,
-    /// Only calls about this id (sandbox or container id), if set.
-    pub target: Option<String>,
-    /// What to do.
-    pub action: FaultAction,
-    /// How many calls it affects; `None`: until cleared.
-    pub times: Option<u32>,
-}
 
 /// How `GetContainerEvents` behaves (`plegd sim --events`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -90,7 +71,16 @@ struct Inner {
     muted: std::sync::atomic::AtomicBool,
     /// `Version`'s runtime name and version (tests stand in for containerd 1.7 or 2.x).
     identity: Mutex<(String, String)>,
+    /// containerd 2.x's delivery: set, each new stream gets its own queue of
+    /// [`BLOCKING_QUEUE`] events and a change waits while any queue is full.
+    blocking: std::sync::atomic::AtomicBool,
+    /// The queues of streams opened with blocking delivery.
+    queues: Mutex<Vec<tokio::sync::mpsc::Sender<cri::ContainerEventResponse>>>,
 }
+
+/// Events a stream's queue holds under containerd 2.x's delivery before the runtime's
+/// own calls wait for the subscriber (containerd 2.x: 100, and a blocking publish).
+pub const BLOCKING_QUEUE: usize = 100;
 
 #[derive(Default)]
 struct State {
@@ -303,6 +293,8 @@ impl SimRuntime {
                 reaper: Notify::new(),
                 muted: std::sync::atomic::AtomicBool::new(false),
                 identity: Mutex::new(("plegd-sim".into(), env!("CARGO_PKG_VERSION").into())),
+                blocking: std::sync::atomic::AtomicBool::new(false),
+                queues: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -311,14 +303,49 @@ impl SimRuntime {
         self.inner.state.lock().expect("sim state lock")
     }
 
-    fn publish(&self, events: Vec<cri::ContainerEventResponse>) {
+    /// Publishes the events of a CRI call. Under blocking delivery (containerd 2.x)
+    /// the call waits while a subscriber's queue is full, as containerd's own calls do.
+    async fn publish(&self, events: Vec<cri::ContainerEventResponse>) {
         if self.inner.muted.load(std::sync::atomic::Ordering::SeqCst) {
             return;
+        }
+        if self.inner.blocking.load(std::sync::atomic::Ordering::SeqCst) {
+            let queues: Vec<_> = self.inner.queues.lock().expect("queues lock").clone();
+            for ev in &events {
+                for q in &queues {
+                    // A closed queue is a gone subscriber: skipped, removed below.
+                    let _ = q.send(ev.clone()).await;
+                }
+            }
+            self.inner.queues.lock().expect("queues lock").retain(|q| !q.is_closed());
+        }
+        for ev in events {
+            let _ = self.inner.events.send(ev);
+        }
+    }
+
+    /// Publishes without waiting (the reaper and tests' direct exits): under blocking
+    /// delivery an event that does not fit a full queue is dropped for that subscriber.
+    fn publish_now(&self, events: Vec<cri::ContainerEventResponse>) {
+        if self.inner.muted.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        for q in self.inner.queues.lock().expect("queues lock").iter() {
+            for ev in &events {
+                let _ = q.try_send(ev.clone());
+            }
         }
         for ev in events {
             // No subscriber is fine: containerd drops events nobody listens to.
             let _ = self.inner.events.send(ev);
         }
+    }
+
+    /// Sets containerd 2.x's delivery for streams opened from now on: a queue of
+    /// [`BLOCKING_QUEUE`] events per stream, and CRI calls that change something wait
+    /// while any stream's queue is full.
+    pub fn set_blocking_delivery(&self, on: bool) {
+        self.inner.blocking.store(on, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Adds a fault.
@@ -361,7 +388,8 @@ impl SimRuntime {
 
     /// Number of open event streams.
     pub fn event_subscribers(&self) -> usize {
-        self.inner.events.receiver_count()
+        let queued = self.inner.queues.lock().expect("queues lock").iter().filter(|q| !q.is_closed()).count();
+        self.inner.events.receiver_count() + queued
     }
 
     /// Counts of what the runtime holds.
@@ -441,34 +469,36 @@ impl SimRuntime {
         }
         let id = new_id();
         let name = format!("{}_{}_{}_{}", md.name, md.namespace, md.uid, md.attempt);
-        let mut s = self.state();
-        if !s.names.insert(name.clone()) {
-            let owner = s.sandboxes.values().find(|b| b.name == name).map(|b| b.id.clone()).unwrap_or_default();
-            return Err(Status::unknown(format!(
-                "failed to reserve sandbox name \"{name}\": name \"{name}\" is reserved for \"{owner}\""
-            )));
-        }
-        let seq = s.next_seq();
-        s.sandboxes.insert(
-            id.clone(),
-            Sandbox {
-                seq,
-                id: id.clone(),
-                metadata: md,
-                state: cri::PodSandboxState::SandboxReady,
-                created_at: now_nanos(),
-                labels: config.labels,
-                annotations: config.annotations,
-                runtime_handler: req.runtime_handler,
-                name,
-            },
-        );
-        let events = vec![
-            s.event(&id, cri::ContainerEventType::ContainerCreatedEvent, &id),
-            s.event(&id, cri::ContainerEventType::ContainerStartedEvent, &id),
-        ];
-        drop(s);
-        self.publish(events);
+        let (id, events) = {
+            let mut s = self.state();
+            if !s.names.insert(name.clone()) {
+                let owner = s.sandboxes.values().find(|b| b.name == name).map(|b| b.id.clone()).unwrap_or_default();
+                return Err(Status::unknown(format!(
+                    "failed to reserve sandbox name \"{name}\": name \"{name}\" is reserved for \"{owner}\""
+                )));
+            }
+            let seq = s.next_seq();
+            s.sandboxes.insert(
+                id.clone(),
+                Sandbox {
+                    seq,
+                    id: id.clone(),
+                    metadata: md,
+                    state: cri::PodSandboxState::SandboxReady,
+                    created_at: now_nanos(),
+                    labels: config.labels,
+                    annotations: config.annotations,
+                    runtime_handler: req.runtime_handler,
+                    name,
+                },
+            );
+            let events = vec![
+                s.event(&id, cri::ContainerEventType::ContainerCreatedEvent, &id),
+                s.event(&id, cri::ContainerEventType::ContainerStartedEvent, &id),
+            ];
+            (id, events)
+        };
+        self.publish(events).await;
         Ok(id)
     }
 
@@ -476,36 +506,39 @@ impl SimRuntime {
     /// NotFound for an unknown id.
     pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), Status> {
         self.fault("StopPodSandbox", id).await?;
-        let mut s = self.state();
-        let Some(id) = resolve(&s.sandboxes, id).cloned() else { return Err(sandbox_not_found(id)) };
-        let events = s.stop_sandbox(&id);
-        drop(s);
-        self.publish(events);
+        let events = {
+            let mut s = self.state();
+            let Some(id) = resolve(&s.sandboxes, id).cloned() else { return Err(sandbox_not_found(id)) };
+            s.stop_sandbox(&id)
+        };
+        self.publish(events).await;
         Ok(())
     }
 
     /// `RemovePodSandbox`: stops, removes its containers, then the sandbox. Idempotent.
     pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), Status> {
         self.fault("RemovePodSandbox", id).await?;
-        let mut s = self.state();
-        let Some(id) = resolve(&s.sandboxes, id).cloned() else { return Ok(()) };
-        let mut events = s.stop_sandbox(&id);
-        let mut ids: Vec<_> =
-            s.containers.values().filter(|c| c.sandbox_id == id).map(|c| (c.seq, c.id.clone())).collect();
-        ids.sort();
-        for (_, cid) in ids {
-            if let Some(c) = s.containers.remove(&cid) {
-                s.names.remove(&c.name);
+        let events = {
+            let mut s = self.state();
+            let Some(id) = resolve(&s.sandboxes, id).cloned() else { return Ok(()) };
+            let mut events = s.stop_sandbox(&id);
+            let mut ids: Vec<_> =
+                s.containers.values().filter(|c| c.sandbox_id == id).map(|c| (c.seq, c.id.clone())).collect();
+            ids.sort();
+            for (_, cid) in ids {
+                if let Some(c) = s.containers.remove(&cid) {
+                    s.names.remove(&c.name);
+                }
+                events.push(s.event(&cid, cri::ContainerEventType::ContainerDeletedEvent, &id));
             }
-            events.push(s.event(&cid, cri::ContainerEventType::ContainerDeletedEvent, &id));
-        }
-        let ev = s.event(&id, cri::ContainerEventType::ContainerDeletedEvent, &id);
-        if let Some(sb) = s.sandboxes.remove(&id) {
-            s.names.remove(&sb.name);
-        }
-        events.push(ev);
-        drop(s);
-        self.publish(events);
+            let ev = s.event(&id, cri::ContainerEventType::ContainerDeletedEvent, &id);
+            if let Some(sb) = s.sandboxes.remove(&id) {
+                s.names.remove(&sb.name);
+            }
+            events.push(ev);
+            events
+        };
+        self.publish(events).await;
         Ok(())
     }
 
@@ -551,75 +584,83 @@ impl SimRuntime {
         let Some(md) = config.metadata.clone() else {
             return Err(Status::invalid_argument("container config must include metadata"));
         };
-        let mut s = self.state();
-        let Some(sid) = resolve(&s.sandboxes, &req.pod_sandbox_id).cloned() else {
-            return Err(Status::not_found(format!("failed to find sandbox id \"{}\": not found", req.pod_sandbox_id)));
+        let (id, ev) = {
+            let mut s = self.state();
+            let Some(sid) = resolve(&s.sandboxes, &req.pod_sandbox_id).cloned() else {
+                return Err(Status::not_found(format!(
+                    "failed to find sandbox id \"{}\": not found",
+                    req.pod_sandbox_id
+                )));
+            };
+            let sb = &s.sandboxes[&sid];
+            if sb.state != cri::PodSandboxState::SandboxReady {
+                return Err(Status::unknown(format!("sandbox container \"{sid}\" is not running")));
+            }
+            let name = format!("{}_{}_{}", md.name, sb.name, md.attempt);
+            if !s.names.insert(name.clone()) {
+                let owner = s.containers.values().find(|c| c.name == name).map(|c| c.id.clone()).unwrap_or_default();
+                return Err(Status::unknown(format!(
+                    "failed to reserve container name \"{name}\": name \"{name}\" is reserved for \"{owner}\""
+                )));
+            }
+            let id = new_id();
+            let seq = s.next_seq();
+            s.containers.insert(
+                id.clone(),
+                Container {
+                    seq,
+                    id: id.clone(),
+                    sandbox_id: sid.clone(),
+                    metadata: md,
+                    image: config.image.map(|i| i.image).unwrap_or_default(),
+                    state: cri::ContainerState::ContainerCreated,
+                    created_at: now_nanos(),
+                    started_at: 0,
+                    finished_at: 0,
+                    exit_code: 0,
+                    reason: String::new(),
+                    labels: config.labels,
+                    annotations: config.annotations,
+                    log_path: config.log_path,
+                    name,
+                    exit_at: None,
+                },
+            );
+            let ev = s.event(&id, cri::ContainerEventType::ContainerCreatedEvent, &sid);
+            (id, ev)
         };
-        let sb = &s.sandboxes[&sid];
-        if sb.state != cri::PodSandboxState::SandboxReady {
-            return Err(Status::unknown(format!("sandbox container \"{sid}\" is not running")));
-        }
-        let name = format!("{}_{}_{}", md.name, sb.name, md.attempt);
-        if !s.names.insert(name.clone()) {
-            let owner = s.containers.values().find(|c| c.name == name).map(|c| c.id.clone()).unwrap_or_default();
-            return Err(Status::unknown(format!(
-                "failed to reserve container name \"{name}\": name \"{name}\" is reserved for \"{owner}\""
-            )));
-        }
-        let id = new_id();
-        let seq = s.next_seq();
-        s.containers.insert(
-            id.clone(),
-            Container {
-                seq,
-                id: id.clone(),
-                sandbox_id: sid.clone(),
-                metadata: md,
-                image: config.image.map(|i| i.image).unwrap_or_default(),
-                state: cri::ContainerState::ContainerCreated,
-                created_at: now_nanos(),
-                started_at: 0,
-                finished_at: 0,
-                exit_code: 0,
-                reason: String::new(),
-                labels: config.labels,
-                annotations: config.annotations,
-                log_path: config.log_path,
-                name,
-                exit_at: None,
-            },
-        );
-        let ev = s.event(&id, cri::ContainerEventType::ContainerCreatedEvent, &sid);
-        drop(s);
-        self.publish(vec![ev]);
+        self.publish(vec![ev]).await;
         Ok(id)
     }
 
     /// `StartContainer`: CREATED → RUNNING; emits STARTED.
     pub async fn start_container(&self, id: &str) -> Result<(), Status> {
         self.fault("StartContainer", id).await?;
-        let mut s = self.state();
-        let Some(id) = resolve(&s.containers, id).cloned() else { return Err(container_not_found(id)) };
-        let sid = s.containers[&id].sandbox_id.clone();
-        if s.sandboxes.get(&sid).is_none_or(|b| b.state != cri::PodSandboxState::SandboxReady) {
-            return Err(Status::unknown(format!("sandbox container \"{sid}\" is not running")));
-        }
-        let c = s.containers.get_mut(&id).expect("resolved above");
-        if c.state != cri::ContainerState::ContainerCreated {
-            let state = cri::ContainerState::try_from(c.state as i32).map(|st| st.as_str_name()).unwrap_or("UNKNOWN");
-            return Err(Status::unknown(format!(
-                "failed to set starting state for container \"{id}\": container is in {state} state"
-            )));
-        }
-        c.state = cri::ContainerState::ContainerRunning;
-        c.started_at = now_nanos();
-        let exit_after = c.annotations.get(EXIT_AFTER).and_then(|v| humantime::parse_duration(v).ok());
-        if let Some(d) = exit_after {
-            c.exit_at = Some(Instant::now() + d);
-        }
-        let ev = s.event(&id, cri::ContainerEventType::ContainerStartedEvent, &sid);
-        drop(s);
-        self.publish(vec![ev]);
+        let (ev, exit_after) = {
+            let mut s = self.state();
+            let Some(id) = resolve(&s.containers, id).cloned() else { return Err(container_not_found(id)) };
+            let sid = s.containers[&id].sandbox_id.clone();
+            if s.sandboxes.get(&sid).is_none_or(|b| b.state != cri::PodSandboxState::SandboxReady) {
+                return Err(Status::unknown(format!("sandbox container \"{sid}\" is not running")));
+            }
+            let c = s.containers.get_mut(&id).expect("resolved above");
+            if c.state != cri::ContainerState::ContainerCreated {
+                let state =
+                    cri::ContainerState::try_from(c.state as i32).map(|st| st.as_str_name()).unwrap_or("UNKNOWN");
+                return Err(Status::unknown(format!(
+                    "failed to set starting state for container \"{id}\": container is in {state} state"
+                )));
+            }
+            c.state = cri::ContainerState::ContainerRunning;
+            c.started_at = now_nanos();
+            let exit_after = c.annotations.get(EXIT_AFTER).and_then(|v| humantime::parse_duration(v).ok());
+            if let Some(d) = exit_after {
+                c.exit_at = Some(Instant::now() + d);
+            }
+            let ev = s.event(&id, cri::ContainerEventType::ContainerStartedEvent, &sid);
+            (ev, exit_after)
+        };
+        self.publish(vec![ev]).await;
         if exit_after.is_some() {
             self.inner.reaper.notify_one();
         }
@@ -629,14 +670,15 @@ impl SimRuntime {
     /// `StopContainer`: RUNNING → EXITED (137, as after SIGKILL); idempotent.
     pub async fn stop_container(&self, id: &str) -> Result<(), Status> {
         self.fault("StopContainer", id).await?;
-        let mut s = self.state();
-        let Some(id) = resolve(&s.containers, id).cloned() else { return Err(container_not_found(id)) };
-        let c = s.containers.get_mut(&id).expect("resolved above");
-        let sid = c.sandbox_id.clone();
-        if c.exit(137, "Error") {
-            let ev = s.event(&id, cri::ContainerEventType::ContainerStoppedEvent, &sid);
-            drop(s);
-            self.publish(vec![ev]);
+        let stopped = {
+            let mut s = self.state();
+            let Some(id) = resolve(&s.containers, id).cloned() else { return Err(container_not_found(id)) };
+            let c = s.containers.get_mut(&id).expect("resolved above");
+            let sid = c.sandbox_id.clone();
+            c.exit(137, "Error").then(|| s.event(&id, cri::ContainerEventType::ContainerStoppedEvent, &sid))
+        };
+        if let Some(ev) = stopped {
+            self.publish(vec![ev]).await;
         }
         Ok(())
     }
@@ -644,19 +686,21 @@ impl SimRuntime {
     /// `RemoveContainer`: kills a running container first; idempotent.
     pub async fn remove_container_cri(&self, id: &str) -> Result<(), Status> {
         self.fault("RemoveContainer", id).await?;
-        let mut s = self.state();
-        let Some(id) = resolve(&s.containers, id).cloned() else { return Ok(()) };
-        let mut events = Vec::new();
-        let sid = s.containers[&id].sandbox_id.clone();
-        if s.containers.get_mut(&id).is_some_and(|c| c.exit(137, "Error")) {
-            events.push(s.event(&id, cri::ContainerEventType::ContainerStoppedEvent, &sid));
-        }
-        if let Some(c) = s.containers.remove(&id) {
-            s.names.remove(&c.name);
-        }
-        events.push(s.event(&id, cri::ContainerEventType::ContainerDeletedEvent, &sid));
-        drop(s);
-        self.publish(events);
+        let events = {
+            let mut s = self.state();
+            let Some(id) = resolve(&s.containers, id).cloned() else { return Ok(()) };
+            let mut events = Vec::new();
+            let sid = s.containers[&id].sandbox_id.clone();
+            if s.containers.get_mut(&id).is_some_and(|c| c.exit(137, "Error")) {
+                events.push(s.event(&id, cri::ContainerEventType::ContainerStoppedEvent, &sid));
+            }
+            if let Some(c) = s.containers.remove(&id) {
+                s.names.remove(&c.name);
+            }
+            events.push(s.event(&id, cri::ContainerEventType::ContainerDeletedEvent, &sid));
+            events
+        };
+        self.publish(events).await;
         Ok(())
     }
 
@@ -716,10 +760,26 @@ impl SimRuntime {
                 "unknown method GetContainerEvents for service runtime.v1.RuntimeService",
             ));
         }
-        let rx = self.inner.events.subscribe();
         let mut drop_rx = self.inner.drop_streams.subscribe();
         drop_rx.mark_unchanged();
         let empty = mode == EventsMode::EmptyOk;
+        if self.inner.blocking.load(std::sync::atomic::Ordering::SeqCst) && !empty {
+            let (tx, rx) = tokio::sync::mpsc::channel(BLOCKING_QUEUE);
+            self.inner.queues.lock().expect("queues lock").push(tx);
+            return Ok(futures_util::stream::unfold((rx, drop_rx, false), |(mut rx, mut drop_rx, done)| async move {
+                if done {
+                    return None;
+                }
+                tokio::select! {
+                    _ = drop_rx.changed() => {
+                        Some((Err(Status::unavailable("event stream closed: runtime restarting")), (rx, drop_rx, true)))
+                    }
+                    ev = rx.recv() => ev.map(|ev| (Ok(ev), (rx, drop_rx, false))),
+                }
+            })
+            .left_stream());
+        }
+        let rx = self.inner.events.subscribe();
         Ok(futures_util::stream::unfold((rx, drop_rx, empty), |(mut rx, mut drop_rx, done)| async move {
             if done {
                 return None;
@@ -739,7 +799,8 @@ impl SimRuntime {
                     }
                 }
             }
-        }))
+        })
+        .right_stream())
     }
 
     /// Makes a running container exit on its own (its process died), as the runtime
@@ -754,7 +815,7 @@ impl SimRuntime {
         }
         let ev = s.event(&id, cri::ContainerEventType::ContainerStoppedEvent, &sid);
         drop(s);
-        self.publish(vec![ev]);
+        self.publish_now(vec![ev]);
         true
     }
 
@@ -766,7 +827,7 @@ impl SimRuntime {
         let events = s.stop_sandbox(&id);
         drop(s);
         let any = !events.is_empty();
-        self.publish(events);
+        self.publish_now(events);
         any
     }
 
@@ -793,7 +854,7 @@ impl SimRuntime {
         }
         let next = s.containers.values().filter_map(|c| c.exit_at).min();
         drop(s);
-        self.publish(events);
+        self.publish_now(events);
         next
     }
 
@@ -820,71 +881,4 @@ const IN_PROCESS: &str = "sim://in-process";
 
 fn call_err(method: &'static str) -> impl FnOnce(Status) -> CriError {
     move |status| CriError::Call { method, endpoint: Arc::from(IN_PROCESS), status }
-}
-
-impl RuntimeService for SimRuntime {
-    fn endpoint(&self) -> &str {
-        IN_PROCESS
-    }
-
-    async fn version(&self) -> Result<cri::VersionResponse, CriError> {
-        SimRuntime::version(self).await.map_err(call_err("Version"))
-    }
-
-    async fn list_pod_sandboxes(
-        &self,
-        filter: Option<cri::PodSandboxFilter>,
-    ) -> Result<Vec<cri::PodSandbox>, CriError> {
-        self.list_pod_sandbox(filter).await.map_err(call_err("ListPodSandbox"))
-    }
-
-    async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus, CriError> {
-        SimRuntime::pod_sandbox_status(self, id).await.map_err(call_err("PodSandboxStatus"))
-    }
-
-    async fn list_containers(&self, filter: Option<cri::ContainerFilter>) -> Result<Vec<cri::Container>, CriError> {
-        self.list_containers_cri(filter).await.map_err(call_err("ListContainers"))
-    }
-
-    async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
-        self.container_status_cri(id).await.map_err(call_err("ContainerStatus"))
-    }
-
-    async fn container_events(&self) -> Result<EventStream, CriError> {
-        let s = self.events().await.map_err(call_err("GetContainerEvents"))?;
-        Ok(s.map(|r| r.map_err(call_err("GetContainerEvents"))).boxed())
-    }
-
-    async fn remove_container(&self, id: &str) -> Result<(), CriError> {
-        self.remove_container_cri(id).await.map_err(call_err("RemoveContainer"))
-    }
-}
-
-/// Errors of `plegd sim`.
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    /// The listen address is unusable.
-    #[error("--listen: {0}")]
-    Listen(#[from] crate::uds::UdsError),
-}
-
-/// `plegd sim`: serves the simulated runtime on `listen` with churn until shutdown.
-pub async fn serve_cli(
-    listen: &str,
-    churn: churn::ChurnConfig,
-    events: EventsMode,
-    tracker: &tokio_util::task::TaskTracker,
-    shutdown: CancellationToken,
-) -> Result<(), SimError> {
-    let path = crate::uds::parse_unix_endpoint(listen)?;
-    let listener = crate::uds::bind(&path, 0o660).await?;
-    let sim = SimRuntime::new();
-    sim.set_events_mode(events);
-    tracing::info!(socket = %path.display(), pods = churn.pods, churn_per_sec = churn.churn_per_sec, "simulated runtime serving");
-    tracker.spawn(churn::Churn::new(sim.clone(), churn).run(shutdown.clone()));
-    if let Err(e) = server::serve(sim, listener, shutdown.clone()).await {
-        tracing::error!(error = %e, "simulated runtime stopped");
-    }
-    let _ = std::fs::remove_file(&path);
-    Ok(())
 }

@@ -156,3 +156,32 @@ impl RuntimeService for SimService {
         Ok(Response::new(s.boxed()))
     }
 }
+
+/// Errors of `plegd sim`.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The listen address is unusable.
+    #[error("--listen: {0}")]
+    Listen(#[from] crate::uds::UdsError),
+}
+
+/// `plegd sim`: serves the simulated runtime on `listen` with churn until shutdown.
+pub async fn serve_cli(
+    listen: &str,
+    churn: super::churn::ChurnConfig,
+    events: super::EventsMode,
+    tracker: &tokio_util::task::TaskTracker,
+    shutdown: CancellationToken,
+) -> Result<(), SimError> {
+    let path = crate::uds::parse_unix_endpoint(listen)?;
+    let listener = crate::uds::bind(&path, 0o660).await?;
+    let sim = SimRuntime::new();
+    sim.set_events_mode(events);
+    tracing::info!(socket = %path.display(), pods = churn.pods, churn_per_sec = churn.churn_per_sec, "simulated runtime serving");
+    tracker.spawn(super::churn::Churn::new(sim.clone(), churn).run(shutdown.clone()));
+    if let Err(e) = serve(sim, listener, shutdown.clone()).await {
+        tracing::error!(error = %e, "simulated runtime stopped");
+    }
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
