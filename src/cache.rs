@@ -44,8 +44,6 @@ pub struct CacheEntry {
     pub modified: Instant,
     /// `modified` in wall time, for display and the API.
     pub modified_wall: SystemTime,
-    /// The cache's change sequence number of this write.
-    pub seq: u64,
 }
 
 /// The answer of [`PodCache::get_newer_than`].
@@ -77,7 +75,6 @@ struct State {
     waiters: HashMap<Arc<str>, Vec<Waiter>>,
     /// Pods someone started waiting on since the writer last took them.
     demand: BTreeSet<Arc<str>>,
-    seq: u64,
 }
 
 struct Shared {
@@ -219,13 +216,10 @@ impl CacheWriter {
     /// good status is kept beside the error.
     pub fn set(&mut self, uid: &str, status: Option<Arc<PodStatus>>, error: Option<String>, modified: Instant) {
         let mut s = self.shared.state.write().expect("cache lock");
-        s.seq += 1;
-        let seq = s.seq;
         let key: Arc<str> = s.pods.get_key_value(uid).map(|(k, _)| k.clone()).unwrap_or_else(|| Arc::from(uid));
         let status = status.or_else(|| s.pods.get(uid).and_then(|e| e.status.clone()));
         let wall = SystemTime::now() - modified.elapsed();
-        let entry =
-            CacheEntry { uid: key.clone(), status, error: error.map(Arc::from), modified, modified_wall: wall, seq };
+        let entry = CacheEntry { uid: key.clone(), status, error: error.map(Arc::from), modified, modified_wall: wall };
         s.pods.insert(key.clone(), Arc::new(entry));
         s.notify(uid);
     }
@@ -235,28 +229,22 @@ impl CacheWriter {
     /// kubelet leaves them to the next full relist, which in evented mode may be
     /// minutes away).
     pub fn delete(&mut self, uid: &str, at: Instant) {
-        {
-            let mut s = self.shared.state.write().expect("cache lock");
-            let removed = s.pods.remove_entry(uid);
-            if let Some(list) = s.waiters.remove(uid) {
-                let mut keep = Vec::new();
-                for w in list {
-                    if w.tx.is_closed() {
-                        continue;
-                    }
-                    if at > w.min || (w.covered && at >= w.min) || s.global.is_some_and(|g| g > w.min) {
-                        let _ = w.tx.send(Fresh { entry: None, global: s.global, absent_at: Some(at) });
-                    } else {
-                        keep.push(w);
-                    }
-                }
-                if !keep.is_empty() {
-                    s.waiters.insert(Arc::from(uid), keep);
-                }
+        let mut s = self.shared.state.write().expect("cache lock");
+        s.pods.remove(uid);
+        let Some(list) = s.waiters.remove(uid) else { return };
+        let mut keep = Vec::new();
+        for w in list {
+            if w.tx.is_closed() {
+                continue;
             }
-            if removed.is_some() {
-                s.seq += 1;
+            if at > w.min || (w.covered && at >= w.min) || s.global.is_some_and(|g| g > w.min) {
+                let _ = w.tx.send(Fresh { entry: None, global: s.global, absent_at: Some(at) });
+            } else {
+                keep.push(w);
             }
+        }
+        if !keep.is_empty() {
+            s.waiters.insert(Arc::from(uid), keep);
         }
     }
 
@@ -291,18 +279,15 @@ impl CacheWriter {
     /// and wakes every waiter it satisfies. A timestamp older than the current one is
     /// ignored.
     pub fn update_time(&mut self, ts: Instant) {
-        {
-            let mut s = self.shared.state.write().expect("cache lock");
-            if s.global.is_some_and(|g| g >= ts) {
-                return;
-            }
-            s.global = Some(ts);
-            s.global_wall = Some(SystemTime::now() - ts.elapsed());
-            s.seq += 1;
-            let uids: Vec<_> = s.waiters.keys().cloned().collect();
-            for uid in uids {
-                s.notify(&uid);
-            }
+        let mut s = self.shared.state.write().expect("cache lock");
+        if s.global.is_some_and(|g| g >= ts) {
+            return;
+        }
+        s.global = Some(ts);
+        s.global_wall = Some(SystemTime::now() - ts.elapsed());
+        let uids: Vec<_> = s.waiters.keys().cloned().collect();
+        for uid in uids {
+            s.notify(&uid);
         }
     }
 }

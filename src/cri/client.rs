@@ -435,3 +435,33 @@ impl EventReader {
         }
     }
 }
+
+#[cfg(test)]
+mod backlog_tests {
+    use super::*;
+
+    fn backlog(idle: Duration) -> Backlog {
+        // The consumer last took an event at `since` (0 ms); now is `idle` later.
+        Backlog { queued: AtomicUsize::new(0), taken_ms: AtomicU64::new(0), since: std::time::Instant::now() - idle }
+    }
+
+    #[test]
+    fn a_consumer_that_keeps_taking_is_behind_only_past_the_limit() {
+        let b = backlog(Duration::ZERO);
+        for _ in 0..EVENTS_BEHIND_LIMIT {
+            assert_eq!(b.push(), None);
+        }
+        assert_eq!(b.push(), Some(EVENTS_BEHIND_LIMIT), "the limit bounds the memory of a busy consumer");
+        b.took();
+        assert_eq!(b.queued.load(Ordering::Relaxed), EVENTS_BEHIND_LIMIT);
+    }
+
+    #[test]
+    fn a_consumer_that_took_nothing_for_the_stall_limit_is_behind_at_the_next_event() {
+        let b = backlog(STALLED_AFTER + Duration::from_millis(100));
+        assert_eq!(b.push(), None, "nothing was waiting: an idle consumer is not behind");
+        assert_eq!(b.push(), Some(1), "events wait and nothing was taken for longer than the limit");
+        let fresh = backlog(STALLED_AFTER - Duration::from_secs(1));
+        assert_eq!((fresh.push(), fresh.push()), (None, None));
+    }
+}

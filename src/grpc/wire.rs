@@ -141,8 +141,9 @@ impl EncodedTail {
         WatchFrame::Event { revision: rev, event }
     }
 
-    /// Whether `revision`'s encoding is kept (tests).
-    pub fn keeps(&self, revision: u64) -> bool {
+    /// Whether `revision`'s encoding is kept.
+    #[cfg(test)]
+    fn keeps(&self, revision: u64) -> bool {
         let slot = &self.slots[(revision % self.slots.len() as u64) as usize];
         matches!(&*slot.lock().expect("encoding slot"), Some((r, _)) if *r == revision)
     }

@@ -319,9 +319,7 @@ impl SimRuntime {
             }
             self.inner.queues.lock().expect("queues lock").retain(|q| !q.is_closed());
         }
-        for ev in events {
-            let _ = self.inner.events.send(ev);
-        }
+        self.broadcast(events);
     }
 
     /// Publishes without waiting (the reaper and tests' direct exits): under blocking
@@ -335,6 +333,11 @@ impl SimRuntime {
                 let _ = q.try_send(ev.clone());
             }
         }
+        self.broadcast(events);
+    }
+
+    /// Sends to the streams opened without blocking delivery.
+    fn broadcast(&self, events: Vec<cri::ContainerEventResponse>) {
         for ev in events {
             // No subscriber is fine: containerd drops events nobody listens to.
             let _ = self.inner.events.send(ev);
