@@ -191,7 +191,8 @@ fn report(mode: &str, watchers: usize, secs: f64, all: Vec<Seen>, cpu: Option<(f
 fn processes(dir: &std::path::Path, pods: usize, cpp: usize, churn: f64, mode: &str) -> (Proc, Proc, String) {
     let (sim, cri) = sim(dir, pods, cpp, churn);
     let api = format!("unix://{}", dir.join("plegd.sock").display());
-    let run = spawn(&run_args(&cri, &api, mode));
+    let state = dir.join("state").display().to_string();
+    let run = spawn(&run_args(&cri, &api, mode, &state));
     wait_path(&dir.join("plegd.sock"));
     (sim, run, api)
 }

@@ -38,9 +38,10 @@ fn main() {
     let api = format!("unix://{}", dir.path().join("plegd.sock").display());
 
     let capacity_arg = capacity.to_string();
+    let state = dir.path().join("state").display().to_string();
     let cli = plegd::cli::Cli::parse_from(
         std::iter::once("plegd")
-            .chain(run_args(&cri, &api, "generic"))
+            .chain(run_args(&cri, &api, "generic", &state))
             .chain(["--journal-capacity", capacity_arg.as_str()]),
     );
     let plegd::cli::Command::Run(run_args) = cli.command else { unreachable!("parsed a run command") };

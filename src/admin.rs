@@ -298,7 +298,12 @@ async fn livez(State(s): State<Arc<AdminState>>) -> Response {
 /// The kubelet's PLEG health; a relist that failed since the last good one (its
 /// listing could not be read or decoded) is named on a second line, healthy or not.
 async fn healthz(State(s): State<Arc<AdminState>>) -> Response {
-    let detail = s.health.last_error().map(|e| format!("last relist failed: {e}\n")).unwrap_or_default();
+    let mut detail = s.health.last_error().map(|e| format!("last relist failed: {e}\n")).unwrap_or_default();
+    if let Some(e) = s.journal.disk_problem() {
+        // Not a failure of health: events still flow, from memory. Said here, and by
+        // plegd_journal_durable, so that an operator sees it.
+        detail.push_str(&format!("journal not durable (events kept in memory only until the disk works again): {e}\n"));
+    }
     match s.health.check() {
         Ok(()) => (StatusCode::OK, format!("ok\n{detail}")).into_response(),
         Err(msg) => {

@@ -44,6 +44,16 @@ pub enum AppError {
     /// The API server failed.
     #[error(transparent)]
     Api(#[from] ApiError),
+    /// The state dir cannot be created (a usage error: the flag names a bad place).
+    #[error(transparent)]
+    StateDir(crate::journal::StoreError),
+}
+
+impl AppError {
+    /// Whether the command line is at fault (exit status 64).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, Self::StateDir(_))
+    }
 }
 
 /// Handles on a running sidecar.
@@ -102,7 +112,7 @@ pub async fn start_on<R: RuntimeService>(
     let liveness = Liveness::new();
     let relist_beat = liveness
         .register("relist", relist_liveness_limit(cfg.relist_period, cfg.inspect_timeout, cfg.runtime_request_timeout));
-    let journal = Journal::new(cfg.journal_capacity, cfg.watch_buffer, Some(metrics.journal.clone()));
+    let journal = Journal::open(&cfg.journal, Some(metrics.journal.clone())).map_err(AppError::StateDir)?;
     let (events_tx, publisher) = publish::channel(4096, journal.clone(), Some(metrics.events.clone()));
     let publisher = publisher.with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT));
     let relist = RelistConfig {
@@ -114,6 +124,9 @@ pub async fn start_on<R: RuntimeService>(
     let sidecar_hints = hints.clone();
     let (state_tx, state_rx) = evented::stream_state();
     let pleg = GenericPleg::new(client.clone(), writer, events_tx, health.clone(), Some(metrics.pleg.clone()), relist)
+        // What the journal's last events said of each pod: the first relist turns what
+        // changed while plegd was down into events.
+        .with_seed(journal.pods())
         .with_liveness(relist_beat)
         .with_hints(hints.clone(), state_rx.clone(), cfg.evented_relist_period);
     let handle = pleg.handle();
@@ -121,7 +134,10 @@ pub async fn start_on<R: RuntimeService>(
         Readiness { health: health.clone(), stream: state_rx.clone(), require_stream: cfg.mode == Mode::Evented };
 
     // The sync loop, and one queue and controller per reconciler.
-    let history = Arc::new(Mutex::new(History::new(cfg.sync.history_retention, Duration::from_secs(3600), 100_000)));
+    let history = Arc::new(Mutex::new(
+        History::new(cfg.sync.history_retention, Duration::from_secs(3600), 100_000)
+            .with_budget(cfg.sync.history_budget),
+    ));
     let mut sync_loop = SyncLoop::new(journal.clone(), Vec::new(), history.clone())
         .with_periodic_resync(cfg.sync.resync_period)
         .with_startup_gate(health.clone(), Duration::from_secs(30))
@@ -171,6 +187,9 @@ pub async fn start_on<R: RuntimeService>(
     let admin_addr = admin.local_addr();
 
     spawn(tracker, "publish", publisher.run(shutdown.clone()));
+    if let Some(checkpointer) = journal.checkpointer() {
+        spawn(tracker, "journal_checkpoint", checkpointer.run(shutdown.clone()));
+    }
     if cfg.mode == Mode::Generic {
         state_tx.send_replace(StreamState::Disabled);
     } else {

@@ -59,15 +59,33 @@ pub struct ApiArgs {
     /// Peer GIDs allowed to connect.
     #[arg(long, env = "PLEGD_ALLOW_GID", value_delimiter = ',')]
     pub allow_gid: Vec<u32>,
-    /// Events kept for resuming watchers.
-    #[arg(long, env = "PLEGD_JOURNAL_CAPACITY", default_value_t = 100_000)]
-    pub journal_capacity: usize,
     /// Events buffered per watcher before it is reset as a slow consumer.
     #[arg(long, env = "PLEGD_WATCH_BUFFER", default_value_t = 4096)]
     pub watch_buffer: usize,
     /// A watch stream idle this long gets a bookmark.
     #[arg(long, env = "PLEGD_BOOKMARK_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub bookmark_interval: Duration,
+}
+
+/// Flags of the journal.
+#[derive(Debug, Args)]
+pub struct JournalArgs {
+    /// Events kept for resuming watchers (within the byte budgets below).
+    #[arg(long, env = "PLEGD_JOURNAL_CAPACITY", default_value_t = 100_000)]
+    pub journal_capacity: usize,
+    /// Where the journal and the pods as its last events left them are kept, so that
+    /// revisions, the epoch and resumes survive a restart of plegd; "" keeps everything
+    /// in memory (a new epoch at every start).
+    #[arg(long, env = "PLEGD_STATE_DIR", default_value = "/var/lib/plegd", value_parser = parse_state_dir)]
+    pub state_dir: PathBuf,
+    /// Bytes of the newest event records kept in memory for live fan-out and recent
+    /// resumes (older ones are replayed from disk). Suffixes: KiB, MiB, GiB.
+    #[arg(long, env = "PLEGD_JOURNAL_MEMORY_BUDGET", default_value = "8MiB", value_parser = parse_bytes)]
+    pub journal_memory_budget: u64,
+    /// Bytes of event records kept on disk; the oldest revisions are compacted away
+    /// beyond it (a resume from one gets REVISION_TOO_OLD).
+    #[arg(long, env = "PLEGD_JOURNAL_DISK_BUDGET", default_value = "256MiB", value_parser = parse_bytes)]
+    pub journal_disk_budget: u64,
 }
 
 /// Flags of the sync loop, the work queues and the reconcilers.
@@ -80,6 +98,9 @@ pub struct SyncArgs {
     /// after start is kept for good).
     #[arg(long, env = "PLEGD_HISTORY_RETENTION", default_value = "24h", value_parser = parse_duration)]
     pub history_retention: Duration,
+    /// Bytes of memory the history's records may take; the oldest go first beyond it.
+    #[arg(long, env = "PLEGD_HISTORY_MEMORY_BUDGET", default_value = "8MiB", value_parser = parse_bytes)]
+    pub history_memory_budget: u64,
     /// Periodic healing resync of the sync loop (0: off).
     #[arg(long, env = "PLEGD_RESYNC_PERIOD", default_value = "5m", value_parser = parse_duration)]
     pub resync_period: Duration,
@@ -155,6 +176,9 @@ pub struct RunArgs {
     /// gRPC API.
     #[command(flatten)]
     pub api: ApiArgs,
+    /// The journal's flags.
+    #[command(flatten)]
+    pub journal: JournalArgs,
     /// Sync loop, work queues, reconcilers.
     #[command(flatten)]
     pub sync: SyncArgs,
@@ -203,10 +227,8 @@ pub struct RunConfig {
     pub evented: crate::pleg::evented::EventedConfig,
     /// The API's socket and policies.
     pub api: crate::grpc::ApiConfig,
-    /// Events kept in the journal.
-    pub journal_capacity: usize,
-    /// Events buffered per watcher.
-    pub watch_buffer: usize,
+    /// The journal: capacity, byte budgets, state dir, and the buffer per watcher.
+    pub journal: crate::journal::JournalConfig,
     /// Sync loop and reconcilers.
     pub sync: SyncConfig,
 }
@@ -218,6 +240,8 @@ pub struct SyncConfig {
     pub workers: usize,
     /// History retention.
     pub history_retention: Duration,
+    /// Bytes the history may take.
+    pub history_budget: usize,
     /// Periodic resync, if any.
     pub resync_period: Option<Duration>,
     /// Retry rate limits.
@@ -270,16 +294,7 @@ impl TryFrom<&RunArgs> for RunConfig {
                 max_wait: Duration::from_secs(300),
                 handshake_timeout: Duration::from_secs(10),
             },
-            journal_capacity: if a.api.journal_capacity == 0 {
-                return Err(invalid("--journal-capacity", "must be at least 1"));
-            } else {
-                a.api.journal_capacity
-            },
-            watch_buffer: if a.api.watch_buffer == 0 {
-                return Err(invalid("--watch-buffer", "must be at least 1"));
-            } else {
-                a.api.watch_buffer
-            },
+            journal: journal_config(&a.journal, a.api.watch_buffer)?,
             sync: sync_config(&a.sync)?,
         })
     }
@@ -289,17 +304,62 @@ impl RunConfig {
     /// A config for a sidecar on `endpoint` with defaults elsewhere (tests, demo).
     ///
     /// The defaults are the flags' own (one source of defaults): `RunArgs` is parsed
-    /// with `--runtime-endpoint` alone.
+    /// with `--runtime-endpoint` and `--state-dir ""` — tests and the demo keep the
+    /// journal in memory unless they give it a (temporary) state dir.
     pub fn for_endpoint(endpoint: &str) -> Result<Self, ConfigError> {
         #[derive(Parser)]
         struct Run {
             #[command(flatten)]
             run: RunArgs,
         }
-        let args = Run::try_parse_from(["plegd", "--runtime-endpoint", endpoint])
+        let args = Run::try_parse_from(["plegd", "--runtime-endpoint", endpoint, "--state-dir", ""])
             .map_err(|e| invalid("--runtime-endpoint", e.to_string()))?;
         Self::try_from(&args.run)
     }
+}
+
+fn journal_config(j: &JournalArgs, watch_buffer: usize) -> Result<crate::journal::JournalConfig, ConfigError> {
+    if j.journal_capacity == 0 {
+        return Err(invalid("--journal-capacity", "must be at least 1"));
+    }
+    if watch_buffer == 0 {
+        return Err(invalid("--watch-buffer", "must be at least 1"));
+    }
+    if j.journal_memory_budget < 64 << 10 {
+        return Err(invalid("--journal-memory-budget", "must be at least 64KiB"));
+    }
+    if j.journal_disk_budget < 1 << 20 {
+        return Err(invalid("--journal-disk-budget", "must be at least 1MiB"));
+    }
+    Ok(crate::journal::JournalConfig {
+        capacity: j.journal_capacity,
+        client_buffer: watch_buffer,
+        memory_budget: j.journal_memory_budget,
+        state_dir: (!j.state_dir.as_os_str().is_empty()).then(|| j.state_dir.clone()),
+        disk_budget: j.journal_disk_budget,
+    })
+}
+
+/// A state dir; empty is allowed and means none (clap's path parser refuses it).
+fn parse_state_dir(s: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(s))
+}
+
+/// A size in bytes: a number with an optional binary suffix (`KiB`, `MiB`, `GiB`; `K`,
+/// `M`, `G` and `Ki`, `Mi`, `Gi` mean the same).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (like 8MiB)"))?;
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "Ki" | "KiB" | "KB" => 10,
+        "M" | "Mi" | "MiB" | "MB" => 20,
+        "G" | "Gi" | "GiB" | "GB" => 30,
+        other => return Err(format!("unknown size unit {other:?} in {s:?} (use KiB, MiB or GiB)")),
+    };
+    n.checked_mul(1u64 << shift).ok_or_else(|| format!("{s:?} is too large"))
 }
 
 fn sync_config(s: &SyncArgs) -> Result<SyncConfig, ConfigError> {
@@ -318,6 +378,8 @@ fn sync_config(s: &SyncArgs) -> Result<SyncConfig, ConfigError> {
     Ok(SyncConfig {
         workers: s.workers,
         history_retention: positive("--history-retention", s.history_retention)?,
+        history_budget: usize::try_from(s.history_memory_budget)
+            .map_err(|_| invalid("--history-memory-budget", "too large"))?,
         resync_period: (!s.resync_period.is_zero()).then_some(s.resync_period),
         rate_limit: crate::workqueue::RateLimit {
             base: s.retry_base,

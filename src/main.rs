@@ -89,6 +89,7 @@ async fn run(cli: Cli) -> ExitCode {
                     shutdown.cancelled().await;
                     ExitCode::SUCCESS
                 }
+                Err(e) if e.is_usage() => return usage(&e.to_string()),
                 Err(e) => {
                     eprintln!("plegd: {e}");
                     ExitCode::FAILURE

@@ -32,17 +32,35 @@ impl PublishPath {
     /// Publishes `ev`; its revision, or `None` when the journal refused it (a
     /// reconciler's event about a pod that is gone).
     pub fn publish(&self, ev: PodLifecycleEvent) -> Option<u64> {
-        let (kind, source, runtime_ts) = (ev.kind, ev.source, ev.runtime_timestamp);
-        let revision = self.journal.append(ev)?;
+        self.publish_batch(vec![ev]).pop().flatten()
+    }
+
+    /// Publishes a batch in order, committed to the journal's disk in one write;
+    /// each event's revision, or `None` where the journal refused it.
+    pub fn publish_batch(&self, events: Vec<PodLifecycleEvent>) -> Vec<Option<u64>> {
+        let counted: Vec<_> = events.iter().map(|ev| (ev.kind, ev.source, ev.runtime_timestamp)).collect();
+        let revisions = self.journal.append_batch(events);
         if let Some(m) = &self.metrics {
-            m.total.get_or_create(&TypeSource { r#type: kind.as_str().into(), source: source.as_str().into() }).inc();
-            if let Some(d) = runtime_ts.and_then(|t| std::time::SystemTime::now().duration_since(t).ok()) {
-                m.delivery_latency.observe(d.as_secs_f64());
+            let now = std::time::SystemTime::now();
+            for ((kind, source, runtime_ts), rev) in counted.into_iter().zip(&revisions) {
+                if rev.is_none() {
+                    continue;
+                }
+                m.total
+                    .get_or_create(&TypeSource { r#type: kind.as_str().into(), source: source.as_str().into() })
+                    .inc();
+                if let Some(d) = runtime_ts.and_then(|t| now.duration_since(t).ok()) {
+                    m.delivery_latency.observe(d.as_secs_f64());
+                }
             }
         }
-        Some(revision)
+        revisions
     }
 }
+
+/// Events the publisher commits to the journal in one batch at most: what the PLEG
+/// queued while the previous batch was written (a relist's events, a hint round's).
+const BATCH: usize = 512;
 
 /// Receives the PLEG's events in order and publishes them.
 pub struct Publisher {
@@ -83,16 +101,25 @@ impl Publisher {
                 biased;
                 ev = self.rx.recv() => match ev {
                     Some(ev) => {
-                        self.path.publish(ev);
+                        let mut batch = vec![ev];
+                        while batch.len() < BATCH {
+                            match self.rx.try_recv() {
+                                Ok(ev) => batch.push(ev),
+                                Err(_) => break,
+                            }
+                        }
+                        self.path.publish_batch(batch);
                         self.beat.beat();
                     }
                     None => return,
                 },
                 _ = beat.tick() => self.beat.beat(),
                 _ = shutdown.cancelled() => {
+                    let mut rest = Vec::new();
                     while let Ok(ev) = self.rx.try_recv() {
-                        self.path.publish(ev);
+                        rest.push(ev);
                     }
+                    self.path.publish_batch(rest);
                     return;
                 }
             }

@@ -145,8 +145,29 @@ pub struct History {
     boot_window: Duration,
     retention: Duration,
     max: usize,
-    boot: Vec<Arc<EventRecord>>,
+    boot: VecDeque<Arc<EventRecord>>,
     recent: VecDeque<Arc<EventRecord>>,
+    /// Bytes the records may take, all told; the oldest go first beyond it (the boot
+    /// window's too, once nothing else is left).
+    budget: usize,
+    bytes: usize,
+}
+
+impl EventRecord {
+    /// What the record takes in memory, near enough to bound the history by.
+    pub fn footprint(&self) -> usize {
+        let name = match &self.name {
+            Cow::Owned(s) => s.len(),
+            Cow::Borrowed(_) => 0,
+        };
+        let handlers: usize = self
+            .handlers
+            .iter()
+            .map(|h| std::mem::size_of::<HandlerRecord>() + h.change.len() + h.error.as_ref().map_or(0, |e| e.len()))
+            .sum();
+        // The Arc's counts, the record, its strings, its handlers.
+        16 + std::mem::size_of::<Self>() + name + self.description.len() + handlers
+    }
 }
 
 /// A history query (`/debug/events`).
@@ -171,14 +192,30 @@ impl History {
 
     /// A history whose process started at `started`.
     pub fn started_at(started: SystemTime, retention: Duration, boot_window: Duration, max: usize) -> Self {
-        Self { started, boot_window, retention, max, boot: Vec::new(), recent: VecDeque::new() }
+        Self {
+            started,
+            boot_window,
+            retention,
+            max,
+            boot: VecDeque::new(),
+            recent: VecDeque::new(),
+            budget: usize::MAX,
+            bytes: 0,
+        }
+    }
+
+    /// Keeps the records within `bytes` of memory.
+    pub fn with_budget(mut self, bytes: usize) -> Self {
+        self.budget = bytes;
+        self
     }
 
     /// Adds a record and trims.
     pub fn push(&mut self, r: EventRecord) {
         let in_boot = r.started_at.duration_since(self.started).map(|d| d < self.boot_window).unwrap_or(true);
+        self.bytes += r.footprint();
         if in_boot && self.boot.len() < self.max {
-            self.boot.push(Arc::new(r));
+            self.boot.push_back(Arc::new(r));
         } else {
             self.recent.push_back(Arc::new(r));
         }
@@ -189,12 +226,22 @@ impl History {
     pub fn trim(&mut self, now: SystemTime) {
         while let Some(front) = self.recent.front() {
             let old = now.duration_since(front.started_at).is_ok_and(|age| age > self.retention);
-            if old || self.recent.len() > self.max {
-                self.recent.pop_front();
+            if old || self.recent.len() > self.max || self.bytes > self.budget {
+                let gone = self.recent.pop_front().expect("non-empty");
+                self.bytes -= gone.footprint();
             } else {
                 break;
             }
         }
+        while self.bytes > self.budget {
+            let Some(gone) = self.boot.pop_front() else { break };
+            self.bytes -= gone.footprint();
+        }
+    }
+
+    /// Bytes the records take (as [`EventRecord::footprint`] counts them).
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Records matching the query, oldest first.

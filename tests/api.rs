@@ -125,7 +125,7 @@ async fn a_resumed_stream_equals_a_continuous_one() {
 
 #[tokio::test]
 async fn a_revision_no_longer_kept_gets_a_reset_then_a_fresh_snapshot() {
-    let p = start_plegd(|c| c.journal_capacity = 5).await;
+    let p = start_plegd(|c| c.journal.capacity = 5).await;
     let mut c = churn(&p, 6);
     c.populate().await;
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -145,7 +145,7 @@ async fn a_revision_no_longer_kept_gets_a_reset_then_a_fresh_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_consumer_is_reset_while_a_fast_one_keeps_up() {
-    let p = start_plegd(|c| c.watch_buffer = 2048).await;
+    let p = start_plegd(|c| c.journal.client_buffer = 2048).await;
     let mut slow = watch(&p, api::WatchRequest::default()).await;
     let mut fast = watch(&p, api::WatchRequest::default()).await;
     let (_, mut fast_rev, _) = read_snapshot(&mut fast).await;
@@ -553,7 +553,7 @@ async fn a_client_that_stalls_past_the_bookmark_interval_never_gets_a_bookmark_a
     use plegd::model::event::{EventSource, EventType, PodLifecycleEvent};
     let p = start_plegd(|c| {
         c.api.bookmark_interval = Duration::from_millis(20);
-        c.watch_buffer = 100_000;
+        c.journal.client_buffer = 100_000;
     })
     .await;
     let mut checker = plegd::watchcheck::WatchChecker::new(false);

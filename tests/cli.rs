@@ -124,6 +124,7 @@ fn a_runtime_missing_at_start_is_not_ready_then_ready_once_it_appears() {
         Command::new(BIN)
             .args(["run", "--runtime-endpoint", &endpoint, "--admin-addr", &format!("127.0.0.1:{port}")])
             .args(["--listen", &format!("unix://{}", dir.path().join("api/plegd.sock").display())])
+            .args(["--state-dir", &dir.path().join("state").display().to_string()])
             .args(["--relist-period", "100ms"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -186,6 +187,8 @@ fn an_admin_address_in_use_is_a_clear_error() {
         &addr,
         "--listen",
         &listen,
+        "--state-dir",
+        "",
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -233,7 +236,7 @@ fn evented_mode_is_not_ready_without_a_stream_and_ready_with_one() {
         let port = free_port();
         let _sidecar = Killed(
             Command::new(BIN)
-                .args(["run", "--mode", "evented", "--runtime-endpoint", &endpoint])
+                .args(["run", "--mode", "evented", "--runtime-endpoint", &endpoint, "--state-dir", ""])
                 .args(["--listen", &format!("unix://{}", dir.path().join("plegd.sock").display())])
                 .args(["--admin-addr", &format!("127.0.0.1:{port}"), "--relist-period", "100ms"])
                 .stdout(Stdio::null())
@@ -279,6 +282,7 @@ impl Node {
         self.run = Some(Killed(
             Command::new(BIN)
                 .args(["run", "--runtime-endpoint", &endpoint, "--listen", &self.api()])
+                .args(["--state-dir", &self.dir.path().join("state").display().to_string()])
                 .args(["--admin-addr", &format!("127.0.0.1:{port}"), "--relist-period", "200ms"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -378,21 +382,40 @@ fn watch_prints_json_lines_and_survives_a_plegd_restart() {
         }
     };
     assert!(ev["event"]["type"].as_str().unwrap().starts_with("CONTAINER_"), "{ev}");
-    // plegd restarts: the watcher reconnects by itself and is told to start over.
+    // plegd restarts on its state dir: the watcher reconnects by itself and resumes in
+    // the same epoch, without a reset, and events go on.
     node.run = None;
     node.start_run();
-    let reset = loop {
-        let v = next("a reset after the restart");
-        if v.get("reset").is_some() {
+    let start = loop {
+        let v = next("the stream's start after the restart");
+        assert!(v.get("reset").is_none(), "a restart keeping the state dir resets nobody: {v}");
+        if v.get("start").is_some() {
             break v;
         }
     };
-    assert_eq!(reset["reset"]["reason"], "REVISION_TOO_OLD", "{reset}");
-    let synced = loop {
-        let v = next("a new snapshot");
-        if let Some(s) = v.get("synced") {
-            break s.clone();
+    assert_eq!(start["start"]["epoch"].as_u64(), Some(epoch), "{start}");
+    assert_eq!(start["start"]["resumed"], true, "{start}");
+    let ev = loop {
+        let v = next("an event after the restart");
+        assert!(v.get("reset").is_none(), "{v}");
+        if v.get("event").is_some() {
+            break v;
         }
     };
-    assert_ne!(synced["epoch"].as_u64().unwrap(), epoch, "a new process, a new epoch");
+    assert!(ev["event"]["type"].as_str().unwrap().starts_with("CONTAINER_"), "{ev}");
+}
+
+#[test]
+fn a_state_dir_that_cannot_be_created_and_a_bad_budget_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, "").unwrap();
+    let state = file.join("state").display().to_string();
+    let listen = format!("unix://{}", dir.path().join("plegd.sock").display());
+    let out = plegd(&["run", "--state-dir", &state, "--listen", &listen, "--admin-addr", "127.0.0.1:0"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("--state-dir") && stderr.contains(&state), "names the flag and the path: {stderr}");
+    assert_usage_error(&["run", "--journal-memory-budget", "8XB"], "--journal-memory-budget");
+    assert_usage_error(&["run", "--journal-disk-budget", "12KiB"], "--journal-disk-budget");
 }

@@ -25,7 +25,7 @@ fn exposed() -> BTreeSet<String> {
         "pleg/metrics.rs",
         "cri/metrics.rs",
         "publish.rs",
-        "journal.rs",
+        "journal/metrics.rs",
         "grpc/mod.rs",
         "workqueue.rs",
         "reconcile.rs",
@@ -91,6 +91,11 @@ fn the_daemonset_mounts_the_socket_directory_and_probes_the_admin_port() {
     let mounts = c["volumeMounts"].as_sequence().unwrap();
     assert!(mounts.iter().any(|m| m["mountPath"] == "/run/containerd"));
     assert!(mounts.iter().any(|m| m["mountPath"] == "/run/plegd"));
+    // The journal's state dir is the node's, so a new pod continues the journal.
+    let state = args.iter().find_map(|a| a.strip_prefix("--state-dir=")).expect("--state-dir is set");
+    let mount = mounts.iter().find(|m| m["mountPath"] == state).expect("the state dir is mounted");
+    let vol = vols.iter().find(|v| v["name"] == mount["name"]).unwrap();
+    assert_eq!(vol["hostPath"]["path"], state, "a hostPath, not an emptyDir that dies with the pod");
     for k in ["requests", "limits"] {
         for r in ["cpu", "memory"] {
             assert!(c["resources"][k][r].is_string(), "resources.{k}.{r}");

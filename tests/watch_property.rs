@@ -104,7 +104,7 @@ async fn start_plegd(h: &SimHarness, buffer: usize) -> (plegd::app::Sidecar, Can
     cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
     cfg.relist_period = Duration::from_millis(50);
     cfg.api.bookmark_interval = Duration::from_millis(30);
-    cfg.watch_buffer = buffer;
+    cfg.journal.client_buffer = buffer;
     cfg.evented = support::fast_evented();
     let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
     let app = plegd::app::start(&cfg, &tracker, &shutdown).await.expect("plegd starts");

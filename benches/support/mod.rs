@@ -46,7 +46,20 @@ pub fn sim(dir: &std::path::Path, pods: usize, cpp: usize, churn: f64) -> (Proc,
     (sim, cri)
 }
 
-/// The arguments of `plegd run` against `cri` in `mode`, its API on `api`.
-pub fn run_args<'a>(cri: &'a str, api: &'a str, mode: &'a str) -> [&'a str; 9] {
-    ["run", "--runtime-endpoint", cri, "--listen", api, "--admin-addr", "127.0.0.1:0", "--mode", mode]
+/// The arguments of `plegd run` against `cri` in `mode`, its API on `api`, its journal
+/// in `state` (a temporary dir; "" for memory only).
+pub fn run_args<'a>(cri: &'a str, api: &'a str, mode: &'a str, state: &'a str) -> [&'a str; 11] {
+    [
+        "run",
+        "--runtime-endpoint",
+        cri,
+        "--listen",
+        api,
+        "--admin-addr",
+        "127.0.0.1:0",
+        "--mode",
+        mode,
+        "--state-dir",
+        state,
+    ]
 }

@@ -67,6 +67,8 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
     run_cfg.relist_period = cfg.relist_period;
     run_cfg.admin_addr = cfg.admin_addr;
     run_cfg.api.socket = dir.join("plegd.sock");
+    // The journal on disk, as in production, in the demo's scratch dir.
+    run_cfg.journal.state_dir = Some(dir.join("state"));
     let sidecar = crate::app::start(&run_cfg, &tracker, &inner).await?;
     let journal = sidecar.journal.clone();
     let live = |j: &crate::journal::Journal| {

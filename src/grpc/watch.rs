@@ -18,7 +18,7 @@ use tonic::Status;
 use super::wire::{EncodedTail, WatchFrame};
 use super::{PodLifecycleService, pod_api, to_filter, watch_event};
 use crate::cache::PodCache;
-use crate::journal::{Entry, Filter, Journal, ResetReason, Since, Start, Subscription};
+use crate::journal::{DiskReplay, Entry, Filter, Journal, Replay, ResetReason, Since, Start, Subscription};
 use crate::model::PodStatus;
 use crate::proto::plegd as api;
 
@@ -87,8 +87,15 @@ enum Phase {
     Subscribe(Since),
     /// Sending a snapshot's pods, then `Synced`, as a task converts them.
     Snapshot(mpsc::Receiver<WatchFrame>),
-    /// Sending the entries a resume asked for.
-    Replay(std::vec::IntoIter<Arc<Entry>>),
+    /// Sending the entries a resume asked for: pages from disk, then memory's.
+    Replay {
+        /// The page being sent.
+        page: std::vec::IntoIter<Arc<Entry>>,
+        /// What is left on disk.
+        disk: Option<Box<DiskReplay>>,
+        /// Memory's part, once the disk's is sent.
+        memory: Option<Vec<Arc<Entry>>>,
+    },
     /// Sending live entries and bookmarks.
     Live,
     /// Shut down.
@@ -183,9 +190,13 @@ impl WatchFeed {
                         Start::Snapshot { revision, .. } => *revision,
                         Start::Replay(_) => 0,
                     };
-                    self.phase = match std::mem::replace(&mut sub.start, Start::Replay(Vec::new())) {
+                    self.phase = match std::mem::replace(&mut sub.start, Start::Replay(Replay::default())) {
                         Start::Snapshot { pods, revision } => Phase::Snapshot(self.convert(pods, revision)),
-                        Start::Replay(entries) => Phase::Replay(entries.into_iter()),
+                        Start::Replay(Replay { disk, memory }) => Phase::Replay {
+                            page: Vec::new().into_iter(),
+                            disk: disk.map(Box::new),
+                            memory: Some(memory),
+                        },
                     };
                     let refused = sub.reset == Some(ResetReason::RevisionTooOld);
                     self.sub = Some(sub);
@@ -208,10 +219,42 @@ impl WatchFeed {
                         },
                     }
                 }
-                Phase::Replay(entries) => match entries.next() {
-                    Some(e) => return Some(self.tail.frame(&e)),
-                    None => self.go_live(),
-                },
+                Phase::Replay { page, disk, memory } => {
+                    if let Some(e) = page.next() {
+                        return Some(self.tail.frame(&e));
+                    }
+                    if let Some(mut d) = disk.take() {
+                        // Pages from disk are read off the async threads.
+                        let read = tokio::task::spawn_blocking(move || d.next_page().map(|p| (p, d))).await;
+                        match read {
+                            Ok(Ok((Some(p), d))) => {
+                                *page = p.into_iter();
+                                *disk = Some(d);
+                            }
+                            Ok(Ok((None, _))) => {}
+                            failed => {
+                                let why = match failed {
+                                    Ok(Err(e)) => e.to_string(),
+                                    Err(e) => e.to_string(),
+                                    Ok(Ok(_)) => unreachable!("matched above"),
+                                };
+                                tracing::info!(error = %why, "a replay from disk stopped short; the client starts over");
+                                self.sub = None;
+                                self.phase = Phase::Subscribe(Since::Snapshot);
+                                self.journal.count_reset(ResetReason::RevisionTooOld);
+                                let msg = format!(
+                                    "the rest of the requested revisions is no longer kept ({why}); here is a fresh snapshot"
+                                );
+                                return Some(self.reset(ResetReason::RevisionTooOld, &msg));
+                            }
+                        }
+                        continue;
+                    }
+                    match memory.take() {
+                        Some(m) => *page = m.into_iter(),
+                        None => self.go_live(),
+                    }
+                }
                 Phase::Live => {
                     let sub = self.sub.as_mut()?;
                     tokio::select! {
@@ -231,12 +274,15 @@ impl WatchFeed {
                             None => {
                                 // Dropped by the journal: the client must start over.
                                 let reason = sub.dropped_because().unwrap_or(ResetReason::SlowConsumer);
+                                let new_epoch = sub.epoch_changed();
                                 self.sub = None;
                                 self.phase = Phase::Subscribe(Since::Snapshot);
                                 self.journal.count_reset(reason);
                                 let msg = if reason == ResetReason::SlowConsumer {
                                     tracing::info!("watch client fell behind; sending a reset and a fresh snapshot");
                                     "this client did not keep up; here is a fresh snapshot"
+                                } else if new_epoch {
+                                    "the journal could not write to disk and began a new epoch in memory; here is a fresh snapshot"
                                 } else {
                                     "a pod this stream selected changed its labels and left the selection; here is a fresh snapshot"
                                 };

@@ -92,6 +92,8 @@ pub struct GenericPleg<R: RuntimeService> {
     events: mpsc::Sender<PodLifecycleEvent>,
     records: PodRecords,
     reinspect: HashSet<String>,
+    /// Seeded pods not read yet in this process: the next full relist reads them.
+    unread: HashSet<String>,
     health: PlegHealth,
     metrics: Option<PlegMetrics>,
     cfg: RelistConfig,
@@ -134,6 +136,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             events,
             records: PodRecords::default(),
             reinspect: HashSet::new(),
+            unread: HashSet::new(),
             health,
             metrics,
             cfg,
@@ -149,6 +152,20 @@ impl<R: RuntimeService> GenericPleg<R> {
             seed: fastrand::u64(..),
             trust: StreamTrust::new(Duration::from_secs(300)),
         }
+    }
+
+    /// Starts from what plegd last published of each pod (the journal's view, kept on
+    /// disk across restarts) instead of from nothing: the first relist diffs the runtime
+    /// against it, so a container that started, died or went away while plegd was down
+    /// gives its event — with the runtime's timestamps and exit code — and one that did
+    /// not change gives none. Every seeded pod is read in that relist so the cache has
+    /// it.
+    pub fn with_seed(mut self, pods: Vec<Arc<PodStatus>>) -> Self {
+        for pod in pods {
+            self.unread.insert(pod.uid.clone());
+            self.records.seed(&pod);
+        }
+        self
     }
 
     /// Beats `beat` on every turn of the loop, at least every [`BEAT_EVERY`], and as
@@ -246,12 +263,10 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.records.set_current(pods);
 
         // Pods with transitions, or whose last inspection failed.
-        let work: BTreeMap<String, Vec<Transition>> = self
-            .records
-            .changed(&self.reinspect)
-            .into_iter()
-            .filter(|(uid, t)| !t.is_empty() || self.reinspect.contains(uid))
-            .collect();
+        let also: HashSet<String> = self.reinspect.union(&self.unread).cloned().collect();
+        let work: BTreeMap<String, Vec<Transition>> =
+            self.records.changed(&also).into_iter().filter(|(uid, t)| !t.is_empty() || also.contains(uid)).collect();
+        self.unread.clear();
         let inspections = self.inspect_all(work.keys()).await;
         outcome.inspected = inspections.len();
 

@@ -133,7 +133,42 @@ pub fn group_pods(sandboxes: Vec<cri::PodSandbox>, containers: Vec<cri::Containe
         .collect()
 }
 
+impl RuntimePod {
+    /// The pod as a listing would show the status: what a record committed after
+    /// reading it holds.
+    pub fn of_status(status: &crate::model::PodStatus) -> Self {
+        let entry = |id: &str, name: &str, state, attempt, created_at| RuntimeContainer {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            state,
+            attempt,
+            created_at,
+        };
+        Self {
+            uid: status.uid.clone(),
+            name: status.name.clone(),
+            namespace: status.namespace.clone(),
+            sandboxes: status
+                .sandboxes
+                .iter()
+                .map(|s| entry(&s.id, "", PlegState::of_sandbox(s.state), s.attempt, s.created_at))
+                .collect(),
+            containers: status
+                .containers
+                .iter()
+                .map(|c| entry(&c.id, &c.name, PlegState::of_container(c.state), c.attempt, c.created_at))
+                .collect(),
+        }
+    }
+}
+
 impl PodRecords {
+    /// Records `status` as the pod's committed state, as if plegd had read it: the
+    /// next relist's diff against the runtime gives what changed since.
+    pub fn seed(&mut self, status: &crate::model::PodStatus) {
+        self.records.insert(status.uid.clone(), PodRecord { old: Some(RuntimePod::of_status(status)), current: None });
+    }
+
     /// Replaces every record's current listing: pods not in `pods` become absent.
     pub fn set_current(&mut self, mut pods: BTreeMap<String, RuntimePod>) {
         for (uid, rec) in self.records.iter_mut() {

@@ -226,15 +226,16 @@ pub async fn start_sidecar(
     cfg.inspect_timeout = Duration::from_secs(2);
     cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
     cfg.api.socket = dir.path().join("plegd.sock");
-    cfg.journal_capacity = 1_000_000;
-    cfg.watch_buffer = 1_000_000;
+    cfg.journal.capacity = 1_000_000;
+    cfg.journal.memory_budget = u64::MAX / 2;
+    cfg.journal.client_buffer = 1_000_000;
     let metrics = plegd::app::Metrics::new();
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
     let app = plegd::app::start_on(&cfg, client, metrics.clone(), &tracker, &shutdown).await.expect("sidecar starts");
     // From revision 1: nothing published before this subscription is lost.
     let mut sub = app.journal.subscribe(Since::Revision(0, 0), std::sync::Arc::new(Filter::default()));
-    let Start::Replay(replay) = std::mem::replace(&mut sub.start, Start::Replay(Vec::new())) else {
+    let Start::Replay(replay) = std::mem::replace(&mut sub.start, Start::Replay(Default::default())) else {
         panic!("a journal that kept everything replays from revision 0")
     };
     let (tx, events) = mpsc::unbounded_channel();
@@ -245,7 +246,7 @@ pub async fn start_sidecar(
                 let _ = tx.send((*e.event).clone());
             }
         };
-        replay.iter().for_each(|e| forward(e));
+        replay.memory.iter().for_each(|e| forward(e));
         loop {
             tokio::select! {
                 _ = sd.cancelled() => return,
@@ -378,7 +379,11 @@ pub struct Plegd {
 
 /// Starts a simulated runtime and a plegd on it; `tune` adjusts the config.
 pub async fn start_plegd(tune: impl FnOnce(&mut plegd::config::RunConfig)) -> Plegd {
-    let h = SimHarness::start().await;
+    start_plegd_on(SimHarness::start().await, tune).await
+}
+
+/// Starts a plegd on a runtime that is already serving (a restart of plegd alone).
+pub async fn start_plegd_on(h: SimHarness, tune: impl FnOnce(&mut plegd::config::RunConfig)) -> Plegd {
     let mut cfg = plegd::config::RunConfig::for_endpoint(&h.endpoint).unwrap();
     cfg.api.socket = h.dir.path().join("api/plegd.sock");
     cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
@@ -404,10 +409,16 @@ impl Plegd {
     }
 
     pub async fn stop(self) {
+        let h = self.stop_plegd().await;
+        h.stop().await;
+    }
+
+    /// Stops plegd alone; the runtime goes on.
+    pub async fn stop_plegd(self) -> SimHarness {
         self.shutdown.cancel();
         self.tracker.close();
         tokio::time::timeout(Duration::from_secs(10), self.tracker.wait()).await.expect("plegd stops in time");
-        self.h.stop().await;
+        self.h
     }
 }
 

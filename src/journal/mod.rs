@@ -1,0 +1,727 @@
+//! The journal of published events: one revision per event, a view of every pod
+//! consistent with the latest revision for snapshots, and fan-out to subscribers
+//! through bounded buffers that never block the publisher (a full buffer marks the
+//! subscriber for a reset instead).
+//!
+//! With a state dir ([`store`]) every batch of events and the view's changes are
+//! committed to disk before any subscriber sees them; memory keeps the newest records
+//! within a byte budget for live fan-out and recent resumes, older ones are replayed
+//! from disk, and the disk keeps revisions within a count and a byte budget. The
+//! epoch names the journal on disk, so a restart that keeps the state dir continues
+//! its revisions. When the disk fails (full, read-only) the journal goes on in memory
+//! under a new epoch — every watcher is reset once, so no revision a crash could take
+//! back is ever delivered under the durable epoch — and writes the disk afresh when it
+//! works again.
+
+mod disk;
+mod metrics;
+pub mod record;
+pub mod store;
+
+pub use disk::{Checkpointer, DiskReplay, ReplayError};
+use disk::{Disk, store_config};
+pub use metrics::{JournalMetrics, ReasonLabel};
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::mpsc;
+
+use crate::labels::Labels;
+use crate::model::PodStatus;
+use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
+use crate::selector::Selector;
+pub use store::StoreError;
+use store::{Reader, Store, StoreConfig};
+
+/// Why a subscriber must start over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ResetReason {
+    /// Its buffer overflowed.
+    SlowConsumer,
+    /// The revision it asked for is no longer kept (or is of another epoch).
+    RevisionTooOld,
+    /// plegd rebuilt its view of the runtime.
+    RuntimeResync,
+}
+
+/// Who a pod is, for filtering (kept for removed pods too).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodMeta {
+    /// UID.
+    pub uid: Arc<str>,
+    /// Namespace.
+    pub namespace: Arc<str>,
+    /// Name.
+    pub name: Arc<str>,
+    /// Sandbox labels.
+    pub labels: Labels,
+}
+
+/// One journal entry.
+#[derive(Debug)]
+pub struct Entry {
+    /// Its revision.
+    pub revision: u64,
+    /// The event.
+    pub event: Arc<PodLifecycleEvent>,
+    /// The pod it is about, for filters.
+    pub meta: Arc<PodMeta>,
+    /// The size of its record, what it counts against the byte budgets.
+    pub bytes: usize,
+}
+
+/// Which events and pods a subscriber wants. Empty fields match everything.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod UID.
+    pub pod_uid: String,
+    /// Pod name.
+    pub pod_name: String,
+    /// Label selector over the sandbox labels.
+    pub selector: Selector,
+    /// Event types (empty: all).
+    pub types: HashSet<EventType>,
+}
+
+/// Where a subscription starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Since {
+    /// With a snapshot of every (matching) pod.
+    Snapshot,
+    /// After this revision of this epoch (0: unknown epoch, trust the revision).
+    Revision(u64, u64),
+}
+
+/// How a subscription begins.
+#[derive(Debug)]
+pub enum Start {
+    /// A snapshot consistent with `revision`; events after it follow.
+    Snapshot {
+        /// Matching pods.
+        pods: Vec<Arc<PodStatus>>,
+        /// The revision the snapshot is consistent with.
+        revision: u64,
+    },
+    /// Every matching entry after the requested revision, in order; live ones follow.
+    Replay(Replay),
+}
+
+/// The entries a resume asked for: first those only the disk still has, page by
+/// page, then those memory holds.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// Older entries, read from disk.
+    pub disk: Option<DiskReplay>,
+    /// The newest, from memory.
+    pub memory: Vec<Arc<Entry>>,
+}
+
+/// A live subscription. Dropping it unsubscribes.
+pub struct Subscription {
+    /// How it begins (and, if a resume was refused, why a snapshot comes instead).
+    pub start: Start,
+    /// Set when a requested resume was refused.
+    pub reset: Option<ResetReason>,
+    /// Live entries after the start.
+    pub rx: mpsc::Receiver<Arc<Entry>>,
+    overflowed: Arc<AtomicU8>,
+    id: u64,
+    journal: Journal,
+}
+
+/// Why the journal dropped a subscriber: its buffer overflowed.
+const SLOW: u8 = 1;
+/// Why the journal dropped a subscriber: a pod it watched changed labels and left its
+/// selection.
+const LEFT_SELECTION: u8 = 2;
+/// Why the journal dropped a subscriber: the journal moved to a new epoch (its disk
+/// failed).
+const NEW_EPOCH: u8 = 3;
+
+struct Sub {
+    id: u64,
+    filter: Arc<Filter>,
+    tx: mpsc::Sender<Arc<Entry>>,
+    overflowed: Arc<AtomicU8>,
+}
+
+/// Entries a pod's timeline shows at most.
+const TIMELINE_PER_POD: usize = 1000;
+/// Pods whose identity is kept after they are gone.
+const GONE_PODS: usize = 10_000;
+/// How often a journal whose disk failed tries the disk again.
+const RETRY_DISK_EVERY: Duration = Duration::from_secs(5);
+
+/// The journal's settings.
+#[derive(Clone, Debug)]
+pub struct JournalConfig {
+    /// Revisions kept for resumes (in memory, and on disk).
+    pub capacity: usize,
+    /// Entries buffered per subscriber.
+    pub client_buffer: usize,
+    /// Bytes of records memory keeps (the newest).
+    pub memory_budget: u64,
+    /// The state dir, if any.
+    pub state_dir: Option<PathBuf>,
+    /// Bytes of records the disk keeps.
+    pub disk_budget: u64,
+}
+
+impl JournalConfig {
+    /// In memory only, `capacity` revisions within 8 MiB.
+    pub fn memory(capacity: usize, client_buffer: usize) -> Self {
+        Self { capacity, client_buffer, memory_budget: 8 << 20, state_dir: None, disk_budget: 0 }
+    }
+}
+
+struct Inner {
+    ring: VecDeque<Arc<Entry>>,
+    ring_bytes: u64,
+    view: BTreeMap<Arc<str>, Arc<PodStatus>>,
+    metas: BTreeMap<Arc<str>, Arc<PodMeta>>,
+    /// Who the pods that went away were (their labels above all), so every one of a
+    /// removed pod's events matches a filter as the pod did; the last [`GONE_PODS`]
+    /// are kept.
+    gone_metas: std::collections::HashMap<Arc<str>, Arc<PodMeta>>,
+    gone_order: VecDeque<Arc<str>>,
+    subs: Vec<Sub>,
+    next_sub: u64,
+    disk: Disk,
+    epoch: u64,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    revision: AtomicU64,
+    epoch: AtomicU64,
+    capacity: usize,
+    client_buffer: usize,
+    memory_budget: u64,
+    metrics: Option<JournalMetrics>,
+    /// The database, for the checkpointer.
+    path: Option<PathBuf>,
+    /// Commits since the last checkpoint.
+    dirty: AtomicU64,
+    /// The store's settings, to open it again after a failure.
+    store_cfg: Option<StoreConfig>,
+}
+
+/// The journal. Cheap to clone.
+#[derive(Clone)]
+pub struct Journal {
+    shared: Arc<Shared>,
+}
+
+impl ResetReason {
+    /// The API enum name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SlowConsumer => "SLOW_CONSUMER",
+            Self::RevisionTooOld => "REVISION_TOO_OLD",
+            Self::RuntimeResync => "RUNTIME_RESYNC",
+        }
+    }
+}
+
+impl PodMeta {
+    fn of(status: &PodStatus) -> Self {
+        Self {
+            uid: crate::labels::shared(&status.uid),
+            namespace: crate::labels::shared(&status.namespace),
+            name: crate::labels::shared(&status.name),
+            labels: status.labels.clone(),
+        }
+    }
+}
+
+impl Filter {
+    /// Whether a pod passes the pod filters.
+    pub fn matches_pod(&self, m: &PodMeta) -> bool {
+        (self.namespace.is_empty() || *self.namespace == *m.namespace)
+            && (self.pod_uid.is_empty() || *self.pod_uid == *m.uid)
+            && (self.pod_name.is_empty() || *self.pod_name == *m.name)
+            && self.selector.matches(&m.labels)
+    }
+
+    /// Whether an entry passes.
+    pub fn matches(&self, e: &Entry) -> bool {
+        (self.types.is_empty() || self.types.contains(&e.event.kind)) && self.matches_pod(&e.meta)
+    }
+}
+
+fn epoch_now() -> u64 {
+    crate::model::system_to_nanos(SystemTime::now()) as u64
+}
+
+impl Journal {
+    /// A journal in memory keeping `capacity` entries (within 8 MiB of records),
+    /// giving each subscriber a buffer of `client_buffer` entries. Its epoch is its
+    /// start time in nanoseconds.
+    pub fn new(capacity: usize, client_buffer: usize, metrics: Option<JournalMetrics>) -> Self {
+        Self::build(&JournalConfig::memory(capacity, client_buffer), metrics, Disk::None, None)
+    }
+
+    /// Opens the journal `cfg` describes: from its state dir when it has one,
+    /// continuing its epoch and revisions. Fails only when the state dir cannot be
+    /// created (a usage error); a journal on disk that cannot be used is moved aside or,
+    /// failing that, the journal runs in memory and says so.
+    pub fn open(cfg: &JournalConfig, metrics: Option<JournalMetrics>) -> Result<Self, StoreError> {
+        let Some(dir) = &cfg.state_dir else { return Ok(Self::build(cfg, metrics, Disk::None, None)) };
+        let scfg = store_config(cfg, dir.clone());
+        match Store::open(scfg.clone(), &store::boot_id()) {
+            Ok((store, loaded)) => {
+                match &loaded.new_epoch {
+                    None => tracing::info!(
+                        epoch = loaded.epoch,
+                        revision = loaded.revision,
+                        pods = loaded.view.len(),
+                        "journal continues from {}",
+                        store.path().display()
+                    ),
+                    Some(why) => tracing::info!(epoch = loaded.epoch, "journal begins a new epoch: {why}"),
+                }
+                let j = Self::build(cfg, metrics, Disk::Durable(store), Some(loaded.epoch));
+                j.load(loaded);
+                Ok(j)
+            }
+            Err(e @ StoreError::CreateDir { .. }) => Err(e),
+            Err(e) => {
+                tracing::error!(error = %e, "the journal cannot use its state dir; it keeps events in memory only and retries");
+                let disk = Disk::Failing { store: None, error: e.to_string(), last_try: Instant::now(), cfg: scfg };
+                Ok(Self::build(cfg, metrics, disk, None))
+            }
+        }
+    }
+
+    fn build(cfg: &JournalConfig, metrics: Option<JournalMetrics>, disk: Disk, epoch: Option<u64>) -> Self {
+        let epoch = epoch.unwrap_or_else(epoch_now);
+        let store_cfg = cfg.state_dir.clone().map(|dir| store_config(cfg, dir));
+        let path = store_cfg.as_ref().map(|c| c.dir.join(store::FILE));
+        if let Some(m) = &metrics {
+            m.durable.set(matches!(disk, Disk::Durable(_)) as i64);
+        }
+        Self {
+            shared: Arc::new(Shared {
+                inner: Mutex::new(Inner {
+                    ring: VecDeque::new(),
+                    ring_bytes: 0,
+                    view: BTreeMap::new(),
+                    metas: BTreeMap::new(),
+                    gone_metas: Default::default(),
+                    gone_order: VecDeque::new(),
+                    subs: Vec::new(),
+                    next_sub: 0,
+                    disk,
+                    epoch,
+                }),
+                revision: AtomicU64::new(0),
+                epoch: AtomicU64::new(epoch),
+                capacity: cfg.capacity.max(1),
+                client_buffer: cfg.client_buffer.max(1),
+                memory_budget: cfg.memory_budget.max(1),
+                metrics,
+                path,
+                dirty: AtomicU64::new(0),
+                store_cfg,
+            }),
+        }
+    }
+
+    /// Takes what the disk held: the view, and the newest records into memory.
+    fn load(&self, loaded: store::Loaded) {
+        let mut inner = self.lock();
+        for (pod, meta) in loaded.view {
+            let uid = crate::labels::shared(&pod.uid);
+            inner.view.insert(uid.clone(), Arc::new(pod));
+            inner.metas.insert(uid, Arc::new(meta));
+        }
+        for s in loaded.tail {
+            let entry =
+                Entry { revision: s.revision, event: Arc::new(s.event), meta: Arc::new(s.meta), bytes: s.bytes };
+            inner.ring_bytes += entry.bytes as u64;
+            inner.ring.push_back(Arc::new(entry));
+        }
+        self.shared.revision.store(loaded.revision, Ordering::Release);
+        self.update_gauges(&inner);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.shared.inner.lock().expect("journal lock")
+    }
+
+    /// The journal's epoch: the same across restarts that keep the state dir.
+    pub fn epoch(&self) -> u64 {
+        self.shared.epoch.load(Ordering::Acquire)
+    }
+
+    /// The latest revision (0 before the first event).
+    pub fn revision(&self) -> u64 {
+        self.shared.revision.load(Ordering::Acquire)
+    }
+
+    /// Number of live subscribers.
+    pub fn subscribers(&self) -> usize {
+        self.lock().subs.len()
+    }
+
+    /// Every pod as the journal's last events left it: at start, what the disk held,
+    /// which seeds the relister so that what changed while plegd was down becomes
+    /// events.
+    pub fn pods(&self) -> Vec<Arc<PodStatus>> {
+        self.lock().view.values().cloned().collect()
+    }
+
+    /// `None` while the journal is durable or has no state dir by choice; otherwise
+    /// why events are kept in memory only.
+    pub fn disk_problem(&self) -> Option<String> {
+        match &self.lock().disk {
+            Disk::Failing { error, .. } => Some(error.clone()),
+            _ => None,
+        }
+    }
+
+    /// Appends one event; see [`Journal::append_batch`].
+    pub fn append(&self, event: PodLifecycleEvent) -> Option<u64> {
+        self.append_batch(vec![event]).pop().flatten()
+    }
+
+    /// Appends a batch: assigns each event the next revision, updates the view, commits
+    /// the batch to disk (one transaction), and only then hands each entry to every
+    /// matching subscriber, without waiting. Returns each event's revision.
+    ///
+    /// The PLEG's events carry the pod as the runtime has it and move the view. A
+    /// reconciler's event (source `RECONCILER`) is about the pod as the view has it
+    /// now: it carries that status and never moves the view, so a status its
+    /// reconciler read earlier cannot overwrite a newer one, nor bring back a pod that
+    /// is gone; about a pod that is gone it is not appended (`None`).
+    pub fn append_batch(&self, events: Vec<PodLifecycleEvent>) -> Vec<Option<u64>> {
+        let mut inner = self.lock();
+        let mut revision = self.shared.revision.load(Ordering::Relaxed);
+        let mut out = Vec::with_capacity(events.len());
+        let mut entries = Vec::with_capacity(events.len());
+        // Pods whose view this batch moved, and the identity a pod had before an event
+        // that changed it (watchers it matched and no longer does are reset).
+        let mut moved: Vec<Arc<str>> = Vec::new();
+        let mut left: Vec<Option<Arc<PodMeta>>> = Vec::with_capacity(events.len());
+        for event in events {
+            match Self::admit(&mut inner, event) {
+                Some((event, meta, was)) => {
+                    revision += 1;
+                    if event.source != EventSource::Reconciler {
+                        moved.push(event.pod_uid.clone());
+                    }
+                    let body = record::encode_event(&event, &meta);
+                    entries.push((Arc::new(Entry { revision, event: Arc::new(event), meta, bytes: body.len() }), body));
+                    left.push(was);
+                    out.push(Some(revision));
+                }
+                None => out.push(None),
+            }
+        }
+        if entries.is_empty() {
+            return out;
+        }
+        self.commit(&mut inner, &entries, &moved, revision);
+        for ((entry, _), left) in entries.into_iter().zip(left) {
+            self.keep(&mut inner, entry.clone());
+            Self::fan_out(&mut inner, &entry, left.as_deref());
+        }
+        self.shared.revision.store(revision, Ordering::Release);
+        self.update_gauges(&inner);
+        out
+    }
+
+    /// Moves the view for one event; returns the event as it is journaled, the pod's
+    /// identity, and the identity it had before when this event changed it.
+    #[allow(clippy::type_complexity)]
+    fn admit(
+        inner: &mut Inner,
+        mut event: PodLifecycleEvent,
+    ) -> Option<(PodLifecycleEvent, Arc<PodMeta>, Option<Arc<PodMeta>>)> {
+        let uid = event.pod_uid.clone();
+        let mut left = None;
+        let meta = if event.source == EventSource::Reconciler {
+            let current = inner.view.get(&*uid).cloned()?;
+            event.pod = Some(current);
+            inner.metas.get(&*uid).cloned()?
+        } else {
+            match &event.pod {
+                Some(status) => {
+                    let known = inner.metas.get(&*uid).or_else(|| inner.gone_metas.get(&*uid));
+                    let meta = match known {
+                        Some(m) if m.labels == status.labels && *m.name == *status.name => m.clone(),
+                        // A pod's labels are its sandbox's: a status read while no sandbox
+                        // is left says nothing of them, and the pod keeps matching the
+                        // filters it matched (found by tests/watch_property.rs).
+                        Some(m) if status.sandboxes.is_empty() => m.clone(),
+                        Some(m) => {
+                            // New labels (a new sandbox with the pod's current ones).
+                            left = Some(m.clone());
+                            Arc::new(PodMeta::of(status))
+                        }
+                        None => Arc::new(PodMeta::of(status)),
+                    };
+                    inner.view.insert(uid.clone(), status.clone());
+                    inner.metas.insert(uid.clone(), meta.clone());
+                    if inner.gone_metas.remove(&*uid).is_some() {
+                        inner.gone_order.retain(|u| *u != uid);
+                    }
+                    meta
+                }
+                None => {
+                    inner.view.remove(&*uid);
+                    // Every removal event of a pod matches as the pod did: its labels
+                    // outlive the first of them.
+                    match inner.metas.remove(&*uid) {
+                        Some(meta) => {
+                            inner.gone_metas.insert(uid.clone(), meta.clone());
+                            inner.gone_order.push_back(uid.clone());
+                            while inner.gone_order.len() > GONE_PODS {
+                                let old = inner.gone_order.pop_front().expect("non-empty");
+                                inner.gone_metas.remove(&old);
+                            }
+                            meta
+                        }
+                        None => inner.gone_metas.get(&*uid).cloned().unwrap_or_else(|| {
+                            // A pod plegd never saw alive: nothing is known of its labels.
+                            Arc::new(PodMeta {
+                                uid: uid.clone(),
+                                namespace: event.pod_namespace.clone(),
+                                name: event.pod_name.clone(),
+                                labels: Labels::default(),
+                            })
+                        }),
+                    }
+                }
+            }
+        };
+        Some((event, meta, left))
+    }
+
+    /// Keeps an entry in memory, dropping the oldest beyond the count and the bytes.
+    fn keep(&self, inner: &mut Inner, entry: Arc<Entry>) {
+        inner.ring_bytes += entry.bytes as u64;
+        inner.ring.push_back(entry);
+        while inner.ring.len() > self.shared.capacity
+            || (inner.ring_bytes > self.shared.memory_budget && inner.ring.len() > 1)
+        {
+            let old = inner.ring.pop_front().expect("non-empty");
+            inner.ring_bytes -= old.bytes as u64;
+        }
+    }
+
+    fn fan_out(inner: &mut Inner, entry: &Arc<Entry>, left: Option<&PodMeta>) {
+        inner.subs.retain(|s| {
+            if !s.filter.matches(entry) {
+                if left.is_some_and(|old| s.filter.matches_pod(old)) {
+                    // The pod left this watcher's selection: its later events, removal
+                    // included, no longer match, so its copy would keep the pod for
+                    // good. A reset and a fresh snapshot instead of a silent gap.
+                    s.overflowed.store(LEFT_SELECTION, Ordering::Release);
+                    return false;
+                }
+                return !s.tx.is_closed();
+            }
+            match s.tx.try_send(entry.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    s.overflowed.store(SLOW, Ordering::Release);
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
+    }
+
+    fn update_gauges(&self, inner: &Inner) {
+        let Some(m) = &self.shared.metrics else { return };
+        m.revision.set(self.revision() as i64);
+        m.memory_bytes.set(inner.ring_bytes as i64);
+        m.oldest.set(self.oldest(inner).saturating_sub(1) as i64);
+        if let Disk::Durable(s) = &inner.disk {
+            m.disk_bytes.set(s.kept_bytes() as i64);
+        }
+    }
+
+    /// The oldest revision a replay can send.
+    fn oldest(&self, inner: &Inner) -> u64 {
+        let memory = inner.ring.front().map_or(self.revision() + 1, |e| e.revision);
+        match &inner.disk {
+            Disk::Durable(s) => s.oldest().min(memory),
+            _ => memory,
+        }
+    }
+
+    /// The number of pods whose identity is kept after they went away (bounded).
+    pub fn gone_pods(&self) -> usize {
+        self.lock().gone_metas.len()
+    }
+
+    /// The matching pods and the revision they are consistent with.
+    pub fn list(&self, filter: &Filter) -> (Vec<Arc<PodStatus>>, u64) {
+        let inner = self.lock();
+        match snapshot(&inner, filter, self.revision()) {
+            Start::Snapshot { pods, revision } => (pods, revision),
+            Start::Replay(_) => unreachable!("snapshot() makes snapshots"),
+        }
+    }
+
+    /// The events plegd published for a pod (the last 1,000 of those still kept: on
+    /// disk with a state dir, else in memory), oldest first; `None` when there are none.
+    pub fn timeline(&self, uid: &str) -> Option<Vec<Arc<Entry>>> {
+        let durable = matches!(self.lock().disk, Disk::Durable(_));
+        if let (true, Some(path)) = (durable, &self.shared.path) {
+            let read = Reader::open(path).and_then(|r| r.timeline(uid, TIMELINE_PER_POD));
+            match read {
+                Ok(v) if v.is_empty() => {}
+                Ok(v) => {
+                    let entries = v
+                        .into_iter()
+                        .map(|s| {
+                            Arc::new(Entry {
+                                revision: s.revision,
+                                event: Arc::new(s.event),
+                                meta: Arc::new(s.meta),
+                                bytes: s.bytes,
+                            })
+                        })
+                        .collect();
+                    return Some(entries);
+                }
+                Err(e) => tracing::warn!(error = %e, "reading a timeline from disk failed; showing memory's"),
+            }
+        }
+        let inner = self.lock();
+        let mut v: Vec<_> = inner.ring.iter().filter(|e| *e.event.pod_uid == *uid).cloned().collect();
+        if v.len() > TIMELINE_PER_POD {
+            v.drain(..v.len() - TIMELINE_PER_POD);
+        }
+        (!v.is_empty()).then_some(v)
+    }
+
+    /// Subscribes atomically: the start (snapshot or replay) and the live entries meet
+    /// with no gap and no repeat.
+    pub fn subscribe(&self, since: Since, filter: Arc<Filter>) -> Subscription {
+        let mut inner = self.lock();
+        let current = self.revision();
+        let memory_oldest = inner.ring.front().map_or(current + 1, |e| e.revision);
+        let (start, reset) = match since {
+            Since::Revision(r, epoch) => {
+                let same_epoch = epoch == 0 || epoch == inner.epoch;
+                let disk_oldest = match (&inner.disk, &self.shared.path) {
+                    (Disk::Durable(s), Some(_)) => s.oldest(),
+                    _ => u64::MAX,
+                };
+                if same_epoch && r <= current && r + 1 >= memory_oldest {
+                    let skip = (r + 1).saturating_sub(memory_oldest) as usize;
+                    let memory = inner.ring.iter().skip(skip).filter(|e| filter.matches(e)).cloned().collect();
+                    (Start::Replay(Replay { disk: None, memory }), None)
+                } else if same_epoch && r <= current && r + 1 >= disk_oldest {
+                    let memory = inner.ring.iter().filter(|e| filter.matches(e)).cloned().collect();
+                    let disk = DiskReplay {
+                        reader: None,
+                        path: self.shared.path.clone().expect("a durable journal has a path"),
+                        after: r,
+                        before: memory_oldest,
+                        filter: filter.clone(),
+                    };
+                    (Start::Replay(Replay { disk: Some(disk), memory }), None)
+                } else {
+                    (snapshot(&inner, &filter, current), Some(ResetReason::RevisionTooOld))
+                }
+            }
+            Since::Snapshot => (snapshot(&inner, &filter, current), None),
+        };
+        let (tx, rx) = mpsc::channel(self.shared.client_buffer);
+        let overflowed = Arc::new(AtomicU8::new(0));
+        let id = inner.next_sub;
+        inner.next_sub += 1;
+        inner.subs.push(Sub { id, filter, tx, overflowed: overflowed.clone() });
+        drop(inner);
+        if let Some(reason) = reset {
+            self.count_reset(reason);
+        }
+        Subscription { start, reset, rx, overflowed, id, journal: self.clone() }
+    }
+
+    /// Counts a reset in the metrics.
+    pub fn count_reset(&self, reason: ResetReason) {
+        if let Some(m) = &self.shared.metrics {
+            m.resets.get_or_create(&ReasonLabel { reason: reason.as_str().into() }).inc();
+        }
+    }
+
+    fn unsubscribe(&self, id: u64) {
+        self.lock().subs.retain(|s| s.id != id);
+    }
+
+    /// The task that checkpoints the database's WAL off the write path, when the
+    /// journal has a state dir.
+    pub fn checkpointer(&self) -> Option<Checkpointer> {
+        self.shared.path.clone().map(|path| Checkpointer { journal: self.clone(), path })
+    }
+}
+
+fn snapshot(inner: &Inner, filter: &Filter, revision: u64) -> Start {
+    let pods = inner
+        .view
+        .iter()
+        .filter(|(uid, _)| inner.metas.get(*uid).is_some_and(|m| filter.matches_pod(m)))
+        .map(|(_, p)| p.clone())
+        .collect();
+    Start::Snapshot { pods, revision }
+}
+
+impl Subscription {
+    /// Whether the journal dropped this subscriber (its buffer overflowed, a pod it
+    /// watched left its selection, or the journal began a new epoch): it must start
+    /// over.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed.load(Ordering::Acquire) != 0
+    }
+
+    /// Why the journal dropped this subscriber, if it did.
+    pub fn dropped_because(&self) -> Option<ResetReason> {
+        match self.overflowed.load(Ordering::Acquire) {
+            0 => None,
+            LEFT_SELECTION | NEW_EPOCH => Some(ResetReason::RuntimeResync),
+            _ => Some(ResetReason::SlowConsumer),
+        }
+    }
+
+    /// Whether the journal dropped this subscriber because it began a new epoch.
+    pub fn epoch_changed(&self) -> bool {
+        self.overflowed.load(Ordering::Acquire) == NEW_EPOCH
+    }
+
+    /// Whether every entry handed to this subscriber has been taken (and it did not
+    /// overflow): with the journal's revision read before, nothing at or below that
+    /// revision is still to come.
+    pub fn is_drained(&self) -> bool {
+        self.rx.is_empty() && !self.overflowed()
+    }
+
+    /// The next live entry; `None` once the subscriber overflowed (check
+    /// [`Subscription::overflowed`]) and its buffer is drained.
+    pub async fn next(&mut self) -> Option<Arc<Entry>> {
+        if self.overflowed() {
+            return None;
+        }
+        self.rx.recv().await
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.journal.unsubscribe(self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests;

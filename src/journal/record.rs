@@ -1,0 +1,363 @@
+//! How the journal writes an event and a pod to disk: protobuf messages of its own
+//! (not the API's, which may change for clients' sake), converted both ways. A record
+//! carries everything an entry holds — the event, the pod's status after it, and who
+//! the pod was for filters — so a replay from disk is the entry that was delivered.
+
+use std::sync::Arc;
+
+use prost::Message;
+
+use super::PodMeta;
+use crate::labels::{Labels, shared};
+use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
+use crate::model::{
+    ContainerState, ContainerStatus, PodStatus, SandboxState, SandboxStatus, nanos_to_system, system_to_nanos,
+};
+
+/// Why a record could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// Not a record at all.
+    #[error("malformed record: {0}")]
+    Decode(#[from] prost::DecodeError),
+    /// A field holds a value this version does not know.
+    #[error("malformed record: {0}")]
+    Value(String),
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct StoredEvent {
+    #[prost(string, tag = "1")]
+    pod_uid: String,
+    #[prost(string, tag = "2")]
+    pod_namespace: String,
+    #[prost(string, tag = "3")]
+    pod_name: String,
+    #[prost(string, tag = "4")]
+    kind: String,
+    #[prost(string, tag = "5")]
+    container_id: String,
+    #[prost(string, tag = "6")]
+    container_name: String,
+    #[prost(bool, tag = "7")]
+    is_sandbox: bool,
+    #[prost(string, tag = "8")]
+    source: String,
+    #[prost(int64, tag = "9")]
+    observed_at: i64,
+    #[prost(int64, optional, tag = "10")]
+    runtime_timestamp: Option<i64>,
+    #[prost(string, tag = "11")]
+    message: String,
+    #[prost(message, optional, tag = "12")]
+    pod: Option<StoredPod>,
+    #[prost(message, optional, tag = "13")]
+    meta: Option<StoredMeta>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct StoredMeta {
+    #[prost(string, tag = "1")]
+    uid: String,
+    #[prost(string, tag = "2")]
+    namespace: String,
+    #[prost(string, tag = "3")]
+    name: String,
+    #[prost(btree_map = "string, string", tag = "4")]
+    labels: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct StoredPod {
+    #[prost(string, tag = "1")]
+    uid: String,
+    #[prost(string, tag = "2")]
+    name: String,
+    #[prost(string, tag = "3")]
+    namespace: String,
+    #[prost(btree_map = "string, string", tag = "4")]
+    labels: std::collections::BTreeMap<String, String>,
+    #[prost(btree_map = "string, string", tag = "5")]
+    annotations: std::collections::BTreeMap<String, String>,
+    #[prost(string, repeated, tag = "6")]
+    ips: Vec<String>,
+    #[prost(message, repeated, tag = "7")]
+    sandboxes: Vec<StoredSandbox>,
+    #[prost(message, repeated, tag = "8")]
+    containers: Vec<StoredContainer>,
+    #[prost(int64, tag = "9")]
+    observed_at: i64,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct StoredSandbox {
+    #[prost(string, tag = "1")]
+    id: String,
+    #[prost(uint32, tag = "2")]
+    attempt: u32,
+    #[prost(uint32, tag = "3")]
+    state: u32,
+    #[prost(int64, tag = "4")]
+    created_at: i64,
+    #[prost(string, tag = "5")]
+    ip: String,
+    #[prost(string, repeated, tag = "6")]
+    additional_ips: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct StoredContainer {
+    #[prost(string, tag = "1")]
+    id: String,
+    #[prost(string, tag = "2")]
+    name: String,
+    #[prost(uint32, tag = "3")]
+    attempt: u32,
+    #[prost(uint32, tag = "4")]
+    state: u32,
+    #[prost(int64, tag = "5")]
+    created_at: i64,
+    #[prost(int64, tag = "6")]
+    started_at: i64,
+    #[prost(int64, tag = "7")]
+    finished_at: i64,
+    #[prost(int32, tag = "8")]
+    exit_code: i32,
+    #[prost(string, tag = "9")]
+    reason: String,
+    #[prost(string, tag = "10")]
+    message: String,
+    #[prost(string, tag = "11")]
+    image: String,
+    #[prost(btree_map = "string, string", tag = "12")]
+    labels: std::collections::BTreeMap<String, String>,
+    #[prost(btree_map = "string, string", tag = "13")]
+    annotations: std::collections::BTreeMap<String, String>,
+}
+
+/// A pod in the journal's view, as the pods table keeps it.
+#[derive(Clone, PartialEq, Message)]
+struct StoredView {
+    #[prost(message, optional, tag = "1")]
+    pod: Option<StoredPod>,
+    #[prost(message, optional, tag = "2")]
+    meta: Option<StoredMeta>,
+}
+
+/// Encodes an event with the pod it is about.
+pub fn encode_event(ev: &PodLifecycleEvent, meta: &PodMeta) -> Vec<u8> {
+    StoredEvent {
+        pod_uid: ev.pod_uid.to_string(),
+        pod_namespace: ev.pod_namespace.to_string(),
+        pod_name: ev.pod_name.to_string(),
+        kind: ev.kind.as_str().into(),
+        container_id: ev.container_id.clone(),
+        container_name: ev.container_name.to_string(),
+        is_sandbox: ev.is_sandbox,
+        source: ev.source.as_str().into(),
+        observed_at: system_to_nanos(ev.observed_at),
+        runtime_timestamp: ev.runtime_timestamp.map(system_to_nanos),
+        message: ev.message.clone(),
+        pod: ev.pod.as_deref().map(stored_pod),
+        meta: Some(stored_meta(meta)),
+    }
+    .encode_to_vec()
+}
+
+/// Decodes an event and the pod it is about.
+pub fn decode_event(bytes: &[u8]) -> Result<(PodLifecycleEvent, PodMeta), RecordError> {
+    let s = StoredEvent::decode(bytes)?;
+    let kind: EventType =
+        s.kind.parse().map_err(|e: crate::model::event::UnknownEventType| RecordError::Value(e.to_string()))?;
+    let source = source_of(&s.source)?;
+    let meta = s.meta.map(meta_of).unwrap_or_else(|| PodMeta {
+        uid: shared(&s.pod_uid),
+        namespace: shared(&s.pod_namespace),
+        name: shared(&s.pod_name),
+        labels: Labels::default(),
+    });
+    let pod = s.pod.map(pod_of).transpose()?.map(Arc::new);
+    let ev = PodLifecycleEvent {
+        pod_uid: shared(&s.pod_uid),
+        pod_namespace: shared(&s.pod_namespace),
+        pod_name: shared(&s.pod_name),
+        kind,
+        container_id: s.container_id,
+        container_name: shared(&s.container_name),
+        is_sandbox: s.is_sandbox,
+        source,
+        observed_at: time(s.observed_at),
+        runtime_timestamp: s.runtime_timestamp.and_then(nanos_to_system),
+        pod,
+        message: s.message,
+    };
+    Ok((ev, meta))
+}
+
+/// Encodes a pod of the view.
+pub fn encode_view(pod: &PodStatus, meta: &PodMeta) -> Vec<u8> {
+    StoredView { pod: Some(stored_pod(pod)), meta: Some(stored_meta(meta)) }.encode_to_vec()
+}
+
+/// Decodes a pod of the view.
+pub fn decode_view(bytes: &[u8]) -> Result<(PodStatus, PodMeta), RecordError> {
+    let v = StoredView::decode(bytes)?;
+    let pod = pod_of(v.pod.ok_or_else(|| RecordError::Value("a view record without its pod".into()))?)?;
+    let meta = v.meta.map(meta_of).unwrap_or_else(|| PodMeta {
+        uid: shared(&pod.uid),
+        namespace: shared(&pod.namespace),
+        name: shared(&pod.name),
+        labels: pod.labels.clone(),
+    });
+    Ok((pod, meta))
+}
+
+fn time(ns: i64) -> std::time::SystemTime {
+    nanos_to_system(ns).unwrap_or(std::time::UNIX_EPOCH)
+}
+
+fn map(l: &Labels) -> std::collections::BTreeMap<String, String> {
+    l.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+}
+
+fn stored_meta(m: &PodMeta) -> StoredMeta {
+    StoredMeta {
+        uid: m.uid.to_string(),
+        namespace: m.namespace.to_string(),
+        name: m.name.to_string(),
+        labels: map(&m.labels),
+    }
+}
+
+fn meta_of(m: StoredMeta) -> PodMeta {
+    PodMeta {
+        uid: shared(&m.uid),
+        namespace: shared(&m.namespace),
+        name: shared(&m.name),
+        labels: m.labels.into_iter().collect(),
+    }
+}
+
+fn stored_pod(p: &PodStatus) -> StoredPod {
+    StoredPod {
+        uid: p.uid.clone(),
+        name: p.name.clone(),
+        namespace: p.namespace.clone(),
+        labels: map(&p.labels),
+        annotations: map(&p.annotations),
+        ips: p.ips.clone(),
+        sandboxes: p
+            .sandboxes
+            .iter()
+            .map(|s| StoredSandbox {
+                id: s.id.clone(),
+                attempt: s.attempt,
+                state: match s.state {
+                    SandboxState::Ready => 0,
+                    SandboxState::NotReady => 1,
+                    SandboxState::Unknown => 2,
+                },
+                created_at: s.created_at,
+                ip: s.ip.clone(),
+                additional_ips: s.additional_ips.clone(),
+            })
+            .collect(),
+        containers: p
+            .containers
+            .iter()
+            .map(|c| StoredContainer {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                attempt: c.attempt,
+                state: match c.state {
+                    ContainerState::Created => 0,
+                    ContainerState::Running => 1,
+                    ContainerState::Exited => 2,
+                    ContainerState::Unknown => 3,
+                },
+                created_at: c.created_at,
+                started_at: c.started_at,
+                finished_at: c.finished_at,
+                exit_code: c.exit_code,
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                image: c.image.clone(),
+                labels: map(&c.labels),
+                annotations: map(&c.annotations),
+            })
+            .collect(),
+        observed_at: system_to_nanos(p.observed_at),
+    }
+}
+
+fn pod_of(p: StoredPod) -> Result<PodStatus, RecordError> {
+    let sandboxes = p
+        .sandboxes
+        .into_iter()
+        .map(|s| {
+            let state = match s.state {
+                0 => SandboxState::Ready,
+                1 => SandboxState::NotReady,
+                2 => SandboxState::Unknown,
+                n => return Err(RecordError::Value(format!("sandbox state {n}"))),
+            };
+            Ok(SandboxStatus {
+                id: s.id,
+                attempt: s.attempt,
+                state,
+                created_at: s.created_at,
+                ip: s.ip,
+                additional_ips: s.additional_ips,
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let containers = p
+        .containers
+        .into_iter()
+        .map(|c| {
+            let state = match c.state {
+                0 => ContainerState::Created,
+                1 => ContainerState::Running,
+                2 => ContainerState::Exited,
+                3 => ContainerState::Unknown,
+                n => return Err(RecordError::Value(format!("container state {n}"))),
+            };
+            Ok(Arc::new(ContainerStatus {
+                id: c.id,
+                name: c.name,
+                attempt: c.attempt,
+                state,
+                created_at: c.created_at,
+                started_at: c.started_at,
+                finished_at: c.finished_at,
+                exit_code: c.exit_code,
+                reason: c.reason,
+                message: c.message,
+                image: c.image,
+                labels: c.labels.into_iter().collect(),
+                annotations: c.annotations.into_iter().collect(),
+            }))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(PodStatus {
+        uid: p.uid,
+        name: p.name,
+        namespace: p.namespace,
+        labels: p.labels.into_iter().collect(),
+        annotations: p.annotations.into_iter().collect(),
+        ips: p.ips,
+        sandboxes,
+        containers,
+        observed_at: time(p.observed_at),
+    })
+}
+
+fn source_of(s: &str) -> Result<EventSource, RecordError> {
+    Ok(match s {
+        "RELIST" => EventSource::Relist,
+        "POD_RELIST" => EventSource::PodRelist,
+        "CRI_EVENT" => EventSource::CriEvent,
+        "RECONCILER" => EventSource::Reconciler,
+        other => return Err(RecordError::Value(format!("event source {other:?}"))),
+    })
+}

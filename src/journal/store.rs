@@ -1,0 +1,537 @@
+//! The journal on disk: one SQLite database under `--state-dir` holding the events
+//! (every revision still kept, in order) and the view (every pod as its last event left
+//! it), both written in one transaction per batch before any watcher sees the batch.
+//!
+//! Why SQLite, in WAL mode with `synchronous=NORMAL`: a commit is a `write()` into the
+//! WAL, which survives the process being killed (`kill -9`, the OOM killer) — the
+//! crashes plegd must survive — at about 30 µs per one-event batch here; `fsync`
+//! happens at checkpoints, which a task of their own runs off the write path (see
+//! `tools/storebench` and BENCHMARKS.md for the write pattern measured against redb). A
+//! power loss may take back the last commits since a checkpoint: the store remembers
+//! the boot it was written in, and a store from another boot starts a new epoch, so a
+//! revision taken back can never be reused under the name a client holds.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+
+use super::PodMeta;
+use super::record::{self, RecordError};
+use crate::model::PodStatus;
+use crate::model::event::PodLifecycleEvent;
+
+/// The database's file name in the state dir.
+pub const FILE: &str = "journal.db";
+/// The layout this version writes; another one is moved aside like a corrupt file.
+const SCHEMA: i64 = 1;
+
+/// What went wrong with the journal's file.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The state dir cannot be created.
+    #[error("--state-dir: cannot create {path}: {source}")]
+    CreateDir {
+        /// The dir.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The database failed.
+    #[error("journal database {path}: {source}")]
+    Sql {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A record did not decode.
+    #[error("journal database {path}: {source}")]
+    Record {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: RecordError,
+    },
+    /// The file is not a journal this version can read.
+    #[error("journal database {path}: {reason}")]
+    Unusable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A corrupt file could not be moved aside.
+    #[error("cannot move the unusable journal {path} aside: {source}")]
+    MoveAside {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The store's budgets.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// The state dir.
+    pub dir: PathBuf,
+    /// Revisions kept at most.
+    pub capacity: u64,
+    /// Bytes of event records kept at most; the oldest revisions go first.
+    pub disk_budget: u64,
+    /// Bytes of the newest records read back into memory at start.
+    pub memory_budget: u64,
+}
+
+/// One stored event as read back.
+pub struct Stored {
+    /// Its revision.
+    pub revision: u64,
+    /// The event.
+    pub event: PodLifecycleEvent,
+    /// The pod, for filters.
+    pub meta: PodMeta,
+    /// The record's size.
+    pub bytes: usize,
+}
+
+/// What a store held when it was opened.
+pub struct Loaded {
+    /// The journal's epoch.
+    pub epoch: u64,
+    /// Its latest revision (0: none yet).
+    pub revision: u64,
+    /// Every pod as its last event left it.
+    pub view: Vec<(PodStatus, PodMeta)>,
+    /// The newest records, oldest first, within the memory budget.
+    pub tail: Vec<Stored>,
+    /// Why a new epoch began, when it did: `None` when the journal continues.
+    pub new_epoch: Option<String>,
+}
+
+/// The writer's connection.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    cfg: StoreConfig,
+    /// Oldest revision kept (the latest + 1 when none is).
+    oldest: u64,
+    /// Sum of the kept records' sizes.
+    kept_bytes: u64,
+}
+
+/// An event to write: its revision, pod and record.
+pub struct Write<'a> {
+    /// Revision.
+    pub revision: u64,
+    /// Pod UID.
+    pub uid: &'a str,
+    /// The record.
+    pub body: &'a [u8],
+}
+
+/// A change to the view: a pod's record, or `None` once it is gone.
+pub type ViewWrite<'a> = (&'a str, Option<&'a [u8]>);
+
+fn sql(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    move |source| StoreError::Sql { path: path.to_owned(), source }
+}
+
+/// This boot of the machine, so that a store written before a reboot (whose last
+/// commits a power loss may have taken back) is not continued.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_owned()).unwrap_or_default()
+}
+
+fn new_epoch() -> u64 {
+    crate::model::system_to_nanos(std::time::SystemTime::now()) as u64
+}
+
+impl Store {
+    /// Opens the journal under `cfg.dir`, creating the dir and the file as needed. A
+    /// file that cannot be read, is corrupt or of another layout is moved aside (logged
+    /// once) and a new one begins with a new epoch; so does one from another boot.
+    /// Fails only when the dir cannot be created, or a bad file cannot be moved aside.
+    pub fn open(cfg: StoreConfig, boot: &str) -> Result<(Self, Loaded), StoreError> {
+        std::fs::create_dir_all(&cfg.dir).map_err(|source| StoreError::CreateDir { path: cfg.dir.clone(), source })?;
+        let path = cfg.dir.join(FILE);
+        match Self::open_existing(&path, &cfg, boot) {
+            Ok(Some(opened)) => return Ok(opened),
+            Ok(None) => {}
+            Err(e) => {
+                let aside = move_aside(&path)?;
+                tracing::warn!(
+                    error = %e, moved_to = %aside.display(),
+                    "the journal on disk is unusable; it was moved aside and a new epoch begins (watchers start over with a snapshot)"
+                );
+                let (store, mut loaded) = Self::create(&path, &cfg, boot)?;
+                loaded.new_epoch = Some(format!("{e}; moved to {}", aside.display()));
+                return Ok((store, loaded));
+            }
+        }
+        Self::create(&path, &cfg, boot)
+    }
+
+    fn connect(path: &Path) -> Result<Connection, StoreError> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql(path))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(sql(path))?;
+        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(sql(path))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Unusable {
+                path: path.to_owned(),
+                reason: format!("journal mode {mode}, not WAL"),
+            });
+        }
+        conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0; PRAGMA foreign_keys=OFF;")
+            .map_err(sql(path))?;
+        Ok(conn)
+    }
+
+    /// `Ok(None)`: no journal there yet.
+    fn open_existing(path: &Path, cfg: &StoreConfig, boot: &str) -> Result<Option<(Self, Loaded)>, StoreError> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        let conn = Self::connect(path)?;
+        let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(sql(path))?;
+        if check != "ok" {
+            return Err(StoreError::Unusable { path: path.to_owned(), reason: format!("integrity check: {check}") });
+        }
+        let meta = |key: &str| -> Result<Option<i64>, StoreError> {
+            conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0)).optional().map_err(sql(path))
+        };
+        let schema = meta("schema")?;
+        if schema != Some(SCHEMA) {
+            return Err(StoreError::Unusable {
+                path: path.to_owned(),
+                reason: format!("layout {schema:?}, this plegd writes layout {SCHEMA}"),
+            });
+        }
+        let epoch =
+            meta("epoch")?.ok_or_else(|| StoreError::Unusable { path: path.to_owned(), reason: "no epoch".into() })?;
+        let revision = meta("revision")?.unwrap_or(0) as u64;
+        let stored_boot: String = conn
+            .query_row("SELECT text FROM meta WHERE key = 'boot'", [], |r| r.get(0))
+            .optional()
+            .map_err(sql(path))?
+            .unwrap_or_default();
+        let mut store = Self { conn, path: path.to_owned(), cfg: cfg.clone(), oldest: revision + 1, kept_bytes: 0 };
+        let view = store.read_view()?;
+        let mut new_epoch_reason = None;
+        let epoch = if !boot.is_empty() && stored_boot != boot {
+            // The machine rebooted: a power loss may have taken back commits that
+            // watchers saw. The pods still seed the relister; the events go.
+            let epoch = new_epoch();
+            let tx = store.conn.transaction().map_err(sql(path))?;
+            tx.execute("DELETE FROM events", []).map_err(sql(path))?;
+            tx.execute("UPDATE meta SET value = ?1 WHERE key = 'epoch'", [epoch as i64]).map_err(sql(path))?;
+            tx.execute("INSERT OR REPLACE INTO meta(key, value, text) VALUES ('boot', NULL, ?1)", [boot])
+                .map_err(sql(path))?;
+            tx.commit().map_err(sql(path))?;
+            new_epoch_reason = Some("the machine rebooted since the journal was written".to_owned());
+            epoch
+        } else {
+            epoch as u64
+        };
+        let (oldest, kept): (Option<i64>, Option<i64>) = store
+            .conn
+            .query_row("SELECT MIN(rev), SUM(size) FROM events", [], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(sql(path))?;
+        store.oldest = oldest.map_or(revision + 1, |o| o as u64);
+        store.kept_bytes = kept.unwrap_or(0) as u64;
+        let tail = store.read_tail(revision)?;
+        Ok(Some((store, Loaded { epoch, revision, view, tail, new_epoch: new_epoch_reason })))
+    }
+
+    fn create(path: &Path, cfg: &StoreConfig, boot: &str) -> Result<(Self, Loaded), StoreError> {
+        let mut conn = Self::connect(path)?;
+        let epoch = new_epoch();
+        let tx = conn.transaction().map_err(sql(path))?;
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER, text TEXT) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS events(rev INTEGER PRIMARY KEY, uid TEXT NOT NULL, size INTEGER NOT NULL, body BLOB NOT NULL);
+             CREATE INDEX IF NOT EXISTS events_by_pod ON events(uid, rev);
+             CREATE TABLE IF NOT EXISTS pods(uid TEXT PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID;
+             DELETE FROM meta; DELETE FROM events; DELETE FROM pods;",
+        )
+        .map_err(sql(path))?;
+        tx.execute(
+            "INSERT INTO meta(key, value) VALUES ('schema', ?1), ('epoch', ?2), ('revision', 0)",
+            params![SCHEMA, epoch as i64],
+        )
+        .map_err(sql(path))?;
+        tx.execute("INSERT INTO meta(key, value, text) VALUES ('boot', NULL, ?1)", [boot]).map_err(sql(path))?;
+        tx.commit().map_err(sql(path))?;
+        let store = Self { conn, path: path.to_owned(), cfg: cfg.clone(), oldest: 1, kept_bytes: 0 };
+        Ok((
+            store,
+            Loaded {
+                epoch,
+                revision: 0,
+                view: Vec::new(),
+                tail: Vec::new(),
+                new_epoch: Some("no journal on disk yet".into()),
+            },
+        ))
+    }
+
+    fn read_view(&self) -> Result<Vec<(PodStatus, PodMeta)>, StoreError> {
+        let mut stmt = self.conn.prepare("SELECT body FROM pods").map_err(sql(&self.path))?;
+        let rows = stmt.query_map([], |r| r.get::<_, Vec<u8>>(0)).map_err(sql(&self.path))?;
+        let mut view = Vec::new();
+        for body in rows {
+            let body = body.map_err(sql(&self.path))?;
+            view.push(
+                record::decode_view(&body).map_err(|source| StoreError::Record { path: self.path.clone(), source })?,
+            );
+        }
+        Ok(view)
+    }
+
+    /// The newest records within the memory budget, oldest first.
+    fn read_tail(&self, revision: u64) -> Result<Vec<Stored>, StoreError> {
+        let mut stmt = self.conn.prepare("SELECT rev, body FROM events ORDER BY rev DESC").map_err(sql(&self.path))?;
+        let mut rows = stmt.query([]).map_err(sql(&self.path))?;
+        let (mut tail, mut bytes) = (Vec::new(), 0u64);
+        let mut expect = revision;
+        while let Some(row) = rows.next().map_err(sql(&self.path))? {
+            let rev: i64 = row.get(0).map_err(sql(&self.path))?;
+            let body: Vec<u8> = row.get(1).map_err(sql(&self.path))?;
+            if rev as u64 != expect {
+                return Err(StoreError::Unusable {
+                    path: self.path.clone(),
+                    reason: format!("revision {expect} is missing"),
+                });
+            }
+            bytes += body.len() as u64;
+            if bytes > self.cfg.memory_budget && !tail.is_empty() {
+                break;
+            }
+            tail.push(decode(&self.path, rev as u64, &body)?);
+            expect -= 1;
+        }
+        tail.reverse();
+        Ok(tail)
+    }
+
+    /// Writes a batch of events and the view's changes in one transaction, then drops
+    /// the oldest revisions beyond the budgets.
+    pub fn commit(&mut self, events: &[Write<'_>], view: &[ViewWrite<'_>], revision: u64) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(sql(&path))?;
+        {
+            let mut ins = tx
+                .prepare_cached("INSERT INTO events(rev, uid, size, body) VALUES (?1, ?2, ?3, ?4)")
+                .map_err(sql(&path))?;
+            for w in events {
+                ins.execute(params![w.revision as i64, w.uid, w.body.len() as i64, w.body]).map_err(sql(&path))?;
+            }
+            let mut put =
+                tx.prepare_cached("INSERT OR REPLACE INTO pods(uid, body) VALUES (?1, ?2)").map_err(sql(&path))?;
+            let mut del = tx.prepare_cached("DELETE FROM pods WHERE uid = ?1").map_err(sql(&path))?;
+            for (uid, body) in view {
+                match body {
+                    Some(b) => put.execute(params![uid, b]).map_err(sql(&path))?,
+                    None => del.execute([uid]).map_err(sql(&path))?,
+                };
+            }
+            tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'revision'")
+                .map_err(sql(&path))?
+                .execute([revision as i64])
+                .map_err(sql(&path))?;
+        }
+        let added: u64 = events.iter().map(|w| w.body.len() as u64).sum();
+        let compacted = Self::compact(&tx, &path, &self.cfg, self.oldest, revision, self.kept_bytes + added)?;
+        tx.commit().map_err(sql(&path))?;
+        if self.oldest > revision {
+            self.oldest = events.first().map_or(revision + 1, |w| w.revision);
+        }
+        self.kept_bytes += added;
+        if let Some((oldest, freed)) = compacted {
+            self.oldest = oldest;
+            self.kept_bytes -= freed;
+        }
+        Ok(())
+    }
+
+    /// Drops the oldest revisions while more than the capacity or the disk budget is
+    /// kept, down to 95 % of each so that compaction is not paid on every commit.
+    /// Returns the new oldest revision and the bytes freed.
+    fn compact(
+        tx: &rusqlite::Transaction<'_>,
+        path: &Path,
+        cfg: &StoreConfig,
+        oldest: u64,
+        revision: u64,
+        kept: u64,
+    ) -> Result<Option<(u64, u64)>, StoreError> {
+        let count = (revision + 1).saturating_sub(oldest);
+        if count <= cfg.capacity && kept <= cfg.disk_budget {
+            return Ok(None);
+        }
+        let (count_goal, bytes_goal) = (cfg.capacity - cfg.capacity / 20, cfg.disk_budget - cfg.disk_budget / 20);
+        let mut stmt =
+            tx.prepare_cached("SELECT rev, size FROM events WHERE rev >= ?1 ORDER BY rev").map_err(sql(path))?;
+        let mut rows = stmt.query([oldest as i64]).map_err(sql(path))?;
+        let (mut cut, mut freed, mut left) = (oldest, 0u64, count);
+        while let Some(row) = rows.next().map_err(sql(path))? {
+            if (left <= count_goal && kept - freed <= bytes_goal) || left <= 1 {
+                break;
+            }
+            let (rev, size): (i64, i64) = (row.get(0).map_err(sql(path))?, row.get(1).map_err(sql(path))?);
+            cut = rev as u64 + 1;
+            freed += size as u64;
+            left -= 1;
+        }
+        drop(rows);
+        tx.execute("DELETE FROM events WHERE rev < ?1", [cut as i64]).map_err(sql(path))?;
+        Ok(Some((cut, freed)))
+    }
+
+    /// Replaces everything on disk with this journal's state: after writes failed and
+    /// work again, the store restarts from what memory still holds, under the epoch
+    /// the journal moved to when they failed.
+    pub fn rewrite(
+        &mut self,
+        epoch: u64,
+        revision: u64,
+        events: &[Write<'_>],
+        view: &[ViewWrite<'_>],
+    ) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        {
+            let tx = self.conn.transaction().map_err(sql(&path))?;
+            tx.execute_batch("DELETE FROM events; DELETE FROM pods;").map_err(sql(&path))?;
+            tx.execute("UPDATE meta SET value = ?1 WHERE key = 'epoch'", [epoch as i64]).map_err(sql(&path))?;
+            tx.commit().map_err(sql(&path))?;
+        }
+        self.oldest = revision + 1;
+        self.kept_bytes = 0;
+        self.commit(events, view, revision)
+    }
+
+    /// Oldest revision on disk (the latest + 1 when none).
+    pub fn oldest(&self) -> u64 {
+        self.oldest
+    }
+
+    /// Bytes of event records kept.
+    pub fn kept_bytes(&self) -> u64 {
+        self.kept_bytes
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A reader of its own, for replays and timelines.
+    pub fn reader(&self) -> Result<Reader, StoreError> {
+        Reader::open(&self.path)
+    }
+
+    /// Limits the file to `pages` pages: writes beyond fail as a full disk does
+    /// (SQLite's own "database or disk is full").
+    #[cfg(test)]
+    pub fn limit_pages(&self, pages: u64) {
+        let _: i64 = self.conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| r.get(0)).unwrap();
+    }
+
+    /// Pages the file has.
+    #[cfg(test)]
+    pub fn page_count(&self) -> u64 {
+        self.conn.query_row("PRAGMA page_count", [], |r| r.get::<_, i64>(0)).unwrap() as u64
+    }
+}
+
+fn decode(path: &Path, revision: u64, body: &[u8]) -> Result<Stored, StoreError> {
+    let (event, meta) =
+        record::decode_event(body).map_err(|source| StoreError::Record { path: path.to_owned(), source })?;
+    Ok(Stored { revision, event, meta, bytes: body.len() })
+}
+
+/// Moves a bad journal (and its WAL) aside: `journal.db.bad-<unix seconds>`.
+fn move_aside(path: &Path) -> Result<PathBuf, StoreError> {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let aside = path.with_file_name(format!("{FILE}.bad-{secs}"));
+    std::fs::rename(path, &aside).map_err(|source| StoreError::MoveAside { path: path.to_owned(), source })?;
+    for ext in ["-wal", "-shm"] {
+        let side = PathBuf::from(format!("{}{ext}", path.display()));
+        if side.exists() {
+            let _ = std::fs::rename(&side, PathBuf::from(format!("{}{ext}", aside.display())));
+        }
+    }
+    Ok(aside)
+}
+
+/// A read-only connection: replays page through it, the timeline reads a pod's events.
+pub struct Reader {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Reader {
+    /// A read-only connection to the journal at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn =
+            Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(sql(path))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(sql(path))?;
+        Ok(Self { conn, path: path.to_owned() })
+    }
+
+    /// Up to `limit` records after `after`, in order. The first is `after + 1` unless
+    /// compaction took it: the caller checks.
+    pub fn page(&self, after: u64, before: u64, limit: usize) -> Result<Vec<Stored>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT rev, body FROM events WHERE rev > ?1 AND rev < ?2 ORDER BY rev LIMIT ?3")
+            .map_err(sql(&self.path))?;
+        let rows = stmt
+            .query_map(params![after as i64, before as i64, limit as i64], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
+            .map_err(sql(&self.path))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (rev, body) = row.map_err(sql(&self.path))?;
+            out.push(decode(&self.path, rev as u64, &body)?);
+        }
+        Ok(out)
+    }
+
+    /// The newest `limit` events of a pod, oldest first.
+    pub fn timeline(&self, uid: &str, limit: usize) -> Result<Vec<Stored>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT rev, body FROM events WHERE uid = ?1 ORDER BY rev DESC LIMIT ?2")
+            .map_err(sql(&self.path))?;
+        let rows = stmt
+            .query_map(params![uid, limit as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
+            .map_err(sql(&self.path))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (rev, body) = row.map_err(sql(&self.path))?;
+            out.push(decode(&self.path, rev as u64, &body)?);
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    /// Copies the WAL into the database (never waiting on the writer or readers), so
+    /// the WAL stays small and what is committed reaches the disk with an `fsync`.
+    pub fn checkpoint(path: &Path) -> Result<(), StoreError> {
+        let conn =
+            Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(sql(path))?;
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())).map_err(sql(path))
+    }
+}

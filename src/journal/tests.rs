@@ -1,0 +1,687 @@
+//! The journal's tests: its guarantees in memory (`basics`, `guarantees`) and on disk
+//! (`durable`).
+
+mod basics {
+    use super::super::*;
+    use crate::model::event::EventSource;
+
+    fn status(uid: &str, ns: &str, app: &str) -> Arc<PodStatus> {
+        let labels = [("app".to_string(), app.to_string())].into();
+        Arc::new(PodStatus { labels, ..PodStatus::empty(uid, ns, &format!("pod-{uid}")) })
+    }
+
+    fn event(uid: &str, kind: EventType, pod: Option<Arc<PodStatus>>) -> PodLifecycleEvent {
+        PodLifecycleEvent {
+            pod_uid: uid.into(),
+            pod_namespace: "ns".into(),
+            pod_name: format!("pod-{uid}").into(),
+            kind,
+            container_id: format!("c-{uid}"),
+            container_name: "c".into(),
+            is_sandbox: false,
+            source: EventSource::Relist,
+            observed_at: SystemTime::now(),
+            runtime_timestamp: None,
+            pod,
+            message: String::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_and_the_live_entries_meet_without_gap() {
+        let j = Journal::new(100, 100, None);
+        j.append(event("a", EventType::ContainerStarted, Some(status("a", "ns", "web"))));
+        j.append(event("b", EventType::ContainerStarted, Some(status("b", "ns", "db"))));
+        let mut sub = j.subscribe(Since::Snapshot, Arc::new(Filter::default()));
+        let Start::Snapshot { pods, revision } = &sub.start else { panic!() };
+        assert_eq!((pods.len(), *revision), (2, 2));
+        j.append(event("a", EventType::ContainerDied, Some(status("a", "ns", "web"))));
+        assert_eq!(sub.next().await.unwrap().revision, 3);
+    }
+
+    #[tokio::test]
+    async fn a_removed_pod_leaves_the_view_but_its_events_still_match_its_labels() {
+        let j = Journal::new(100, 100, None);
+        let filter = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
+        let mut sub = j.subscribe(Since::Snapshot, Arc::new(filter));
+        j.append(event("a", EventType::ContainerStarted, Some(status("a", "ns", "web"))));
+        j.append(event("b", EventType::ContainerStarted, Some(status("b", "ns", "db"))));
+        j.append(event("a", EventType::ContainerRemoved, None));
+        assert_eq!(sub.next().await.unwrap().revision, 1);
+        assert_eq!(sub.next().await.unwrap().revision, 3, "the removal of a web pod matches app=web");
+        assert!(j.list(&Filter::default()).0.iter().all(|p| p.uid != "a"));
+    }
+
+    #[tokio::test]
+    async fn a_full_buffer_marks_the_subscriber_and_never_blocks() {
+        let j = Journal::new(100, 2, None);
+        let mut slow = j.subscribe(Since::Snapshot, Arc::new(Filter::default()));
+        let mut fast = j.subscribe(Since::Snapshot, Arc::new(Filter::default()));
+        for i in 0..5 {
+            j.append(event("a", EventType::PodSync, Some(status("a", "ns", "web"))));
+            assert_eq!(fast.next().await.unwrap().revision, i + 1);
+        }
+        assert!(slow.overflowed());
+        assert!(slow.next().await.is_none());
+        assert_eq!(j.subscribers(), 1);
+    }
+
+    #[tokio::test]
+    async fn resuming_too_far_back_or_from_another_epoch_resets() {
+        let j = Journal::new(3, 10, None);
+        for _ in 0..5 {
+            j.append(event("a", EventType::PodSync, Some(status("a", "ns", "web"))));
+        }
+        let f = Arc::new(Filter::default());
+        let s = j.subscribe(Since::Revision(1, 0), f.clone());
+        assert_eq!(s.reset, Some(ResetReason::RevisionTooOld));
+        let s = j.subscribe(Since::Revision(2, j.epoch()), f.clone());
+        let Start::Replay(r) = &s.start else { panic!("revision 2 is resumable: 3..5 are kept") };
+        assert_eq!(r.memory.iter().map(|e| e.revision).collect::<Vec<_>>(), [3, 4, 5]);
+        let s = j.subscribe(Since::Revision(2, j.epoch() + 1), f.clone());
+        assert_eq!(s.reset, Some(ResetReason::RevisionTooOld), "another process's revisions mean nothing here");
+        let s = j.subscribe(Since::Revision(9, 0), f);
+        assert_eq!(s.reset, Some(ResetReason::RevisionTooOld), "a revision from the future");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_resume_from_any_kept_revision_equals_the_continuous_stream(
+            n in 1usize..200, cap in 1usize..64, at in 0usize..200, types in 0u8..4,
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            rt.block_on(async {
+                let j = Journal::new(cap, 1000, None);
+                let mut filter = Filter::default();
+                if types > 0 {
+                    filter.types.insert(EventType::ContainerDied);
+                }
+                let filter = Arc::new(filter);
+                let mut continuous = j.subscribe(Since::Snapshot, filter.clone());
+                let kinds = [EventType::ContainerStarted, EventType::ContainerDied];
+                let at = at.min(n);
+                let mut resumed = None;
+                let mut since_r = 0;
+                for i in 0..n {
+                    if i == at {
+                        since_r = j.revision().saturating_sub(cap as u64 / 2);
+                        resumed = Some(j.subscribe(Since::Revision(since_r, 0), filter.clone()));
+                    }
+                    j.append(event(&format!("p{}", i % 7), kinds[i % 2], Some(status(&format!("p{}", i % 7), "ns", "x"))));
+                }
+                let mut resumed = resumed.unwrap_or_else(|| {
+                    since_r = j.revision();
+                    j.subscribe(Since::Revision(since_r, 0), filter.clone())
+                });
+                let mut all = Vec::new();
+                while let Ok(e) = continuous.rx.try_recv() {
+                    all.push(e.revision);
+                }
+                let Start::Replay(replay) = &resumed.start else { panic!("kept revisions resume") };
+                let mut got: Vec<u64> = replay.memory.iter().map(|e| e.revision).collect();
+                while let Ok(e) = resumed.rx.try_recv() {
+                    got.push(e.revision);
+                }
+                let want: Vec<u64> = all.iter().copied().filter(|r| *r > since_r).collect();
+                proptest::prop_assert_eq!(&got, &want, "no gap, no repeat");
+                let mut sorted = got.clone();
+                sorted.dedup();
+                proptest::prop_assert_eq!(sorted.len(), got.len());
+                Ok(())
+            })?;
+        }
+    }
+}
+
+mod guarantees {
+    use super::super::*;
+    use crate::model::event::EventSource;
+
+    /// A pod as the PLEG reads it: with its sandbox, whose labels are the pod's.
+    fn pod(uid: &str, app: Option<&str>) -> Arc<PodStatus> {
+        let labels = app.map(|a| [("app".to_string(), a.to_string())].into()).unwrap_or_default();
+        let sandbox = crate::model::SandboxStatus {
+            id: format!("s-{uid}"),
+            attempt: 0,
+            state: crate::model::SandboxState::Ready,
+            created_at: 0,
+            ip: String::new(),
+            additional_ips: vec![],
+        };
+        Arc::new(PodStatus { labels, sandboxes: vec![sandbox], ..PodStatus::empty(uid, "ns", &format!("pod-{uid}")) })
+    }
+
+    fn ev(uid: &str, kind: EventType, id: &str, p: Option<Arc<PodStatus>>, source: EventSource) -> PodLifecycleEvent {
+        PodLifecycleEvent {
+            pod_uid: uid.into(),
+            pod_namespace: "ns".into(),
+            pod_name: format!("pod-{uid}").into(),
+            kind,
+            container_id: id.into(),
+            container_name: "c".into(),
+            is_sandbox: id.starts_with('s'),
+            source,
+            observed_at: SystemTime::now(),
+            runtime_timestamp: None,
+            pod: p,
+            message: String::new(),
+        }
+    }
+
+    fn drain(s: &mut Subscription) -> Vec<u64> {
+        let mut v = Vec::new();
+        while let Ok(e) = s.rx.try_recv() {
+            v.push(e.revision);
+        }
+        v
+    }
+
+    #[test]
+    fn every_removal_event_of_a_pod_matches_by_the_labels_it_had() {
+        let j = Journal::new(100, 100, None);
+        let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
+        let not_app = Filter { selector: Selector::parse("!app").unwrap(), ..Default::default() };
+        let mut web_sub = j.subscribe(Since::Snapshot, Arc::new(web));
+        let mut not_app_sub = j.subscribe(Since::Snapshot, Arc::new(not_app));
+        j.append(ev("a", EventType::ContainerStarted, "c1", Some(pod("a", Some("web"))), EventSource::Relist));
+        // The pod goes: its container's removal, the sandbox's death and removal.
+        for (kind, id) in
+            [(EventType::ContainerRemoved, "c1"), (EventType::ContainerDied, "s1"), (EventType::ContainerRemoved, "s1")]
+        {
+            j.append(ev("a", kind, id, None, EventSource::Relist));
+        }
+        assert_eq!(drain(&mut web_sub), [1, 2, 3, 4], "every event of the web pod, removals included");
+        assert!(drain(&mut not_app_sub).is_empty(), "none of a pod that carried app");
+        // The identity of gone pods is bounded.
+        for i in 0..(GONE_PODS + 10) {
+            let uid = format!("g{i}");
+            j.append(ev(&uid, EventType::ContainerStarted, "c", Some(pod(&uid, None)), EventSource::Relist));
+            j.append(ev(&uid, EventType::ContainerRemoved, "c", None, EventSource::Relist));
+        }
+        assert_eq!(j.gone_pods(), GONE_PODS);
+    }
+
+    #[test]
+    fn a_pod_read_after_its_sandbox_went_keeps_matching_by_its_labels() {
+        // Found by tests/watch_property.rs: with the sandbox removed first, the pod's
+        // next status has no sandbox and no labels; its later events must still reach
+        // the filters it matched.
+        let j = Journal::new(100, 100, None);
+        let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
+        let mut sub = j.subscribe(Since::Snapshot, Arc::new(web.clone()));
+        j.append(ev("a", EventType::ContainerStarted, "s1", Some(pod("a", Some("web"))), EventSource::Relist));
+        let no_sandbox = Arc::new(PodStatus::empty("a", "ns", "pod-a"));
+        j.append(ev("a", EventType::ContainerRemoved, "s1", Some(no_sandbox), EventSource::Relist));
+        j.append(ev("a", EventType::ContainerRemoved, "c1", None, EventSource::Relist));
+        assert_eq!(drain(&mut sub), [1, 2, 3]);
+        assert!(j.list(&web).0.is_empty());
+    }
+
+    #[test]
+    fn a_reconcilers_event_carries_the_current_view_and_never_brings_a_gone_pod_back() {
+        let j = Journal::new(100, 100, None);
+        let old = pod("a", Some("web"));
+        j.append(ev("a", EventType::ContainerStarted, "c1", Some(old.clone()), EventSource::Relist));
+        let newer = Arc::new(PodStatus { ips: vec!["10.0.0.9".into()], ..(*pod("a", Some("web"))).clone() });
+        j.append(ev("a", EventType::ContainerDied, "c1", Some(newer.clone()), EventSource::Relist));
+        // A crash-loop event made from the older status.
+        let r = j.append(ev("a", EventType::CrashLoop, "c1", Some(old), EventSource::Reconciler)).unwrap();
+        let (view, _) = j.list(&Filter::default());
+        assert_eq!(view[0].ips, ["10.0.0.9"], "the view keeps the newer status");
+        let tl = j.timeline("a").unwrap();
+        let sent = tl.iter().find(|e| e.revision == r).unwrap();
+        assert_eq!(sent.event.pod.as_ref().unwrap().ips, ["10.0.0.9"], "the event carries the current status");
+        // The pod goes; a late reconciler event about it is not published.
+        j.append(ev("a", EventType::ContainerRemoved, "s1", None, EventSource::Relist));
+        assert_eq!(j.append(ev("a", EventType::CrashLoopCleared, "c1", Some(newer), EventSource::Reconciler)), None);
+        assert!(j.list(&Filter::default()).0.is_empty(), "no ghost");
+    }
+
+    #[tokio::test]
+    async fn a_pod_whose_new_labels_leave_a_watchers_selection_resets_that_watcher() {
+        // Found by review: with the pod's later events (its removal too) no longer
+        // matching, the watcher's copy would have kept the pod for good.
+        let j = Journal::new(100, 100, None);
+        let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
+        let db = Filter { selector: Selector::parse("app=db").unwrap(), ..Default::default() };
+        let mut web_sub = j.subscribe(Since::Snapshot, Arc::new(web));
+        let mut db_sub = j.subscribe(Since::Snapshot, Arc::new(db));
+        j.append(ev("a", EventType::ContainerStarted, "s1", Some(pod("a", Some("web"))), EventSource::Relist));
+        j.append(ev("a", EventType::ContainerStarted, "s2", Some(pod("a", Some("db"))), EventSource::Relist));
+        assert!(web_sub.next().await.is_none(), "dropped: a reset and a snapshot follow");
+        assert_eq!(web_sub.dropped_because(), Some(ResetReason::RuntimeResync));
+        assert_eq!(db_sub.next().await.unwrap().revision, 2, "the pod entered this selection with the event");
+        assert!(!db_sub.overflowed());
+    }
+
+    /// One step of a generated schedule.
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// A pod (0..6) with labels (0: none, 1: app=web, 2: app=db) starts a container.
+        Start(u8, u8),
+        /// A pod's container dies.
+        Die(u8),
+        /// A pod goes away: its container's and sandbox's removal events.
+        Remove(u8),
+        /// A reconciler event about a pod.
+        Reconcile(u8),
+        /// Subscriber (0..3) reads everything queued.
+        Read(u8),
+        /// Subscriber (0..3) disconnects and resumes after the last revision it took.
+        Resume(u8),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0u8..6, 0u8..3).prop_map(|(p, l)| Step::Start(p, l)),
+            3 => (0u8..6).prop_map(Step::Die),
+            2 => (0u8..6).prop_map(Step::Remove),
+            1 => (0u8..6).prop_map(Step::Reconcile),
+            4 => (0u8..3).prop_map(Step::Read),
+            1 => (0u8..3).prop_map(Step::Resume),
+        ]
+    }
+
+    const SELECTORS: [&str; 5] = ["", "app=web", "!app", "app!=web", "app in (web,db)"];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// Random churn, random filters (negative selectors too), tiny buffers, stalls,
+        /// resumes: each filtered subscriber receives exactly the unfiltered journal
+        /// restricted to the pods that matched (by the labels they had), in order, with
+        /// no gap and no repeat except across a reset it was told about.
+        #[test]
+        fn a_filtered_stream_is_the_unfiltered_one_restricted_by_the_filter(
+            steps in proptest::collection::vec(step(), 1..150),
+            filters in proptest::collection::vec(0usize..SELECTORS.len(), 3),
+            buffer in 1usize..6,
+        ) {
+            let j = Journal::new(1000, buffer, None);
+            let filters: Vec<Arc<Filter>> = filters
+                .iter()
+                .map(|i| Arc::new(Filter { selector: Selector::parse(SELECTORS[*i]).unwrap(), ..Default::default() }))
+                .collect();
+            let mut subs: Vec<Subscription> = filters.iter().map(|f| j.subscribe(Since::Snapshot, f.clone())).collect();
+            let mut got: Vec<Vec<u64>> = vec![Vec::new(); 3];
+            // Revisions each subscriber was told it may have missed (a reset).
+            let mut reset_at: Vec<Option<u64>> = vec![None; 3];
+            // Ground truth: each revision and the labels its pod had.
+            let mut truth: Vec<(u64, Labels)> = Vec::new();
+            let mut labels_of: BTreeMap<u8, Labels> = BTreeMap::new();
+            let mut alive: BTreeMap<u8, Arc<PodStatus>> = BTreeMap::new();
+            for s in steps {
+                match s {
+                    Step::Start(p, l) => {
+                        let status = alive.entry(p).or_insert_with(|| {
+                            pod(&format!("p{p}"), [None, Some("web"), Some("db")][l as usize])
+                        }).clone();
+                        labels_of.insert(p, status.labels.clone());
+                        let r = j.append(ev(&format!("p{p}"), EventType::ContainerStarted, "c", Some(status.clone()), EventSource::Relist)).unwrap();
+                        truth.push((r, status.labels.clone()));
+                    }
+                    Step::Die(p) => if let Some(status) = alive.get(&p) {
+                        let r = j.append(ev(&format!("p{p}"), EventType::ContainerDied, "c", Some(status.clone()), EventSource::Relist)).unwrap();
+                        truth.push((r, status.labels.clone()));
+                    },
+                    Step::Remove(p) => if let Some(status) = alive.remove(&p) {
+                        for id in ["c", "s"] {
+                            let r = j.append(ev(&format!("p{p}"), EventType::ContainerRemoved, id, None, EventSource::Relist)).unwrap();
+                            truth.push((r, status.labels.clone()));
+                        }
+                    },
+                    Step::Reconcile(p) => {
+                        let appended = j.append(ev(&format!("p{p}"), EventType::CrashLoop, "c", None, EventSource::Reconciler));
+                        proptest::prop_assert_eq!(appended.is_some(), alive.contains_key(&p), "reconciler events only about live pods");
+                        if let Some(r) = appended {
+                            truth.push((r, labels_of[&p].clone()));
+                        }
+                    }
+                    Step::Read(i) => {
+                        let i = i as usize;
+                        while let Ok(e) = subs[i].rx.try_recv() {
+                            got[i].push(e.revision);
+                        }
+                        if subs[i].overflowed() {
+                            // A reset: the client starts over from a snapshot.
+                            let r = j.revision();
+                            reset_at[i] = Some(r);
+                            got[i].clear();
+                            subs[i] = j.subscribe(Since::Snapshot, filters[i].clone());
+                        }
+                    }
+                    Step::Resume(i) => {
+                        let i = i as usize;
+                        if subs[i].overflowed() {
+                            continue;
+                        }
+                        while let Ok(e) = subs[i].rx.try_recv() {
+                            got[i].push(e.revision);
+                        }
+                        let last = got[i].last().copied().or(reset_at[i]).unwrap_or(0);
+                        let resumed = j.subscribe(Since::Revision(last.max(1), j.epoch()), filters[i].clone());
+                        if last == 0 || resumed.reset.is_some() {
+                            subs[i] = j.subscribe(Since::Snapshot, filters[i].clone());
+                            reset_at[i] = Some(j.revision());
+                            got[i].clear();
+                            continue;
+                        }
+                        let Start::Replay(entries) = &resumed.start else { panic!("kept revisions resume") };
+                        got[i].extend(entries.memory.iter().map(|e| e.revision));
+                        subs[i] = resumed;
+                    }
+                }
+            }
+            for i in 0..3 {
+                if subs[i].overflowed() {
+                    continue;
+                }
+                while let Ok(e) = subs[i].rx.try_recv() {
+                    got[i].push(e.revision);
+                }
+                let from = reset_at[i].unwrap_or(0);
+                let want: Vec<u64> = truth
+                    .iter()
+                    .filter(|(r, l)| *r > from && filters[i].selector.matches(l))
+                    .map(|(r, _)| *r)
+                    .collect();
+                proptest::prop_assert_eq!(&got[i], &want, "subscriber {} with {:?}", i, &filters[i].selector);
+            }
+        }
+    }
+}
+
+mod durable {
+    use super::super::*;
+    use crate::model::event::EventSource;
+
+    fn status(uid: &str, app: &str, running: bool) -> Arc<PodStatus> {
+        let labels: Labels = [("app", app)].into();
+        let container = crate::model::ContainerStatus {
+            id: format!("c-{uid}"),
+            name: "main".into(),
+            attempt: 0,
+            state: if running { crate::model::ContainerState::Running } else { crate::model::ContainerState::Exited },
+            created_at: 1,
+            started_at: 2,
+            finished_at: if running { 0 } else { 3 },
+            exit_code: if running { 0 } else { 137 },
+            reason: String::new(),
+            message: String::new(),
+            image: "img".into(),
+            labels: labels.clone(),
+            annotations: Labels::default(),
+        };
+        let sandbox = crate::model::SandboxStatus {
+            id: format!("s-{uid}"),
+            attempt: 0,
+            state: crate::model::SandboxState::Ready,
+            created_at: 1,
+            ip: "10.0.0.1".into(),
+            additional_ips: vec![],
+        };
+        Arc::new(PodStatus {
+            labels,
+            sandboxes: vec![sandbox],
+            containers: vec![Arc::new(container)],
+            ..PodStatus::empty(uid, "ns", &format!("pod-{uid}"))
+        })
+    }
+
+    fn event(uid: &str, kind: EventType, pod: Option<Arc<PodStatus>>) -> PodLifecycleEvent {
+        PodLifecycleEvent {
+            pod_uid: uid.into(),
+            pod_namespace: "ns".into(),
+            pod_name: format!("pod-{uid}").into(),
+            kind,
+            container_id: format!("c-{uid}"),
+            container_name: "main".into(),
+            is_sandbox: false,
+            source: EventSource::Relist,
+            observed_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            runtime_timestamp: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_001)),
+            pod,
+            message: String::new(),
+        }
+    }
+
+    fn cfg(dir: &std::path::Path) -> JournalConfig {
+        JournalConfig {
+            capacity: 100_000,
+            client_buffer: 100_000,
+            memory_budget: 8 << 20,
+            state_dir: Some(dir.to_owned()),
+            disk_budget: 256 << 20,
+        }
+    }
+
+    /// Appends `n` events about pods `p0..p9`, alternating starts and deaths.
+    fn churn(j: &Journal, n: usize) {
+        for i in 0..n {
+            let uid = format!("p{}", i % 10);
+            let running = i % 2 == 0;
+            let kind = if running { EventType::ContainerStarted } else { EventType::ContainerDied };
+            j.append(event(&uid, kind, Some(status(&uid, "web", running)))).expect("appended");
+        }
+    }
+
+    /// Every entry a replay gives, disk pages first, then memory.
+    fn replay_all(mut sub: Subscription) -> Vec<Arc<Entry>> {
+        let start = std::mem::replace(&mut sub.start, Start::Replay(Replay::default()));
+        let Start::Replay(Replay { disk, memory }) = start else { panic!("a replay, not a snapshot") };
+        let mut out = Vec::new();
+        if let Some(mut d) = disk {
+            while let Some(page) = d.next_page().expect("page") {
+                out.extend(page);
+            }
+        }
+        out.extend(memory);
+        out
+    }
+
+    fn same(a: &Entry, b: &Entry) -> bool {
+        a.revision == b.revision && record::encode_event(&a.event, &a.meta) == record::encode_event(&b.event, &b.meta)
+    }
+
+    #[test]
+    fn a_record_reads_back_as_the_entry_that_was_delivered() {
+        let ev = event("a", EventType::ContainerDied, Some(status("a", "web", false)));
+        let meta = PodMeta::of(ev.pod.as_deref().unwrap());
+        let body = record::encode_event(&ev, &meta);
+        let (back, back_meta) = record::decode_event(&body).unwrap();
+        assert_eq!(back_meta, meta);
+        assert_eq!(back.pod.as_deref(), ev.pod.as_deref(), "the pod's status, exit code and times included");
+        assert_eq!(
+            (back.kind, back.source, back.observed_at, back.runtime_timestamp),
+            (ev.kind, ev.source, ev.observed_at, ev.runtime_timestamp)
+        );
+        assert!(record::decode_event(b"\xff\xff\xff").is_err(), "garbage is an error, not a panic");
+    }
+
+    #[tokio::test]
+    async fn a_restart_that_keeps_the_state_dir_keeps_the_epoch_the_revisions_and_every_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(&cfg(dir.path()), None).unwrap();
+        churn(&j, 50);
+        let (epoch, before) = (j.epoch(), replay_all(j.subscribe(Since::Revision(0, j.epoch()), Default::default())));
+        let view_before: Vec<_> = j.pods();
+        drop(j);
+
+        let j = Journal::open(&cfg(dir.path()), None).unwrap();
+        assert_eq!((j.epoch(), j.revision()), (epoch, 50), "the same journal, not a new one");
+        assert_eq!(j.pods(), view_before, "the view, which seeds the relister, is what it was");
+        for since in [0, 17, 49, 50] {
+            let sub = j.subscribe(Since::Revision(since, epoch), Default::default());
+            assert_eq!(sub.reset, None, "a resume from {since} needs no reset");
+            let got = replay_all(sub);
+            assert_eq!(got.len() as u64, 50 - since);
+            assert!(
+                got.iter().zip(&before[since as usize..]).all(|(a, b)| same(a, b)),
+                "the same events under the same revisions"
+            );
+        }
+        // And it continues: the next event is 51, delivered live after the replay.
+        let mut sub = j.subscribe(Since::Revision(50, epoch), Default::default());
+        churn(&j, 1);
+        assert_eq!(sub.next().await.unwrap().revision, 51);
+    }
+
+    #[test]
+    fn a_resume_older_than_memory_reads_the_disk_page_by_page_and_meets_memory_without_gap_or_repeat() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cfg(dir.path());
+        c.memory_budget = 64 << 10;
+        let j = Journal::open(&c, None).unwrap();
+        churn(&j, 3000);
+        let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
+        for (since, filter) in [(0, Filter::default()), (1234, Filter::default()), (7, web)] {
+            let sub = j.subscribe(Since::Revision(since, j.epoch()), Arc::new(filter));
+            let Start::Replay(Replay { disk, memory }) = &sub.start else { panic!("a replay") };
+            assert!(disk.is_some() && !memory.is_empty(), "both parts in play");
+            let revs: Vec<u64> = replay_all(sub).iter().map(|e| e.revision).collect();
+            assert_eq!(revs, (since + 1..=3000).collect::<Vec<_>>());
+        }
+        // Memory kept within its budget.
+        let inner = j.lock();
+        assert!(
+            inner.ring_bytes <= 64 << 10 && inner.ring.len() < 3000,
+            "{} bytes, {} entries",
+            inner.ring_bytes,
+            inner.ring.len()
+        );
+    }
+
+    #[test]
+    fn the_disk_keeps_its_byte_budget_and_a_resume_from_a_compacted_revision_is_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cfg(dir.path());
+        c.memory_budget = 64 << 10;
+        c.disk_budget = 256 << 10;
+        let j = Journal::open(&c, None).unwrap();
+        churn(&j, 5000);
+        let kept = match &j.lock().disk {
+            Disk::Durable(s) => (s.kept_bytes(), s.oldest()),
+            _ => panic!("durable"),
+        };
+        assert!(kept.0 <= 256 << 10, "{} bytes kept", kept.0);
+        assert!(kept.1 > 1, "the oldest revisions were compacted away");
+        let sub = j.subscribe(Since::Revision(kept.1 - 2, j.epoch()), Default::default());
+        assert_eq!(sub.reset, Some(ResetReason::RevisionTooOld));
+        let sub = j.subscribe(Since::Revision(kept.1 - 1, j.epoch()), Default::default());
+        assert_eq!(sub.reset, None, "the oldest kept revision is still a resume point");
+        assert_eq!(replay_all(sub).first().map(|e| e.revision), Some(kept.1));
+    }
+
+    #[test]
+    fn a_replay_whose_revisions_are_compacted_under_it_stops_with_an_error_not_a_gap() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cfg(dir.path());
+        c.memory_budget = 64 << 10;
+        c.capacity = 2000;
+        let j = Journal::open(&c, None).unwrap();
+        churn(&j, 1500);
+        let mut sub = j.subscribe(Since::Revision(0, j.epoch()), Default::default());
+        let start = std::mem::replace(&mut sub.start, Start::Replay(Replay::default()));
+        let Start::Replay(Replay { disk: Some(mut d), .. }) = start else { panic!("a replay from disk") };
+        let first = d.next_page().unwrap().unwrap();
+        assert_eq!(first.first().unwrap().revision, 1);
+        churn(&j, 2000);
+        match d.next_page() {
+            Err(ReplayError::Compacted(r)) => assert_eq!(r, first.last().unwrap().revision + 1),
+            other => panic!("expected a compaction error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_corrupt_file_is_moved_aside_and_a_new_epoch_begins() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(&cfg(dir.path()), None).unwrap();
+        churn(&j, 10);
+        let epoch = j.epoch();
+        drop(j);
+        // Wreck it: keep the header, scribble over the pages.
+        let path = dir.path().join(store::FILE);
+        let _ = Reader::checkpoint(&path);
+        let mut bytes = std::fs::read(&path).unwrap();
+        for b in bytes.iter_mut().skip(100) {
+            *b = 0xA5;
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let _ = std::fs::remove_file(dir.path().join(format!("{}-wal", store::FILE)));
+
+        let j = Journal::open(&cfg(dir.path()), None).expect("never a crash loop");
+        assert_ne!(j.epoch(), epoch, "a new epoch: clients reset");
+        assert_eq!((j.revision(), j.pods().len()), (0, 0));
+        assert_eq!(j.disk_problem(), None, "the new journal is durable");
+        let aside: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("journal.db.bad-"))
+            .collect();
+        assert!(!aside.is_empty(), "the old file is kept aside for a post-mortem");
+        churn(&j, 3);
+        drop(j);
+        let j = Journal::open(&cfg(dir.path()), None).unwrap();
+        assert_eq!(j.revision(), 3, "and the new one persists");
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_moved_aside_too() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(store::FILE), "hello, I am not SQLite").unwrap();
+        let j = Journal::open(&cfg(dir.path()), None).unwrap();
+        assert_eq!(j.disk_problem(), None);
+        churn(&j, 2);
+        assert_eq!(j.revision(), 2);
+    }
+
+    #[test]
+    fn a_state_dir_that_cannot_be_created_is_an_error_naming_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, "").unwrap();
+        let err = Journal::open(&cfg(&file.join("state")), None).err().expect("an error");
+        assert!(matches!(err, StoreError::CreateDir { .. }));
+        assert!(err.to_string().starts_with("--state-dir: cannot create"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_full_disk_keeps_serving_from_memory_under_a_new_epoch_and_recovers_when_space_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = &mut crate::metrics::Registry::default();
+        let metrics = JournalMetrics::register(registry);
+        let j = Journal::open(&cfg(dir.path()), Some(metrics.clone())).unwrap();
+        churn(&j, 20);
+        let durable_epoch = j.epoch();
+        let mut watcher = j.subscribe(Since::Revision(20, durable_epoch), Default::default());
+        // The disk fills: SQLite's own "database or disk is full".
+        let pages = match &j.lock().disk {
+            Disk::Durable(s) => s.page_count(),
+            _ => panic!("durable"),
+        };
+        j.limit_disk(pages);
+        churn(&j, 200);
+        assert_eq!(j.revision(), 220, "events still flow");
+        assert!(j.disk_problem().is_some_and(|e| e.contains("full")), "{:?}", j.disk_problem());
+        assert_eq!(metrics.durable.get(), 0);
+        assert!(metrics.write_errors.get() >= 1);
+        let memory_epoch = j.epoch();
+        assert_ne!(memory_epoch, durable_epoch, "what the disk lacks is never delivered under the durable epoch");
+        // The watcher got what was durable, then was told to start over.
+        assert!(watcher.next().await.is_none() && watcher.epoch_changed());
+        let resumed = j.subscribe(Since::Revision(20, durable_epoch), Default::default());
+        assert_eq!(resumed.reset, Some(ResetReason::RevisionTooOld), "a resume in the old epoch is reset");
+        // Space returns; the next batch after the retry period rewrites the disk.
+        j.limit_disk(1 << 30);
+        j.backdate_disk_retry();
+        churn(&j, 1);
+        assert_eq!(j.disk_problem(), None);
+        assert_eq!(metrics.durable.get(), 1);
+        drop((watcher, resumed, j));
+        let j = Journal::open(&cfg(dir.path()), None).unwrap();
+        assert_eq!((j.epoch(), j.revision()), (memory_epoch, 221), "the memory epoch became the durable one");
+        let sub = j.subscribe(Since::Revision(210, memory_epoch), Default::default());
+        assert_eq!(sub.reset, None);
+        assert_eq!(replay_all(sub).len(), 11);
+    }
+}

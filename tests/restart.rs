@@ -1,0 +1,121 @@
+//! plegd's own restart, with its state dir kept: the epoch and the revisions continue,
+//! a client resumes without a reset, and what changed while plegd was down reaches it
+//! as events with the runtime's timestamps and exit codes.
+
+mod support;
+
+use std::time::Duration;
+
+use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::proto::plegd as api;
+use plegd::proto::plegd::watch_event::Kind;
+use support::{start_plegd, start_plegd_on};
+
+type Stream = tonic::Streaming<api::WatchEvent>;
+
+async fn next(s: &mut Stream, within: Duration) -> Option<api::WatchEvent> {
+    tokio::time::timeout(within, s.message()).await.ok().map(|m| m.expect("stream ok").expect("stream open"))
+}
+
+/// A Watch resuming after `since` of `epoch`.
+async fn resume(p: &support::Plegd, since: u64, epoch: u64) -> Stream {
+    let req = api::WatchRequest { since_revision: since, epoch, ..Default::default() };
+    p.client().watch(req).await.expect("watch").into_inner()
+}
+
+/// Waits until the journal holds `n` more events than `from`, and is quiet.
+async fn settle(p: &support::Plegd, at_least: u64) -> u64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = p.app.journal.revision();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        if r >= at_least && p.app.journal.revision() == r {
+            return r;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the journal never reached {at_least} (at {r})");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_changed_while_plegd_was_down_reaches_a_resuming_client_as_events_with_exit_codes() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().to_owned();
+    let tune = move |c: &mut plegd::config::RunConfig| c.journal.state_dir = Some(dir.clone());
+    let p = start_plegd(tune.clone()).await;
+    let stays = PodSpec::new("ns", "stays").label("app", "web");
+    let dies = PodSpec::new("ns", "dies").label("app", "web");
+    let goes = PodSpec::new("ns", "goes").label("app", "db");
+    let (_, stays_ids) = p.h.run_pod(&stays, &[ContainerSpec::new("main")]).await;
+    let (_, dies_ids) =
+        p.h.run_pod(&dies, &[ContainerSpec::new("main").exits_after(Duration::from_millis(2500), 3)]).await;
+    let (goes_sandbox, goes_ids) = p.h.run_pod(&goes, &[ContainerSpec::new("main")]).await;
+    // Three sandboxes and three containers started.
+    let seen = settle(&p, 6).await;
+    let epoch = p.app.journal.epoch();
+    let h = p.stop_plegd().await;
+
+    // While plegd is down: one container dies on its own (exit code 3), one pod is
+    // taken away, one pod arrives.
+    h.stop_container(&goes_ids[0]).await;
+    h.remove_container(&goes_ids[0]).await;
+    h.stop_pod(&goes_sandbox).await;
+    h.remove_pod(&goes_sandbox).await;
+    let arrives = PodSpec::new("ns", "arrives").label("app", "web");
+    let (_, arrives_ids) = h.run_pod(&arrives, &[ContainerSpec::new("main")]).await;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+
+    let p = start_plegd_on(h, tune).await;
+    assert_eq!(p.app.journal.epoch(), epoch, "the same journal");
+    let mut s = resume(&p, seen, epoch).await;
+    let Some(api::WatchEvent { kind: Some(Kind::Start(start)), .. }) = next(&mut s, Duration::from_secs(5)).await
+    else {
+        panic!("the stream opens with its epoch")
+    };
+    assert!(start.resumed && start.epoch == epoch, "resumed in the same epoch: {start:?}");
+    let mut events = Vec::new();
+    while let Some(ev) = next(&mut s, Duration::from_secs(2)).await {
+        match ev.kind {
+            Some(Kind::Event(e)) => {
+                assert_eq!(ev.revision, seen + 1 + events.len() as u64, "revisions continue by one");
+                events.push(e);
+            }
+            Some(Kind::Reset(r)) => panic!("a resume across a restart was reset: {r:?}"),
+            _ => {}
+        }
+    }
+    let kinds = |id: &str| -> Vec<api::LifecycleEventType> {
+        events.iter().filter(|e| e.container_id == id).map(|e| e.r#type()).collect()
+    };
+    use api::LifecycleEventType as T;
+    assert_eq!(kinds(&dies_ids[0]), [T::ContainerDied], "{events:#?}");
+    let died = events.iter().find(|e| e.container_id == dies_ids[0]).unwrap();
+    let status = died.pod.as_ref().and_then(|p| p.containers.iter().find(|c| c.id == dies_ids[0])).expect("its status");
+    assert_eq!(status.exit_code, 3, "with the runtime's exit code");
+    assert!(died.runtime_timestamp.is_some(), "and the runtime's time of death");
+    assert_eq!(kinds(&goes_ids[0]), [T::ContainerDied, T::ContainerRemoved]);
+    assert!(kinds(&goes_sandbox).contains(&T::ContainerRemoved));
+    assert_eq!(kinds(&arrives_ids[0]), [T::ContainerStarted]);
+    assert!(kinds(&stays_ids[0]).is_empty(), "nothing for what did not change");
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_a_state_dir_is_a_new_epoch_and_a_resume_is_reset() {
+    let p = start_plegd(|_| {}).await;
+    p.h.run_pod(&PodSpec::new("ns", "a"), &[ContainerSpec::new("main")]).await;
+    let seen = settle(&p, 2).await;
+    let epoch = p.app.journal.epoch();
+    let h = p.stop_plegd().await;
+    let p = start_plegd_on(h, |_| {}).await;
+    assert_ne!(p.app.journal.epoch(), epoch);
+    let mut s = resume(&p, seen, epoch).await;
+    let mut reset = None;
+    while let Some(ev) = next(&mut s, Duration::from_secs(2)).await {
+        if let Some(Kind::Reset(r)) = ev.kind {
+            reset = Some(r.reason());
+            break;
+        }
+    }
+    assert_eq!(reset, Some(api::ResetReason::RevisionTooOld));
+    p.stop().await;
+}
