@@ -15,7 +15,8 @@
 //! * `containerd`— against a real containerd (`PLEGD_E2E_ENDPOINT`): pods started in a
 //!   loop; a raw GetContainerEvents client is the floor, and plegd's latency (at
 //!   its journal, where the event is published, and at a gRPC watcher) is reported
-//!   as the difference to it.
+//!   as the difference to it. `--durable 0` keeps the journal in memory (default 1:
+//!   on disk, committed before delivery).
 //! * `cri-calls` — against a real containerd: what one hinted read costs when the
 //!   runtime is quiet, each call alone and all at once.
 #![allow(missing_docs)]
@@ -484,6 +485,15 @@ async fn containerd(args: &[String]) {
     let mut cfg = plegd::config::RunConfig::for_endpoint(&endpoint).unwrap();
     cfg.api.socket = dir.path().join("plegd.sock");
     cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
+    // `--durable 1` (the default, as deployed): the journal commits each batch to a
+    // state dir before delivery; `--durable 0`: in memory, to measure what that adds.
+    if arg(args, "--durable", 1u8) == 1 {
+        cfg.journal.state_dir = Some(dir.path().join("state"));
+    }
+    println!(
+        "journal: {}",
+        if cfg.journal.state_dir.is_some() { "on disk (commit before deliver)" } else { "in memory" }
+    );
     let shutdown = tokio_util::sync::CancellationToken::new();
     let tracker = tokio_util::task::TaskTracker::new();
     let app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();

@@ -243,7 +243,10 @@ async fn debug_timeline(
     State(s): State<Arc<AdminState>>,
     axum::extract::Path(uid): axum::extract::Path<String>,
 ) -> Response {
-    let Some(entries) = s.journal.timeline(&uid) else {
+    // The timeline is read from disk: off the async threads.
+    let (journal, key) = (s.journal.clone(), uid.clone());
+    let read = tokio::task::spawn_blocking(move || journal.timeline(&key)).await.ok().flatten();
+    let Some(entries) = read else {
         return (StatusCode::NOT_FOUND, format!("plegd has seen no change of pod {uid:?}\n")).into_response();
     };
     let items: Vec<_> = entries

@@ -64,18 +64,19 @@ const BATCH: usize = 512;
 
 /// Receives the PLEG's events in order and publishes them.
 pub struct Publisher {
-    rx: mpsc::Receiver<PodLifecycleEvent>,
+    rx: mpsc::Receiver<Vec<PodLifecycleEvent>>,
     path: PublishPath,
     beat: Beat,
 }
 
 /// Creates the producer side (bounded: a full channel makes producers wait, it never
-/// drops) and the publisher that appends to `journal`.
+/// drops) and the publisher that appends to `journal`. Each message is the events of
+/// one pod read; the publisher commits whole messages only.
 pub fn channel(
     capacity: usize,
     journal: Journal,
     metrics: Option<EventMetrics>,
-) -> (mpsc::Sender<PodLifecycleEvent>, Publisher) {
+) -> (mpsc::Sender<Vec<PodLifecycleEvent>>, Publisher) {
     let (tx, rx) = mpsc::channel(capacity);
     (tx, Publisher { rx, path: PublishPath::new(journal, metrics), beat: Beat::detached("publish") })
 }
@@ -100,11 +101,10 @@ impl Publisher {
             tokio::select! {
                 biased;
                 ev = self.rx.recv() => match ev {
-                    Some(ev) => {
-                        let mut batch = vec![ev];
+                    Some(mut batch) => {
                         while batch.len() < BATCH {
                             match self.rx.try_recv() {
-                                Ok(ev) => batch.push(ev),
+                                Ok(more) => batch.extend(more),
                                 Err(_) => break,
                             }
                         }
@@ -116,8 +116,8 @@ impl Publisher {
                 _ = beat.tick() => self.beat.beat(),
                 _ = shutdown.cancelled() => {
                     let mut rest = Vec::new();
-                    while let Ok(ev) = self.rx.try_recv() {
-                        rest.push(ev);
+                    while let Ok(more) = self.rx.try_recv() {
+                        rest.extend(more);
                     }
                     self.path.publish_batch(rest);
                     return;

@@ -746,3 +746,47 @@ async fn with_a_second_event_subscriber_every_start_and_death_still_reaches_pleg
     ));
     p.stop().await;
 }
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn a_container_that_dies_while_plegd_is_down_reaches_a_resuming_client_with_its_exit_code() {
+    use plegd::proto::plegd as api;
+    use plegd::proto::plegd::watch_event::Kind;
+    let env = env();
+    let c = env.client();
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().to_owned();
+    let tune = move |cfg: &mut plegd::config::RunConfig| cfg.journal.state_dir = Some(dir.clone());
+    let p = env.full(tune.clone()).await;
+    let mut watch =
+        plegd::cli::client::connect(&p.socket).unwrap().watch(api::WatchRequest::default()).await.unwrap().into_inner();
+    let pod = PodSpec::new("e2e", "plegd-restart");
+    let sid = run_pod(&c, &pod).await;
+    let (id, _) = start(&c, &pod, &sid, &ContainerSpec::new("main").exits_after(Duration::from_secs(4), 7)).await;
+    let mut seen = Vec::new();
+    wait_watch(&mut watch, &mut seen, api::LifecycleEventType::ContainerStarted, id.clone()).await;
+    let (epoch, revision) = (p.app.journal.epoch(), p.app.journal.revision());
+    drop(watch);
+    p.stop().await;
+    tokio::time::sleep(Duration::from_secs(6)).await; // the container exits meanwhile
+
+    let p = env.full(tune).await;
+    assert_eq!(p.app.journal.epoch(), epoch, "a restart on the state dir keeps the epoch");
+    let req = api::WatchRequest { since_revision: revision, epoch, ..Default::default() };
+    let mut watch = plegd::cli::client::connect(&p.socket).unwrap().watch(req).await.unwrap().into_inner();
+    let first = watch.message().await.unwrap().unwrap();
+    let Some(Kind::Start(start)) = first.kind else { panic!("the stream opens with its epoch: {first:?}") };
+    assert!(start.resumed, "resumed without a reset");
+    let mut seen = Vec::new();
+    let died = wait_watch(&mut watch, &mut seen, api::LifecycleEventType::ContainerDied, id.clone()).await;
+    let live = c.container_status(&id).await.unwrap();
+    let reported = died.pod.as_ref().and_then(|p| p.containers.iter().find(|s| s.id == id)).unwrap();
+    assert_eq!(reported.exit_code, live.exit_code, "the runtime's exit code");
+    assert!(died.runtime_timestamp.is_some());
+    figure(&format!(
+        "containerd {}: a container that exited (code 7) while plegd was down reached a resuming client as CONTAINER_DIED, exit code {}",
+        env.version, reported.exit_code
+    ));
+    remove_pod(&c, &sid).await;
+    p.stop().await;
+}

@@ -255,7 +255,7 @@ async fn the_relister_loop_recovers_after_the_runtime_restarts() {
     let pod = PodSpec::new("default", "web");
     let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
     let first = tokio::time::timeout(Duration::from_secs(3), events.recv()).await.unwrap().unwrap();
-    assert_eq!(first.kind.as_str(), "CONTAINER_STARTED");
+    assert_eq!(first[0].kind.as_str(), "CONTAINER_STARTED");
     while tokio::time::timeout(Duration::from_millis(300), events.recv()).await.is_ok() {}
 
     // The runtime goes away; a container dies while it is down; it comes back.
@@ -271,6 +271,7 @@ async fn the_relister_loop_recovers_after_the_runtime_restarts() {
     };
     restarted.serve().await;
     let died = tokio::time::timeout(Duration::from_secs(5), events.recv()).await.expect("died after restart").unwrap();
+    let died = &died[0];
     assert_eq!(died.kind.as_str(), "CONTAINER_DIED");
     assert_eq!(died.container_id, ids[0]);
     assert_eq!(cache.get(&pod.uid).unwrap().status.as_ref().unwrap().containers[0].exit_code, 137);
@@ -395,7 +396,7 @@ async fn a_hinted_pod_is_read_in_one_round_trip_when_the_hint_names_what_changed
     // A known container exits: its status is read with the listing.
     assert!(sim.exit_container(&first, 1, "Error"));
     assert_eq!(read(&mut pleg, hint(&[&first])).await, rtt, "one round trip");
-    let died = events.try_recv().expect("an event");
+    let died = events.try_recv().expect("an event").remove(0);
     assert_eq!((died.kind.as_str(), died.container_id.as_str()), ("CONTAINER_DIED", first.as_str()));
     let cached = cache.get(&pod.uid).unwrap().status.clone().unwrap();
     assert_eq!(cached.containers.iter().find(|c| c.id == first).map(|c| c.exit_code), Some(1));
@@ -406,7 +407,7 @@ async fn a_hinted_pod_is_read_in_one_round_trip_when_the_hint_names_what_changed
     sim.start_container(&second).await.unwrap();
     slow_calls(&sim, rtt);
     assert_eq!(read(&mut pleg, hint(&[&second])).await, rtt, "one round trip");
-    assert_eq!(events.try_recv().expect("an event").container_id, second);
+    assert_eq!(events.try_recv().expect("an event")[0].container_id, second);
 
     // A new container nobody named is still found, at the cost of a second round trip.
     sim.clear_faults();
@@ -414,5 +415,26 @@ async fn a_hinted_pod_is_read_in_one_round_trip_when_the_hint_names_what_changed
     sim.start_container(&third).await.unwrap();
     slow_calls(&sim, rtt);
     assert_eq!(read(&mut pleg, hint(&[])).await, 2 * rtt, "two round trips");
-    assert_eq!(events.try_recv().expect("an event").container_id, third);
+    assert_eq!(events.try_recv().expect("an event")[0].container_id, third);
+}
+
+#[tokio::test]
+async fn the_events_of_one_pod_read_reach_the_publisher_as_one_message() {
+    // The journal commits whole messages: the pod status the events carry (the view
+    // that seeds the relister after a restart) never reaches the disk without all of
+    // the read's events, so a crash between two of them cannot hide one.
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_secs(2));
+    let pod = PodSpec::new("default", "two");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("a"), ContainerSpec::new("b")]).await;
+    p.pleg.relist().await.unwrap();
+    let first = p.events.try_recv().expect("a message");
+    assert_eq!(first.len(), 3, "the sandbox and both containers started, in one message: {first:?}");
+    assert!(p.events.try_recv().is_err(), "and nothing else");
+    h.stop_container(&ids[0]).await;
+    h.stop_container(&ids[1]).await;
+    p.pleg.relist().await.unwrap();
+    let second = p.events.try_recv().expect("a message");
+    assert_eq!(second.iter().filter(|e| e.kind.as_str() == "CONTAINER_DIED").count(), 2, "{second:?}");
+    h.stop().await;
 }

@@ -215,7 +215,11 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
             }
             let mut got: BTreeMap<String, Vec<EventType>> = BTreeMap::new();
-            while let Ok(ev) = rx.try_recv() {
+            let mut sent = Vec::new();
+            while let Ok(evs) = rx.try_recv() {
+                sent.extend(evs);
+            }
+            for ev in sent {
                 prop_assert!(ev.kind != EventType::PodSync, "no re-inspection happened, so no POD_SYNC");
                 got.entry(ev.container_id.clone()).or_default().push(ev.kind);
             }

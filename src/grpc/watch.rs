@@ -220,6 +220,12 @@ impl WatchFeed {
                     }
                 }
                 Phase::Replay { page, disk, memory } => {
+                    if self.sub.as_ref().is_some_and(|s| s.overflowed()) {
+                        // Live entries overflowed while the replay was being sent: stop
+                        // reading the disk; the live phase sends the reset.
+                        self.go_live();
+                        continue;
+                    }
                     if let Some(e) = page.next() {
                         return Some(self.tail.frame(&e));
                     }

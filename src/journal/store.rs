@@ -74,6 +74,22 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether the file itself is bad (not a database, corrupt, another layout, a
+    /// record that does not decode) rather than the disk or the process unable to use it
+    /// now.
+    pub fn is_corruption(&self) -> bool {
+        use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+        match self {
+            Self::Unusable { .. } | Self::Record { .. } => true,
+            Self::Sql { source: rusqlite::Error::SqliteFailure(e, _), .. } => {
+                matches!(e.code, DatabaseCorrupt | NotADatabase)
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The store's budgets.
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
@@ -162,6 +178,9 @@ impl Store {
         match Self::open_existing(&path, &cfg, boot) {
             Ok(Some(opened)) => return Ok(opened),
             Ok(None) => {}
+            // A busy, unreadable or failing disk is not a corrupt journal: the file
+            // stays, and the caller runs in memory and retries.
+            Err(e) if !e.is_corruption() => return Err(e),
             Err(e) => {
                 let aside = move_aside(&path)?;
                 tracing::warn!(
@@ -327,6 +346,30 @@ impl Store {
     pub fn commit(&mut self, events: &[Write<'_>], view: &[ViewWrite<'_>], revision: u64) -> Result<(), StoreError> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(sql(&path))?;
+        Self::write(&tx, &path, events, view, revision)?;
+        let added: u64 = events.iter().map(|w| w.body.len() as u64).sum();
+        // With nothing kept, `oldest` is already the first revision of this batch.
+        let oldest = self.oldest;
+        let compacted = Self::compact(&tx, &path, &self.cfg, oldest, revision, self.kept_bytes + added)?;
+        tx.commit().map_err(sql(&path))?;
+        self.oldest = oldest;
+        self.kept_bytes += added;
+        if let Some((oldest, freed)) = compacted {
+            self.oldest = oldest;
+            self.kept_bytes -= freed;
+        }
+        Ok(())
+    }
+
+    /// The rows of one batch: events, the view's changes, the latest revision.
+    fn write(
+        tx: &rusqlite::Transaction<'_>,
+        path: &Path,
+        events: &[Write<'_>],
+        view: &[ViewWrite<'_>],
+        revision: u64,
+    ) -> Result<(), StoreError> {
+        let path = path.to_owned();
         {
             let mut ins = tx
                 .prepare_cached("INSERT INTO events(rev, uid, size, body) VALUES (?1, ?2, ?3, ?4)")
@@ -347,17 +390,6 @@ impl Store {
                 .map_err(sql(&path))?
                 .execute([revision as i64])
                 .map_err(sql(&path))?;
-        }
-        let added: u64 = events.iter().map(|w| w.body.len() as u64).sum();
-        let compacted = Self::compact(&tx, &path, &self.cfg, self.oldest, revision, self.kept_bytes + added)?;
-        tx.commit().map_err(sql(&path))?;
-        if self.oldest > revision {
-            self.oldest = events.first().map_or(revision + 1, |w| w.revision);
-        }
-        self.kept_bytes += added;
-        if let Some((oldest, freed)) = compacted {
-            self.oldest = oldest;
-            self.kept_bytes -= freed;
         }
         Ok(())
     }
@@ -407,15 +439,23 @@ impl Store {
         view: &[ViewWrite<'_>],
     ) -> Result<(), StoreError> {
         let path = self.path.clone();
-        {
-            let tx = self.conn.transaction().map_err(sql(&path))?;
-            tx.execute_batch("DELETE FROM events; DELETE FROM pods;").map_err(sql(&path))?;
-            tx.execute("UPDATE meta SET value = ?1 WHERE key = 'epoch'", [epoch as i64]).map_err(sql(&path))?;
-            tx.commit().map_err(sql(&path))?;
+        let tx = self.conn.transaction().map_err(sql(&path))?;
+        // One transaction: the file holds the old epoch's journal or the new one, never
+        // the new epoch with the old revision and no events.
+        tx.execute_batch("DELETE FROM events; DELETE FROM pods;").map_err(sql(&path))?;
+        tx.execute("UPDATE meta SET value = ?1 WHERE key = 'epoch'", [epoch as i64]).map_err(sql(&path))?;
+        Self::write(&tx, &path, events, view, revision)?;
+        let oldest = events.first().map_or(revision + 1, |w| w.revision);
+        let kept: u64 = events.iter().map(|w| w.body.len() as u64).sum();
+        let compacted = Self::compact(&tx, &path, &self.cfg, oldest, revision, kept)?;
+        tx.commit().map_err(sql(&path))?;
+        self.oldest = oldest;
+        self.kept_bytes = kept;
+        if let Some((oldest, freed)) = compacted {
+            self.oldest = oldest;
+            self.kept_bytes -= freed;
         }
-        self.oldest = revision + 1;
-        self.kept_bytes = 0;
-        self.commit(events, view, revision)
+        Ok(())
     }
 
     /// Oldest revision on disk (the latest + 1 when none).

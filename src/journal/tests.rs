@@ -685,3 +685,25 @@ mod durable {
         assert_eq!(replay_all(sub).len(), 11);
     }
 }
+
+mod unusable {
+    use super::super::*;
+
+    #[test]
+    fn a_journal_the_process_cannot_open_is_left_in_place_and_the_journal_runs_in_memory() {
+        // Not corrupt, just unusable now (here: a directory where the file should be):
+        // nothing is moved aside, and the journal says why it is not durable.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(store::FILE)).unwrap();
+        let cfg = JournalConfig {
+            state_dir: Some(dir.path().into()),
+            disk_budget: 1 << 20,
+            ..JournalConfig::memory(100, 100)
+        };
+        let j = Journal::open(&cfg, None).expect("never a crash loop");
+        assert!(j.disk_problem().is_some());
+        assert!(dir.path().join(store::FILE).is_dir(), "left where it was");
+        let aside = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(aside, 1, "nothing moved aside");
+    }
+}

@@ -89,7 +89,9 @@ impl PlegHandle {
 pub struct GenericPleg<R: RuntimeService> {
     runtime: R,
     cache: CacheWriter,
-    events: mpsc::Sender<PodLifecycleEvent>,
+    /// One message per pod read: its events, which the journal commits together, so
+    /// that the pod's status they carry never reaches the disk without all of them.
+    events: mpsc::Sender<Vec<PodLifecycleEvent>>,
     records: PodRecords,
     reinspect: HashSet<String>,
     /// Seeded pods not read yet in this process: the next full relist reads them.
@@ -121,7 +123,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     pub fn new(
         runtime: R,
         cache: CacheWriter,
-        events: mpsc::Sender<PodLifecycleEvent>,
+        events: mpsc::Sender<Vec<PodLifecycleEvent>>,
         health: PlegHealth,
         metrics: Option<PlegMetrics>,
         cfg: RelistConfig,
@@ -368,10 +370,8 @@ impl<R: RuntimeService> GenericPleg<R> {
         let events = build_events(uid, &namespace, &name, transitions, status, sync, source);
         let missed = suspect_from.map_or(0, |listed| self.trust.suspect(uid, &events, listed));
         let sent = events.len();
-        for ev in events {
-            if self.events.send(ev).await.is_err() {
-                tracing::debug!("event receiver gone; dropping events");
-            }
+        if sent > 0 && self.events.send(events).await.is_err() {
+            tracing::debug!("event receiver gone; dropping events");
         }
         Some((sent, missed))
     }

@@ -137,7 +137,8 @@ pub fn fast_client() -> ClientOptions {
 pub struct PlegUnderTest {
     pub pleg: GenericPleg<CriClient>,
     pub cache: PodCache,
-    pub events: mpsc::Receiver<PodLifecycleEvent>,
+    /// One message per pod read.
+    pub events: mpsc::Receiver<Vec<PodLifecycleEvent>>,
     pub health: PlegHealth,
 }
 
@@ -154,8 +155,8 @@ impl PlegUnderTest {
     /// Events queued so far.
     pub fn drain(&mut self) -> Vec<PodLifecycleEvent> {
         let mut v = Vec::new();
-        while let Ok(ev) = self.events.try_recv() {
-            v.push(ev);
+        while let Ok(evs) = self.events.try_recv() {
+            v.extend(evs);
         }
         v
     }
