@@ -21,7 +21,7 @@ pub(super) enum Disk {
     /// Every batch is on disk before delivery.
     Durable(Store),
     /// The disk failed: memory only until a retry works.
-    Failing { store: Option<Store>, error: String, last_try: Instant, cfg: StoreConfig },
+    Failing { store: Option<Store>, error: String, last_try: Instant },
 }
 
 /// A replay's part on disk: revisions after `after` and before `before`, read a
@@ -78,8 +78,7 @@ impl DiskReplay {
                     return Err(ReplayError::Compacted(self.after + 1));
                 }
                 self.after = s.revision;
-                let entry =
-                    Entry { revision: s.revision, event: Arc::new(s.event), meta: Arc::new(s.meta), bytes: s.bytes };
+                let entry = Entry::from(s);
                 if self.filter.matches(&entry) {
                     out.push(Arc::new(entry));
                 }
@@ -143,7 +142,6 @@ impl Journal {
 
     fn fail_disk(&self, inner: &mut Inner, e: StoreError) {
         let Disk::Durable(store) = std::mem::replace(&mut inner.disk, Disk::None) else { return };
-        let cfg = self.shared.store_cfg.clone().expect("a journal with a disk has its config");
         let epoch = epoch_now().max(inner.epoch + 1);
         tracing::error!(
             error = %e, new_epoch = epoch,
@@ -154,7 +152,7 @@ impl Journal {
             m.write_errors.inc();
             m.durable.set(0);
         }
-        inner.disk = Disk::Failing { store: Some(store), error: e.to_string(), last_try: Instant::now(), cfg };
+        inner.disk = Disk::Failing { store: Some(store), error: e.to_string(), last_try: Instant::now() };
         self.new_epoch(inner, epoch);
     }
 
@@ -170,11 +168,14 @@ impl Journal {
     /// Tries the disk again: everything memory holds is written afresh under the
     /// current epoch, this batch included.
     fn retry_disk(&self, inner: &mut Inner, batch: &[(Arc<Entry>, Vec<u8>)], revision: u64) {
-        let Disk::Failing { store, cfg, last_try, error } = &mut inner.disk else { return };
+        let Disk::Failing { store, last_try, error } = &mut inner.disk else { return };
         *last_try = Instant::now();
         let mut store = match store.take() {
             Some(s) => s,
-            None => match Store::open(cfg.clone(), &store::boot_id()) {
+            None => match Store::open(
+                self.shared.store_cfg.clone().expect("a journal with a disk has its config"),
+                &store::boot_id(),
+            ) {
                 Ok((s, _)) => s,
                 Err(e) => {
                     *error = e.to_string();

@@ -74,6 +74,12 @@ pub struct Entry {
     pub bytes: usize,
 }
 
+impl From<store::Stored> for Entry {
+    fn from(s: store::Stored) -> Self {
+        Self { revision: s.revision, event: Arc::new(s.event), meta: Arc::new(s.meta), bytes: s.bytes }
+    }
+}
+
 /// Which events and pods a subscriber wants. Empty fields match everything.
 #[derive(Clone, Debug, Default)]
 pub struct Filter {
@@ -293,7 +299,7 @@ impl Journal {
             Err(e @ StoreError::CreateDir { .. }) => Err(e),
             Err(e) => {
                 tracing::error!(error = %e, "the journal cannot use its state dir; it keeps events in memory only and retries");
-                let disk = Disk::Failing { store: None, error: e.to_string(), last_try: Instant::now(), cfg: scfg };
+                let disk = Disk::Failing { store: None, error: e.to_string(), last_try: Instant::now() };
                 Ok(Self::build(cfg, metrics, disk, None))
             }
         }
@@ -342,8 +348,7 @@ impl Journal {
             inner.metas.insert(uid, Arc::new(meta));
         }
         for s in loaded.tail {
-            let entry =
-                Entry { revision: s.revision, event: Arc::new(s.event), meta: Arc::new(s.meta), bytes: s.bytes };
+            let entry = Entry::from(s);
             inner.ring_bytes += entry.bytes as u64;
             inner.ring.push_back(Arc::new(entry));
         }
@@ -581,18 +586,7 @@ impl Journal {
             match read {
                 Ok(v) if v.is_empty() => {}
                 Ok(v) => {
-                    let entries = v
-                        .into_iter()
-                        .map(|s| {
-                            Arc::new(Entry {
-                                revision: s.revision,
-                                event: Arc::new(s.event),
-                                meta: Arc::new(s.meta),
-                                bytes: s.bytes,
-                            })
-                        })
-                        .collect();
-                    return Some(entries);
+                    return Some(v.into_iter().map(|s| Arc::new(Entry::from(s))).collect());
                 }
                 Err(e) => tracing::warn!(error = %e, "reading a timeline from disk failed; showing memory's"),
             }

@@ -498,6 +498,21 @@ fn decode(path: &Path, revision: u64, body: &[u8]) -> Result<Stored, StoreError>
     Ok(Stored { revision, event, meta, bytes: body.len() })
 }
 
+/// Decodes every `(rev, body)` row a statement gives.
+fn decode_rows(
+    path: &Path,
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    args: impl rusqlite::Params,
+) -> Result<Vec<Stored>, StoreError> {
+    let rows = stmt.query_map(args, |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))).map_err(sql(path))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (rev, body) = row.map_err(sql(path))?;
+        out.push(decode(path, rev as u64, &body)?);
+    }
+    Ok(out)
+}
+
 /// Moves a bad journal (and its WAL) aside: `journal.db.bad-<unix seconds>`.
 fn move_aside(path: &Path) -> Result<PathBuf, StoreError> {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -535,17 +550,7 @@ impl Reader {
             .conn
             .prepare_cached("SELECT rev, body FROM events WHERE rev > ?1 AND rev < ?2 ORDER BY rev LIMIT ?3")
             .map_err(sql(&self.path))?;
-        let rows = stmt
-            .query_map(params![after as i64, before as i64, limit as i64], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
-            })
-            .map_err(sql(&self.path))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (rev, body) = row.map_err(sql(&self.path))?;
-            out.push(decode(&self.path, rev as u64, &body)?);
-        }
-        Ok(out)
+        decode_rows(&self.path, &mut stmt, params![after as i64, before as i64, limit as i64])
     }
 
     /// The newest `limit` events of a pod, oldest first.
@@ -554,14 +559,7 @@ impl Reader {
             .conn
             .prepare_cached("SELECT rev, body FROM events WHERE uid = ?1 ORDER BY rev DESC LIMIT ?2")
             .map_err(sql(&self.path))?;
-        let rows = stmt
-            .query_map(params![uid, limit as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
-            .map_err(sql(&self.path))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (rev, body) = row.map_err(sql(&self.path))?;
-            out.push(decode(&self.path, rev as u64, &body)?);
-        }
+        let mut out = decode_rows(&self.path, &mut stmt, params![uid, limit as i64])?;
         out.reverse();
         Ok(out)
     }
