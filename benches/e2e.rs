@@ -19,6 +19,13 @@
 //!   on disk, committed before delivery).
 //! * `cri-calls` — against a real containerd: what one hinted read costs when the
 //!   runtime is quiet, each call alone and all at once.
+//! * `runtime-cost` — against a real containerd: how long `RunPodSandbox`,
+//!   `CreateContainer`, `StartContainer` and the pod's stop + removal take with no plegd,
+//!   with plegd (on one worker thread, as deployed, journal on disk), and with plegd
+//!   under its heaviest fan-out load (`--watchers` clients in a child process taking
+//!   `--rate` synthetic events/s each, on top of the runtime's), and — the control — the
+//!   same load on a plegd watching a simulated runtime; passes interleaved over
+//!   `--rounds`, reported as ratios to no plegd.
 #![allow(missing_docs)]
 
 mod support;
@@ -562,8 +569,9 @@ fn main() {
         Some("clients") => rt.block_on(clients(&args)),
         Some("containerd") => rt.block_on(containerd(&args)),
         Some("cri-calls") => rt.block_on(cri_calls()),
+        Some("runtime-cost") => rt.block_on(runtime_cost(&args)),
         _ => eprintln!(
-            "usage: cargo bench --bench e2e -- churn|idle|fanout|containerd|cri-calls [--watchers N] [--pods N] [--churn R] [--rate R] [--seconds S]"
+            "usage: cargo bench --bench e2e -- churn|idle|fanout|containerd|cri-calls|runtime-cost [--watchers N] [--pods N] [--churn R] [--rate R] [--seconds S]"
         ),
     }
 }
@@ -630,4 +638,226 @@ async fn cri_calls() {
         }
     }
     remove_pods(&client, sandboxes).await;
+}
+
+/// A plegd inside this process on a runtime of its own with one worker thread (as
+/// `plegd run` deploys it), optionally loaded with synthetic events at `rate` per second.
+struct Loaded {
+    shutdown: tokio_util::sync::CancellationToken,
+    done: std::sync::mpsc::Receiver<()>,
+    socket: String,
+    journal: plegd::journal::Journal,
+    _dir: tempfile::TempDir,
+}
+
+fn loaded_plegd(endpoint: &str, rate: u64) -> Loaded {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = plegd::config::RunConfig::for_endpoint(endpoint).unwrap();
+    cfg.api.socket = dir.path().join("plegd.sock");
+    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
+    cfg.journal.state_dir = Some(dir.path().join("state"));
+    let socket = format!("unix://{}", cfg.api.socket.display());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let stop = shutdown.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        rt.block_on(async move {
+            let tracker = tokio_util::task::TaskTracker::new();
+            let app = plegd::app::start(&cfg, &tracker, &stop).await.unwrap();
+            while app.readiness.check().is_err() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tx.send(app.journal.clone()).unwrap();
+            if rate > 0 {
+                let journal = app.journal.clone();
+                let stop = stop.clone();
+                tracker.spawn(async move {
+                    let pod = std::sync::Arc::new(plegd::model::PodStatus {
+                        labels: [("app".to_string(), "web".to_string())].into(),
+                        ..plegd::model::PodStatus::empty("bench-load", "default", "web")
+                    });
+                    let t0 = Instant::now();
+                    let mut tick = tokio::time::interval(Duration::from_millis(1));
+                    let mut sent = 0u64;
+                    while !stop.is_cancelled() {
+                        tick.tick().await;
+                        let due = (t0.elapsed().as_secs_f64() * rate as f64) as u64;
+                        let batch: Vec<_> = (sent..due.min(sent + rate / 100 + 5))
+                            .map(|n| plegd::model::event::PodLifecycleEvent {
+                                pod_uid: "bench-load".into(),
+                                pod_namespace: "default".into(),
+                                pod_name: "web".into(),
+                                kind: plegd::model::event::EventType::ContainerStarted,
+                                container_id: format!("{n:064x}"),
+                                container_name: "app".into(),
+                                is_sandbox: false,
+                                source: plegd::model::event::EventSource::CriEvent,
+                                observed_at: SystemTime::now(),
+                                runtime_timestamp: None,
+                                pod: Some(pod.clone()),
+                                message: String::new(),
+                            })
+                            .collect();
+                        sent += batch.len() as u64;
+                        journal.append_batch(batch);
+                    }
+                });
+            }
+            stop.cancelled().await;
+            tracker.close();
+            tracker.wait().await;
+        });
+        let _ = done_tx.send(());
+    });
+    let journal = rx.recv().expect("plegd started");
+    Loaded { shutdown, done, socket, journal, _dir: dir }
+}
+
+impl Loaded {
+    fn stop(self) {
+        self.shutdown.cancel();
+        self.done.recv_timeout(Duration::from_secs(30)).expect("plegd stopped");
+    }
+}
+
+/// Times each CRI call of `pods` pod lifecycles (one container each): RunPodSandbox,
+/// CreateContainer, StartContainer, then StopPodSandbox + RemovePodSandbox. Returns the
+/// times (ms) per call and the started container ids.
+async fn timed_pods(client: &plegd::cri::client::CriClient, pods: usize, tag: &str) -> ([Vec<f64>; 4], Vec<String>) {
+    use plegd::cri::spec::{ContainerSpec, PodSpec};
+    use plegd::proto::runtime as cri;
+    let mut t: [Vec<f64>; 4] = Default::default();
+    let mut sandboxes = Vec::new();
+    let mut ids = Vec::new();
+    for i in 0..pods {
+        let pod = PodSpec::new("bench", &format!("{tag}-{i}"));
+        let at = Instant::now();
+        let sid = client.raw().run_pod_sandbox(pod.run_request()).await.unwrap().into_inner().pod_sandbox_id;
+        t[0].push(at.elapsed().as_secs_f64() * 1e3);
+        let at = Instant::now();
+        let id = client
+            .raw()
+            .create_container(pod.create_request(&sid, &ContainerSpec::new("app")))
+            .await
+            .unwrap()
+            .into_inner()
+            .container_id;
+        t[1].push(at.elapsed().as_secs_f64() * 1e3);
+        let at = Instant::now();
+        client.raw().start_container(cri::StartContainerRequest { container_id: id.clone() }).await.unwrap();
+        t[2].push(at.elapsed().as_secs_f64() * 1e3);
+        sandboxes.push(sid);
+        ids.push(id);
+    }
+    for sid in sandboxes {
+        let at = Instant::now();
+        client.raw().stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sid.clone() }).await.unwrap();
+        client.raw().remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sid }).await.unwrap();
+        t[3].push(at.elapsed().as_secs_f64() * 1e3);
+    }
+    (t, ids)
+}
+
+async fn runtime_cost(args: &[String]) {
+    let endpoint =
+        std::env::var("PLEGD_E2E_ENDPOINT").expect("PLEGD_E2E_ENDPOINT: start containerd with tests/e2e/containerd.sh");
+    let (pods, rounds) = (arg(args, "--pods", 20usize), arg(args, "--rounds", 3usize));
+    let (watchers, rate) = (arg(args, "--watchers", 100usize), arg(args, "--rate", 2000u64));
+    let client = plegd::cri::client::CriClient::new(&endpoint, Default::default(), None).unwrap();
+    // The last mode is the control: the same fan-out load on a plegd that watches a
+    // simulated runtime instead, so containerd's calls share the CPU with it exactly as
+    // in the third mode but nothing of containerd's waits on plegd. The third mode against
+    // the fourth is what plegd's reading costs the runtime; against the first, what two
+    // saturated cores cost it.
+    let modes = ["no plegd", "plegd", "plegd under fan-out load", "same load, plegd not on containerd"];
+    let sim_dir = tempfile::tempdir().unwrap();
+    let sim_socket = sim_dir.path().join("cri.sock");
+    let _sim =
+        spawn(&["sim", "--listen", &format!("unix://{}", sim_socket.display()), "--pods", "0", "--churn-per-sec", "0"]);
+    wait_path(&sim_socket);
+    let sim_endpoint = format!("unix://{}", sim_socket.display());
+    let calls = ["RunPodSandbox", "CreateContainer", "StartContainer", "StopPodSandbox+RemovePodSandbox"];
+    let mut times: Vec<[Vec<f64>; 4]> = vec![Default::default(); modes.len()];
+    // Warm containerd up (first sandbox, image, snapshotter).
+    timed_pods(&client, 3, "warmup").await;
+    for round in 0..rounds {
+        for (m, mode) in modes.iter().enumerate() {
+            let watched = if m == 3 { &sim_endpoint } else { &endpoint };
+            let plegd = (m > 0).then(|| loaded_plegd(watched, if m >= 2 { rate } else { 0 }));
+            let mut load = None;
+            let mut published = None;
+            if let Some(p) = &plegd {
+                // Every container timed must reach plegd's journal: plegd was reading.
+                let only_bench = plegd::journal::Filter { namespace: "bench".into(), ..Default::default() };
+                let mut sub = p.journal.subscribe(plegd::journal::Since::Snapshot, std::sync::Arc::new(only_bench));
+                published = Some(tokio::spawn(async move {
+                    let mut started = std::collections::HashSet::new();
+                    // Until the pass is over and plegd quiet for 10 s.
+                    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_secs(10), sub.next()).await {
+                        if e.event.kind == plegd::model::event::EventType::ContainerStarted {
+                            started.insert(e.event.container_id.clone());
+                        }
+                    }
+                    assert!(!sub.overflowed(), "the bench's own subscriber kept up");
+                    started
+                }));
+                if m >= 2 {
+                    let exe = std::env::current_exe().unwrap();
+                    let child = Command::new(exe)
+                        .args(["clients", "--socket", &p.socket, "--watchers", &watchers.to_string()])
+                        .args(["--seconds", "3600", "--lean", "0"])
+                        .stdout(Stdio::null())
+                        .spawn()
+                        .unwrap();
+                    load = Some(child);
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            let c0 = plegd::process::read().cpu_seconds;
+            let at = Instant::now();
+            let (t, ids) = timed_pods(&client, pods, &format!("r{round}m{m}")).await;
+            let cpu = (plegd::process::read().cpu_seconds - c0) / at.elapsed().as_secs_f64();
+            let mut seen = String::new();
+            if let Some(p) = plegd {
+                let started = published.unwrap().await.unwrap();
+                p.stop();
+                let got = ids.iter().filter(|id| started.contains(*id)).count();
+                if m < 3 {
+                    seen = format!(", plegd published {got}/{} starts", ids.len());
+                    assert_eq!(got, ids.len(), "plegd missed a start it should have read");
+                }
+            }
+            if let Some(mut child) = load {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            println!(
+                "round {round} {mode}: {pods} pods in {:.1} s, this process {:.0}% of a core{seen}",
+                at.elapsed().as_secs_f64(),
+                cpu * 100.0
+            );
+            for (k, v) in t.into_iter().enumerate() {
+                times[m][k].extend(v);
+            }
+        }
+    }
+    println!("runtime-cost: containerd calls, {pods} pods × {rounds} rounds per mode, passes interleaved");
+    let mut base = [0f64; 4];
+    for (m, mode) in modes.iter().enumerate() {
+        for (k, call) in calls.iter().enumerate() {
+            let v = &mut times[m][k];
+            let (p50, p90) = (pct(v, 0.5), pct(v, 0.9));
+            let max = v.last().copied().unwrap_or(f64::NAN);
+            if m == 0 {
+                base[k] = p50;
+            }
+            println!(
+                "runtime-cost: {mode:<36} {call:<32} p50 {p50:7.1} ms  p90 {p90:7.1} ms  max {max:7.1} ms  p50 ratio {:.2}",
+                p50 / base[k]
+            );
+        }
+    }
 }

@@ -154,18 +154,37 @@ fn the_dashboard_parses_and_queries_real_metrics() {
 }
 
 #[test]
-fn the_containerfile_builds_in_two_stages_and_ships_the_binary_only() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Containerfile")).unwrap();
+fn the_containerfile_ships_one_static_binary_in_an_empty_image_and_the_offline_script_builds_that_same_stage() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/Containerfile")).unwrap();
     let froms: Vec<&str> = text.lines().filter(|l| l.starts_with("FROM ")).collect();
-    assert_eq!(froms.len(), 2, "a builder and a runtime stage");
-    assert!(froms[0].contains(" AS build"));
-    let runtime: Vec<&str> =
-        text.lines().skip_while(|l| !l.starts_with("FROM ") || !l.contains("AS runtime")).collect();
-    let copies: Vec<&&str> = runtime.iter().filter(|l| l.starts_with("COPY")).collect();
-    assert_eq!(copies.len(), 1, "only the binary goes into the runtime image");
-    assert!(copies[0].contains("--from=build") && copies[0].contains("target/release/plegd"));
-    assert!(runtime.iter().any(|l| l.starts_with("USER ")));
-    assert!(runtime.iter().any(|l| l.starts_with("ENTRYPOINT [\"/usr/local/bin/plegd\"]")));
+    assert_eq!(froms.len(), 2, "a builder and the image");
+    assert!(froms[0].ends_with(" AS build"));
+    assert_eq!(froms[1], "FROM scratch AS image", "nothing but the binary: no libc, no shell");
+    let build: Vec<&str> = text.lines().skip_while(|l| *l != froms[0]).take_while(|l| *l != froms[1]).collect();
+    assert!(
+        build.iter().any(|l| l.contains("+crt-static")) && build.iter().any(|l| l.contains("--locked")),
+        "a static, locked build"
+    );
+    let image: Vec<&str> = text.lines().skip_while(|l| *l != froms[1]).collect();
+    let copies: Vec<&&str> = image.iter().filter(|l| l.starts_with("COPY")).collect();
+    assert_eq!(copies.len(), 1, "only the binary goes into the image");
+    assert_eq!(*copies[0], "COPY --from=build /plegd /usr/local/bin/plegd");
+    assert!(image.iter().any(|l| l.starts_with("USER ")));
+    assert!(image.iter().any(|l| l.starts_with("ENTRYPOINT [\"/usr/local/bin/plegd\"]")));
     let msrv = env!("CARGO_PKG_RUST_VERSION");
     assert!(froms[0].contains(&format!("rust:{msrv}")), "the builder uses the crate's rust-version {msrv}");
+
+    // The offline build feeds its own static binary to that same stage, so the two
+    // images have one layout, and names the image as the DaemonSet does.
+    let script = std::fs::read_to_string(format!("{root}/scripts/build-image.sh")).unwrap();
+    for needed in ["--target image", "--build-context \"build=", "+crt-static", "-f Containerfile", "--timestamp 0"] {
+        assert!(script.contains(needed), "scripts/build-image.sh uses {needed}");
+    }
+    let ds = docs("daemonset.yaml");
+    let image_name = find(&ds, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap();
+    assert!(
+        script.contains("manifests/daemonset.yaml"),
+        "the script reads the image name ({image_name}) from the manifest"
+    );
 }

@@ -290,7 +290,7 @@ impl RuntimeService for CriClient {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let backlog = Arc::new(Backlog {
             queued: AtomicUsize::new(0),
-            taken_ms: AtomicU64::new(0),
+            progress_ms: AtomicU64::new(0),
             since: std::time::Instant::now(),
         });
         let reader = EventReader {
@@ -333,12 +333,14 @@ pub const EVENTS_BEHIND_LIMIT: usize = 16 * 1024;
 /// consumer that keeps taking (a burst of thousands) is not behind.
 pub const STALLED_AFTER: Duration = Duration::from_secs(5);
 
-/// What the reader and the consumer share: how many events wait, and when the
-/// consumer last took one.
+/// What the reader and the consumer share: how many events wait, and since when the
+/// consumer has had something to take without taking it.
 struct Backlog {
     queued: AtomicUsize,
-    /// Milliseconds since `since` at the last take.
-    taken_ms: AtomicU64,
+    /// Milliseconds since `since` at the consumer's last take, or when an event began
+    /// to wait in an empty queue, whichever is later: a consumer with nothing to take
+    /// is waiting, not stalled.
+    progress_ms: AtomicU64,
     since: std::time::Instant,
 }
 
@@ -349,14 +351,19 @@ impl Backlog {
 
     fn took(&self) {
         self.queued.fetch_sub(1, Ordering::Relaxed);
-        self.taken_ms.store(self.now_ms(), Ordering::Relaxed);
+        self.progress_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 
     /// Counts one more waiting event; `Some(queued)` when the consumer is behind.
     fn push(&self) -> Option<usize> {
+        let now = self.now_ms();
         let queued = self.queued.fetch_add(1, Ordering::Relaxed);
-        let idle = self.now_ms().saturating_sub(self.taken_ms.load(Ordering::Relaxed));
-        let stalled = queued > 0 && idle > STALLED_AFTER.as_millis() as u64;
+        if queued == 0 {
+            // The first event to wait starts the stall clock.
+            self.progress_ms.store(now, Ordering::Relaxed);
+            return None;
+        }
+        let stalled = now.saturating_sub(self.progress_ms.load(Ordering::Relaxed)) > STALLED_AFTER.as_millis() as u64;
         (queued >= EVENTS_BEHIND_LIMIT || stalled).then_some(queued)
     }
 }
@@ -441,8 +448,8 @@ mod backlog_tests {
     use super::*;
 
     fn backlog(idle: Duration) -> Backlog {
-        // The consumer last took an event at `since` (0 ms); now is `idle` later.
-        Backlog { queued: AtomicUsize::new(0), taken_ms: AtomicU64::new(0), since: std::time::Instant::now() - idle }
+        // The consumer last made progress at `since` (0 ms); now is `idle` later.
+        Backlog { queued: AtomicUsize::new(0), progress_ms: AtomicU64::new(0), since: std::time::Instant::now() - idle }
     }
 
     #[test]
@@ -458,10 +465,26 @@ mod backlog_tests {
 
     #[test]
     fn a_consumer_that_took_nothing_for_the_stall_limit_is_behind_at_the_next_event() {
+        // One event has waited since 0 ms; now is past the limit.
         let b = backlog(STALLED_AFTER + Duration::from_millis(100));
-        assert_eq!(b.push(), None, "nothing was waiting: an idle consumer is not behind");
-        assert_eq!(b.push(), Some(1), "events wait and nothing was taken for longer than the limit");
+        b.queued.store(1, Ordering::Relaxed);
+        assert_eq!(b.push(), Some(1), "an event waited and nothing was taken for longer than the limit");
         let fresh = backlog(STALLED_AFTER - Duration::from_secs(1));
-        assert_eq!((fresh.push(), fresh.push()), (None, None));
+        fresh.queued.store(1, Ordering::Relaxed);
+        assert_eq!(fresh.push(), None, "within the limit");
+    }
+
+    /// Found by running plegd as a pod (tests/e2e_pod.rs): on a quiet node the stream
+    /// was closed as "fell behind" at the first burst of two events, because the stall
+    /// was measured from the last take, minutes before, not from when events began to wait.
+    #[test]
+    fn a_burst_after_a_long_quiet_is_not_a_stall() {
+        let b = backlog(Duration::from_secs(3600));
+        assert_eq!(b.push(), None, "nothing was waiting: an idle consumer is not behind");
+        for _ in 0..100 {
+            assert_eq!(b.push(), None, "the burst has waited for no time at all");
+        }
+        b.took();
+        assert_eq!(b.push(), None);
     }
 }

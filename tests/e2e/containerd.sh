@@ -9,6 +9,7 @@
 #   containerd.sh stop V               kills containers, shims and containerd; cleans up
 #   containerd.sh kill V               kills containerd only (containers keep running)
 #   containerd.sh resume V             starts containerd again on the same root and socket
+#   containerd.sh import V FILE NAME   imports an OCI archive (scripts/build-image.sh) as NAME
 set -euo pipefail
 
 E2E=${PLEGD_E2E_ROOT:-/var/tmp/plegd-e2e}
@@ -182,6 +183,19 @@ stop() {
   rm -rf "$dir"
 }
 
+# import_image V FILE NAME: an OCI archive into k8s.io, named NAME (as a kubelet would
+# find it after a pull).
+import_image() {
+  local v=$1 file=$2 name=$3 dir bin snap=(--snapshotter native)
+  dir=$(run_dir "$v"); bin=$(bin_dir "$v")
+  [ -s "$file" ] || die "no image archive at $file (run scripts/build-image.sh)"
+  [ "${v%%.*}" = 2 ] && snap=()
+  local ctr=(ctr --address "$dir/containerd.sock" -n k8s.io)
+  PATH="$bin:$PATH" "${ctr[@]}" images import "${snap[@]}" --base-name "${name%:*}" "$file" >/dev/null
+  PATH="$bin:$PATH" "${ctr[@]}" images ls -q | grep -qxF "$name" \
+    || die "imported $file, but no image is named $name: $(PATH="$bin:$PATH" "${ctr[@]}" images ls -q | tr '\n' ' ')"
+}
+
 case "${1:-}" in
   install) install ;;
   image) image ;;
@@ -189,5 +203,6 @@ case "${1:-}" in
   stop) stop "${2:?version}" ;;
   kill) kill_daemon "${2:?version}" ;;
   resume) launch "${2:?version}"; echo "unix://$(run_dir "$2")/containerd.sock" ;;
-  *) die "usage: $0 install|image|start V|stop V|kill V|resume V" ;;
+  import) import_image "${2:?version}" "${3:?archive}" "${4:?image name}" ;;
+  *) die "usage: $0 install|image|start V|stop V|kill V|resume V|import V FILE NAME" ;;
 esac

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # Runs plegd's end-to-end suite against real containerd 1.6, 1.7 and 2.1. Installs what it
 # needs (apt), starts each containerd privately, runs the ignored e2e tests, tears down.
-# Extra arguments go to the test binary (a test-name filter, say).
+# On the versions in PLEGD_E2E_POD_VERSIONS (default 2.1) it also runs plegd as a pod from
+# its image (tests/e2e_pod.rs); the image is built by scripts/build-image.sh unless
+# PLEGD_E2E_IMAGE names an archive already built. Set PLEGD_E2E_POD_VERSIONS="" to skip it.
+# Extra arguments go to the test binaries (a test-name filter, say).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CTL="$PWD/tests/e2e/containerd.sh"
 [ "$(id -u)" = 0 ] || { echo "tests/e2e/run.sh: needs root to run containerd" >&2; exit 1; }
 "$CTL" install
-cargo test --locked --test e2e_containerd --no-run
+cargo test --locked --test e2e_containerd --test e2e_pod --no-run
+pod_versions=${PLEGD_E2E_POD_VERSIONS-2.1}
+if [ -n "$pod_versions" ] && [ -z "${PLEGD_E2E_IMAGE:-}" ]; then
+  echo "== plegd's image (scripts/build-image.sh)"
+  bash scripts/build-image.sh
+  export PLEGD_E2E_IMAGE=$PWD/target/image/plegd-oci.tar
+fi
 failed=()
 export PLEGD_E2E_FIGURES=${PLEGD_E2E_FIGURES:-/tmp/plegd-e2e-figures.txt}
 : >"$PLEGD_E2E_FIGURES"
@@ -23,7 +32,20 @@ for v in ${PLEGD_E2E_VERSIONS:-1.6 1.7 2.1}; do
   rc=${PIPESTATUS[0]}
   set -e
   [ "$rc" = 0 ] || failed+=("$v")
-  if grep -q "test result: ok. 0 passed" "/tmp/plegd-e2e-$v.log"; then
+  passed() { grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed" "$1" | awk '{s += $4} END {print s + 0}'; }
+  ran=$(passed "/tmp/plegd-e2e-$v.log")
+  if [[ " $pod_versions " == *" $v "* ]]; then
+    echo "== containerd $v: plegd as a pod"
+    set +e
+    PLEGD_E2E_ENDPOINT=$endpoint PLEGD_E2E_VERSION=$v PLEGD_E2E_CTL=$CTL \
+      cargo test --locked --test e2e_pod -- --ignored --test-threads=1 --nocapture "$@" 2>&1 \
+      | tee "/tmp/plegd-e2e-pod-$v.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    [ "$rc" = 0 ] || failed+=("$v (pod)")
+    ran=$((ran + $(passed "/tmp/plegd-e2e-pod-$v.log")))
+  fi
+  if [ "$ran" = 0 ]; then
     echo "e2e: no test ran against containerd $v (filter: $*)" >&2
     failed+=("$v")
   fi
