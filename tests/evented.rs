@@ -281,3 +281,120 @@ async fn a_change_without_an_event_right_after_a_reconnect_is_found_by_the_settl
     assert_eq!(died.container_id, ids[1]);
     sc.stop().await;
 }
+
+/// Found by the soak (tests/soak.rs): a container that exits and is removed before
+/// plegd reads its pod died with no exit code (the pod it carried no longer had it),
+/// and one started, stopped and removed between two reads never died at all. The
+/// runtime's STOPPED event carries the container's final status; plegd keeps it until
+/// a read settles the pod.
+#[tokio::test]
+async fn a_container_removed_before_plegd_reads_it_still_dies_with_the_exit_code_the_stream_carried() {
+    let h = SimHarness::start().await;
+    let mut sc = up_sidecar(&h).await;
+    let pod = PodSpec::new("default", "web");
+    let (sid, ids) = h.run_pod(&pod, &[ContainerSpec::new("seen")]).await;
+    let seen = ids[0].clone();
+    sc.until_quiet(Duration::from_millis(300)).await;
+    // All of it without yielding to plegd (one thread): it reads the pod only after.
+    let unseen = h.sim.create_container(pod.create_request(&sid, &ContainerSpec::new("unseen"))).await.unwrap();
+    h.sim.start_container(&unseen).await.unwrap();
+    assert!(h.sim.exit_container(&seen, 7, "Error"));
+    assert!(h.sim.exit_container(&unseen, 3, "OOMKilled"));
+    h.sim.remove_container_cri(&seen).await.unwrap();
+    h.sim.remove_container_cri(&unseen).await.unwrap();
+    let mut got = Vec::new();
+    while let Some(e) = sc.next(Duration::from_millis(1500)).await {
+        got.push(e);
+    }
+    for (id, code, reason) in [(&seen, 7, "Error"), (&unseen, 3, "OOMKilled")] {
+        let of = |k: EventType| got.iter().filter(|e| e.kind == k && e.container_id == *id).collect::<Vec<_>>();
+        let (died, removed) = (of(EventType::ContainerDied), of(EventType::ContainerRemoved));
+        assert_eq!((died.len(), removed.len()), (1, 1), "{id}: one death, one removal: {got:#?}");
+        let status = died[0].pod.as_ref().unwrap().containers.iter().find(|c| c.id == *id).expect("the pod as it died");
+        assert_eq!((status.exit_code, status.reason.as_str()), (code, reason), "the runtime's exit code and reason");
+        assert!(died[0].runtime_timestamp.is_some(), "when it finished, by the runtime's clock");
+        let at = |e: &plegd::model::event::PodLifecycleEvent| got.iter().position(|x| std::ptr::eq(x, e));
+        assert!(at(died[0]) < at(removed[0]), "died, then removed");
+        let after = removed[0].pod.as_ref().map_or(0, |p| p.containers.iter().filter(|c| c.id == *id).count());
+        assert_eq!(after, 0, "the removal carries the pod without it");
+    }
+    sc.stop().await;
+}
+
+/// Found by the soak: a pod created, run and removed between two reads of plegd (a
+/// kubelet's burst) reported nothing, though its container died with an exit code the
+/// runtime's stream carried.
+#[tokio::test]
+async fn a_pod_whose_whole_life_falls_between_two_reads_still_reports_its_containers_death() {
+    let h = SimHarness::start().await;
+    let mut sc = up_sidecar(&h).await;
+    let pod = PodSpec::new("default", "brief");
+    // All of it without yielding to plegd.
+    let sid = h.sim.run_pod_sandbox(pod.run_request()).await.unwrap();
+    let id = h.sim.create_container(pod.create_request(&sid, &ContainerSpec::new("app"))).await.unwrap();
+    h.sim.start_container(&id).await.unwrap();
+    h.sim.stop_pod_sandbox(&sid).await.unwrap();
+    h.sim.remove_pod_sandbox(&sid).await.unwrap();
+    let mut got = Vec::new();
+    while let Some(e) = sc.next(Duration::from_millis(1500)).await {
+        got.push(e);
+    }
+    let died: Vec<_> = got.iter().filter(|e| e.kind == EventType::ContainerDied && e.container_id == id).collect();
+    assert_eq!(died.len(), 1, "{got:#?}");
+    assert_eq!(
+        (died[0].pod_namespace.as_ref(), died[0].pod_name.as_ref()),
+        ("default", "brief"),
+        "named as the runtime named it"
+    );
+    let status = died[0].pod.as_ref().unwrap().containers.iter().find(|c| c.id == id).expect("the pod as it died");
+    assert_eq!((status.exit_code, status.reason.as_str()), (137, "Error"));
+    assert!(got.iter().any(|e| e.kind == EventType::ContainerRemoved && e.container_id == id), "{got:#?}");
+    sc.stop().await;
+}
+
+/// The guard beside the last words: events a runtime replays after plegd already
+/// reported a container removed (containerd 2.x keeps the events a broken stream missed)
+/// must not make it die twice.
+#[tokio::test]
+async fn a_stopped_event_that_arrives_after_the_removal_was_reported_changes_nothing() {
+    let h = SimHarness::start().await;
+    let mut sc = up_sidecar(&h).await;
+    let pod = PodSpec::new("default", "late");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    sc.until_quiet(Duration::from_millis(300)).await;
+    // The stream misses the exit and the removal; a relist reports them.
+    h.sim.mute_events(true);
+    assert!(h.sim.exit_container(&ids[0], 5, "Error"));
+    let last = h.sim.container_status_cri(&ids[0]).await.unwrap();
+    let sandbox = h
+        .sim
+        .list_pod_sandbox(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.metadata.as_ref().unwrap().uid == pod.uid)
+        .unwrap();
+    let sandbox_status = h.sim.pod_sandbox_status(&sandbox.id).await.unwrap();
+    h.sim.remove_container_cri(&ids[0]).await.unwrap();
+    h.sim.mute_events(false);
+    sc.app.pleg.request_relist();
+    let mut got = Vec::new();
+    while let Some(e) = sc.next(Duration::from_millis(1000)).await {
+        got.push(e);
+    }
+    // Then the missed STOPPED arrives, late.
+    h.sim.inject_event(cri::ContainerEventResponse {
+        container_id: ids[0].clone(),
+        container_event_type: cri::ContainerEventType::ContainerStoppedEvent as i32,
+        created_at: 1,
+        pod_sandbox_status: Some(sandbox_status),
+        containers_statuses: vec![last],
+    });
+    while let Some(e) = sc.next(Duration::from_millis(1000)).await {
+        got.push(e);
+    }
+    let died = got.iter().filter(|e| e.kind == EventType::ContainerDied && e.container_id == ids[0]).count();
+    let removed = got.iter().filter(|e| e.kind == EventType::ContainerRemoved && e.container_id == ids[0]).count();
+    assert_eq!((died, removed), (1, 1), "{got:#?}");
+    sc.stop().await;
+}

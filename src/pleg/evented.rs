@@ -176,6 +176,15 @@ impl<R: RuntimeService> EventedWatcher<R> {
         let uid = sandbox.and_then(|s| s.metadata.as_ref()).map(|m| m.uid.as_str()).filter(|u| !u.is_empty());
         match uid {
             Some(uid) => {
+                if ev.container_event_type == cri::ContainerEventType::ContainerStoppedEvent as i32
+                    && let Some(last) = ev
+                        .containers_statuses
+                        .iter()
+                        .find(|c| c.id == ev.container_id && c.state == cri::ContainerState::ContainerExited as i32)
+                    && let Some(meta) = sandbox.and_then(|s| s.metadata.as_ref())
+                {
+                    self.hints.last_words(meta, last.clone());
+                }
                 self.hints.pod(uid, sandbox.map(|s| s.id.as_str()), Some(&ev.container_id), EventSource::CriEvent)
             }
             // containerd drops or sends events without a sandbox status when the sandbox

@@ -1,7 +1,7 @@
 //! The GenericPLEG relister: list, diff against committed pod records, inspect the
 //! pods that changed, write the cache (its only writer), and emit lifecycle events.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -17,11 +17,11 @@ use super::inspect::{Prefetched, inspect_pod, inspect_prefetched, list_pod};
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
 use super::trust::{SETTLE, StreamTrust};
-use super::{build_events, same_status};
+use super::{PlegState, build_events, same_status};
 use crate::cache::CacheWriter;
 use crate::cri::{CriError, RuntimeService};
 use crate::liveness::{BEAT_EVERY, Beat};
-use crate::model::event::{EventSource, PodLifecycleEvent};
+use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::model::{ContainerState, PodStatus};
 
 /// How the relister runs.
@@ -114,7 +114,28 @@ pub struct GenericPleg<R: RuntimeService> {
     seed: u64,
     /// What the relister knows of the event stream it is paired with.
     trust: StreamTrust,
+    /// The final status the stream carried for containers that stopped, by container
+    /// id, until a read settles them (see [`GenericPleg::take_last_words`]).
+    last_words: HashMap<String, LastWords>,
+    /// Containers reported removed lately (kept as long as last words): words that
+    /// arrive after the removal — a runtime replaying what a broken stream missed —
+    /// must not make them die twice.
+    removed: (std::collections::VecDeque<(Instant, String)>, HashSet<String>),
 }
+
+/// A stopped container's final status from the stream, kept until a read of its pod.
+struct LastWords {
+    uid: String,
+    /// The pod's namespace and name, for a pod the records never knew.
+    pod: (String, String),
+    at: Instant,
+    status: crate::model::ContainerStatus,
+}
+
+/// Last words older than this are dropped unread (their pod was read long since, or
+/// the container never mattered); at most [`LAST_WORDS_MAX`] are kept.
+const LAST_WORDS_TTL: Duration = Duration::from_secs(600);
+const LAST_WORDS_MAX: usize = 4096;
 
 type Inspection = (String, Instant, Result<PodStatus, String>);
 
@@ -153,6 +174,8 @@ impl<R: RuntimeService> GenericPleg<R> {
             listed: None,
             seed: fastrand::u64(..),
             trust: StreamTrust::new(Duration::from_secs(300)),
+            last_words: HashMap::new(),
+            removed: Default::default(),
         }
     }
 
@@ -252,7 +275,11 @@ impl<R: RuntimeService> GenericPleg<R> {
         // waiting for a re-inspection, the records already hold this listing and every
         // diff would be empty.
         let fingerprint = listing.fingerprint(self.seed);
-        if fingerprint.is_some() && fingerprint == self.listed && self.reinspect.is_empty() {
+        if fingerprint.is_some()
+            && fingerprint == self.listed
+            && self.reinspect.is_empty()
+            && self.last_words.is_empty()
+        {
             self.finish(start, start_wall);
             return Ok(RelistOutcome { pods: self.records.len(), unchanged: true, ..Default::default() });
         }
@@ -264,8 +291,10 @@ impl<R: RuntimeService> GenericPleg<R> {
         let mut outcome = RelistOutcome { pods: pods.len(), ..Default::default() };
         self.records.set_current(pods);
 
-        // Pods with transitions, or whose last inspection failed.
-        let also: HashSet<String> = self.reinspect.union(&self.unread).cloned().collect();
+        // Pods with transitions, or whose last inspection failed, or with a stopped
+        // container's last words to settle.
+        let mut also: HashSet<String> = self.reinspect.union(&self.unread).cloned().collect();
+        also.extend(self.last_words.values().map(|w| w.uid.clone()));
         let work: BTreeMap<String, Vec<Transition>> =
             self.records.changed(&also).into_iter().filter(|(uid, t)| !t.is_empty() || also.contains(uid)).collect();
         self.unread.clear();
@@ -295,6 +324,10 @@ impl<R: RuntimeService> GenericPleg<R> {
             }
         }
         self.reinspect = needs_reinspect;
+        // Words left are about pods this relist did not apply: pods the records never
+        // knew (their whole life fell between two reads) — dropped — and pods to read
+        // again.
+        self.last_words.retain(|_, w| self.reinspect.contains(&w.uid));
         self.listed = fingerprint;
         self.count_states();
         self.finish(start, start_wall);
@@ -365,9 +398,25 @@ impl<R: RuntimeService> GenericPleg<R> {
                 return None;
             }
         };
-        let (namespace, name) = self.records.pod_name(uid);
+        let (mut namespace, mut name) = self.records.pod_name(uid);
+        if namespace.is_empty()
+            && name.is_empty()
+            && let Some(w) = self.last_words.values().find(|w| w.uid == uid)
+        {
+            // A pod the records never knew, gone before it was read: its name is the
+            // one the runtime's event gave.
+            (namespace, name) = w.pod.clone();
+        }
+        let (last_words, unseen) = self.take_last_words(uid, transitions, status.as_deref());
         self.records.commit(uid);
-        let events = build_events(uid, &namespace, &name, transitions, status, sync, source);
+        let with_unseen;
+        let transitions = if unseen.is_empty() {
+            transitions
+        } else {
+            with_unseen = [transitions, &unseen].concat();
+            &with_unseen[..]
+        };
+        let events = build_events(uid, &namespace, &name, transitions, status, sync, source, &last_words);
         let missed = suspect_from.map_or(0, |listed| self.trust.suspect(uid, &events, listed));
         let sent = events.len();
         if sent > 0 && self.events.send(events).await.is_err() {
@@ -559,6 +608,83 @@ impl<R: RuntimeService> GenericPleg<R> {
         outcome
     }
 
+    /// Keeps the stream's last words for stopped containers, dropping stale ones.
+    fn keep_last_words(
+        &mut self,
+        words: Vec<(String, crate::proto::runtime::PodSandboxMetadata, crate::proto::runtime::ContainerStatus)>,
+    ) {
+        let now = Instant::now();
+        for (uid, meta, status) in words {
+            let status = crate::model::ContainerStatus::from_cri(&status);
+            let pod = (meta.namespace, meta.name);
+            self.last_words.insert(status.id.clone(), LastWords { uid, pod, at: now, status });
+        }
+        if !self.last_words.is_empty() {
+            self.last_words.retain(|_, w| now.duration_since(w.at) < LAST_WORDS_TTL);
+            while self.last_words.len() > LAST_WORDS_MAX {
+                let oldest = self.last_words.iter().min_by_key(|(_, w)| w.at).map(|(id, _)| id.clone());
+                self.last_words.remove(&oldest.expect("not empty"));
+            }
+        }
+    }
+
+    /// Remembers the containers `transitions` report removed, for as long as last
+    /// words are kept.
+    fn note_removed(&mut self, transitions: &[Transition]) {
+        let now = Instant::now();
+        let (order, ids) = &mut self.removed;
+        for t in transitions {
+            if t.kind == EventType::ContainerRemoved && !t.is_sandbox && ids.insert(t.id.clone()) {
+                order.push_back((now, t.id.clone()));
+            }
+        }
+        while order
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) >= LAST_WORDS_TTL || ids.len() > LAST_WORDS_MAX)
+        {
+            let (_, id) = order.pop_front().expect("checked");
+            ids.remove(&id);
+        }
+    }
+
+    /// Settles the last words of pod `uid` against a read of it. A container the read
+    /// shows has its own final state: its words go. A container gone from the read keeps
+    /// its exit in the `CONTAINER_DIED` its transition makes (returned by id). A container
+    /// the records never knew, stopped and removed between two reads, gets the
+    /// `CONTAINER_DIED` and `CONTAINER_REMOVED` it would otherwise never have (returned
+    /// as extra transitions).
+    fn take_last_words(
+        &mut self,
+        uid: &str,
+        transitions: &[Transition],
+        status: Option<&PodStatus>,
+    ) -> (HashMap<String, crate::model::ContainerStatus>, Vec<Transition>) {
+        let mut words = HashMap::new();
+        let mut unseen = Vec::new();
+        self.note_removed(transitions);
+        if self.last_words.is_empty() {
+            return (words, unseen);
+        }
+        let ids: Vec<String> = self.last_words.iter().filter(|(_, w)| w.uid == uid).map(|(id, _)| id.clone()).collect();
+        for id in ids {
+            if status.is_some_and(|s| s.containers.iter().any(|c| c.id == id)) {
+                self.last_words.remove(&id);
+                continue;
+            }
+            let w = self.last_words.remove(&id).expect("listed above");
+            let named = transitions.iter().any(|t| t.id == id);
+            let known = self.records.old(uid).is_some_and(|p| p.state_of(&id) != PlegState::NonExistent);
+            if !named && !known && !self.removed.1.contains(&id) {
+                for kind in [EventType::ContainerDied, EventType::ContainerRemoved] {
+                    unseen.push(Transition { id: id.clone(), name: w.status.name.clone(), is_sandbox: false, kind });
+                }
+            }
+            words.insert(id, w.status);
+        }
+        self.note_removed(&unseen);
+        (words, unseen)
+    }
+
     /// Turns pending hints into a batch of pods; container-only hints are resolved
     /// through the pod records, and an unknown container asks for a full relist.
     fn resolve(&self, pending: super::hints::Pending) -> (Vec<(String, Hint)>, bool) {
@@ -650,7 +776,8 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.trust.settle_until = Instant::now();
         loop {
             self.beat.beat();
-            let pending = self.hints.take();
+            let mut pending = self.hints.take();
+            self.keep_last_words(std::mem::take(&mut pending.last_words));
             if pending.recovered {
                 self.trust.settle_until = Instant::now() + SETTLE;
             }

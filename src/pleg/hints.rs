@@ -36,6 +36,9 @@ pub struct Pending {
     /// Whether the stream came back after failing, so the runtime may still be
     /// recovering state it will not send events for.
     pub recovered: bool,
+    /// The final status the runtime's stream carried for containers that stopped, by
+    /// pod UID: a container removed before plegd reads it still dies with its exit code.
+    pub last_words: Vec<(String, crate::proto::runtime::PodSandboxMetadata, crate::proto::runtime::ContainerStatus)>,
 }
 
 #[derive(Default)]
@@ -74,6 +77,16 @@ impl PodHints {
             }
         }
         self.notify.notify_one();
+    }
+
+    /// Keeps the final status the stream carried for a container that stopped, with its
+    /// pod's metadata (the pod is marked dirty by [`PodHints::pod`] as well).
+    pub fn last_words(
+        &self,
+        pod: &crate::proto::runtime::PodSandboxMetadata,
+        status: crate::proto::runtime::ContainerStatus,
+    ) {
+        self.inner.lock().expect("hints lock").pending.last_words.push((pod.uid.clone(), pod.clone(), status));
     }
 
     /// Marks the pod of a container dirty when only the container id is known.

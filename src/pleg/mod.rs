@@ -85,6 +85,12 @@ pub fn same_status(a: &PodStatus, b: &PodStatus) -> bool {
 /// Turns a pod's transitions into lifecycle events carrying the pod's fresh status. A
 /// pod refreshed without a transition gets one `POD_SYNC` when `sync` is set (it was
 /// re-inspected after a failure, or its status changed in another way).
+///
+/// `last_words` holds the final status the runtime's stream carried for containers the
+/// fresh status no longer has (removed before plegd read them): their
+/// `CONTAINER_DIED` carries the pod with that container as it ended — exit code, reason,
+/// finish time — rather than a pod without it.
+#[allow(clippy::too_many_arguments)]
 pub fn build_events(
     uid: &str,
     namespace: &str,
@@ -93,6 +99,7 @@ pub fn build_events(
     status: Option<Arc<PodStatus>>,
     sync: bool,
     source: EventSource,
+    last_words: &std::collections::HashMap<String, crate::model::ContainerStatus>,
 ) -> Vec<PodLifecycleEvent> {
     let observed_at = SystemTime::now();
     let (uid, namespace, name) = (
@@ -123,6 +130,17 @@ pub fn build_events(
     transitions
         .iter()
         .map(|t| {
+            let gone = !t.is_sandbox && status.as_deref().is_none_or(|s| s.containers.iter().all(|c| c.id != t.id));
+            if t.kind == EventType::ContainerDied
+                && gone
+                && let Some(last) = last_words.get(&t.id)
+            {
+                let mut pod = status.as_deref().cloned().unwrap_or_else(|| PodStatus::empty(&uid, &namespace, &name));
+                pod.containers.insert(0, Arc::new(last.clone()));
+                let pod = Arc::new(pod);
+                let ts = runtime_time(&pod, t);
+                return PodLifecycleEvent { pod: Some(pod), ..base(t.kind, &t.id, &t.name, t.is_sandbox, ts) };
+            }
             let ts = status.as_deref().and_then(|s| runtime_time(s, t));
             base(t.kind, &t.id, &t.name, t.is_sandbox, ts)
         })

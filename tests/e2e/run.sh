@@ -4,13 +4,15 @@
 # On the versions in PLEGD_E2E_POD_VERSIONS (default 2.1) it also runs plegd as a pod from
 # its image (tests/e2e_pod.rs); the image is built by scripts/build-image.sh unless
 # PLEGD_E2E_IMAGE names an archive already built. Set PLEGD_E2E_POD_VERSIONS="" to skip it.
+# On the versions in PLEGD_SOAK_VERSIONS (default 2.1) it runs the soak under chaos
+# (tests/soak.rs) for PLEGD_SOAK_SECS (default 300) when no test filter is given.
 # Extra arguments go to the test binaries (a test-name filter, say).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CTL="$PWD/tests/e2e/containerd.sh"
 [ "$(id -u)" = 0 ] || { echo "tests/e2e/run.sh: needs root to run containerd" >&2; exit 1; }
 "$CTL" install
-cargo test --locked --test e2e_containerd --test e2e_pod --no-run
+cargo test --locked --test e2e_containerd --test e2e_pod --test soak --no-run
 pod_versions=${PLEGD_E2E_POD_VERSIONS-2.1}
 if [ -n "$pod_versions" ] && [ -z "${PLEGD_E2E_IMAGE:-}" ]; then
   echo "== plegd's image (scripts/build-image.sh)"
@@ -44,6 +46,16 @@ for v in ${PLEGD_E2E_VERSIONS:-1.6 1.7 2.1}; do
     set -e
     [ "$rc" = 0 ] || failed+=("$v (pod)")
     ran=$((ran + $(passed "/tmp/plegd-e2e-pod-$v.log")))
+  fi
+  if [[ " ${PLEGD_SOAK_VERSIONS-2.1} " == *" $v "* ]] && [ -z "$*" ]; then
+    echo "== containerd $v: the soak under chaos (${PLEGD_SOAK_SECS:-300} s)"
+    set +e
+    PLEGD_E2E_ENDPOINT=$endpoint PLEGD_E2E_VERSION=$v PLEGD_E2E_CTL=$CTL PLEGD_SOAK_SECS=${PLEGD_SOAK_SECS:-300} \
+      cargo test --locked --test soak -- --ignored --nocapture 2>&1 | tee "/tmp/plegd-e2e-soak-$v.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    [ "$rc" = 0 ] || failed+=("$v (soak)")
+    ran=$((ran + $(passed "/tmp/plegd-e2e-soak-$v.log")))
   fi
   if [ "$ran" = 0 ]; then
     echo "e2e: no test ran against containerd $v (filter: $*)" >&2
