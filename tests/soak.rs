@@ -1046,6 +1046,10 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     }
 
     // ------------------------------------------------ the report
+    let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
+    for (_, _, d) in &deaths {
+        *reasons.entry(format!("{} {}", d.code, if d.reason.is_empty() { "-" } else { &d.reason })).or_default() += 1;
+    }
     let (rss_first, rss_max, rss_last) = (
         samples.first().map(|s| s.1).unwrap_or(f64::NAN),
         samples.iter().map(|s| s.1).fold(0.0, f64::max),
@@ -1056,7 +1060,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
         samples.iter().step_by((samples.len() / 8).max(1)).map(|(t, r, _)| format!("{t:.0}s {r:.1}")).collect();
     let report = format!(
         "soak on {} for {secs} s (PLEGD_SOAK_SEED={seed}): actions {:?}; runtime call errors {:?}; faults {:?} (SIGTERM exits {:?}); \
-{} containers, {} deaths (runtime's record); {total_events} events to 6 watchers; deaths delivered {delivered}, carried by a later snapshot {carried_by_snapshot}, lived and were removed while plegd was down (no runtime record) {unobservable}, died without exit status while plegd could only relist {exit_unknown}, OOM reason races {reason_races}; \
+{} containers, {} deaths (runtime's record: exit code and reason {reasons:?}); {total_events} events to 6 watchers; deaths delivered {delivered}, carried by a later snapshot {carried_by_snapshot}, lived and were removed while plegd was down (no runtime record) {unobservable}, died without exit status while plegd could only relist {exit_unknown}, OOM reason races {reason_races}; \
 resets {resets:?}; GetPodStatus {outcomes:?}; {quiescent_checks} quiescent checks; latency StartContainer→watcher p50 {:.1} p99 {:.1} max {:.1} ms, exit→watcher p50 {:.1} p99 {:.1} max {:.1} ms; \
 plegd RSS MiB {rss_first:.1} first, {rss_max:.1} max, {rss_last:.1} last ({}); plegd CPU {cpu_pct:.1}% of a core; VIOLATIONS {}",
         runtime.name(),
