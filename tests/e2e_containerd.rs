@@ -790,3 +790,92 @@ async fn a_container_that_dies_while_plegd_is_down_reaches_a_resuming_client_wit
     remove_pod(&c, &sid).await;
     p.stop().await;
 }
+
+/// plegd never slows the runtime, on the real one. containerd 2.x blocks its own CRI
+/// calls once an event subscriber's queue (100) and the transport's buffers are full —
+/// about 600 events here (notes: with plegd's process stopped, RunPodSandbox blocked
+/// after 153 sandboxes). plegd runs on a runtime of its own whose only worker the test
+/// blocks for 25 s, while four kubelet-like callers create pods (6 events each: the
+/// sandbox created and started, a container created, started, stopped and removed) as
+/// fast as containerd goes: no call may wait on plegd, and plegd must have every pod
+/// afterwards. `tests/runtime_never_waits.rs` pins the same with the simulated runtime's
+/// 2.x delivery, where the reader before the fix failed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn a_stalled_plegd_never_makes_containerd_wait() {
+    let env = env();
+    let p = support::OwnRuntimePlegd::start(&env.endpoint);
+    let t0 = Instant::now();
+    while p.cache.is_empty() && t0.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await; // the stream is up
+    const STALL: Duration = Duration::from_secs(25);
+    p.stall(STALL);
+    let stalled_at = Instant::now();
+    let callers: Vec<_> = (0..4)
+        .map(|w| {
+            let c = env.client();
+            tokio::spawn(async move {
+                let (mut sandboxes, mut slowest, mut n) = (Vec::new(), Duration::ZERO, 0);
+                while stalled_at.elapsed() < STALL - Duration::from_secs(3) {
+                    let pod = PodSpec::new("stall", &format!("w{w}-{n}"));
+                    n += 1;
+                    let t = Instant::now();
+                    let sid = run_pod(&c, &pod).await;
+                    slowest = slowest.max(t.elapsed());
+                    let t = Instant::now();
+                    let (id, _) = start(&c, &pod, &sid, &ContainerSpec::new("app")).await;
+                    slowest = slowest.max(t.elapsed());
+                    // A container stopped and removed: two more events for the queue.
+                    let t = Instant::now();
+                    let mut raw = c.raw();
+                    raw.stop_container(cri::StopContainerRequest { container_id: id.clone(), timeout: 0 })
+                        .await
+                        .expect("StopContainer");
+                    raw.remove_container(cri::RemoveContainerRequest { container_id: id })
+                        .await
+                        .expect("RemoveContainer");
+                    slowest = slowest.max(t.elapsed());
+                    sandboxes.push((pod.uid, sid));
+                }
+                (sandboxes, slowest)
+            })
+        })
+        .collect();
+    let (mut pods, mut slowest) = (Vec::new(), Duration::ZERO);
+    for c in callers {
+        let (s, w) = c.await.unwrap();
+        pods.extend(s);
+        slowest = slowest.max(w);
+    }
+    let created_in = stalled_at.elapsed();
+    assert!(created_in < STALL, "containerd's callers outlasted the stall ({created_in:?}): calls waited on plegd");
+    assert!(slowest < Duration::from_secs(3), "a CRI call took {slowest:?} while plegd was stalled");
+    // plegd comes back and has every pod.
+    let t1 = Instant::now();
+    let missing = |p: &support::OwnRuntimePlegd| pods.iter().filter(|(uid, _)| p.cache.get(uid).is_none()).count();
+    while missing(&p) > 0 {
+        assert!(t1.elapsed() < STALL + Duration::from_secs(30), "plegd lacks {} of {} pods", missing(&p), pods.len());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let closed = p.metric("plegd_evented_connection_errors_total");
+    if env.version.starts_with("2.") && pods.len() * 6 > 700 {
+        // Past what containerd 2.x queues for a subscriber: only a reader that let go of
+        // its stream kept the calls from waiting.
+        assert!(closed >= 1.0, "plegd held on to a stream it had fallen behind on");
+    }
+    figure(&format!(
+        "containerd {}: plegd's worker blocked for {} s while 4 callers made {} pods ({} events; containerd 2.x blocks callers after ≈ 600 unread): slowest CRI call {:.0} ms, plegd closed its stream {closed} time(s), had every pod {:.1} s after the stall",
+        env.version,
+        STALL.as_secs(),
+        pods.len(),
+        pods.len() * 6,
+        slowest.as_secs_f64() * 1e3,
+        t1.elapsed().as_secs_f64(),
+    ));
+    let c = env.client();
+    for (_, sid) in pods {
+        remove_pod(&c, &sid).await;
+    }
+}

@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use plegd::cri::spec::{ContainerSpec, PodSpec};
@@ -27,65 +26,12 @@ fn heavy_pod(i: usize) -> PodSpec {
     (0..40).fold(PodSpec::new("load", &format!("pod-{i}")), |p, k| p.label(&format!("k{k}"), &"v".repeat(60)))
 }
 
-struct Plegd {
-    cache: plegd::cache::PodCache,
-    metrics: plegd::app::Metrics,
-    handle: tokio::runtime::Handle,
-    shutdown: tokio_util::sync::CancellationToken,
-    thread: Option<std::thread::JoinHandle<()>>,
-    _dir: tempfile::TempDir,
-}
-
-/// plegd (the whole sidecar, `app::start`) on a single-threaded runtime of its own.
-fn start_plegd(endpoint: &str) -> Plegd {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = plegd::config::RunConfig::for_endpoint(endpoint).unwrap();
-    cfg.api.socket = dir.path().join("plegd.sock");
-    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
-    cfg.evented = support::fast_evented();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let handle = rt.handle().clone();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let (tx, rx) = std_mpsc::channel();
-    let sd = shutdown.clone();
-    let thread = std::thread::spawn(move || {
-        rt.block_on(async move {
-            let tracker = tokio_util::task::TaskTracker::new();
-            let app = plegd::app::start(&cfg, &tracker, &sd).await.expect("plegd starts");
-            tx.send((app.cache.clone(), app.metrics.clone())).unwrap();
-            sd.cancelled().await;
-            tracker.close();
-            tracker.wait().await;
-        })
-    });
-    let (cache, metrics) = rx.recv().unwrap();
-    Plegd { cache, metrics, handle, shutdown, thread: Some(thread), _dir: dir }
-}
-
-impl Drop for Plegd {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn metric(p: &Plegd, name: &str) -> f64 {
-    p.metrics
-        .encode_text()
-        .lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_plegd_never_makes_the_runtime_wait_and_repairs_what_it_skipped() {
     let h = SimHarness::start().await;
     h.sim.set_blocking_delivery(true);
     h.sim.set_identity("containerd", "v2.1.9");
-    let p = start_plegd(&h.endpoint);
+    let p = support::OwnRuntimePlegd::start(&h.endpoint);
 
     // plegd is up on the stream (the runtime holds its queue).
     let t0 = Instant::now();
@@ -96,7 +42,7 @@ async fn a_stalled_plegd_never_makes_the_runtime_wait_and_repairs_what_it_skippe
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // Every one of plegd's workers stops: nothing of plegd's runs but its event reader.
-    p.handle.spawn(async { std::thread::sleep(STALL) });
+    p.stall(STALL);
     let stalled_at = Instant::now();
     let mut slowest = Duration::ZERO;
     let mut raw = h.raw();
@@ -144,7 +90,7 @@ async fn a_stalled_plegd_never_makes_the_runtime_wait_and_repairs_what_it_skippe
         assert!(t2.elapsed() < Duration::from_secs(10), "plegd never reopened the event stream");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let closed = metric(&p, "plegd_evented_connection_errors_total");
+    let closed = p.metric("plegd_evented_connection_errors_total");
     assert!(closed >= 1.0, "plegd kept a stream it had fallen behind on (connection errors {closed})");
     // Pods created after the recovery come through the stream again.
     let (_, ids) = h.run_pod(&heavy_pod(pods), &[ContainerSpec::new("late")]).await;

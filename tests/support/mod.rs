@@ -452,3 +452,68 @@ fn dechunk(body: &str) -> String {
     }
     out
 }
+
+/// The whole sidecar (`app::start`) on a single-threaded runtime of its own, on its own
+/// thread, so a test can stall every one of plegd's workers while the runtime's callers
+/// go on (`tests/runtime_never_waits.rs`, the e2e suite).
+#[allow(dead_code)]
+pub struct OwnRuntimePlegd {
+    pub cache: plegd::cache::PodCache,
+    pub metrics: plegd::app::Metrics,
+    pub handle: tokio::runtime::Handle,
+    shutdown: CancellationToken,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+#[allow(dead_code)]
+impl OwnRuntimePlegd {
+    pub fn start(endpoint: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = plegd::config::RunConfig::for_endpoint(endpoint).unwrap();
+        cfg.api.socket = dir.path().join("plegd.sock");
+        cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
+        cfg.evented = fast_evented();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let handle = rt.handle().clone();
+        let shutdown = CancellationToken::new();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sd = shutdown.clone();
+        let thread = std::thread::spawn(move || {
+            rt.block_on(async move {
+                let tracker = TaskTracker::new();
+                let app = plegd::app::start(&cfg, &tracker, &sd).await.expect("plegd starts");
+                tx.send((app.cache.clone(), app.metrics.clone())).unwrap();
+                sd.cancelled().await;
+                tracker.close();
+                tracker.wait().await;
+            })
+        });
+        let (cache, metrics) = rx.recv().unwrap();
+        Self { cache, metrics, handle, shutdown, thread: Some(thread), _dir: dir }
+    }
+
+    /// Blocks plegd's only worker for `d`: nothing of plegd's runs but its event reader.
+    pub fn stall(&self, d: Duration) {
+        self.handle.spawn(async move { std::thread::sleep(d) });
+    }
+
+    /// The sum of a metric family's samples.
+    pub fn metric(&self, name: &str) -> f64 {
+        self.metrics
+            .encode_text()
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+impl Drop for OwnRuntimePlegd {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
