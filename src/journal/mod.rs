@@ -95,6 +95,10 @@ pub struct Filter {
     pub types: HashSet<EventType>,
 }
 
+/// How long a starting plegd waits for another that holds its state dir: less than the
+/// DaemonSet's liveness allowance (5 s + 3 × 10 s), more than its grace period (15 s).
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// Where a subscription starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Since {
@@ -278,9 +282,30 @@ impl Journal {
     /// created (a usage error); a journal on disk that cannot be used is moved aside or,
     /// failing that, the journal runs in memory and says so.
     pub fn open(cfg: &JournalConfig, metrics: Option<JournalMetrics>) -> Result<Self, StoreError> {
+        Self::open_waiting(cfg, metrics, LOCK_WAIT)
+    }
+
+    /// [`Journal::open`], waiting up to `wait` for another plegd that holds the state
+    /// dir (a rollout's old pod, in its grace period) to let go: the journal, its epoch
+    /// and every client's resume point pass from one to the other. Past `wait` it runs in
+    /// memory, says so, and takes the dir over when it is free.
+    pub fn open_waiting(
+        cfg: &JournalConfig,
+        metrics: Option<JournalMetrics>,
+        wait: std::time::Duration,
+    ) -> Result<Self, StoreError> {
         let Some(dir) = &cfg.state_dir else { return Ok(Self::build(cfg, metrics, Disk::None, None)) };
         let scfg = store_config(cfg, dir.clone());
-        match Store::open(scfg.clone(), &store::boot_id()) {
+        let deadline = Instant::now() + wait;
+        let mut opened = Store::open(scfg.clone(), &store::boot_id());
+        if let Err(e @ StoreError::Locked { .. }) = &opened {
+            tracing::warn!(error = %e, "waiting up to {wait:?} for it to exit");
+            while matches!(opened, Err(StoreError::Locked { .. })) && Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                opened = Store::open(scfg.clone(), &store::boot_id());
+            }
+        }
+        match opened {
             Ok((store, loaded)) => {
                 match &loaded.new_epoch {
                     None => tracing::info!(

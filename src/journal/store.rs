@@ -22,6 +22,8 @@ use crate::model::event::PodLifecycleEvent;
 
 /// The database's file name in the state dir.
 pub const FILE: &str = "journal.db";
+/// The state dir's lock file: one plegd writes a journal at a time.
+pub const LOCK_FILE: &str = "plegd.lock";
 /// The layout this version writes; another one is moved aside like a corrupt file.
 const SCHEMA: i64 = 1;
 
@@ -54,6 +56,22 @@ pub enum StoreError {
         /// Why.
         #[source]
         source: RecordError,
+    },
+    /// A file of the state dir cannot be opened.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another process (a plegd still running, as in a DaemonSet rollout with a surge)
+    /// holds the state dir.
+    #[error("{path} is held by another process (is another plegd running on this --state-dir?)")]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
     },
     /// The file is not a journal this version can read.
     #[error("journal database {path}: {reason}")]
@@ -131,6 +149,8 @@ pub struct Loaded {
 
 /// The writer's connection.
 pub struct Store {
+    /// The state dir's lock, held while the store lives: one writer per journal.
+    _lock: Option<std::fs::File>,
     conn: Connection,
     path: PathBuf,
     cfg: StoreConfig,
@@ -174,7 +194,32 @@ impl Store {
     /// Fails only when the dir cannot be created, or a bad file cannot be moved aside.
     pub fn open(cfg: StoreConfig, boot: &str) -> Result<(Self, Loaded), StoreError> {
         std::fs::create_dir_all(&cfg.dir).map_err(|source| StoreError::CreateDir { path: cfg.dir.clone(), source })?;
+        let lock = Self::lock(&cfg.dir)?;
         let path = cfg.dir.join(FILE);
+        let (mut store, loaded) = Self::open_locked(&path, &cfg, boot)?;
+        store._lock = Some(lock);
+        Ok((store, loaded))
+    }
+
+    /// Takes the state dir's lock (`flock`, released by the kernel when the process
+    /// ends however it ends), or says who holds it.
+    fn lock(dir: &Path) -> Result<std::fs::File, StoreError> {
+        let path = dir.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|source| StoreError::Io { path: path.clone(), source })?;
+        match file.try_lock() {
+            Ok(()) => Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked { path }),
+            Err(std::fs::TryLockError::Error(source)) => Err(StoreError::Io { path, source }),
+        }
+    }
+
+    fn open_locked(path: &Path, cfg: &StoreConfig, boot: &str) -> Result<(Self, Loaded), StoreError> {
+        let (path, cfg) = (path.to_owned(), cfg.clone());
         match Self::open_existing(&path, &cfg, boot) {
             Ok(Some(opened)) => return Ok(opened),
             Ok(None) => {}
@@ -242,7 +287,8 @@ impl Store {
             .optional()
             .map_err(sql(path))?
             .unwrap_or_default();
-        let mut store = Self { conn, path: path.to_owned(), cfg: cfg.clone(), oldest: revision + 1, kept_bytes: 0 };
+        let mut store =
+            Self { _lock: None, conn, path: path.to_owned(), cfg: cfg.clone(), oldest: revision + 1, kept_bytes: 0 };
         let view = store.read_view()?;
         let mut new_epoch_reason = None;
         let epoch = if !boot.is_empty() && stored_boot != boot {
@@ -289,7 +335,7 @@ impl Store {
         .map_err(sql(path))?;
         tx.execute("INSERT INTO meta(key, value, text) VALUES ('boot', NULL, ?1)", [boot]).map_err(sql(path))?;
         tx.commit().map_err(sql(path))?;
-        let store = Self { conn, path: path.to_owned(), cfg: cfg.clone(), oldest: 1, kept_bytes: 0 };
+        let store = Self { _lock: None, conn, path: path.to_owned(), cfg: cfg.clone(), oldest: 1, kept_bytes: 0 };
         Ok((
             store,
             Loaded {

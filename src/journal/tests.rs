@@ -684,6 +684,48 @@ mod durable {
         assert_eq!(sub.reset, None);
         assert_eq!(replay_all(sub).len(), 11);
     }
+
+    #[test]
+    fn a_second_plegd_on_the_same_state_dir_waits_for_the_first_to_exit_and_continues_its_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Journal::open(&cfg(dir.path()), None).unwrap();
+        churn(&first, 10);
+        let (epoch, revision) = (first.epoch(), first.revision());
+        // The old pod of a rollout exits a moment after the new one starts.
+        let exiting = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(first);
+        });
+        let second = Journal::open_waiting(&cfg(dir.path()), None, Duration::from_secs(10)).unwrap();
+        exiting.join().unwrap();
+        assert_eq!(second.disk_problem(), None);
+        assert_eq!((second.epoch(), second.revision()), (epoch, revision), "the journal passed from one to the other");
+    }
+
+    #[test]
+    fn a_state_dir_held_past_the_wait_is_left_alone_and_taken_over_once_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Journal::open(&cfg(dir.path()), None).unwrap();
+        churn(&first, 10);
+        let second = Journal::open_waiting(&cfg(dir.path()), None, Duration::from_millis(200)).unwrap();
+        let problem = second.disk_problem().expect("not durable while another plegd holds the dir");
+        assert!(problem.contains("held by another process"), "{problem}");
+        // Neither writes over the other: the first goes on, the second keeps to memory.
+        churn(&second, 5);
+        second.backdate_disk_retry();
+        churn(&second, 1);
+        assert!(second.disk_problem().is_some(), "still held");
+        churn(&first, 1);
+        assert_eq!(first.disk_problem(), None);
+        drop(first);
+        second.backdate_disk_retry();
+        churn(&second, 1);
+        assert_eq!(second.disk_problem(), None, "the dir is taken over once free");
+        let (epoch, revision) = (second.epoch(), second.revision());
+        drop(second);
+        let third = Journal::open(&cfg(dir.path()), None).unwrap();
+        assert_eq!((third.epoch(), third.revision()), (epoch, revision));
+    }
 }
 
 mod unusable {
