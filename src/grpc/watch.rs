@@ -141,9 +141,9 @@ impl WatchFeed {
     /// Converts a snapshot on a task of its own, a few messages ahead of the transport,
     /// ending with `Synced`. The task ends when the snapshot is sent, the stream is
     /// dropped or plegd shuts down.
-    fn convert(&self, pods: Vec<Arc<PodStatus>>, revision: u64) -> mpsc::Receiver<WatchFrame> {
+    fn convert(&self, pods: Vec<Arc<PodStatus>>, revision: u64, epoch: u64) -> mpsc::Receiver<WatchFrame> {
         let (tx, rx) = mpsc::channel(SNAPSHOT_AHEAD);
-        let (cache, epoch, shutdown) = (self.cache.clone(), self.journal.epoch(), self.shutdown.clone());
+        let (cache, shutdown) = (self.cache.clone(), self.shutdown.clone());
         self.tasks.spawn(async move {
             let count = pods.len() as u32;
             let messages = pods
@@ -191,7 +191,7 @@ impl WatchFeed {
                         Start::Replay(_) => 0,
                     };
                     self.phase = match std::mem::replace(&mut sub.start, Start::Replay(Replay::default())) {
-                        Start::Snapshot { pods, revision } => Phase::Snapshot(self.convert(pods, revision)),
+                        Start::Snapshot { pods, revision } => Phase::Snapshot(self.convert(pods, revision, sub.epoch)),
                         Start::Replay(Replay { disk, memory }) => Phase::Replay {
                             page: Vec::new().into_iter(),
                             disk: disk.map(Box::new),
@@ -206,7 +206,7 @@ impl WatchFeed {
                     }
                     if !std::mem::replace(&mut self.announced, true) {
                         // Every stream tells its epoch before anything else.
-                        let start = api::StreamStart { epoch: self.journal.epoch(), resumed };
+                        let start = api::StreamStart { epoch: self.sub.as_ref().map_or(0, |s| s.epoch), resumed };
                         return Some(Self::message(after, api::watch_event::Kind::Start(start)));
                     }
                 }

@@ -134,6 +134,10 @@ pub struct Replay {
 
 /// A live subscription. Dropping it unsubscribes.
 pub struct Subscription {
+    /// The journal's epoch when the subscription was taken, read under the same lock as
+    /// its start: the epoch its stream announces (a disk failure between the two would
+    /// otherwise name an epoch the start does not belong to).
+    pub epoch: u64,
     /// How it begins (and, if a resume was refused, why a snapshot comes instead).
     pub start: Start,
     /// Set when a requested resume was refused.
@@ -662,11 +666,12 @@ impl Journal {
         let id = inner.next_sub;
         inner.next_sub += 1;
         inner.subs.push(Sub { id, filter, tx, overflowed: overflowed.clone() });
+        let epoch = inner.epoch;
         drop(inner);
         if let Some(reason) = reset {
             self.count_reset(reason);
         }
-        Subscription { start, reset, rx, overflowed, id, journal: self.clone() }
+        Subscription { epoch, start, reset, rx, overflowed, id, journal: self.clone() }
     }
 
     /// Counts a reset in the metrics.
