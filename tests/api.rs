@@ -167,15 +167,29 @@ async fn a_slow_consumer_is_reset_while_a_fast_one_keeps_up() {
     // Thousands of events (each carrying its pod's status) while the slow client reads
     // nothing: hundreds of pods start, then all go away.
     // Far more than the 2,048-event buffer plus what HTTP/2 flow-control windows hold.
+    // Until plegd has published a burst: its revision stops moving (a fixed sleep made
+    // this depend on how fast plegd took a burst through the stream or a relist).
+    let settled = |j: plegd::journal::Journal| async move {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let mut last = j.revision();
+        loop {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let now = j.revision();
+            if now == last || tokio::time::Instant::now() > deadline {
+                return now;
+            }
+            last = now;
+        }
+    };
     for round in 0..6 {
         let mut c = churn(&p, 250);
         c.populate().await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        settled(p.app.journal.clone()).await;
         for s in p.h.sim.list_pod_sandbox(None).await.unwrap() {
             p.h.sim.remove_pod_sandbox(&s.id).await.unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(p.app.journal.revision() > 1500 * (round + 1), "volume: {}", p.app.journal.revision());
+        let revision = settled(p.app.journal.clone()).await;
+        assert!(revision > 1500 * (round + 1), "volume: {revision}");
     }
     let (n, fast_last) = fast_reader.await.unwrap();
     assert!(n > 12_000, "the fast client saw the churn: {n} events");
