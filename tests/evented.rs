@@ -398,3 +398,52 @@ async fn a_stopped_event_that_arrives_after_the_removal_was_reported_changes_not
     assert_eq!((died, removed), (1, 1), "{got:#?}");
     sc.stop().await;
 }
+
+/// The same on the full relist's path (from the adversarial review): containerd sends
+/// a sandbox's DELETED without its status, which makes plegd relist everything rather
+/// than the pod; the death must come out of that path too, with the pod's labels (a
+/// label selector must find it).
+#[tokio::test]
+async fn a_pod_gone_before_any_read_dies_on_the_full_relists_path_too_with_its_labels() {
+    let h = SimHarness::start().await;
+    let mut sc = up_sidecar(&h).await;
+    let pod = PodSpec::new("default", "brief").label("app", "brief");
+    h.sim.mute_events(true);
+    let sid = h.sim.run_pod_sandbox(pod.run_request()).await.unwrap();
+    let id = h.sim.create_container(pod.create_request(&sid, &ContainerSpec::new("app"))).await.unwrap();
+    h.sim.start_container(&id).await.unwrap();
+    assert!(h.sim.exit_container(&id, 42, "Error"));
+    let last = h.sim.container_status_cri(&id).await.unwrap();
+    let sandbox = h.sim.pod_sandbox_status(&sid).await.unwrap();
+    h.sim.remove_pod_sandbox(&sid).await.unwrap();
+    h.sim.mute_events(false);
+    // What the stream carried: the container's STOPPED, then the sandbox's DELETED
+    // without a status (containerd's order when a pod goes).
+    h.sim.inject_event(cri::ContainerEventResponse {
+        container_id: id.clone(),
+        container_event_type: cri::ContainerEventType::ContainerStoppedEvent as i32,
+        created_at: 1,
+        pod_sandbox_status: Some(sandbox),
+        containers_statuses: vec![last],
+    });
+    h.sim.inject_event(cri::ContainerEventResponse {
+        container_id: sid.clone(),
+        container_event_type: cri::ContainerEventType::ContainerDeletedEvent as i32,
+        created_at: 2,
+        pod_sandbox_status: None,
+        containers_statuses: vec![],
+    });
+    let mut got = Vec::new();
+    while let Some(e) = sc.next(Duration::from_millis(1500)).await {
+        got.push(e);
+    }
+    let died: Vec<_> = got.iter().filter(|e| e.kind == EventType::ContainerDied && e.container_id == id).collect();
+    assert_eq!(died.len(), 1, "{got:#?}");
+    assert_eq!(died[0].source, EventSource::Relist, "from the full relist");
+    let pod_then = died[0].pod.as_ref().unwrap();
+    assert_eq!(pod_then.labels.get("app"), Some("brief"), "the pod's labels, for selectors");
+    assert_eq!(pod_then.containers.iter().find(|c| c.id == id).map(|c| c.exit_code), Some(42));
+    let removed = got.iter().filter(|e| e.kind == EventType::ContainerRemoved && e.container_id == id).count();
+    assert_eq!(removed, 1, "{got:#?}");
+    sc.stop().await;
+}

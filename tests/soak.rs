@@ -125,13 +125,6 @@ impl Runtime {
     fn is_sim(&self) -> bool {
         matches!(self, Runtime::Sim { .. })
     }
-
-    /// Whether the runtime replays the events a subscriber missed: containerd 2.x keeps
-    /// them for the next one; 1.7 and the simulated runtime do not. There every death
-    /// must reach the watchers.
-    fn replays_missed_events(&self) -> bool {
-        matches!(self, Runtime::Containerd { version, .. } if version.starts_with("2."))
-    }
 }
 
 fn run_ctl(ctl: &str, args: &[&str]) {
@@ -226,11 +219,8 @@ struct Death {
 struct TruthContainer {
     namespace: String,
     pod_uid: String,
-    created: SystemTime,
     started_at: Option<SystemTime>,
     death: Option<Death>,
-    /// When the harness removed its pod.
-    removed: Option<SystemTime>,
 }
 
 #[derive(Default)]
@@ -374,14 +364,7 @@ impl Kubelet {
         };
         self.truth.lock().unwrap().containers.insert(
             id.clone(),
-            TruthContainer {
-                namespace: pod.namespace.clone(),
-                pod_uid: uid.into(),
-                created: SystemTime::now(),
-                started_at: None,
-                death: None,
-                removed: None,
-            },
+            TruthContainer { namespace: pod.namespace.clone(), pod_uid: uid.into(), started_at: None, death: None },
         );
         self.pods.get_mut(uid).unwrap().2 = Some(id.clone());
         self.pods.get_mut(uid).unwrap().3 = next;
@@ -465,10 +448,6 @@ impl Kubelet {
         }
         self.did("remove pod");
         self.pods.remove(&uid);
-        let now = SystemTime::now();
-        for t in self.truth.lock().unwrap().containers.values_mut().filter(|t| t.pod_uid == uid) {
-            t.removed = Some(now);
-        }
     }
 
     async fn step(&mut self, runtime: &Runtime) {
@@ -513,15 +492,38 @@ struct Watcher {
     /// has it — `None` when the pod no longer has the container, receipt) for each
     /// event, in order.
     events: BTreeMap<String, Vec<Seen>>,
-    /// When the watcher's copy was last rebuilt from a snapshot (a fresh start or a reset).
-    last_snapshot: Option<SystemTime>,
+    /// Each time the watcher's continuity broke (a fresh start, a reset, a resume into
+    /// another journal) and when the snapshot that followed was complete (`synced`):
+    /// only a death around such a gap may reach it as snapshot state instead of an event.
+    breaks: Vec<(SystemTime, Option<SystemTime>)>,
     resets: BTreeMap<String, u64>,
+    /// When its last stream ended.
+    last_end: Option<SystemTime>,
     connects: u64,
     resumes_without_epoch: u64,
     stalls: u64,
     attending: bool,
     latencies_started: Vec<f64>,
     latencies_died: Vec<f64>,
+}
+
+impl Watcher {
+    /// Continuity broke at `at` (unless a break is already open).
+    fn broke(&mut self, at: SystemTime) {
+        if self.breaks.last().is_none_or(|(_, synced)| synced.is_some()) {
+            self.breaks.push((at, None));
+        }
+    }
+
+    /// Whether a death at `died` may have reached this watcher only as snapshot state:
+    /// it falls in a gap — from a break (less the time plegd may take to publish a death
+    /// while it or the runtime is being faulted, 15 s) to the snapshot after it.
+    fn gap_covers(&self, died: SystemTime) -> bool {
+        let slack = Duration::from_secs(15);
+        self.breaks
+            .iter()
+            .any(|(from, synced)| from.checked_sub(slack).is_none_or(|f| f <= died) && synced.is_none_or(|s| died <= s))
+    }
 }
 
 async fn watch_loop(
@@ -551,6 +553,8 @@ async fn watch_loop(
                 }
                 _ => {
                     checker.start_over();
+                    let at = g.last_end.unwrap_or_else(SystemTime::now);
+                    g.broke(at);
                     (0, 0)
                 }
             }
@@ -611,6 +615,7 @@ async fn watch_loop(
             {
                 // Resumed without an epoch into a new journal: start over.
                 g.checker.as_mut().unwrap().start_over();
+                g.broke(now);
                 break;
             }
             if let Err(v) = g.checker.as_mut().unwrap().observe(&m) {
@@ -618,8 +623,13 @@ async fn watch_loop(
                 g.violations.push(format!("{name}: {v}"));
             }
             match m.kind {
-                Some(Kind::Synced(_)) => g.last_snapshot = Some(now),
+                Some(Kind::Synced(_)) => {
+                    if let Some((_, synced @ None)) = g.breaks.last_mut() {
+                        *synced = Some(now);
+                    }
+                }
                 Some(Kind::Reset(r)) => {
+                    g.broke(now);
                     let reason = api::ResetReason::try_from(r.reason).map(|r| r.as_str_name()).unwrap_or("?");
                     *g.resets.entry(reason.to_string()).or_default() += 1;
                 }
@@ -645,7 +655,9 @@ async fn watch_loop(
                 g.attending = g.checker.as_ref().unwrap().is_synced();
             }
         }
-        w.lock().unwrap().attending = false;
+        let mut g = w.lock().unwrap();
+        g.attending = false;
+        g.last_end = Some(SystemTime::now());
     }
 }
 
@@ -760,6 +772,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
             name: format!("watcher {i} ({})", namespace.unwrap_or("all namespaces")),
             namespace,
             checker: Some(WatchChecker::new(namespace.is_some())),
+            breaks: vec![(SystemTime::UNIX_EPOCH, None)],
             ..Default::default()
         }));
         tokio::spawn(watch_loop(w.clone(), socket.clone(), truth.clone(), quiet_rx.clone(), end.clone(), rng.u64(..)));
@@ -796,8 +809,6 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     let mut faults: BTreeMap<Fault, u64> = BTreeMap::new();
     let mut fault_order: Vec<Fault> = Vec::new();
     let mut sigterm_exits = Vec::new();
-    // When plegd was down: (from, to).
-    let mut down: Vec<(SystemTime, SystemTime)> = Vec::new();
     // Every fault: (from, to).
     let mut blind_windows: Vec<(SystemTime, SystemTime)> = Vec::new();
     let mut samples: Vec<(f64, f64, f64)> = Vec::new(); // (t, rss MiB, cpu s)
@@ -882,18 +893,14 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
             let fault_started = SystemTime::now();
             match kind {
                 Fault::PlegdKill9 => {
-                    let from = SystemTime::now();
                     plegd.kill9();
                     tokio::time::sleep(Duration::from_millis(rng.u64(200..3000))).await;
                     plegd.start().await;
-                    down.push((from, SystemTime::now()));
                 }
                 Fault::PlegdSigterm => {
-                    let from = SystemTime::now();
                     sigterm_exits.push(plegd.terminate());
                     tokio::time::sleep(Duration::from_millis(rng.u64(200..3000))).await;
                     plegd.start().await;
-                    down.push((from, SystemTime::now()));
                 }
                 Fault::RuntimeKill => runtime.outage(Duration::from_millis(rng.u64(1000..6000))).await,
                 Fault::StreamCut => {
@@ -943,20 +950,13 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     let started = api::LifecycleEventType::ContainerStarted as i32;
     let died = api::LifecycleEventType::ContainerDied as i32;
     let removed = api::LifecycleEventType::ContainerRemoved as i32;
-    let (mut delivered, mut carried_by_snapshot, mut reason_races, mut unobservable) = (0u64, 0u64, 0u64, 0u64);
+    let (mut delivered, mut carried_by_snapshot, mut reason_races) = (0u64, 0u64, 0u64);
     let mut exit_unknown = 0u64;
     // While plegd is down or its stream is (an outage, a cut, a restart, and the
     // reconnection after), it can only relist: a container stopped and removed between
     // two relists dies without the exit status no read could see.
     let blind =
         |at: SystemTime| blind_windows.iter().any(|(from, to)| *from <= at && at <= *to + Duration::from_secs(5));
-    // A container created, stopped and removed entirely while plegd was down leaves no
-    // trace plegd can read, unless the runtime keeps its events for the next subscriber
-    // (containerd 2.x does, for 5 minutes; the simulated runtime does not).
-    let lived_while_down = |t: &TruthContainer| {
-        !runtime.replays_missed_events()
-            && t.removed.is_some_and(|r| down.iter().any(|(from, to)| *from <= t.created && r <= *to))
-    };
     let mut total_events = 0u64;
     let mut resets: BTreeMap<String, u64> = BTreeMap::new();
     let mut lat_started = Vec::new();
@@ -975,6 +975,17 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
             "{}: {} connects, {} resume attempts without the epoch, {} stalls, resets {:?}",
             g.name, g.connects, g.resumes_without_epoch, g.stalls, g.resets
         ));
+        // No event happens twice to a container (attempts are new containers).
+        for (id, evs) in &g.events {
+            let mut kinds: BTreeMap<i32, u32> = BTreeMap::new();
+            for e in evs {
+                *kinds.entry(e.0).or_default() += 1;
+            }
+            for (kind, n) in kinds.into_iter().filter(|(k, n)| *n > 1 && (*k == started || *k == removed)) {
+                let kind = api::LifecycleEventType::try_from(kind).map(|k| k.as_str_name()).unwrap_or("?");
+                v.push(format!("{}: container {id}: {kind} delivered {n} times: {evs:?}", g.name));
+            }
+        }
         for (id, t, d) in &deaths {
             if g.namespace.is_some_and(|n| n != t.namespace) {
                 continue; // not entitled: filtered out
@@ -984,14 +995,12 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
             match dies.len() {
                 0 => {
                     // Carried by a snapshot taken after the death, or owed.
-                    if g.last_snapshot.is_some_and(|s| s > d.at) {
+                    if g.gap_covers(d.at) {
                         carried_by_snapshot += 1;
-                    } else if lived_while_down(t) {
-                        unobservable += 1;
                     } else {
                         v.push(format!(
-                            "{}: container {id} (pod {}) died at {:?} (exit {} {:?}) and was never delivered; the watcher's last snapshot was at {:?}; its events for the container: {evs:?}",
-                            g.name, t.pod_uid, d.at, d.code, d.reason, g.last_snapshot
+                            "{}: container {id} (pod {}) died at {:?} (exit {} {:?}) and was never delivered; the watcher's gaps: {:?}; its events for the container: {evs:?}",
+                            g.name, t.pod_uid, d.at, d.code, d.reason, g.breaks
                         ));
                     }
                 }
@@ -1060,7 +1069,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
         samples.iter().step_by((samples.len() / 8).max(1)).map(|(t, r, _)| format!("{t:.0}s {r:.1}")).collect();
     let report = format!(
         "soak on {} for {secs} s (PLEGD_SOAK_SEED={seed}): actions {:?}; runtime call errors {:?}; faults {:?} (SIGTERM exits {:?}); \
-{} containers, {} deaths (runtime's record: exit code and reason {reasons:?}); {total_events} events to 6 watchers; deaths delivered {delivered}, carried by a later snapshot {carried_by_snapshot}, lived and were removed while plegd was down (no runtime record) {unobservable}, died without exit status while plegd could only relist {exit_unknown}, OOM reason races {reason_races}; \
+{} containers, {} deaths (runtime's record: exit code and reason {reasons:?}); {total_events} events to 6 watchers; deaths delivered {delivered}, carried by a later snapshot {carried_by_snapshot}, died without exit status while plegd could only relist {exit_unknown}, OOM reason races {reason_races}; \
 resets {resets:?}; GetPodStatus {outcomes:?}; {quiescent_checks} quiescent checks; latency StartContainer→watcher p50 {:.1} p99 {:.1} max {:.1} ms, exit→watcher p50 {:.1} p99 {:.1} max {:.1} ms; \
 plegd RSS MiB {rss_first:.1} first, {rss_max:.1} max, {rss_last:.1} last ({}); plegd CPU {cpu_pct:.1}% of a core; VIOLATIONS {}",
         runtime.name(),

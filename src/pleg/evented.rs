@@ -181,9 +181,9 @@ impl<R: RuntimeService> EventedWatcher<R> {
                         .containers_statuses
                         .iter()
                         .find(|c| c.id == ev.container_id && c.state == cri::ContainerState::ContainerExited as i32)
-                    && let Some(meta) = sandbox.and_then(|s| s.metadata.as_ref())
+                    && let Some(sandbox) = sandbox
                 {
-                    self.hints.last_words(meta, last.clone());
+                    self.hints.last_words(sandbox, last.clone());
                 }
                 self.hints.pod(uid, sandbox.map(|s| s.id.as_str()), Some(&ev.container_id), EventSource::CriEvent)
             }

@@ -126,8 +126,8 @@ pub struct GenericPleg<R: RuntimeService> {
 /// A stopped container's final status from the stream, kept until a read of its pod.
 struct LastWords {
     uid: String,
-    /// The pod's namespace and name, for a pod the records never knew.
-    pod: (String, String),
+    /// The pod's namespace, name and labels, for a pod the records never knew.
+    pod: (String, String, crate::labels::Labels),
     at: Instant,
     status: crate::model::ContainerStatus,
 }
@@ -324,9 +324,21 @@ impl<R: RuntimeService> GenericPleg<R> {
             }
         }
         self.reinspect = needs_reinspect;
-        // Words left are about pods this relist did not apply: pods the records never
-        // knew (their whole life fell between two reads) — dropped — and pods to read
-        // again.
+        // Words left are about pods this relist did not apply: pods to read again, and
+        // pods the records never knew that are gone (their whole life fell between two
+        // reads): those die and go now, with the runtime's exit status.
+        let gone: std::collections::BTreeSet<String> = self
+            .last_words
+            .values()
+            .filter(|w| !self.reinspect.contains(&w.uid) && self.records.current(&w.uid).is_none())
+            .map(|w| w.uid.clone())
+            .collect();
+        for uid in gone {
+            if let Some((events, _)) = self.apply(&uid, Found::Gone, start, &[], false, EventSource::Relist, None).await
+            {
+                outcome.events += events;
+            }
+        }
         self.last_words.retain(|_, w| self.reinspect.contains(&w.uid));
         self.listed = fingerprint;
         self.count_states();
@@ -399,13 +411,18 @@ impl<R: RuntimeService> GenericPleg<R> {
             }
         };
         let (mut namespace, mut name) = self.records.pod_name(uid);
+        let mut status = status;
         if namespace.is_empty()
             && name.is_empty()
             && let Some(w) = self.last_words.values().find(|w| w.uid == uid)
         {
-            // A pod the records never knew, gone before it was read: its name is the
-            // one the runtime's event gave.
-            (namespace, name) = w.pod.clone();
+            // A pod the records never knew, gone before it was read: its name and labels
+            // are the ones the runtime's event gave (a label selector must find it).
+            (namespace, name) = (w.pod.0.clone(), w.pod.1.clone());
+            if status.is_none() {
+                status =
+                    Some(Arc::new(PodStatus { labels: w.pod.2.clone(), ..PodStatus::empty(uid, &namespace, &name) }));
+            }
         }
         let (last_words, unseen) = self.take_last_words(uid, transitions, status.as_deref());
         self.records.commit(uid);
@@ -413,7 +430,11 @@ impl<R: RuntimeService> GenericPleg<R> {
         let transitions = if unseen.is_empty() {
             transitions
         } else {
-            with_unseen = [transitions, &unseen].concat();
+            // Before the sandbox's own death and removal: a pod goes last.
+            let (sandbox_end, rest): (Vec<_>, Vec<_>) = transitions.iter().cloned().partition(|t| {
+                t.is_sandbox && matches!(t.kind, EventType::ContainerDied | EventType::ContainerRemoved)
+            });
+            with_unseen = [rest, unseen, sandbox_end].concat();
             &with_unseen[..]
         };
         let events = build_events(uid, &namespace, &name, transitions, status, sync, source, &last_words);
@@ -609,21 +630,23 @@ impl<R: RuntimeService> GenericPleg<R> {
     }
 
     /// Keeps the stream's last words for stopped containers, dropping stale ones.
-    fn keep_last_words(
-        &mut self,
-        words: Vec<(String, crate::proto::runtime::PodSandboxMetadata, crate::proto::runtime::ContainerStatus)>,
-    ) {
+    fn keep_last_words(&mut self, words: Vec<super::hints::LastWords>) {
         let now = Instant::now();
-        for (uid, meta, status) in words {
+        for (uid, meta, labels, status) in words {
             let status = crate::model::ContainerStatus::from_cri(&status);
-            let pod = (meta.namespace, meta.name);
+            let pod = (meta.namespace, meta.name, labels.iter().collect());
             self.last_words.insert(status.id.clone(), LastWords { uid, pod, at: now, status });
         }
         if !self.last_words.is_empty() {
             self.last_words.retain(|_, w| now.duration_since(w.at) < LAST_WORDS_TTL);
-            while self.last_words.len() > LAST_WORDS_MAX {
-                let oldest = self.last_words.iter().min_by_key(|(_, w)| w.at).map(|(id, _)| id.clone());
-                self.last_words.remove(&oldest.expect("not empty"));
+            if self.last_words.len() > LAST_WORDS_MAX {
+                // The oldest go, in one pass.
+                let mut by_age: Vec<(Instant, String)> =
+                    self.last_words.iter().map(|(id, w)| (w.at, id.clone())).collect();
+                by_age.sort();
+                for (_, id) in by_age.iter().take(self.last_words.len() - LAST_WORDS_MAX) {
+                    self.last_words.remove(id);
+                }
             }
         }
     }

@@ -10,6 +10,10 @@ use tokio::time::Instant;
 
 use crate::model::event::EventSource;
 
+/// Stopped containers' words kept between two takes at most (a relister that far
+/// behind reads the pods anyway; the words only add the exit status).
+const MAX_PENDING_WORDS: usize = 4096;
+
 /// Why a pod should be relisted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hint {
@@ -23,6 +27,15 @@ pub struct Hint {
     /// sandbox events under the sandbox's id).
     pub container_ids: BTreeSet<String>,
 }
+
+/// A stopped container's final status from the stream: its pod's UID, metadata and
+/// labels, and the status.
+pub type LastWords = (
+    String,
+    crate::proto::runtime::PodSandboxMetadata,
+    std::collections::HashMap<String, String>,
+    crate::proto::runtime::ContainerStatus,
+);
 
 /// Everything pending at the time of a [`PodHints::take`].
 #[derive(Debug, Default)]
@@ -38,7 +51,7 @@ pub struct Pending {
     pub recovered: bool,
     /// The final status the runtime's stream carried for containers that stopped, by
     /// pod UID: a container removed before plegd reads it still dies with its exit code.
-    pub last_words: Vec<(String, crate::proto::runtime::PodSandboxMetadata, crate::proto::runtime::ContainerStatus)>,
+    pub last_words: Vec<LastWords>,
 }
 
 #[derive(Default)]
@@ -83,10 +96,17 @@ impl PodHints {
     /// pod's metadata (the pod is marked dirty by [`PodHints::pod`] as well).
     pub fn last_words(
         &self,
-        pod: &crate::proto::runtime::PodSandboxMetadata,
+        sandbox: &crate::proto::runtime::PodSandboxStatus,
         status: crate::proto::runtime::ContainerStatus,
     ) {
-        self.inner.lock().expect("hints lock").pending.last_words.push((pod.uid.clone(), pod.clone(), status));
+        let Some(meta) = &sandbox.metadata else { return };
+        let mut inner = self.inner.lock().expect("hints lock");
+        // Bounded like the dirty set: a container's words replace its earlier ones.
+        let words = &mut inner.pending.last_words;
+        words.retain(|w| w.3.id != status.id);
+        if words.len() < MAX_PENDING_WORDS {
+            words.push((meta.uid.clone(), meta.clone(), sandbox.labels.clone(), status));
+        }
     }
 
     /// Marks the pod of a container dirty when only the container id is known.
