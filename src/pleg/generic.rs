@@ -1,7 +1,7 @@
 //! The GenericPLEG relister: list, diff against committed pod records, inspect the
 //! pods that changed, write the cache (its only writer), and emit lifecycle events.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -14,6 +14,7 @@ use super::evented::StreamState;
 use super::health::PlegHealth;
 use super::hints::{Hint, PodHints};
 use super::inspect::{Prefetched, inspect_pod, inspect_prefetched, list_pod};
+use super::last_words::LastWords;
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
 use super::trust::{SETTLE, StreamTrust};
@@ -114,28 +115,9 @@ pub struct GenericPleg<R: RuntimeService> {
     seed: u64,
     /// What the relister knows of the event stream it is paired with.
     trust: StreamTrust,
-    /// The final status the stream carried for containers that stopped, by container
-    /// id, until a read settles them (see [`GenericPleg::take_last_words`]).
-    last_words: HashMap<String, LastWords>,
-    /// Containers reported removed lately (kept as long as last words): words that
-    /// arrive after the removal — a runtime replaying what a broken stream missed —
-    /// must not make them die twice.
-    removed: (std::collections::VecDeque<(Instant, String)>, HashSet<String>),
+    /// Stopped containers' final statuses from the stream, until a read settles them.
+    last_words: LastWords,
 }
-
-/// A stopped container's final status from the stream, kept until a read of its pod.
-struct LastWords {
-    uid: String,
-    /// The pod's namespace, name and labels, for a pod the records never knew.
-    pod: (String, String, crate::labels::Labels),
-    at: Instant,
-    status: crate::model::ContainerStatus,
-}
-
-/// Last words older than this are dropped unread (their pod was read long since, or
-/// the container never mattered); at most [`LAST_WORDS_MAX`] are kept.
-const LAST_WORDS_TTL: Duration = Duration::from_secs(600);
-const LAST_WORDS_MAX: usize = 4096;
 
 type Inspection = (String, Instant, Result<PodStatus, String>);
 
@@ -174,8 +156,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             listed: None,
             seed: fastrand::u64(..),
             trust: StreamTrust::new(Duration::from_secs(300)),
-            last_words: HashMap::new(),
-            removed: Default::default(),
+            last_words: LastWords::default(),
         }
     }
 
@@ -294,7 +275,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         // Pods with transitions, or whose last inspection failed, or with a stopped
         // container's last words to settle.
         let mut also: HashSet<String> = self.reinspect.union(&self.unread).cloned().collect();
-        also.extend(self.last_words.values().map(|w| w.uid.clone()));
+        also.extend(self.last_words.pods().cloned());
         let work: BTreeMap<String, Vec<Transition>> =
             self.records.changed(&also).into_iter().filter(|(uid, t)| !t.is_empty() || also.contains(uid)).collect();
         self.unread.clear();
@@ -329,9 +310,9 @@ impl<R: RuntimeService> GenericPleg<R> {
         // reads): those die and go now, with the runtime's exit status.
         let gone: std::collections::BTreeSet<String> = self
             .last_words
-            .values()
-            .filter(|w| !self.reinspect.contains(&w.uid) && self.records.current(&w.uid).is_none())
-            .map(|w| w.uid.clone())
+            .pods()
+            .filter(|uid| !self.reinspect.contains(*uid) && self.records.current(uid).is_none())
+            .cloned()
             .collect();
         for uid in gone {
             if let Some((events, _)) = self.apply(&uid, Found::Gone, start, &[], false, EventSource::Relist, None).await
@@ -339,7 +320,8 @@ impl<R: RuntimeService> GenericPleg<R> {
                 outcome.events += events;
             }
         }
-        self.last_words.retain(|_, w| self.reinspect.contains(&w.uid));
+        let reinspect = &self.reinspect;
+        self.last_words.retain_pods(|uid| reinspect.contains(uid));
         self.listed = fingerprint;
         self.count_states();
         self.finish(start, start_wall);
@@ -414,17 +396,19 @@ impl<R: RuntimeService> GenericPleg<R> {
         let mut status = status;
         if namespace.is_empty()
             && name.is_empty()
-            && let Some(w) = self.last_words.values().find(|w| w.uid == uid)
+            && let Some(w) = self.last_words.identity(uid)
         {
             // A pod the records never knew, gone before it was read: its name and labels
             // are the ones the runtime's event gave (a label selector must find it).
-            (namespace, name) = (w.pod.0.clone(), w.pod.1.clone());
+            (namespace, name) = (w.0.clone(), w.1.clone());
             if status.is_none() {
-                status =
-                    Some(Arc::new(PodStatus { labels: w.pod.2.clone(), ..PodStatus::empty(uid, &namespace, &name) }));
+                status = Some(Arc::new(PodStatus { labels: w.2.clone(), ..PodStatus::empty(uid, &namespace, &name) }));
             }
         }
-        let (last_words, unseen) = self.take_last_words(uid, transitions, status.as_deref());
+        let old = self.records.old(uid);
+        let known = |id: &str| old.is_some_and(|p| p.state_of(id) != PlegState::NonExistent);
+        let super::last_words::Settled { words: last_words, unseen } =
+            self.last_words.settle(uid, transitions, status.as_deref(), known);
         self.records.commit(uid);
         let with_unseen;
         let transitions = if unseen.is_empty() {
@@ -629,85 +613,6 @@ impl<R: RuntimeService> GenericPleg<R> {
         outcome
     }
 
-    /// Keeps the stream's last words for stopped containers, dropping stale ones.
-    fn keep_last_words(&mut self, words: Vec<super::hints::LastWords>) {
-        let now = Instant::now();
-        for (uid, meta, labels, status) in words {
-            let status = crate::model::ContainerStatus::from_cri(&status);
-            let pod = (meta.namespace, meta.name, labels.iter().collect());
-            self.last_words.insert(status.id.clone(), LastWords { uid, pod, at: now, status });
-        }
-        if !self.last_words.is_empty() {
-            self.last_words.retain(|_, w| now.duration_since(w.at) < LAST_WORDS_TTL);
-            if self.last_words.len() > LAST_WORDS_MAX {
-                // The oldest go, in one pass.
-                let mut by_age: Vec<(Instant, String)> =
-                    self.last_words.iter().map(|(id, w)| (w.at, id.clone())).collect();
-                by_age.sort();
-                for (_, id) in by_age.iter().take(self.last_words.len() - LAST_WORDS_MAX) {
-                    self.last_words.remove(id);
-                }
-            }
-        }
-    }
-
-    /// Remembers the containers `transitions` report removed, for as long as last
-    /// words are kept.
-    fn note_removed(&mut self, transitions: &[Transition]) {
-        let now = Instant::now();
-        let (order, ids) = &mut self.removed;
-        for t in transitions {
-            if t.kind == EventType::ContainerRemoved && !t.is_sandbox && ids.insert(t.id.clone()) {
-                order.push_back((now, t.id.clone()));
-            }
-        }
-        while order
-            .front()
-            .is_some_and(|(at, _)| now.duration_since(*at) >= LAST_WORDS_TTL || ids.len() > LAST_WORDS_MAX)
-        {
-            let (_, id) = order.pop_front().expect("checked");
-            ids.remove(&id);
-        }
-    }
-
-    /// Settles the last words of pod `uid` against a read of it. A container the read
-    /// shows has its own final state: its words go. A container gone from the read keeps
-    /// its exit in the `CONTAINER_DIED` its transition makes (returned by id). A container
-    /// the records never knew, stopped and removed between two reads, gets the
-    /// `CONTAINER_DIED` and `CONTAINER_REMOVED` it would otherwise never have (returned
-    /// as extra transitions).
-    fn take_last_words(
-        &mut self,
-        uid: &str,
-        transitions: &[Transition],
-        status: Option<&PodStatus>,
-    ) -> (HashMap<String, crate::model::ContainerStatus>, Vec<Transition>) {
-        let mut words = HashMap::new();
-        let mut unseen = Vec::new();
-        self.note_removed(transitions);
-        if self.last_words.is_empty() {
-            return (words, unseen);
-        }
-        let ids: Vec<String> = self.last_words.iter().filter(|(_, w)| w.uid == uid).map(|(id, _)| id.clone()).collect();
-        for id in ids {
-            if status.is_some_and(|s| s.containers.iter().any(|c| c.id == id)) {
-                self.last_words.remove(&id);
-                continue;
-            }
-            let w = self.last_words.remove(&id).expect("listed above");
-            let named = transitions.iter().any(|t| t.id == id);
-            let known = self.records.old(uid).is_some_and(|p| p.state_of(&id) != PlegState::NonExistent);
-            if !named && !known && !self.removed.1.contains(&id) {
-                for kind in [EventType::ContainerDied, EventType::ContainerRemoved] {
-                    unseen.push(Transition { id: id.clone(), name: w.status.name.clone(), is_sandbox: false, kind });
-                }
-            }
-            words.insert(id, w.status);
-        }
-        self.note_removed(&unseen);
-        (words, unseen)
-    }
-
     /// Turns pending hints into a batch of pods; container-only hints are resolved
     /// through the pod records, and an unknown container asks for a full relist.
     fn resolve(&self, pending: super::hints::Pending) -> (Vec<(String, Hint)>, bool) {
@@ -800,7 +705,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         loop {
             self.beat.beat();
             let mut pending = self.hints.take();
-            self.keep_last_words(std::mem::take(&mut pending.last_words));
+            self.last_words.keep(std::mem::take(&mut pending.last_words));
             if pending.recovered {
                 self.trust.settle_until = Instant::now() + SETTLE;
             }

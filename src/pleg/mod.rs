@@ -7,6 +7,7 @@ pub mod generic;
 pub mod health;
 pub mod hints;
 pub mod inspect;
+mod last_words;
 pub mod metrics;
 pub mod records;
 mod trust;

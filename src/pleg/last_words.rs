@@ -1,0 +1,145 @@
+//! A stopped container's last words: the final status (exit code, reason, finish time)
+//! the runtime's `CONTAINER_STOPPED` event carries, kept until a read of the pod settles
+//! it. The event stays a hint — the read is still the truth — but when the read no longer
+//! finds the container (removed within milliseconds, or created, stopped and removed
+//! between two reads), its `CONTAINER_DIED` carries these words rather than no exit
+//! status, or nothing at all. Owned by the relister; bounded by count and age.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::records::Transition;
+use crate::labels::Labels;
+use crate::model::event::EventType;
+use crate::model::{ContainerStatus, PodStatus};
+
+/// Words older than this are dropped unread (their pod was read long since).
+const TTL: Duration = Duration::from_secs(600);
+/// At most this many words, and as many remembered removals, are kept.
+const MAX: usize = 4096;
+
+/// One container's words, with its pod's identity for a pod the records never knew.
+struct Words {
+    uid: String,
+    pod: (String, String, Labels),
+    at: Instant,
+    status: ContainerStatus,
+}
+
+/// What a read of a pod settles: the words of its containers gone from the read (for
+/// their `CONTAINER_DIED`), and the transitions of containers the records never knew.
+#[derive(Default)]
+pub(super) struct Settled {
+    /// Final statuses by container id.
+    pub words: HashMap<String, ContainerStatus>,
+    /// `CONTAINER_DIED` and `CONTAINER_REMOVED` for containers no read ever saw.
+    pub unseen: Vec<Transition>,
+}
+
+/// The relister's book of last words.
+#[derive(Default)]
+pub(super) struct LastWords {
+    words: HashMap<String, Words>,
+    /// Containers reported removed lately: words that arrive after the removal (a
+    /// runtime replaying what a broken stream missed) must not make them die twice.
+    removed: (VecDeque<(Instant, String)>, HashSet<String>),
+}
+
+impl LastWords {
+    /// Keeps the words the stream carried since the last take; drops stale ones.
+    pub fn keep(&mut self, incoming: Vec<super::hints::LastWords>) {
+        let now = Instant::now();
+        for (uid, meta, labels, status) in incoming {
+            let status = ContainerStatus::from_cri(&status);
+            let pod = (meta.namespace, meta.name, labels.iter().collect());
+            self.words.insert(status.id.clone(), Words { uid, pod, at: now, status });
+        }
+        if self.words.is_empty() {
+            return;
+        }
+        self.words.retain(|_, w| now.duration_since(w.at) < TTL);
+        if self.words.len() > MAX {
+            // The oldest go, in one pass.
+            let mut by_age: Vec<(Instant, String)> = self.words.iter().map(|(id, w)| (w.at, id.clone())).collect();
+            by_age.sort();
+            for (_, id) in by_age.iter().take(self.words.len() - MAX) {
+                self.words.remove(id);
+            }
+        }
+    }
+
+    /// Whether no words wait.
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    /// The pods words wait for.
+    pub fn pods(&self) -> impl Iterator<Item = &String> {
+        self.words.values().map(|w| &w.uid)
+    }
+
+    /// Keeps only the words of pods `keep` accepts.
+    pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
+        self.words.retain(|_, w| keep(&w.uid));
+    }
+
+    /// The namespace, name and labels the runtime's event gave pod `uid`.
+    pub fn identity(&self, uid: &str) -> Option<&(String, String, Labels)> {
+        self.words.values().find(|w| w.uid == uid).map(|w| &w.pod)
+    }
+
+    /// Settles pod `uid`'s words against a read of it. A container the read shows has
+    /// its own final state: its words go. A container gone from the read keeps its exit
+    /// for the `CONTAINER_DIED` its transition makes. A container the records never knew
+    /// (`known` says no), stopped and removed between two reads, gets the
+    /// `CONTAINER_DIED` and `CONTAINER_REMOVED` it would otherwise never have.
+    pub fn settle(
+        &mut self,
+        uid: &str,
+        transitions: &[Transition],
+        status: Option<&PodStatus>,
+        known: impl Fn(&str) -> bool,
+    ) -> Settled {
+        let mut settled = Settled::default();
+        self.note_removed(transitions);
+        if self.words.is_empty() {
+            return settled;
+        }
+        let ids: Vec<String> = self.words.iter().filter(|(_, w)| w.uid == uid).map(|(id, _)| id.clone()).collect();
+        for id in ids {
+            let w = self.words.remove(&id).expect("listed above");
+            if status.is_some_and(|s| s.containers.iter().any(|c| c.id == id)) {
+                continue;
+            }
+            let named = transitions.iter().any(|t| t.id == id);
+            if !named && !known(&id) && !self.removed.1.contains(&id) {
+                for kind in [EventType::ContainerDied, EventType::ContainerRemoved] {
+                    let name = w.status.name.clone();
+                    settled.unseen.push(Transition { id: id.clone(), name, is_sandbox: false, kind });
+                }
+            }
+            settled.words.insert(id, w.status);
+        }
+        let unseen = std::mem::take(&mut settled.unseen);
+        self.note_removed(&unseen);
+        settled.unseen = unseen;
+        settled
+    }
+
+    /// Remembers the containers `transitions` report removed, as long as words are kept.
+    fn note_removed(&mut self, transitions: &[Transition]) {
+        let now = Instant::now();
+        let (order, ids) = &mut self.removed;
+        for t in transitions {
+            if t.kind == EventType::ContainerRemoved && !t.is_sandbox && ids.insert(t.id.clone()) {
+                order.push_back((now, t.id.clone()));
+            }
+        }
+        while order.front().is_some_and(|(at, _)| now.duration_since(*at) >= TTL || ids.len() > MAX) {
+            let (_, id) = order.pop_front().expect("checked");
+            ids.remove(&id);
+        }
+    }
+}
