@@ -447,3 +447,45 @@ async fn a_pod_gone_before_any_read_dies_on_the_full_relists_path_too_with_its_l
     assert_eq!(removed, 1, "{got:#?}");
     sc.stop().await;
 }
+
+/// Found by the hour-long soak on containerd 2.1 (62 violations): a relist can read the
+/// pod after the container's removal while the stream's STOPPED for it is still on its
+/// way (in the consumer, or in the hints the relist took before it listed). The death
+/// then went out without the exit status the stream was about to carry.
+#[tokio::test]
+async fn a_relist_that_sees_the_removal_before_the_stopped_event_is_read_still_gives_the_exit_code() {
+    let h = SimHarness::start().await;
+    let mut sc = up_sidecar(&h).await;
+    let pod = PodSpec::new("default", "late-words");
+    let (sid, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    sc.until_quiet(Duration::from_millis(300)).await;
+    h.sim.mute_events(true);
+    assert!(h.sim.exit_container(&ids[0], 9, "Error"));
+    let last = h.sim.container_status_cri(&ids[0]).await.unwrap();
+    let sandbox = h.sim.pod_sandbox_status(&sid).await.unwrap();
+    h.sim.remove_container_cri(&ids[0]).await.unwrap();
+    h.sim.mute_events(false);
+    // The relist reads the pod without the container; the STOPPED is read a moment after.
+    sc.app.pleg.request_relist();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    h.sim.inject_event(cri::ContainerEventResponse {
+        container_id: ids[0].clone(),
+        container_event_type: cri::ContainerEventType::ContainerStoppedEvent as i32,
+        created_at: 1,
+        pod_sandbox_status: Some(sandbox),
+        containers_statuses: vec![last],
+    });
+    let mut got = Vec::new();
+    while let Some(e) = sc.next(Duration::from_millis(1000)).await {
+        got.push(e);
+    }
+    let died: Vec<_> = got.iter().filter(|e| e.kind == EventType::ContainerDied && e.container_id == ids[0]).collect();
+    assert_eq!(died.len(), 1, "{got:#?}");
+    let status = died[0].pod.as_ref().unwrap().containers.iter().find(|c| c.id == ids[0]);
+    assert_eq!(
+        status.map(|c| (c.exit_code, c.reason.as_str())),
+        Some((9, "Error")),
+        "the exit status the stream carried: {got:#?}"
+    );
+    sc.stop().await;
+}

@@ -151,6 +151,8 @@ struct PlegdHost {
     state: tempfile::TempDir,
     dir: tempfile::TempDir,
     running: Option<Plegd>,
+    /// The running plegd's admin address, for the stream watcher.
+    admin: Shared<Option<std::net::SocketAddr>>,
 }
 
 impl PlegdHost {
@@ -162,9 +164,17 @@ impl PlegdHost {
             .args(["--admin-addr", &admin.to_string()])
             .arg("--state-dir")
             .arg(self.state.path())
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", std::env::var("PLEGD_SOAK_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.dir.path().join("plegd.log")).map(Stdio::from).unwrap_or(Stdio::null()))
+            // Appended: every plegd of the run, for the evidence.
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.dir.path().join("plegd.log"))
+                    .map(Stdio::from)
+                    .unwrap_or(Stdio::null()),
+            )
             .spawn()
             .expect("start plegd");
         let p = Plegd { child };
@@ -176,6 +186,7 @@ impl PlegdHost {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         self.running = Some(p);
+        *self.admin.lock().unwrap() = Some(admin);
     }
 
     fn pid(&self) -> Option<u32> {
@@ -183,6 +194,7 @@ impl PlegdHost {
     }
 
     fn kill9(&mut self) {
+        *self.admin.lock().unwrap() = None;
         if let Some(mut p) = self.running.take() {
             p.child.kill().unwrap();
             p.child.wait().unwrap();
@@ -191,6 +203,7 @@ impl PlegdHost {
 
     /// SIGTERM, as a rollout stops it; returns how it exited.
     fn terminate(&mut self) -> Option<i32> {
+        *self.admin.lock().unwrap() = None;
         let mut p = self.running.take()?;
         let _ = Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status();
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -213,7 +226,24 @@ struct Death {
     code: i32,
     reason: String,
     at: SystemTime,
+    /// When the poller first saw it.
+    seen: std::time::Instant,
+    /// What the runtime said of it later, where that differs: containerd can change
+    /// its word (an OOM kill first reported as "Error", containerd#12714; around its
+    /// own restart the hour-long soak saw "Unknown" from the poller and "OOMKilled"
+    /// from plegd for the same death, with the same exit code).
+    later: Vec<(i32, String)>,
 }
+
+impl Death {
+    /// Whether the runtime ever gave this death's exit code and reason.
+    fn said(&self, code: i32, reason: &str) -> bool {
+        (self.code == code && self.reason == reason) || self.later.iter().any(|(c, r)| *c == code && r == reason)
+    }
+}
+
+/// How long the poller reads a death again for a changed word.
+const REREAD_FOR: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Debug)]
 struct TruthContainer {
@@ -221,6 +251,8 @@ struct TruthContainer {
     pod_uid: String,
     started_at: Option<SystemTime>,
     death: Option<Death>,
+    /// When the harness removed it (with its pod).
+    removed_at: Option<SystemTime>,
 }
 
 #[derive(Default)]
@@ -284,6 +316,41 @@ fn pods_view<'a>(pods: impl IntoIterator<Item = &'a api::PodStatus>, ns: Option<
         .collect()
 }
 
+/// The windows in which plegd could only relist, as plegd says (`plegd_pleg_mode`
+/// not `evented`) or because it is not running, read every 200 ms until `end`. Each
+/// opens 200 ms before the read that saw it (the change fell between two reads).
+async fn watch_stream(
+    admin: Shared<Option<std::net::SocketAddr>>,
+    end: CancellationToken,
+) -> Vec<(SystemTime, SystemTime)> {
+    const EVERY: Duration = Duration::from_millis(200);
+    let mut windows = Vec::new();
+    let mut open: Option<SystemTime> = None;
+    while !end.is_cancelled() {
+        let addr = *admin.lock().unwrap();
+        let evented = match addr {
+            None => false,
+            Some(a) => tokio::time::timeout(Duration::from_secs(1), support::http(a, "GET", "/metrics"))
+                .await
+                .is_ok_and(|(code, body)| code == 200 && body.contains("plegd_pleg_mode{mode=\"evented\"} 1")),
+        };
+        let now = SystemTime::now();
+        match (evented, open) {
+            (false, None) => open = Some(now - EVERY),
+            (true, Some(from)) => {
+                windows.push((from, now));
+                open = None;
+            }
+            _ => {}
+        }
+        tokio::time::sleep(EVERY).await;
+    }
+    if let Some(from) = open {
+        windows.push((from, SystemTime::now()));
+    }
+    windows
+}
+
 /// Records each container's death as the runtime reports it: its exit code, reason
 /// and finish time, read with ContainerStatus.
 async fn record_deaths(c: &CriClient, truth: &Shared<Truth>) {
@@ -292,9 +359,23 @@ async fn record_deaths(c: &CriClient, truth: &Shared<Truth>) {
         if ctr.state != cri::ContainerState::ContainerExited as i32 {
             continue;
         }
-        let known = truth.lock().unwrap().containers.get(&ctr.id).map(|t| t.death.is_some());
-        if known != Some(false) {
-            continue; // not ours, or recorded
+        let known = truth.lock().unwrap().containers.get(&ctr.id).map(|t| t.death.as_ref().map(|d| d.seen));
+        match known {
+            None => continue, // not ours
+            Some(Some(seen)) if seen.elapsed() >= REREAD_FOR => continue,
+            Some(Some(_)) => {
+                // Recorded: read again for a changed word.
+                if let Ok(st) = c.container_status(&ctr.id).await {
+                    let mut t = truth.lock().unwrap();
+                    if let Some(d) = t.containers.get_mut(&ctr.id).and_then(|tc| tc.death.as_mut())
+                        && !d.said(st.exit_code, &st.reason)
+                    {
+                        d.later.push((st.exit_code, st.reason.clone()));
+                    }
+                }
+                continue;
+            }
+            Some(None) => {}
         }
         if let Ok(st) = c.container_status(&ctr.id).await {
             let at = if st.finished_at > 0 {
@@ -304,7 +385,13 @@ async fn record_deaths(c: &CriClient, truth: &Shared<Truth>) {
             };
             let mut t = truth.lock().unwrap();
             if let Some(tc) = t.containers.get_mut(&ctr.id) {
-                tc.death = Some(Death { code: st.exit_code, reason: st.reason.clone(), at });
+                tc.death = Some(Death {
+                    code: st.exit_code,
+                    reason: st.reason.clone(),
+                    at,
+                    seen: std::time::Instant::now(),
+                    later: Vec::new(),
+                });
             }
         }
     }
@@ -364,7 +451,13 @@ impl Kubelet {
         };
         self.truth.lock().unwrap().containers.insert(
             id.clone(),
-            TruthContainer { namespace: pod.namespace.clone(), pod_uid: uid.into(), started_at: None, death: None },
+            TruthContainer {
+                namespace: pod.namespace.clone(),
+                pod_uid: uid.into(),
+                started_at: None,
+                death: None,
+                removed_at: None,
+            },
         );
         self.pods.get_mut(uid).unwrap().2 = Some(id.clone());
         self.pods.get_mut(uid).unwrap().3 = next;
@@ -447,6 +540,10 @@ impl Kubelet {
             return self.fail("RemovePodSandbox");
         }
         self.did("remove pod");
+        let now = SystemTime::now();
+        for t in self.truth.lock().unwrap().containers.values_mut().filter(|t| t.pod_uid == uid) {
+            t.removed_at.get_or_insert(now);
+        }
         self.pods.remove(&uid);
     }
 
@@ -756,6 +853,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
         state: tempfile::tempdir().unwrap(),
         dir,
         running: None,
+        admin: Default::default(),
     };
     plegd.start().await;
 
@@ -779,6 +877,9 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
         watchers.push(w);
     }
     let caller = tokio::spawn(status_caller(socket.clone(), truth.clone(), violations.clone(), end.clone()));
+    // When plegd could only relist: down, or up without its event stream (plegd's own
+    // word, `plegd_pleg_mode`), read every 200 ms.
+    let stream_watch = tokio::spawn(watch_stream(plegd.admin.clone(), end.clone()));
     // The ground-truth poller.
     let poller = tokio::spawn({
         let (c, truth, end) = (CriClient::new(&endpoint, opts.clone(), None).unwrap(), truth.clone(), end.clone());
@@ -808,6 +909,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     let quiesce_every = Duration::from_secs((secs / 3).clamp(8, 120));
     let mut faults: BTreeMap<Fault, u64> = BTreeMap::new();
     let mut fault_order: Vec<Fault> = Vec::new();
+    let mut fault_log: Vec<String> = Vec::new();
     let mut sigterm_exits = Vec::new();
     // Every fault: (from, to).
     let mut blind_windows: Vec<(SystemTime, SystemTime)> = Vec::new();
@@ -913,6 +1015,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
             fault_order.push(kind);
             *faults.entry(kind).or_default() += 1;
             blind_windows.push((fault_started, SystemTime::now()));
+            fault_log.push(format!("{kind:?} {:?} .. {:?}", fault_started, SystemTime::now()));
         }
         if now >= next_quiet {
             let label = format!("quiescent point at {:.0} s", t0.elapsed().as_secs_f64());
@@ -941,6 +1044,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     end.cancel();
     let outcomes = caller.await.unwrap();
     poller.await.unwrap();
+    let relist_only = stream_watch.await.unwrap();
 
     // ------------------------------------------------ every death, every watcher
     let truth = std::mem::take(&mut *truth.lock().unwrap());
@@ -955,8 +1059,22 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     // While plegd is down or its stream is (an outage, a cut, a restart, and the
     // reconnection after), it can only relist: a container stopped and removed between
     // two relists dies without the exit status no read could see.
-    let blind =
-        |at: SystemTime| blind_windows.iter().any(|(from, to)| *from <= at && at <= *to + Duration::from_secs(5));
+    // The windows are the faults and what plegd itself said of its stream; 5 s after each
+    // for the repair relist that follows the stream's return.
+    let windows: Vec<(SystemTime, SystemTime)> = blind_windows.iter().chain(relist_only.iter()).copied().collect();
+    let blind = |at: SystemTime| windows.iter().any(|(from, to)| *from <= at && at <= *to + Duration::from_secs(5));
+    // A container whose whole life, from its start to its removal, fell in one such
+    // window between two relists: nothing that reads the runtime could see it.
+    let unseeable = |t: &TruthContainer| match (t.started_at, t.removed_at) {
+        (Some(start), Some(gone)) => windows
+            .iter()
+            .any(|(from, to)| *from <= start + Duration::from_secs(1) && gone <= *to + Duration::from_secs(1)),
+        _ => false,
+    };
+    let mut unseen = 0u64;
+    let relist_only_n = relist_only.len();
+    let relist_only_s: f64 =
+        relist_only.iter().map(|(a, b)| b.duration_since(*a).unwrap_or_default().as_secs_f64()).sum();
     let mut total_events = 0u64;
     let mut resets: BTreeMap<String, u64> = BTreeMap::new();
     let mut lat_started = Vec::new();
@@ -997,6 +1115,8 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
                     // Carried by a snapshot taken after the death, or owed.
                     if g.gap_covers(d.at) {
                         carried_by_snapshot += 1;
+                    } else if evs.is_empty() && unseeable(t) {
+                        unseen += 1;
                     } else {
                         v.push(format!(
                             "{}: container {id} (pod {}) died at {:?} (exit {} {:?}) and was never delivered; the watcher's gaps: {:?}; its events for the container: {evs:?}",
@@ -1020,22 +1140,18 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
                         }
                         continue;
                     };
-                    if *code != d.code {
-                        v.push(format!(
-                            "{}: container {id} CONTAINER_DIED with exit code {code}, the runtime says {}",
-                            g.name, d.code
-                        ));
-                    }
-                    if *reason != d.reason {
-                        // containerd before 2.3 can report an OOM kill as "Error" for
-                        // a moment before "OOMKilled" (containerd#12714): the
-                        // runtime's own word changed; counted, not a plegd fault.
-                        if d.reason == "OOMKilled" && reason == "Error" {
+                    if (*code, reason.as_str()) != (d.code, d.reason.as_str()) {
+                        // The runtime's own word changed (see `Death::later`); or
+                        // containerd before 2.3 reported an OOM kill as "Error" for a
+                        // moment the poller missed (containerd#12714). Counted, not a
+                        // plegd fault: plegd reports what the runtime said when it read.
+                        let oom_moment = *code == d.code && d.reason == "OOMKilled" && reason == "Error";
+                        if d.said(*code, reason) || oom_moment {
                             reason_races += 1;
                         } else {
                             v.push(format!(
-                                "{}: container {id} CONTAINER_DIED with reason {reason:?}, the runtime says {:?}",
-                                g.name, d.reason
+                                "{}: container {id} CONTAINER_DIED with {code} {reason:?}, the runtime says {} {:?} (later {:?})",
+                                g.name, d.code, d.reason, d.later
                             ));
                         }
                     }
@@ -1069,7 +1185,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
         samples.iter().step_by((samples.len() / 8).max(1)).map(|(t, r, _)| format!("{t:.0}s {r:.1}")).collect();
     let report = format!(
         "soak on {} for {secs} s (PLEGD_SOAK_SEED={seed}): actions {:?}; runtime call errors {:?}; faults {:?} (SIGTERM exits {:?}); \
-{} containers, {} deaths (runtime's record: exit code and reason {reasons:?}); {total_events} events to 6 watchers; deaths delivered {delivered}, carried by a later snapshot {carried_by_snapshot}, died without exit status while plegd could only relist {exit_unknown}, OOM reason races {reason_races}; \
+{} containers, {} deaths (runtime's record: exit code and reason {reasons:?}); {total_events} events to 6 watchers; deaths delivered {delivered}, carried by a later snapshot {carried_by_snapshot}, died without exit status while plegd could only relist {exit_unknown}, lived and went unseen while it could only relist {unseen}, the runtime changed its word {reason_races}; plegd could only relist {relist_only_n} times for {relist_only_s:.0} s in all; \
 resets {resets:?}; GetPodStatus {outcomes:?}; {quiescent_checks} quiescent checks; latency StartContainer→watcher p50 {:.1} p99 {:.1} max {:.1} ms, exit→watcher p50 {:.1} p99 {:.1} max {:.1} ms; \
 plegd RSS MiB {rss_first:.1} first, {rss_max:.1} max, {rss_last:.1} last ({}); plegd CPU {cpu_pct:.1}% of a core; VIOLATIONS {}",
         runtime.name(),
@@ -1098,11 +1214,17 @@ plegd RSS MiB {rss_first:.1} first, {rss_max:.1} max, {rss_last:.1} last ({}); p
         writeln!(f, "{report}").unwrap();
     }
     let log = std::fs::read_to_string(plegd.dir.path().join("plegd.log")).unwrap_or_default();
+    let kept = std::env::temp_dir().join(format!("plegd-soak-{seed}.log"));
+    if !v.is_empty() {
+        let _ = std::fs::write(&kept, &log);
+    }
     assert!(
         v.is_empty(),
-        "{} violations (seed {seed}):\n{}\n--- plegd's log (last 40 lines) ---\n{}",
+        "{} violations (seed {seed}):\n{}\n--- faults ---\n{}\n--- plegd's log (all of it in {}; last 40 lines) ---\n{}",
         v.len(),
         v.join("\n"),
+        fault_log.join("\n"),
+        kept.display(),
         log.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
     );
     for k in &kinds {

@@ -559,10 +559,21 @@ fn decode_rows(
     Ok(out)
 }
 
-/// Moves a bad journal (and its WAL) aside: `journal.db.bad-<unix seconds>`.
+/// How many journals moved aside are kept for a post-mortem; older ones are deleted
+/// (a disk that keeps corrupting the file must not fill the state dir with copies).
+pub const KEEP_ASIDE: usize = 3;
+
+/// Moves a bad journal (and its WAL) aside: `journal.db.bad-<unix seconds>[-n]`, then
+/// deletes all but the newest [`KEEP_ASIDE`] of them.
 fn move_aside(path: &Path) -> Result<PathBuf, StoreError> {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let aside = path.with_file_name(format!("{FILE}.bad-{secs}"));
+    let mut aside = path.with_file_name(format!("{FILE}.bad-{secs}"));
+    for n in 1.. {
+        if !aside.exists() {
+            break;
+        }
+        aside = path.with_file_name(format!("{FILE}.bad-{secs}-{n}"));
+    }
     std::fs::rename(path, &aside).map_err(|source| StoreError::MoveAside { path: path.to_owned(), source })?;
     for ext in ["-wal", "-shm"] {
         let side = PathBuf::from(format!("{}{ext}", path.display()));
@@ -570,7 +581,39 @@ fn move_aside(path: &Path) -> Result<PathBuf, StoreError> {
             let _ = std::fs::rename(&side, PathBuf::from(format!("{}{ext}", aside.display())));
         }
     }
+    if let Some(dir) = path.parent() {
+        prune_aside(dir);
+    }
     Ok(aside)
+}
+
+/// Deletes all but the newest [`KEEP_ASIDE`] journals moved aside in `dir` (with their
+/// WAL and shared-memory files). Best effort: a failure is logged, never fatal.
+fn prune_aside(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let prefix = format!("{FILE}.bad-");
+    // (seconds, sequence) orders them by when they were moved aside.
+    let mut aside: Vec<((u64, u64), PathBuf)> = entries
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let stamp = name.strip_prefix(&prefix)?;
+            let (secs, n) = stamp.split_once('-').unwrap_or((stamp, "0"));
+            Some(((secs.parse().ok()?, n.parse().ok()?), dir.join(&name)))
+        })
+        .collect();
+    aside.sort();
+    let excess = aside.len().saturating_sub(KEEP_ASIDE);
+    for (_, file) in aside.into_iter().take(excess) {
+        for victim in ["", "-wal", "-shm"].map(|ext| PathBuf::from(format!("{}{ext}", file.display()))) {
+            match std::fs::remove_file(&victim) {
+                Ok(()) => tracing::info!(file = %victim.display(), "deleted an old journal moved aside"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(file = %victim.display(), error = %e, "could not delete an old journal moved aside")
+                }
+            }
+        }
+    }
 }
 
 /// A read-only connection: replays page through it, the timeline reads a pod's events.

@@ -626,6 +626,45 @@ mod durable {
     }
 
     #[test]
+    fn a_disk_that_keeps_corrupting_the_journal_leaves_only_the_newest_copies_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        // Older copies from earlier corruptions (one with its WAL), and a stranger.
+        for (name, body) in [
+            ("journal.db.bad-100", "old"),
+            ("journal.db.bad-100-wal", "old wal"),
+            ("journal.db.bad-200", "old"),
+            ("journal.db.bad-300", "old"),
+            ("journal.db.bad-300-1", "old"),
+            ("notes.txt", "not ours"),
+        ] {
+            std::fs::write(dir.path().join(name), body).unwrap();
+        }
+        let aside = |dir: &std::path::Path| {
+            let mut v: Vec<String> = std::fs::read_dir(dir)
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with("journal.db.bad-"))
+                .collect();
+            v.sort();
+            v
+        };
+        for round in 0..3 {
+            std::fs::write(dir.path().join(store::FILE), format!("garbage {round}")).unwrap();
+            let j = Journal::open(&cfg(dir.path()), None).expect("never a crash loop");
+            assert_eq!(j.disk_problem(), None);
+            drop(j);
+            let now = aside(dir.path());
+            assert!(now.len() <= store::KEEP_ASIDE, "round {round}: {now:?}");
+            assert!(!now.iter().any(|n| n.starts_with("journal.db.bad-100")), "the oldest (and its WAL) went: {now:?}");
+            let newest = now
+                .iter()
+                .filter(|n| std::fs::read_to_string(dir.path().join(n)).unwrap() == format!("garbage {round}"));
+            assert_eq!(newest.count(), 1, "round {round}: the copy just moved aside is kept: {now:?}");
+        }
+        assert!(dir.path().join("notes.txt").exists(), "nothing else in the dir is touched");
+    }
+
+    #[test]
     fn a_file_that_is_not_a_database_is_moved_aside_too() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(store::FILE), "hello, I am not SQLite").unwrap();

@@ -14,7 +14,7 @@ use super::evented::StreamState;
 use super::health::PlegHealth;
 use super::hints::{Hint, PodHints};
 use super::inspect::{Prefetched, inspect_pod, inspect_prefetched, list_pod};
-use super::last_words::LastWords;
+use super::last_words::{LastWords, WORDS_STEP, WORDS_WAIT};
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
 use super::trust::{SETTLE, StreamTrust};
@@ -117,6 +117,8 @@ pub struct GenericPleg<R: RuntimeService> {
     trust: StreamTrust,
     /// Stopped containers' final statuses from the stream, until a read settles them.
     last_words: LastWords,
+    /// How long this round may still wait for words the stream has yet to hand over.
+    words_budget: Duration,
 }
 
 type Inspection = (String, Instant, Result<PodStatus, String>);
@@ -157,6 +159,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             seed: fastrand::u64(..),
             trust: StreamTrust::new(Duration::from_secs(300)),
             last_words: LastWords::default(),
+            words_budget: WORDS_WAIT,
         }
     }
 
@@ -392,6 +395,9 @@ impl<R: RuntimeService> GenericPleg<R> {
                 return None;
             }
         };
+        if self.last_words.unheard(transitions, status.as_deref()) {
+            self.hear_last_words(uid, transitions, status.as_deref()).await;
+        }
         let (mut namespace, mut name) = self.records.pod_name(uid);
         let mut status = status;
         if namespace.is_empty()
@@ -428,6 +434,25 @@ impl<R: RuntimeService> GenericPleg<R> {
             tracing::debug!("event receiver gone; dropping events");
         }
         Some((sent, missed))
+    }
+
+    /// Found by the hour-long soak: a read can see a container already removed while the
+    /// stream's STOPPED for it (its exit status) waits in the hints, taken only at the
+    /// next round, or in the consumer a step behind. Takes the pod's pending words and,
+    /// while the stream is up, waits for the rest within the round's budget.
+    async fn hear_last_words(&mut self, uid: &str, transitions: &[Transition], status: Option<&PodStatus>) {
+        loop {
+            self.last_words.keep(self.hints.take_last_words_of(uid));
+            if !self.last_words.unheard(transitions, status)
+                || self.words_budget.is_zero()
+                || !self.stream.borrow().is_up()
+            {
+                return;
+            }
+            let step = WORDS_STEP.min(self.words_budget);
+            tokio::time::sleep(step).await;
+            self.words_budget -= step;
+        }
     }
 
     /// Ends a full relist that started at `start`, its results in the cache: the
@@ -704,6 +729,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.trust.settle_until = Instant::now();
         loop {
             self.beat.beat();
+            self.words_budget = WORDS_WAIT;
             let mut pending = self.hints.take();
             self.last_words.keep(std::mem::take(&mut pending.last_words));
             if pending.recovered {

@@ -109,6 +109,15 @@ impl PodHints {
         }
     }
 
+    /// Takes the words pending for pod `uid` only (a read of that pod settles them now;
+    /// the others wait for their own pod's read).
+    pub fn take_last_words_of(&self, uid: &str) -> Vec<LastWords> {
+        let mut inner = self.inner.lock().expect("hints lock");
+        let (mine, rest) = std::mem::take(&mut inner.pending.last_words).into_iter().partition(|w| w.0 == uid);
+        inner.pending.last_words = rest;
+        mine
+    }
+
     /// Marks the pod of a container dirty when only the container id is known.
     pub fn container(&self, id: &str) {
         self.inner.lock().expect("hints lock").pending.containers.push((id.to_owned(), Instant::now()));

@@ -20,6 +20,14 @@ const TTL: Duration = Duration::from_secs(600);
 /// At most this many words, and as many remembered removals, are kept.
 const MAX: usize = 4096;
 
+/// How long one relist or hint round may wait for words the stream has yet to hand
+/// over, for containers a read found gone (bounded per round: a stream that never
+/// carried them — a runtime that split its events between subscribers — costs a
+/// round this much at most).
+pub(super) const WORDS_WAIT: Duration = Duration::from_millis(250);
+/// How often that wait looks again.
+pub(super) const WORDS_STEP: Duration = Duration::from_millis(5);
+
 /// One container's words, with its pod's identity for a pod the records never knew.
 struct Words {
     uid: String,
@@ -68,6 +76,17 @@ impl LastWords {
                 self.words.remove(id);
             }
         }
+    }
+
+    /// Whether a container `transitions` report dead is gone from the read with no
+    /// words kept for it: its `CONTAINER_DIED` would carry no exit status.
+    pub fn unheard(&self, transitions: &[Transition], status: Option<&PodStatus>) -> bool {
+        transitions.iter().any(|t| {
+            t.kind == EventType::ContainerDied
+                && !t.is_sandbox
+                && !self.words.contains_key(&t.id)
+                && status.is_none_or(|s| s.containers.iter().all(|c| c.id != t.id))
+        })
     }
 
     /// Whether no words wait.
