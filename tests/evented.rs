@@ -9,7 +9,7 @@ use plegd::cri::spec::{ContainerSpec, PodSpec};
 use plegd::model::event::{EventSource, EventType};
 use plegd::pleg::evented::{Mode, StreamState};
 use plegd::proto::runtime as cri;
-use plegd::sim::EventsMode;
+use plegd::sim::{EventsMode, Fault, FaultAction};
 use support::{SimHarness, replay, start_sidecar, truth_and_cache};
 use tokio::time::Instant;
 
@@ -465,9 +465,16 @@ async fn a_relist_that_sees_the_removal_before_the_stopped_event_is_read_still_g
     let sandbox = h.sim.pod_sandbox_status(&sid).await.unwrap();
     h.sim.remove_container_cri(&ids[0]).await.unwrap();
     h.sim.mute_events(false);
-    // The relist reads the pod without the container; the STOPPED is read a moment after.
+    // The relist takes the hints, then lists (slowly: the STOPPED arrives meanwhile, and
+    // waits in the hints it already took); its read finds the container gone.
+    h.sim.inject(Fault {
+        method: "ListContainers",
+        target: None,
+        action: FaultAction::Delay(Duration::from_millis(400)),
+        times: Some(1),
+    });
     sc.app.pleg.request_relist();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     h.sim.inject_event(cri::ContainerEventResponse {
         container_id: ids[0].clone(),
         container_event_type: cri::ContainerEventType::ContainerStoppedEvent as i32,
@@ -487,5 +494,45 @@ async fn a_relist_that_sees_the_removal_before_the_stopped_event_is_read_still_g
         Some((9, "Error")),
         "the exit status the stream carried: {got:#?}"
     );
+    sc.stop().await;
+}
+
+/// From the review of that fix: while a read waits for one container's words, another
+/// container of the pod — created after the read, and already stopped — must not have
+/// its words matched against that older read (which does not show it): it would "die
+/// and be removed" while it still exists, then die again when read.
+#[tokio::test]
+async fn waiting_for_one_containers_words_leaves_a_newer_containers_words_alone() {
+    let h = SimHarness::start().await;
+    let mut sc = up_sidecar(&h).await;
+    let pod = PodSpec::new("default", "two");
+    let (sid, ids) = h.run_pod(&pod, &[ContainerSpec::new("a")]).await;
+    sc.until_quiet(Duration::from_millis(300)).await;
+    // A goes without a word from the stream: the read that finds it gone waits.
+    h.sim.mute_events(true);
+    assert!(h.sim.exit_container(&ids[0], 1, "Error"));
+    h.sim.remove_container_cri(&ids[0]).await.unwrap();
+    h.sim.mute_events(false);
+    h.sim.inject(Fault {
+        method: "ListContainers",
+        target: None,
+        action: FaultAction::Delay(Duration::from_millis(100)),
+        times: Some(1),
+    });
+    sc.app.pleg.request_relist();
+    // During that wait (from the read, ≈ 100 ms, to the turn's 250 ms) B is created,
+    // started and stops; the stream carries its words.
+    tokio::time::sleep(Duration::from_millis(160)).await;
+    let b = h.sim.create_container(pod.create_request(&sid, &ContainerSpec::new("b"))).await.unwrap();
+    h.sim.start_container(&b).await.unwrap();
+    assert!(h.sim.exit_container(&b, 4, "Error"));
+    let mut got = Vec::new();
+    while let Some(e) = sc.next(Duration::from_millis(1500)).await {
+        got.push(e);
+    }
+    let of = |id: &str, k: EventType| got.iter().filter(|e| e.kind == k && e.container_id == id).count();
+    assert_eq!(of(&b, EventType::ContainerRemoved), 0, "B still exists: {got:#?}");
+    assert_eq!(of(&b, EventType::ContainerDied), 1, "B died once: {got:#?}");
+    assert_eq!((of(&ids[0], EventType::ContainerDied), of(&ids[0], EventType::ContainerRemoved)), (1, 1));
     sc.stop().await;
 }

@@ -330,9 +330,16 @@ async fn watch_stream(
         let addr = *admin.lock().unwrap();
         let evented = match addr {
             None => false,
-            Some(a) => tokio::time::timeout(Duration::from_secs(1), support::http(a, "GET", "/metrics"))
-                .await
-                .is_ok_and(|(code, body)| code == 200 && body.contains("plegd_pleg_mode{mode=\"evented\"} 1")),
+            // No answer is no word: the window stays as it was (a busy plegd is not
+            // excused by being slow to answer).
+            Some(a) => {
+                match tokio::time::timeout(Duration::from_secs(1), support::try_http(a, "GET", "/metrics")).await {
+                    Ok(Ok((200, body))) if body.contains("plegd_pleg_mode{mode=\"generic\"}") => {
+                        body.contains("plegd_pleg_mode{mode=\"evented\"} 1")
+                    }
+                    _ => open.is_none(),
+                }
+            }
         };
         let now = SystemTime::now();
         match (evented, open) {
@@ -1059,22 +1066,35 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     // While plegd is down or its stream is (an outage, a cut, a restart, and the
     // reconnection after), it can only relist: a container stopped and removed between
     // two relists dies without the exit status no read could see.
-    // The windows are the faults and what plegd itself said of its stream; 5 s after each
-    // for the repair relist that follows the stream's return.
-    let windows: Vec<(SystemTime, SystemTime)> = blind_windows.iter().chain(relist_only.iter()).copied().collect();
+    // The windows are the faults, each as long as plegd itself said it could only relist
+    // (it reconnects after the fault ends); 5 s after each for the repair relist that
+    // follows the stream's return. A window plegd gave itself without a fault excuses
+    // nothing: it is reported.
+    let caused = |(from, to): &(SystemTime, SystemTime)| {
+        blind_windows.iter().any(|(f, t)| *from <= *t + Duration::from_secs(2) && *f <= *to)
+    };
+    let (explained, unexplained): (Vec<_>, Vec<_>) = relist_only.iter().copied().partition(|w| caused(w));
+    let windows: Vec<(SystemTime, SystemTime)> = blind_windows.iter().copied().chain(explained).collect();
     let blind = |at: SystemTime| windows.iter().any(|(from, to)| *from <= at && at <= *to + Duration::from_secs(5));
-    // A container whose whole life, from its start to its removal, fell in one such
-    // window between two relists: nothing that reads the runtime could see it.
-    let unseeable = |t: &TruthContainer| match (t.started_at, t.removed_at) {
-        (Some(start), Some(gone)) => windows
-            .iter()
-            .any(|(from, to)| *from <= start + Duration::from_secs(1) && gone <= *to + Duration::from_secs(1)),
+    // A container whose whole life, from its start to its removal, fell inside one such
+    // window and was shorter than two relist periods (1 s each), and that no watcher
+    // ever saw: nothing that reads the runtime could see it.
+    let seen_by_any: std::collections::BTreeSet<String> =
+        watchers.iter().flat_map(|w| w.lock().unwrap().events.keys().cloned().collect::<Vec<_>>()).collect();
+    let unseeable = |id: &str, t: &TruthContainer| match (t.started_at, t.removed_at) {
+        (Some(start), Some(gone)) => {
+            !seen_by_any.contains(id)
+                && gone.duration_since(start).unwrap_or_default() < Duration::from_secs(2)
+                && windows.iter().any(|(from, to)| *from <= start && gone <= *to)
+        }
         _ => false,
     };
     let mut unseen = 0u64;
-    let relist_only_n = relist_only.len();
-    let relist_only_s: f64 =
-        relist_only.iter().map(|(a, b)| b.duration_since(*a).unwrap_or_default().as_secs_f64()).sum();
+    let secs_of = |w: &[(SystemTime, SystemTime)]| -> f64 {
+        w.iter().map(|(a, b)| b.duration_since(*a).unwrap_or_default().as_secs_f64()).sum()
+    };
+    let (relist_only_n, relist_only_s) = (relist_only.len(), secs_of(&relist_only));
+    let (unexplained_n, unexplained_s) = (unexplained.len(), secs_of(&unexplained));
     let mut total_events = 0u64;
     let mut resets: BTreeMap<String, u64> = BTreeMap::new();
     let mut lat_started = Vec::new();
@@ -1115,7 +1135,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
                     // Carried by a snapshot taken after the death, or owed.
                     if g.gap_covers(d.at) {
                         carried_by_snapshot += 1;
-                    } else if evs.is_empty() && unseeable(t) {
+                    } else if unseeable(id, t) {
                         unseen += 1;
                     } else {
                         v.push(format!(
@@ -1185,7 +1205,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
         samples.iter().step_by((samples.len() / 8).max(1)).map(|(t, r, _)| format!("{t:.0}s {r:.1}")).collect();
     let report = format!(
         "soak on {} for {secs} s (PLEGD_SOAK_SEED={seed}): actions {:?}; runtime call errors {:?}; faults {:?} (SIGTERM exits {:?}); \
-{} containers, {} deaths (runtime's record: exit code and reason {reasons:?}); {total_events} events to 6 watchers; deaths delivered {delivered}, carried by a later snapshot {carried_by_snapshot}, died without exit status while plegd could only relist {exit_unknown}, lived and went unseen while it could only relist {unseen}, the runtime changed its word {reason_races}; plegd could only relist {relist_only_n} times for {relist_only_s:.0} s in all; \
+{} containers, {} deaths (runtime's record: exit code and reason {reasons:?}); {total_events} events to 6 watchers; deaths delivered {delivered}, carried by a later snapshot {carried_by_snapshot}, died without exit status while plegd could only relist {exit_unknown}, lived and went unseen while it could only relist {unseen}, the runtime changed its word {reason_races}; plegd could only relist {relist_only_n} times for {relist_only_s:.0} s in all, of which {unexplained_n} times for {unexplained_s:.0} s without a fault (excusing nothing); \
 resets {resets:?}; GetPodStatus {outcomes:?}; {quiescent_checks} quiescent checks; latency StartContainer→watcher p50 {:.1} p99 {:.1} max {:.1} ms, exit→watcher p50 {:.1} p99 {:.1} max {:.1} ms; \
 plegd RSS MiB {rss_first:.1} first, {rss_max:.1} max, {rss_last:.1} last ({}); plegd CPU {cpu_pct:.1}% of a core; VIOLATIONS {}",
         runtime.name(),

@@ -582,28 +582,36 @@ fn move_aside(path: &Path) -> Result<PathBuf, StoreError> {
         }
     }
     if let Some(dir) = path.parent() {
-        prune_aside(dir);
+        prune_aside(dir, &aside);
     }
     Ok(aside)
 }
 
 /// Deletes all but the newest [`KEEP_ASIDE`] journals moved aside in `dir` (with their
-/// WAL and shared-memory files). Best effort: a failure is logged, never fatal.
-fn prune_aside(dir: &Path) {
+/// WAL and shared-memory files), never `just` (the one just moved aside, whatever the
+/// clock said when it was named). Best effort: a failure is logged, never fatal.
+fn prune_aside(dir: &Path, just: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     let prefix = format!("{FILE}.bad-");
-    // (seconds, sequence) orders them by when they were moved aside.
-    let mut aside: Vec<((u64, u64), PathBuf)> = entries
+    // By when they were last written, then by name: a node's clock may have been off
+    // when one was named.
+    let mut aside: Vec<(std::time::SystemTime, String, PathBuf)> = entries
         .filter_map(|e| {
-            let name = e.ok()?.file_name().into_string().ok()?;
+            let e = e.ok()?;
+            let name = e.file_name().into_string().ok()?;
             let stamp = name.strip_prefix(&prefix)?;
             let (secs, n) = stamp.split_once('-').unwrap_or((stamp, "0"));
-            Some(((secs.parse().ok()?, n.parse().ok()?), dir.join(&name)))
+            secs.parse::<u64>().ok()?;
+            n.parse::<u64>().ok()?;
+            let path = dir.join(&name);
+            (path != just).then_some(())?;
+            let written = e.metadata().and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH);
+            Some((written, name, path))
         })
         .collect();
     aside.sort();
-    let excess = aside.len().saturating_sub(KEEP_ASIDE);
-    for (_, file) in aside.into_iter().take(excess) {
+    let excess = (aside.len() + 1).saturating_sub(KEEP_ASIDE);
+    for (_, _, file) in aside.into_iter().take(excess) {
         for victim in ["", "-wal", "-shm"].map(|ext| PathBuf::from(format!("{}{ext}", file.display()))) {
             match std::fs::remove_file(&victim) {
                 Ok(()) => tracing::info!(file = %victim.display(), "deleted an old journal moved aside"),

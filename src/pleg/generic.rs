@@ -117,8 +117,8 @@ pub struct GenericPleg<R: RuntimeService> {
     trust: StreamTrust,
     /// Stopped containers' final statuses from the stream, until a read settles them.
     last_words: LastWords,
-    /// How long this round may still wait for words the stream has yet to hand over.
-    words_budget: Duration,
+    /// Until when this turn may wait for words the stream has yet to hand over.
+    words_deadline: Instant,
 }
 
 type Inspection = (String, Instant, Result<PodStatus, String>);
@@ -159,7 +159,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             seed: fastrand::u64(..),
             trust: StreamTrust::new(Duration::from_secs(300)),
             last_words: LastWords::default(),
-            words_budget: WORDS_WAIT,
+            words_deadline: Instant::now() + WORDS_WAIT,
         }
     }
 
@@ -395,8 +395,9 @@ impl<R: RuntimeService> GenericPleg<R> {
                 return None;
             }
         };
-        if self.last_words.unheard(transitions, status.as_deref()) {
-            self.hear_last_words(uid, transitions, status.as_deref()).await;
+        let unheard = self.last_words.unheard(transitions, status.as_deref());
+        if !unheard.is_empty() {
+            self.hear_last_words(unheard).await;
         }
         let (mut namespace, mut name) = self.records.pod_name(uid);
         let mut status = status;
@@ -438,20 +439,18 @@ impl<R: RuntimeService> GenericPleg<R> {
 
     /// Found by the hour-long soak: a read can see a container already removed while the
     /// stream's STOPPED for it (its exit status) waits in the hints, taken only at the
-    /// next round, or in the consumer a step behind. Takes the pod's pending words and,
-    /// while the stream is up, waits for the rest within the round's budget.
-    async fn hear_last_words(&mut self, uid: &str, transitions: &[Transition], status: Option<&PodStatus>) {
+    /// next turn, or in the consumer a step behind. Takes the words of exactly those
+    /// containers and, while the stream is up, waits for the rest until the turn's
+    /// deadline.
+    async fn hear_last_words(&mut self, mut unheard: Vec<String>) {
         loop {
-            self.last_words.keep(self.hints.take_last_words_of(uid));
-            if !self.last_words.unheard(transitions, status)
-                || self.words_budget.is_zero()
-                || !self.stream.borrow().is_up()
-            {
+            let heard = self.hints.take_last_words_for(&unheard);
+            unheard.retain(|id| !heard.iter().any(|w| w.3.id == *id));
+            self.last_words.keep(heard);
+            if unheard.is_empty() || Instant::now() >= self.words_deadline || !self.stream.borrow().is_up() {
                 return;
             }
-            let step = WORDS_STEP.min(self.words_budget);
-            tokio::time::sleep(step).await;
-            self.words_budget -= step;
+            tokio::time::sleep(WORDS_STEP).await;
         }
     }
 
@@ -729,7 +728,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.trust.settle_until = Instant::now();
         loop {
             self.beat.beat();
-            self.words_budget = WORDS_WAIT;
+            self.words_deadline = Instant::now() + WORDS_WAIT;
             let mut pending = self.hints.take();
             self.last_words.keep(std::mem::take(&mut pending.last_words));
             if pending.recovered {

@@ -109,11 +109,13 @@ impl PodHints {
         }
     }
 
-    /// Takes the words pending for pod `uid` only (a read of that pod settles them now;
-    /// the others wait for their own pod's read).
-    pub fn take_last_words_of(&self, uid: &str) -> Vec<LastWords> {
+    /// Takes the words pending for the containers `ids` only: a read that found them
+    /// gone settles them now. Every other container's words wait for a read that comes
+    /// after them (matched against an older read they would be wrong).
+    pub fn take_last_words_for(&self, ids: &[String]) -> Vec<LastWords> {
         let mut inner = self.inner.lock().expect("hints lock");
-        let (mine, rest) = std::mem::take(&mut inner.pending.last_words).into_iter().partition(|w| w.0 == uid);
+        let (mine, rest) =
+            std::mem::take(&mut inner.pending.last_words).into_iter().partition(|w| ids.contains(&w.3.id));
         inner.pending.last_words = rest;
         mine
     }

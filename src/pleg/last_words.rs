@@ -20,10 +20,10 @@ const TTL: Duration = Duration::from_secs(600);
 /// At most this many words, and as many remembered removals, are kept.
 const MAX: usize = 4096;
 
-/// How long one relist or hint round may wait for words the stream has yet to hand
-/// over, for containers a read found gone (bounded per round: a stream that never
-/// carried them — a runtime that split its events between subscribers — costs a
-/// round this much at most).
+/// How long one turn of the relister (its full relist, targeted reads and retries)
+/// may wait for words the stream has yet to hand over, for containers a read found
+/// gone: a stream that never carries them (containerd 1.7 splitting its events between
+/// subscribers) costs a turn this much at most.
 pub(super) const WORDS_WAIT: Duration = Duration::from_millis(250);
 /// How often that wait looks again.
 pub(super) const WORDS_STEP: Duration = Duration::from_millis(5);
@@ -78,15 +78,19 @@ impl LastWords {
         }
     }
 
-    /// Whether a container `transitions` report dead is gone from the read with no
-    /// words kept for it: its `CONTAINER_DIED` would carry no exit status.
-    pub fn unheard(&self, transitions: &[Transition], status: Option<&PodStatus>) -> bool {
-        transitions.iter().any(|t| {
-            t.kind == EventType::ContainerDied
-                && !t.is_sandbox
-                && !self.words.contains_key(&t.id)
-                && status.is_none_or(|s| s.containers.iter().all(|c| c.id != t.id))
-        })
+    /// The containers `transitions` report dead that are gone from the read with no
+    /// words kept for them: their `CONTAINER_DIED` would carry no exit status.
+    pub fn unheard(&self, transitions: &[Transition], status: Option<&PodStatus>) -> Vec<String> {
+        transitions
+            .iter()
+            .filter(|t| {
+                t.kind == EventType::ContainerDied
+                    && !t.is_sandbox
+                    && !self.words.contains_key(&t.id)
+                    && status.is_none_or(|s| s.containers.iter().all(|c| c.id != t.id))
+            })
+            .map(|t| t.id.clone())
+            .collect()
     }
 
     /// Whether no words wait.

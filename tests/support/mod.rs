@@ -425,18 +425,24 @@ impl Plegd {
 
 /// A minimal HTTP/1.1 request to the admin server: (status, body).
 pub async fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    try_http(addr, method, path).await.expect("admin request")
+}
+
+/// [`http`], for a server that may be gone: an error instead of a panic.
+#[allow(dead_code)]
+pub async fn try_http(addr: std::net::SocketAddr, method: &str, path: &str) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect admin");
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
     let req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
+    s.write_all(req.as_bytes()).await?;
     let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.unwrap();
+    s.read_to_end(&mut buf).await?;
     let text = String::from_utf8_lossy(&buf).to_string();
     let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     // Bodies may be chunked: drop chunk-size lines for the JSON/text checks.
     let body = if text.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(&body) } else { body };
-    (code, body)
+    Ok((code, body))
 }
 
 fn dechunk(body: &str) -> String {
