@@ -445,6 +445,13 @@ async fn a_pod_gone_before_any_read_dies_on_the_full_relists_path_too_with_its_l
     assert_eq!(pod_then.containers.iter().find(|c| c.id == id).map(|c| c.exit_code), Some(42));
     let removed = got.iter().filter(|e| e.kind == EventType::ContainerRemoved && e.container_id == id).count();
     assert_eq!(removed, 1, "{got:#?}");
+    // Found by the soak: the pod is gone from plegd's view too (it stayed as an empty
+    // ghost in ListPods).
+    assert!(
+        sc.app.journal.pods().iter().all(|p| *p.uid != *pod.uid),
+        "the journal's view lets the pod go: {:?}",
+        sc.app.journal.pods().iter().map(|p| p.uid.to_string()).collect::<Vec<_>>()
+    );
     sc.stop().await;
 }
 
@@ -497,10 +504,11 @@ async fn a_relist_that_sees_the_removal_before_the_stopped_event_is_read_still_g
     sc.stop().await;
 }
 
-/// From the review of that fix: while a read waits for one container's words, another
+/// From the review of that fix: when a read takes one container's words, another
 /// container of the pod — created after the read, and already stopped — must not have
 /// its words matched against that older read (which does not show it): it would "die
-/// and be removed" while it still exists, then die again when read.
+/// and be removed" while it still exists, then die again when read. (This failed
+/// against a version that waited for words and took the whole pod's.)
 #[tokio::test]
 async fn waiting_for_one_containers_words_leaves_a_newer_containers_words_alone() {
     let h = SimHarness::start().await;

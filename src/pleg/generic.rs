@@ -14,7 +14,7 @@ use super::evented::StreamState;
 use super::health::PlegHealth;
 use super::hints::{Hint, PodHints};
 use super::inspect::{Prefetched, inspect_pod, inspect_prefetched, list_pod};
-use super::last_words::{LastWords, WORDS_STEP, WORDS_WAIT};
+use super::last_words::LastWords;
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
 use super::trust::{SETTLE, StreamTrust};
@@ -117,8 +117,6 @@ pub struct GenericPleg<R: RuntimeService> {
     trust: StreamTrust,
     /// Stopped containers' final statuses from the stream, until a read settles them.
     last_words: LastWords,
-    /// Until when this turn may wait for words the stream has yet to hand over.
-    words_deadline: Instant,
 }
 
 type Inspection = (String, Instant, Result<PodStatus, String>);
@@ -159,7 +157,6 @@ impl<R: RuntimeService> GenericPleg<R> {
             seed: fastrand::u64(..),
             trust: StreamTrust::new(Duration::from_secs(300)),
             last_words: LastWords::default(),
-            words_deadline: Instant::now() + WORDS_WAIT,
         }
     }
 
@@ -376,6 +373,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         source: EventSource,
         suspect_from: Option<Instant>,
     ) -> Option<(usize, usize)> {
+        let gone = matches!(found, Found::Gone);
         let status = match found {
             Found::Gone => {
                 self.cache.delete(uid, at);
@@ -397,7 +395,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         };
         let unheard = self.last_words.unheard(transitions, status.as_deref());
         if !unheard.is_empty() {
-            self.hear_last_words(unheard).await;
+            self.hear_last_words(unheard);
         }
         let (mut namespace, mut name) = self.records.pod_name(uid);
         let mut status = status;
@@ -428,7 +426,15 @@ impl<R: RuntimeService> GenericPleg<R> {
             with_unseen = [rest, unseen, sandbox_end].concat();
             &with_unseen[..]
         };
-        let events = build_events(uid, &namespace, &name, transitions, status, sync, source, &last_words);
+        let mut events = build_events(uid, &namespace, &name, transitions, status, sync, source, &last_words);
+        if gone {
+            // A pod gone before any read carries the identity the stream gave it (for
+            // filters and selectors) on its deaths; its removals carry no pod, so the
+            // journal's view lets it go (found by the soak: an empty ghost in ListPods).
+            for e in events.iter_mut().filter(|e| e.kind == EventType::ContainerRemoved) {
+                e.pod = None;
+            }
+        }
         let missed = suspect_from.map_or(0, |listed| self.trust.suspect(uid, &events, listed));
         let sent = events.len();
         if sent > 0 && self.events.send(events).await.is_err() {
@@ -439,19 +445,12 @@ impl<R: RuntimeService> GenericPleg<R> {
 
     /// Found by the hour-long soak: a read can see a container already removed while the
     /// stream's STOPPED for it (its exit status) waits in the hints, taken only at the
-    /// next turn, or in the consumer a step behind. Takes the words of exactly those
-    /// containers and, while the stream is up, waits for the rest until the turn's
-    /// deadline.
-    async fn hear_last_words(&mut self, mut unheard: Vec<String>) {
-        loop {
-            let heard = self.hints.take_last_words_for(&unheard);
-            unheard.retain(|id| !heard.iter().any(|w| w.3.id == *id));
-            self.last_words.keep(heard);
-            if unheard.is_empty() || Instant::now() >= self.words_deadline || !self.stream.borrow().is_up() {
-                return;
-            }
-            tokio::time::sleep(WORDS_STEP).await;
-        }
+    /// next turn. Takes the words of exactly those containers; every other container's
+    /// words wait for a read newer than they are. (It does not wait for words still on
+    /// their way: a version that did so, up to 250 ms, coincided with deaths that never
+    /// reached the journal in the hour-long soaks, cause not found; see issue 20.)
+    fn hear_last_words(&mut self, unheard: Vec<String>) {
+        self.last_words.keep(self.hints.take_last_words_for(&unheard));
     }
 
     /// Ends a full relist that started at `start`, its results in the cache: the
@@ -728,7 +727,6 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.trust.settle_until = Instant::now();
         loop {
             self.beat.beat();
-            self.words_deadline = Instant::now() + WORDS_WAIT;
             let mut pending = self.hints.take();
             self.last_words.keep(std::mem::take(&mut pending.last_words));
             if pending.recovered {

@@ -20,14 +20,6 @@ const TTL: Duration = Duration::from_secs(600);
 /// At most this many words, and as many remembered removals, are kept.
 const MAX: usize = 4096;
 
-/// How long one turn of the relister (its full relist, targeted reads and retries)
-/// may wait for words the stream has yet to hand over, for containers a read found
-/// gone: a stream that never carries them (containerd 1.7 splitting its events between
-/// subscribers) costs a turn this much at most.
-pub(super) const WORDS_WAIT: Duration = Duration::from_millis(250);
-/// How often that wait looks again.
-pub(super) const WORDS_STEP: Duration = Duration::from_millis(5);
-
 /// One container's words, with its pod's identity for a pod the records never knew.
 struct Words {
     uid: String,
