@@ -586,6 +586,9 @@ impl Kubelet {
 /// event's pod has it (`None` when the pod no longer has the container), and when.
 type Seen = (i32, Option<(i32, String)>, SystemTime);
 
+/// One watch stream: opened, resumed from (revision, epoch), first and last revision.
+type StreamLog = (SystemTime, u64, u64, Option<u64>, Option<u64>);
+
 #[derive(Default, Debug)]
 struct Watcher {
     name: String,
@@ -606,6 +609,9 @@ struct Watcher {
     connects: u64,
     resumes_without_epoch: u64,
     stalls: u64,
+    /// Each stream: when it opened, the revision and epoch it asked to resume from,
+    /// and the first and last revisions it received (the evidence for a missed death).
+    streams: Vec<StreamLog>,
     attending: bool,
     latencies_started: Vec<f64>,
     latencies_died: Vec<f64>,
@@ -680,7 +686,11 @@ async fn watch_loop(
                 continue;
             }
         };
-        w.lock().unwrap().connects += 1;
+        {
+            let mut g = w.lock().unwrap();
+            g.connects += 1;
+            g.streams.push((SystemTime::now(), since, epoch, None, None));
+        }
         // How long this connection lasts before the watcher misbehaves again.
         let mut next_mischief = Instant::now() + Duration::from_millis(rng.u64(1000..10_000));
         loop {
@@ -721,6 +731,10 @@ async fn watch_loop(
                 g.checker.as_mut().unwrap().start_over();
                 g.broke(now);
                 break;
+            }
+            if let Some(s) = g.streams.last_mut() {
+                s.3.get_or_insert(m.revision);
+                s.4 = Some(m.revision);
             }
             if let Err(v) = g.checker.as_mut().unwrap().observe(&m) {
                 let name = g.name.clone();
@@ -1138,8 +1152,13 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
                     } else if unseeable(id, t) {
                         unseen += 1;
                     } else {
+                        let near: Vec<_> = g
+                            .streams
+                            .iter()
+                            .filter(|s| s.0 + Duration::from_secs(60) >= d.at && s.0 <= d.at + Duration::from_secs(60))
+                            .collect();
                         v.push(format!(
-                            "{}: container {id} (pod {}) died at {:?} (exit {} {:?}) and was never delivered; the watcher's gaps: {:?}; its events for the container: {evs:?}",
+                            "{}: container {id} (pod {}) died at {:?} (exit {} {:?}) and was never delivered; the watcher's gaps: {:?}; its events for the container: {evs:?}; its streams within a minute (opened, resumed from revision, epoch, first and last revision received): {near:?}",
                             g.name, t.pod_uid, d.at, d.code, d.reason, g.breaks
                         ));
                     }
