@@ -606,6 +606,8 @@ struct Watcher {
     resets: BTreeMap<String, u64>,
     /// When its last stream ended.
     last_end: Option<SystemTime>,
+    /// When it last received a message.
+    last_message: Option<SystemTime>,
     connects: u64,
     resumes_without_epoch: u64,
     stalls: u64,
@@ -663,7 +665,9 @@ async fn watch_loop(
                 }
                 _ => {
                     checker.start_over();
-                    let at = g.last_end.unwrap_or_else(SystemTime::now);
+                    // It has what it received: the break began at its last message (a
+                    // stream that died while the watcher stalled is noticed late).
+                    let at = g.last_message.or(g.last_end).unwrap_or_else(SystemTime::now);
                     g.broke(at);
                     (0, 0)
                 }
@@ -732,6 +736,7 @@ async fn watch_loop(
                 g.broke(now);
                 break;
             }
+            g.last_message = Some(now);
             if let Some(s) = g.streams.last_mut() {
                 s.3.get_or_insert(m.revision);
                 s.4 = Some(m.revision);
