@@ -935,7 +935,6 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     let quiesce_every = Duration::from_secs((secs / 3).clamp(8, 120));
     let mut faults: BTreeMap<Fault, u64> = BTreeMap::new();
     let mut fault_order: Vec<Fault> = Vec::new();
-    let mut fault_log: Vec<String> = Vec::new();
     let mut sigterm_exits = Vec::new();
     // Every fault: (from, to).
     let mut blind_windows: Vec<(SystemTime, SystemTime)> = Vec::new();
@@ -1041,7 +1040,6 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
             fault_order.push(kind);
             *faults.entry(kind).or_default() += 1;
             blind_windows.push((fault_started, SystemTime::now()));
-            fault_log.push(format!("{kind:?} {:?} .. {:?}", fault_started, SystemTime::now()));
         }
         if now >= next_quiet {
             let label = format!("quiescent point at {:.0} s", t0.elapsed().as_secs_f64());
@@ -1267,7 +1265,12 @@ plegd RSS MiB {rss_first:.1} first, {rss_max:.1} max, {rss_last:.1} last ({}); p
         "{} violations (seed {seed}):\n{}\n--- faults ---\n{}\n--- plegd's log (all of it in {}; last 40 lines) ---\n{}",
         v.len(),
         v.join("\n"),
-        fault_log.join("\n"),
+        fault_order
+            .iter()
+            .zip(&blind_windows)
+            .map(|(kind, (from, to))| format!("{kind:?} {from:?} .. {to:?}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
         kept.display(),
         log.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
     );

@@ -393,9 +393,14 @@ impl<R: RuntimeService> GenericPleg<R> {
                 return None;
             }
         };
+        // Found by the hour-long soak: a read can see a container already removed while
+        // the stream's STOPPED for it (its exit status) waits in the hints, taken only at
+        // the next turn. Take the words of exactly those containers; every other
+        // container's words wait for a read newer than they are. (No waiting for words
+        // still on their way: a version that waited up to 250 ms was withdrawn, issue 20.)
         let unheard = self.last_words.unheard(transitions, status.as_deref());
         if !unheard.is_empty() {
-            self.hear_last_words(unheard);
+            self.last_words.keep(self.hints.take_last_words_for(&unheard));
         }
         let (mut namespace, mut name) = self.records.pod_name(uid);
         let mut status = status;
@@ -441,16 +446,6 @@ impl<R: RuntimeService> GenericPleg<R> {
             tracing::debug!("event receiver gone; dropping events");
         }
         Some((sent, missed))
-    }
-
-    /// Found by the hour-long soak: a read can see a container already removed while the
-    /// stream's STOPPED for it (its exit status) waits in the hints, taken only at the
-    /// next turn. Takes the words of exactly those containers; every other container's
-    /// words wait for a read newer than they are. (It does not wait for words still on
-    /// their way: a version that did so, up to 250 ms, coincided with deaths that never
-    /// reached the journal in the hour-long soaks, cause not found; see issue 20.)
-    fn hear_last_words(&mut self, unheard: Vec<String>) {
-        self.last_words.keep(self.hints.take_last_words_for(&unheard));
     }
 
     /// Ends a full relist that started at `start`, its results in the cache: the
