@@ -15,7 +15,7 @@ use crate::config::RunConfig;
 use crate::cri::RuntimeService;
 use crate::cri::client::{ClientOptions, CriClient};
 use crate::grpc::{ApiError, PodLifecycleService};
-use crate::journal::Journal;
+use crate::journal::{Journal, LOCK_WAIT, StoreError};
 use crate::liveness::{Liveness, QUICK_LOOP_LIMIT};
 use crate::metrics::Registry;
 use crate::pleg::evented::{self, EventedWatcher, Mode, StreamState};
@@ -46,7 +46,10 @@ pub enum AppError {
     Api(#[from] ApiError),
     /// The state dir cannot be created (a usage error: the flag names a bad place).
     #[error(transparent)]
-    StateDir(crate::journal::StoreError),
+    StateDir(StoreError),
+    /// Shutdown came before the sidecar had started (while it waited for the state dir).
+    #[error("shut down before it had started")]
+    Interrupted,
 }
 
 impl AppError {
@@ -112,7 +115,18 @@ pub async fn start_on<R: RuntimeService>(
     let liveness = Liveness::new();
     let relist_beat = liveness
         .register("relist", relist_liveness_limit(cfg.relist_period, cfg.inspect_timeout, cfg.runtime_request_timeout));
-    let journal = Journal::open(&cfg.journal, Some(metrics.journal.clone())).map_err(AppError::StateDir)?;
+    // Opening reads the journal and may wait for a plegd that still holds the state
+    // dir: on a blocking thread, so signals are heard meanwhile.
+    let journal = {
+        let (jcfg, jmetrics, stop) = (cfg.journal.clone(), metrics.journal.clone(), shutdown.clone());
+        tokio::task::spawn_blocking(move || Journal::open_waiting(&jcfg, Some(jmetrics), LOCK_WAIT, &stop))
+            .await
+            .expect("opening the journal panicked")
+            .map_err(|e| match e {
+                StoreError::Interrupted { .. } => AppError::Interrupted,
+                e => AppError::StateDir(e),
+            })?
+    };
     let (events_tx, publisher) = publish::channel(4096, journal.clone(), Some(metrics.events.clone()));
     let publisher = publisher.with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT));
     let relist = RelistConfig {

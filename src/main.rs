@@ -90,6 +90,8 @@ async fn run(cli: Cli) -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(e) if e.is_usage() => return usage(&e.to_string()),
+                // A SIGTERM while it waited for the state dir: a clean exit.
+                Err(plegd::app::AppError::Interrupted) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("plegd: {e}");
                     ExitCode::FAILURE

@@ -56,6 +56,9 @@ pub struct WatchChecker {
     resume: Option<u64>,
     view: BTreeMap<String, api::PodStatus>,
     building: BTreeMap<String, api::PodStatus>,
+    /// The revision ranges the client followed without a break: `(epoch, after, to)`,
+    /// one per unbroken run of streams (a resume continues the run it resumes).
+    runs: Vec<(u64, u64, u64)>,
     seen: u64,
     /// Events checked.
     pub events: u64,
@@ -79,6 +82,7 @@ impl WatchChecker {
             resume: None,
             view: BTreeMap::new(),
             building: BTreeMap::new(),
+            runs: Vec::new(),
             seen: 0,
             events: 0,
             resets: 0,
@@ -133,6 +137,32 @@ impl WatchChecker {
         &self.view
     }
 
+    /// Whether the client followed `revision` of `epoch` as an event stream — the
+    /// revision lies after the point one of its unbroken runs of streams began (a
+    /// snapshot's `synced`, or a resume) and at or before the last revision that run
+    /// received. Every event there that its filter admits must have reached it; a
+    /// revision it did not follow reached it, if at all, as snapshot state.
+    pub fn followed(&self, epoch: u64, revision: u64) -> bool {
+        self.runs.iter().any(|&(e, after, to)| e == epoch && after < revision && revision <= to)
+    }
+
+    /// The unbroken runs of revisions the client followed: `(epoch, after, to)`.
+    pub fn runs(&self) -> &[(u64, u64, u64)] {
+        &self.runs
+    }
+
+    /// The journal's epoch as the client's last stream named it.
+    pub fn epoch(&self) -> Option<u64> {
+        self.epoch
+    }
+
+    /// Extends the current run of streams to `revision`.
+    fn reach(&mut self, revision: u64) {
+        if let Some(run) = self.runs.last_mut() {
+            run.2 = run.2.max(revision);
+        }
+    }
+
     /// Whether the client's copy is complete (after `synced`).
     pub fn is_synced(&self) -> bool {
         self.phase == Phase::Live
@@ -180,6 +210,9 @@ impl WatchChecker {
                 self.floor = r;
                 if other_journal {
                     return self.fail(format!("resumed into another journal (epoch {})", s.epoch));
+                }
+                if self.runs.last().is_none_or(|&(e, _, to)| (e, to) != (s.epoch, r)) {
+                    self.runs.push((s.epoch, r, r));
                 }
                 match asked {
                     None => return self.fail(format!("resumed after {r} though the client asked for a snapshot")),
@@ -232,6 +265,7 @@ impl WatchChecker {
                 self.floor = r;
                 self.resume = Some(r);
                 self.next = Some(r + 1);
+                self.runs.push((s.epoch, r, r));
                 if wrong_count {
                     return self.fail(format!("synced says {} pods after {} snapshots", s.pods, self.view.len()));
                 }
@@ -249,6 +283,7 @@ impl WatchChecker {
                 self.floor = r;
                 self.resume = Some(r);
                 self.next = Some(r + 1);
+                self.reach(r);
                 if r <= floor {
                     return self.fail(format!(
                         "event {r} ({} of {}) at or below revision {floor}, already passed",
@@ -270,6 +305,7 @@ impl WatchChecker {
                 let expected = self.next;
                 self.floor = self.floor.max(r);
                 self.resume = Some(self.floor);
+                self.reach(r);
                 if r < floor {
                     return self.fail(format!("bookmark {r} below revision {floor}, already passed"));
                 }
@@ -412,5 +448,29 @@ mod tests {
             f.observe(&m).unwrap();
         }
         assert_eq!(f.resets, 1);
+    }
+
+    #[test]
+    fn a_resume_continues_what_the_client_followed_and_a_fresh_start_leaves_a_hole() {
+        let mut c = WatchChecker::new(true);
+        for m in [start(7, false, 0), synced(4, 7, 0), event(6, "a"), bookmark(8)] {
+            c.observe(&m).unwrap();
+        }
+        assert!(!c.followed(7, 4), "the snapshot carried revision 4");
+        assert!(c.followed(7, 5) && c.followed(7, 8), "filtered out or not, 5..=8 were followed");
+        assert!(!c.followed(8, 6), "another journal");
+        c.reconnect();
+        for m in [start(7, true, 8), event(10, "a")] {
+            c.observe(&m).unwrap();
+        }
+        assert!(c.followed(7, 9), "the resume continued the run");
+        // The stream breaks after 10; the client starts over and plegd is at 15.
+        c.start_over();
+        for m in [start(7, false, 0), synced(15, 7, 0), event(16, "b")] {
+            c.observe(&m).unwrap();
+        }
+        assert!(!c.followed(7, 11) && !c.followed(7, 15), "11..=15 reached it as snapshot state");
+        assert!(c.followed(7, 16));
+        assert_eq!(c.epoch(), Some(7));
     }
 }

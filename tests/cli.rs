@@ -174,6 +174,52 @@ fn a_runtime_missing_at_start_is_not_ready_then_ready_once_it_appears() {
 }
 
 #[test]
+fn a_sigterm_while_waiting_for_another_plegds_state_dir_exits_zero_at_once() {
+    // A rollout: the old pod still holds the state dir, the new one waits for it (up
+    // to 20 s) — and the kubelet gives up on the rollout and stops the new one.
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state").display().to_string();
+    let spawn = |n: usize, port: u16| {
+        Command::new(BIN)
+            .args(["run", "--runtime-endpoint", "unix:///nonexistent/cri.sock"])
+            .args(["--admin-addr", &format!("127.0.0.1:{port}"), "--state-dir", &state])
+            .args(["--listen", &format!("unix://{}", dir.path().join(format!("api{n}.sock")).display())])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let first_port = free_port();
+    let _first = Killed(spawn(1, first_port));
+    wait_for("the first plegd", Duration::from_secs(10), || get(first_port, "/livez").is_some());
+    let mut second = Killed(spawn(2, free_port()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = second.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut log = Vec::new();
+    while !log.iter().any(|l: &String| l.contains("waiting up to")) {
+        log.push(rx.recv_timeout(Duration::from_secs(10)).expect("the second plegd says it waits for the state dir"));
+    }
+    sigterm(&second.0);
+    let asked = Instant::now();
+    let status = loop {
+        if let Some(s) = second.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(asked.elapsed() < Duration::from_secs(5), "SIGTERM ignored while waiting for the state dir: {log:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{log:?}");
+    log.extend(rx.try_iter());
+    assert!(!log.iter().any(|l| l.contains("panicked") || l.contains("ERROR")), "{log:?}");
+    assert_eq!(get(first_port, "/livez").map(|r| r.0), Some(200), "the holder goes on");
+}
+
+#[test]
 fn an_admin_address_in_use_is_a_clear_error() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();

@@ -16,8 +16,9 @@
 //! from the runtime and records each death with the exit code and reason the runtime
 //! reports. The checks: every death reached every watcher entitled to it (its filter
 //! matches) exactly once, in order after the container's start, with the runtime's exit
-//! code and reason — or the watcher took a snapshot after the death (a reset or a fresh
-//! start), which carries it; and at quiescent points each watcher's copy equals
+//! code and reason — or the watcher did not follow the death's journal revision as an
+//! event stream (it broke off before it and took a snapshot after: a reset or a fresh
+//! start), so the snapshot carried it; and at quiescent points each watcher's copy equals
 //! `ListPods` equals the runtime. The report: events, violations with their evidence,
 //! resets by reason, plegd's RSS and CPU over time, latency from the runtime's change to
 //! each watcher.
@@ -584,7 +585,10 @@ impl Kubelet {
 
 /// One event a watcher received: its type, the container's exit code and reason as the
 /// event's pod has it (`None` when the pod no longer has the container), and when.
-type Seen = (i32, Option<(i32, String)>, SystemTime);
+/// One event for a container as a watcher received it: its kind, the container's exit
+/// code and reason as the event's pod has it (`None` when the pod no longer has the
+/// container), the receipt, and where it sits in the journal (epoch, revision).
+type Seen = (i32, Option<(i32, String)>, SystemTime, (u64, u64));
 
 /// One watch stream: opened, resumed from (revision, epoch), first and last revision.
 type StreamLog = (SystemTime, u64, u64, Option<u64>, Option<u64>);
@@ -595,9 +599,7 @@ struct Watcher {
     namespace: Option<&'static str>,
     checker: Option<WatchChecker>,
     violations: Vec<String>,
-    /// Container id → (kind, the container's exit code and reason as the event's pod
-    /// has it — `None` when the pod no longer has the container, receipt) for each
-    /// event, in order.
+    /// Container id → each event for it, in order.
     events: BTreeMap<String, Vec<Seen>>,
     /// Each time the watcher's continuity broke (a fresh start, a reset, a resume into
     /// another journal) and when the snapshot that followed was complete (`synced`):
@@ -770,7 +772,8 @@ async fn watch_loop(
                     {
                         g.latencies_died.push(ms.as_secs_f64() * 1e3);
                     }
-                    g.events.entry(e.container_id.clone()).or_default().push((e.r#type, exit, now));
+                    let at = (g.checker.as_ref().unwrap().epoch().unwrap_or(0), m.revision);
+                    g.events.entry(e.container_id.clone()).or_default().push((e.r#type, exit, now, at));
                 }
                 _ => {}
             }
@@ -1098,6 +1101,15 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     // ever saw: nothing that reads the runtime could see it.
     let seen_by_any: std::collections::BTreeSet<String> =
         watchers.iter().flat_map(|w| w.lock().unwrap().events.keys().cloned().collect::<Vec<_>>()).collect();
+    // Where each death sits in the journal, as any watcher received it: (epoch, revision).
+    let mut death_revisions: BTreeMap<String, std::collections::BTreeSet<(u64, u64)>> = BTreeMap::new();
+    for w in &watchers {
+        for (id, evs) in &w.lock().unwrap().events {
+            for e in evs.iter().filter(|e| e.0 == died) {
+                death_revisions.entry(id.clone()).or_default().insert(e.3);
+            }
+        }
+    }
     let unseeable = |id: &str, t: &TruthContainer| match (t.started_at, t.removed_at) {
         (Some(start), Some(gone)) => {
             !seen_by_any.contains(id)
@@ -1149,10 +1161,20 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
             let dies: Vec<&Seen> = evs.iter().filter(|e| e.0 == died).collect();
             match dies.len() {
                 0 => {
-                    // Carried by a snapshot taken after the death, or owed.
-                    if g.gap_covers(d.at) {
+                    // Owed where the watcher followed the death's revision as an event
+                    // stream (its filter admits the pod); otherwise it reached it as
+                    // snapshot state after a break. Exact where some watcher received
+                    // the death; where none did, judged by time: the death fell in one
+                    // of its gaps, or no read could have seen the container.
+                    let checker = g.checker.as_ref().unwrap();
+                    let revisions = death_revisions.get(*id);
+                    let owed = match revisions {
+                        Some(at) => at.iter().any(|&(epoch, r)| checker.followed(epoch, r)),
+                        None => !g.gap_covers(d.at),
+                    };
+                    if !owed {
                         carried_by_snapshot += 1;
-                    } else if unseeable(id, t) {
+                    } else if revisions.is_none() && unseeable(id, t) {
                         unseen += 1;
                     } else {
                         let near: Vec<_> = g
@@ -1161,14 +1183,14 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
                             .filter(|s| s.0 + Duration::from_secs(60) >= d.at && s.0 <= d.at + Duration::from_secs(60))
                             .collect();
                         v.push(format!(
-                            "{}: container {id} (pod {}) died at {:?} (exit {} {:?}) and was never delivered; the watcher's gaps: {:?}; its events for the container: {evs:?}; its streams within a minute (opened, resumed from revision, epoch, first and last revision received): {near:?}",
-                            g.name, t.pod_uid, d.at, d.code, d.reason, g.breaks
+                            "{}: container {id} (pod {}) died at {:?} (exit {} {:?}) and was never delivered; the death's (epoch, revision) as others received it: {revisions:?}; the runs of revisions the watcher followed (epoch, after, to): {:?}; the watcher's gaps: {:?}; its events for the container: {evs:?}; its streams within a minute (opened, resumed from revision, epoch, first and last revision received): {near:?}",
+                            g.name, t.pod_uid, d.at, d.code, d.reason, checker.runs(), g.breaks
                         ));
                     }
                 }
                 1 => {
                     delivered += 1;
-                    let (_, exit, _) = dies[0];
+                    let (_, exit, _, _) = dies[0];
                     let Some((code, reason)) = exit else {
                         // Removed before plegd read it, and no event carried its end: only
                         // possible while plegd could only relist.

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::labels::Labels;
 use crate::model::PodStatus;
@@ -290,17 +291,20 @@ impl Journal {
     /// created (a usage error); a journal on disk that cannot be used is moved aside or,
     /// failing that, the journal runs in memory and says so.
     pub fn open(cfg: &JournalConfig, metrics: Option<JournalMetrics>) -> Result<Self, StoreError> {
-        Self::open_waiting(cfg, metrics, LOCK_WAIT)
+        Self::open_waiting(cfg, metrics, LOCK_WAIT, &CancellationToken::new())
     }
 
     /// [`Journal::open`], waiting up to `wait` for another plegd that holds the state
     /// dir (a rollout's old pod, in its grace period) to let go: the journal, its epoch
     /// and every client's resume point pass from one to the other. Past `wait` it runs in
-    /// memory, says so, and takes the dir over when it is free.
+    /// memory, says so, and takes the dir over when it is free. A `shutdown` while it
+    /// waits ends the wait with [`StoreError::Interrupted`]: a SIGTERM is obeyed at
+    /// once, not after the wait. It blocks: async callers run it on a blocking thread.
     pub fn open_waiting(
         cfg: &JournalConfig,
         metrics: Option<JournalMetrics>,
         wait: std::time::Duration,
+        shutdown: &CancellationToken,
     ) -> Result<Self, StoreError> {
         let Some(dir) = &cfg.state_dir else { return Ok(Self::build(cfg, metrics, Disk::None, None)) };
         let scfg = store_config(cfg, dir.clone());
@@ -308,8 +312,13 @@ impl Journal {
         let mut opened = Store::open(scfg.clone(), &store::boot_id());
         if let Err(e @ StoreError::Locked { .. }) = &opened {
             tracing::warn!(error = %e, "waiting up to {wait:?} for it to exit");
-            while matches!(opened, Err(StoreError::Locked { .. })) && Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(100));
+            while let Err(StoreError::Locked { path }) = &opened
+                && Instant::now() < deadline
+            {
+                if shutdown.is_cancelled() {
+                    return Err(StoreError::Interrupted { path: path.clone() });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
                 opened = Store::open(scfg.clone(), &store::boot_id());
             }
         }

@@ -73,6 +73,13 @@ pub enum StoreError {
         /// The lock file.
         path: PathBuf,
     },
+    /// plegd was told to shut down while it waited for another process to let go of
+    /// the state dir.
+    #[error("shut down while waiting for {path} to be let go")]
+    Interrupted {
+        /// The lock file.
+        path: PathBuf,
+    },
     /// The file is not a journal this version can read.
     #[error("journal database {path}: {reason}")]
     Unusable {

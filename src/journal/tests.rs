@@ -735,7 +735,8 @@ mod durable {
             std::thread::sleep(Duration::from_millis(300));
             drop(first);
         });
-        let second = Journal::open_waiting(&cfg(dir.path()), None, Duration::from_secs(10)).unwrap();
+        let second =
+            Journal::open_waiting(&cfg(dir.path()), None, Duration::from_secs(10), &Default::default()).unwrap();
         exiting.join().unwrap();
         assert_eq!(second.disk_problem(), None);
         assert_eq!((second.epoch(), second.revision()), (epoch, revision), "the journal passed from one to the other");
@@ -746,7 +747,8 @@ mod durable {
         let dir = tempfile::tempdir().unwrap();
         let first = Journal::open(&cfg(dir.path()), None).unwrap();
         churn(&first, 10);
-        let second = Journal::open_waiting(&cfg(dir.path()), None, Duration::from_millis(200)).unwrap();
+        let second =
+            Journal::open_waiting(&cfg(dir.path()), None, Duration::from_millis(200), &Default::default()).unwrap();
         let problem = second.disk_problem().expect("not durable while another plegd holds the dir");
         assert!(problem.contains("held by another process"), "{problem}");
         // Neither writes over the other: the first goes on, the second keeps to memory.
