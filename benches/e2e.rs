@@ -5,7 +5,7 @@
 //! * `churn`     — `plegd sim` with churn and `plegd run` as separate processes, N gRPC
 //!   watchers; latency = watcher receipt − the runtime's timestamp.
 //! * `idle`      — 1,000 pods × 5 containers, no churn, relist every 1 s: plegd's CPU
-//!   share and RSS with 10 watchers.
+//!   share and RSS with 10 watchers; `--durable 0` keeps the journal in memory.
 //! * `fanout`    — events appended to plegd's journal at a fixed rate, N gRPC watchers:
 //!   delivery latency and loss of the API path at load. `--lean 1` makes the watchers
 //!   decode only what the bench reads (revision, kind, timestamp) and skip the pod, so
@@ -197,9 +197,21 @@ fn report(mode: &str, watchers: usize, secs: f64, all: Vec<Seen>, cpu: Option<(f
 
 /// `plegd sim` + `plegd run` as processes; returns them and plegd's API socket.
 fn processes(dir: &std::path::Path, pods: usize, cpp: usize, churn: f64, mode: &str) -> (Proc, Proc, String) {
+    processes_with(dir, pods, cpp, churn, mode, true)
+}
+
+/// [`processes`], with the journal on a state dir (`durable`) or in memory.
+fn processes_with(
+    dir: &std::path::Path,
+    pods: usize,
+    cpp: usize,
+    churn: f64,
+    mode: &str,
+    durable: bool,
+) -> (Proc, Proc, String) {
     let (sim, cri) = sim(dir, pods, cpp, churn);
     let api = format!("unix://{}", dir.join("plegd.sock").display());
-    let state = dir.join("state").display().to_string();
+    let state = if durable { dir.join("state").display().to_string() } else { String::new() };
     let run = spawn(&run_args(&cri, &api, mode, &state));
     wait_path(&dir.join("plegd.sock"));
     (sim, run, api)
@@ -234,8 +246,10 @@ async fn idle(args: &[String]) {
     // generic: a full relist every second; auto: the simulated runtime's stream is up
     // and complete, so full relists are 300 s apart and the loops only beat.
     let mode = arg(args, "--mode", "generic".to_string());
+    // `--durable 0`: the journal in memory, to compare with the default in one run.
+    let durable = arg(args, "--durable", 1u8) == 1;
     let dir = tempfile::tempdir().unwrap();
-    let (_sim, run, api) = processes(dir.path(), pods, 5, 0.0, &mode);
+    let (_sim, run, api) = processes_with(dir.path(), pods, 5, 0.0, &mode, durable);
     let until = Instant::now() + Duration::from_secs(secs + 5);
     let tasks: Vec<_> = (0..10).map(|_| tokio::spawn(watcher(api.clone(), until, false))).collect();
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -246,7 +260,8 @@ async fn idle(args: &[String]) {
     let (c1, rss) = usage(pid);
     let share = (c1 - c0) / t0.elapsed().as_secs_f64();
     println!(
-        "idle ({mode}): {pods} pods × 5 containers, 10 watchers: plegd CPU {:.2}% of a core, RSS {:.1} MiB",
+        "idle ({mode}, journal {}): {pods} pods × 5 containers, 10 watchers: plegd CPU {:.2}% of a core, RSS {:.1} MiB",
+        if durable { "on disk" } else { "in memory" },
         share * 100.0,
         rss / 1048576.0
     );

@@ -12,7 +12,8 @@
 //!    R+1) except across a `reset`;
 //! 4. nothing at or below a bookmark's revision arrives after it (on an unfiltered
 //!    stream a bookmark names exactly the last revision sent);
-//! 5. the epoch changes only with a reset: a stream never resumes into another journal.
+//! 5. the epoch changes only with a reset (the `synced` after it names the new one): a
+//!    stream never resumes into another journal.
 
 use std::collections::BTreeMap;
 
@@ -244,6 +245,9 @@ impl WatchChecker {
             Kind::Reset(_) => {
                 self.resets += 1;
                 self.drop_copy(Phase::Snapshot);
+                // A reset may start another journal (plegd's disk failed and it went on
+                // in memory): the snapshot's `synced` names its epoch.
+                self.epoch = None;
                 Ok(())
             }
             Kind::Snapshot(p) => {
@@ -472,5 +476,23 @@ mod tests {
         assert!(!c.followed(7, 11) && !c.followed(7, 15), "11..=15 reached it as snapshot state");
         assert!(c.followed(7, 16));
         assert_eq!(c.epoch(), Some(7));
+    }
+
+    #[test]
+    fn a_reset_may_bring_another_journal_and_its_synced_names_it() {
+        // Found by tests/disk_full.rs: the disk filled, plegd went on in a new epoch in
+        // memory and told the stream with a reset and a fresh snapshot.
+        let mut c = WatchChecker::new(false);
+        for m in [start(7, false, 0), synced(4, 7, 0), event(5, "a"), msg(5, Kind::Reset(api::Reset::default()))] {
+            c.observe(&m).unwrap();
+        }
+        c.observe(&synced(6, 8, 0)).unwrap();
+        c.observe(&event(7, "b")).unwrap();
+        assert_eq!(c.resume_point(), Some((7, 8)));
+        assert!(c.followed(8, 7) && !c.followed(7, 6));
+        // Without a reset, a synced in another epoch is still caught.
+        let mut c = WatchChecker::new(false);
+        c.observe(&start(7, false, 0)).unwrap();
+        assert!(c.observe(&synced(4, 8, 0)).is_err());
     }
 }
