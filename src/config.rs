@@ -82,8 +82,9 @@ pub struct JournalArgs {
     /// resumes (older ones are replayed from disk). Suffixes: KiB, MiB, GiB.
     #[arg(long, env = "PLEGD_JOURNAL_MEMORY_BUDGET", default_value = "8MiB", value_parser = parse_bytes)]
     pub journal_memory_budget: u64,
-    /// Bytes of event records kept on disk; the oldest revisions are compacted away
-    /// beyond it (a resume from one gets REVISION_TOO_OLD).
+    /// Bytes of the journal's database file in use (records, index, SQLite's own
+    /// pages); the oldest revisions are compacted away beyond it (a resume from one
+    /// gets REVISION_TOO_OLD). The WAL adds up to a second of commits.
     #[arg(long, env = "PLEGD_JOURNAL_DISK_BUDGET", default_value = "256MiB", value_parser = parse_bytes)]
     pub journal_disk_budget: u64,
 }
