@@ -91,7 +91,10 @@ async fn run(cli: Cli) -> ExitCode {
                 }
                 Err(e) if e.is_usage() => return usage(&e.to_string()),
                 // A SIGTERM while it waited for the state dir: a clean exit.
-                Err(plegd::app::AppError::Interrupted) => ExitCode::SUCCESS,
+                Err(plegd::app::AppError::Interrupted) => {
+                    tracing::info!("shut down before it had started (while waiting for the state dir)");
+                    ExitCode::SUCCESS
+                }
                 Err(e) => {
                     eprintln!("plegd: {e}");
                     ExitCode::FAILURE

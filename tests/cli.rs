@@ -195,7 +195,7 @@ fn a_sigterm_while_waiting_for_another_plegds_state_dir_exits_zero_at_once() {
     let mut second = Killed(spawn(2, free_port()));
     let (tx, rx) = std::sync::mpsc::channel();
     let stderr = second.0.stderr.take().unwrap();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
             let _ = tx.send(line);
         }
@@ -214,7 +214,9 @@ fn a_sigterm_while_waiting_for_another_plegds_state_dir_exits_zero_at_once() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(0), "{log:?}");
+    reader.join().unwrap(); // stderr is closed: every line is in
     log.extend(rx.try_iter());
+    assert!(log.iter().any(|l| l.contains("before it had started")), "the early exit is said: {log:?}");
     assert!(!log.iter().any(|l| l.contains("panicked") || l.contains("ERROR")), "{log:?}");
     assert_eq!(get(first_port, "/livez").map(|r| r.0), Some(200), "the holder goes on");
 }

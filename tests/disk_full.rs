@@ -30,8 +30,11 @@ impl Tmpfs {
         let at = dir.path().join("mnt");
         std::fs::create_dir(&at).unwrap();
         let opts = format!("size={size}{}", if read_only { ",ro" } else { "" });
-        let out = Command::new("mount").args(["-t", "tmpfs", "-o", &opts, "tmpfs"]).arg(&at).output().ok()?;
+        let out = Command::new("mount").args(["-t", "tmpfs", "-o", &opts, "tmpfs"]).arg(&at).output().unwrap();
         if !out.status.success() {
+            let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+            // As root (CI) a failed mount is a failure; elsewhere the test cannot run.
+            assert!(!root, "mount a tmpfs: {}", String::from_utf8_lossy(&out.stderr));
             eprintln!(
                 "\n!!! SKIPPED: this test mounts a tmpfs and needs root (mount said: {}) !!!\n",
                 String::from_utf8_lossy(&out.stderr).trim()
@@ -177,6 +180,21 @@ async fn a_real_full_disk_keeps_events_flowing_from_memory_and_the_journal_recov
         matches!(start.kind, Some(api::watch_event::Kind::Start(api::StreamStart { resumed: true, .. }))),
         "resumed without a reset: {start:?}"
     );
+    // Every revision after the resume point arrives, in order, none twice, none missing
+    // — what plegd had before the restart and what it makes after.
+    let mut checker = WatchChecker::new(false).resuming_from(last.0, last.1);
+    checker.observe(&start).unwrap();
+    let before = p.app.journal.revision();
+    churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal.revision() >= before + 20).await;
+    let target = p.app.journal.revision();
+    let mut events = 0;
+    while checker.resume_point().is_none_or(|(r, _)| r < target) {
+        let m = tokio::time::timeout(Duration::from_secs(10), s.message()).await.expect("in time").unwrap().unwrap();
+        checker.observe(&m).expect("the resumed stream keeps every invariant");
+        events += matches!(m.kind, Some(api::watch_event::Kind::Event(_))) as u64;
+    }
+    assert!(events >= target - last.0 - 1, "{events} events for revisions {}..={target}", last.0 + 1);
+    assert_eq!(checker.resets, 0);
     {
         let g = seen.lock().unwrap();
         assert!(g.violations.is_empty(), "{:?}", g.violations);
@@ -192,6 +210,7 @@ async fn a_read_only_state_dir_serves_from_memory_and_is_taken_once_writable() {
     let Some(fs) = Tmpfs::mount("4m", true) else { return };
     let state = fs.at.clone();
     let p = start_plegd(move |c| c.journal.state_dir = Some(state.clone())).await;
+    let epoch = p.app.journal.epoch();
     let (seen, watcher) = watch(&p);
     let mut n = 0;
     churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal.revision() >= 20).await;
@@ -214,7 +233,10 @@ async fn a_read_only_state_dir_serves_from_memory_and_is_taken_once_writable() {
         let g = seen.lock().unwrap();
         assert!(g.violations.is_empty(), "{:?}", g.violations);
         assert!(g.last.is_some_and(|(r, _)| r >= at), "the watcher kept up: {:?}", g.last);
+        // Taking the disk keeps the epoch the watcher was given: nobody is reset.
+        assert_eq!((g.resets, g.epochs.clone()), (0, vec![epoch]));
     }
+    assert_eq!(p.app.journal.epoch(), epoch);
     watcher.abort();
     p.stop().await;
 }

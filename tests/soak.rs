@@ -583,8 +583,6 @@ impl Kubelet {
 
 // ---------------------------------------------------------------- watchers
 
-/// One event a watcher received: its type, the container's exit code and reason as the
-/// event's pod has it (`None` when the pod no longer has the container), and when.
 /// One event for a container as a watcher received it: its kind, the container's exit
 /// code and reason as the event's pod has it (`None` when the pod no longer has the
 /// container), the receipt, and where it sits in the journal (epoch, revision).

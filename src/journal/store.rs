@@ -167,6 +167,12 @@ pub struct Store {
     oldest: u64,
     /// Sum of the kept records' sizes.
     kept_bytes: u64,
+    /// Each view record's size, and their sum: the part of the file compaction cannot
+    /// shrink.
+    view_sizes: std::collections::HashMap<String, u64>,
+    view_bytes: u64,
+    /// Whether the view's share of the disk budget was reported.
+    view_warned: bool,
 }
 
 /// An event to write: its revision, pod and record.
@@ -300,8 +306,7 @@ impl Store {
             .optional()
             .map_err(sql(path))?
             .unwrap_or_default();
-        let mut store =
-            Self { _lock: None, conn, path: path.to_owned(), cfg: cfg.clone(), oldest: revision + 1, kept_bytes: 0 };
+        let mut store = Self::new(conn, path, cfg, revision + 1);
         let view = store.read_view()?;
         let mut new_epoch_reason = None;
         let epoch = if !boot.is_empty() && stored_boot != boot {
@@ -348,7 +353,7 @@ impl Store {
         .map_err(sql(path))?;
         tx.execute("INSERT INTO meta(key, value, text) VALUES ('boot', NULL, ?1)", [boot]).map_err(sql(path))?;
         tx.commit().map_err(sql(path))?;
-        let store = Self { _lock: None, conn, path: path.to_owned(), cfg: cfg.clone(), oldest: 1, kept_bytes: 0 };
+        let store = Self::new(conn, path, cfg, 1);
         Ok((
             store,
             Loaded {
@@ -361,17 +366,50 @@ impl Store {
         ))
     }
 
-    fn read_view(&self) -> Result<Vec<(PodStatus, PodMeta)>, StoreError> {
-        let mut stmt = self.conn.prepare("SELECT body FROM pods").map_err(sql(&self.path))?;
-        let rows = stmt.query_map([], |r| r.get::<_, Vec<u8>>(0)).map_err(sql(&self.path))?;
+    fn new(conn: Connection, path: &Path, cfg: &StoreConfig, oldest: u64) -> Self {
+        Self {
+            _lock: None,
+            conn,
+            path: path.to_owned(),
+            cfg: cfg.clone(),
+            oldest,
+            kept_bytes: 0,
+            view_sizes: Default::default(),
+            view_bytes: 0,
+            view_warned: false,
+        }
+    }
+
+    fn read_view(&mut self) -> Result<Vec<(PodStatus, PodMeta)>, StoreError> {
+        let mut stmt = self.conn.prepare("SELECT uid, body FROM pods").map_err(sql(&self.path))?;
+        let rows =
+            stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))).map_err(sql(&self.path))?;
         let mut view = Vec::new();
-        for body in rows {
-            let body = body.map_err(sql(&self.path))?;
+        let mut sizes = Vec::new();
+        for row in rows {
+            let (uid, body) = row.map_err(sql(&self.path))?;
+            sizes.push((uid, body.len() as u64));
             view.push(
                 record::decode_view(&body).map_err(|source| StoreError::Record { path: self.path.clone(), source })?,
             );
         }
+        drop(stmt);
+        for (uid, size) in sizes {
+            self.sized_view(&uid, Some(size));
+        }
         Ok(view)
+    }
+
+    /// Keeps the view's size as its records change (`None`: gone).
+    fn sized_view(&mut self, uid: &str, size: Option<u64>) {
+        let old = match size {
+            Some(n) => {
+                self.view_bytes += n;
+                self.view_sizes.insert(uid.to_owned(), n)
+            }
+            None => self.view_sizes.remove(uid),
+        };
+        self.view_bytes -= old.unwrap_or(0);
     }
 
     /// The newest records within the memory budget, oldest first.
@@ -404,13 +442,19 @@ impl Store {
     /// the oldest revisions beyond the budgets.
     pub fn commit(&mut self, events: &[Write<'_>], view: &[ViewWrite<'_>], revision: u64) -> Result<(), StoreError> {
         let path = self.path.clone();
+        let view_bytes = self.view_bytes_after(view);
         let tx = self.conn.transaction().map_err(sql(&path))?;
         Self::write(&tx, &path, events, view, revision)?;
         let added: u64 = events.iter().map(|w| w.body.len() as u64).sum();
         // With nothing kept, `oldest` is already the first revision of this batch.
         let oldest = self.oldest;
-        let compacted = Self::compact(&tx, &path, &self.cfg, oldest, revision, self.kept_bytes + added)?;
+        let kept = self.kept_bytes + added;
+        let warned = &mut self.view_warned;
+        let compacted = Self::compact(&tx, &path, &self.cfg, warned, oldest, revision, kept, view_bytes)?;
         tx.commit().map_err(sql(&path))?;
+        for (uid, body) in view {
+            self.sized_view(uid, body.map(|b| b.len() as u64));
+        }
         self.oldest = oldest;
         self.kept_bytes += added;
         if let Some((oldest, freed)) = compacted {
@@ -466,19 +510,32 @@ impl Store {
         Ok((pages - free).max(0) as u64 * size as u64)
     }
 
+    /// The view's bytes once `changes` are applied.
+    fn view_bytes_after(&self, changes: &[ViewWrite<'_>]) -> u64 {
+        changes.iter().fold(self.view_bytes, |sum, (uid, body)| {
+            sum - self.view_sizes.get(*uid).copied().unwrap_or(0) + body.map_or(0, |b| b.len() as u64)
+        })
+    }
+
     /// Drops the oldest revisions while more than the capacity is kept or the file
     /// uses more than the disk budget, down to 95 % of each so that compaction is not
     /// paid on every commit. A record takes more of the file than its bytes (its index
     /// entry, the part of a page it leaves unused: a 3 KiB record fills a 4 KiB page),
-    /// so the goal in record bytes is scaled by how the file holds them now.
+    /// so the goal is scaled by how the file holds what it holds now. The view (one
+    /// record per pod) cannot be compacted: the events get the budget less the view,
+    /// but never less than a quarter of it — a view larger than that lets the file
+    /// exceed the budget, and is reported once.
     /// Returns the new oldest revision and the record bytes freed.
+    #[allow(clippy::too_many_arguments)]
     fn compact(
         tx: &rusqlite::Transaction<'_>,
         path: &Path,
         cfg: &StoreConfig,
+        view_warned: &mut bool,
         oldest: u64,
         revision: u64,
         kept: u64,
+        view_bytes: u64,
     ) -> Result<Option<(u64, u64)>, StoreError> {
         let count = (revision + 1).saturating_sub(oldest);
         let used = Self::used_bytes(tx, path)?;
@@ -486,8 +543,20 @@ impl Store {
             return Ok(None);
         }
         let count_goal = cfg.capacity - cfg.capacity / 20;
-        let file_goal = (cfg.disk_budget - cfg.disk_budget / 20) as f64;
-        let bytes_goal = (file_goal * (kept as f64 / used.max(kept).max(1) as f64)) as u64;
+        // File bytes per byte of records (events and view).
+        let per_byte = (used as f64 / (kept + view_bytes).max(1) as f64).max(1.0);
+        let budget = cfg.disk_budget as f64;
+        let room = budget * 0.95 / per_byte - view_bytes as f64;
+        let floor = budget / 4.0 / per_byte;
+        if room < floor && !*view_warned {
+            *view_warned = true;
+            tracing::warn!(
+                view_bytes,
+                budget = cfg.disk_budget,
+                "the journal's view of the node's pods takes most of --journal-disk-budget; events keep a quarter of it and the file exceeds it: raise the budget"
+            );
+        }
+        let bytes_goal = room.max(floor) as u64;
         let mut stmt =
             tx.prepare_cached("SELECT rev, size FROM events WHERE rev >= ?1 ORDER BY rev").map_err(sql(path))?;
         let mut rows = stmt.query([oldest as i64]).map_err(sql(path))?;
@@ -525,8 +594,15 @@ impl Store {
         Self::write(&tx, &path, events, view, revision)?;
         let oldest = events.first().map_or(revision + 1, |w| w.revision);
         let kept: u64 = events.iter().map(|w| w.body.len() as u64).sum();
-        let compacted = Self::compact(&tx, &path, &self.cfg, oldest, revision, kept)?;
+        let view_bytes: u64 = view.iter().filter_map(|(_, b)| b.map(|b| b.len() as u64)).sum();
+        let warned = &mut self.view_warned;
+        let compacted = Self::compact(&tx, &path, &self.cfg, warned, oldest, revision, kept, view_bytes)?;
         tx.commit().map_err(sql(&path))?;
+        self.view_sizes.clear();
+        self.view_bytes = 0;
+        for (uid, body) in view {
+            self.sized_view(uid, body.map(|b| b.len() as u64));
+        }
         self.oldest = oldest;
         self.kept_bytes = kept;
         if let Some((oldest, freed)) = compacted {

@@ -600,6 +600,34 @@ mod durable {
     }
 
     #[test]
+    fn a_view_that_fills_the_disk_budget_still_leaves_the_events_a_quarter_of_it() {
+        // Found by review: counting the view (one record per pod, which compaction
+        // cannot shrink) in the file's use, a node whose pods alone fill the budget
+        // compacted the disk to a single revision: no resume across a restart.
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cfg(dir.path());
+        c.memory_budget = 64 << 10;
+        c.disk_budget = 1 << 20;
+        let j = Journal::open(&c, None).unwrap();
+        let filler = "x".repeat(2900);
+        for i in 0..1500 {
+            let uid = format!("p{}", i % 400);
+            let mut pod = (*status(&uid, "web", i % 2 == 0)).clone();
+            pod.annotations = [("note", filler.as_str())].into();
+            j.append(event(&uid, EventType::ContainerStarted, Some(Arc::new(pod)))).expect("appended");
+        }
+        let (kept, oldest) = match &j.lock().disk {
+            Disk::Durable(s) => (s.kept_bytes(), s.oldest()),
+            _ => panic!("durable"),
+        };
+        assert!(kept >= (1 << 20) / 8, "the events keep a share of the budget: {kept} bytes");
+        let latest = j.revision();
+        assert!(latest - oldest >= 30, "revisions {oldest}..={latest} kept");
+        let sub = j.subscribe(Since::Revision(latest - 20, j.epoch()), Default::default());
+        assert_eq!(sub.reset, None, "a recent resume point still works");
+    }
+
+    #[test]
     fn a_replay_whose_revisions_are_compacted_under_it_stops_with_an_error_not_a_gap() {
         let dir = tempfile::tempdir().unwrap();
         let mut c = cfg(dir.path());
