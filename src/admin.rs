@@ -243,9 +243,13 @@ async fn debug_timeline(
     State(s): State<Arc<AdminState>>,
     axum::extract::Path(uid): axum::extract::Path<String>,
 ) -> Response {
-    // The timeline is read from disk: off the async threads.
+    // The timeline is read from disk: off the async threads. Its revisions belong to
+    // the journal's epoch, read with it.
     let (journal, key) = (s.journal.clone(), uid.clone());
-    let read = tokio::task::spawn_blocking(move || journal.timeline(&key)).await.ok().flatten();
+    let read = tokio::task::spawn_blocking(move || (journal.epoch(), journal.timeline(&key))).await.ok();
+    let Some((epoch, read)) = read else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "reading the timeline failed\n").into_response();
+    };
     let Some(entries) = read else {
         return (StatusCode::NOT_FOUND, format!("plegd has seen no change of pod {uid:?}\n")).into_response();
     };
@@ -269,7 +273,7 @@ async fn debug_timeline(
             })
         })
         .collect();
-    axum::Json(serde_json::json!({ "pod_uid": uid, "changes": items })).into_response()
+    axum::Json(serde_json::json!({ "pod_uid": uid, "epoch": epoch, "changes": items })).into_response()
 }
 
 /// OpenMetrics for scrapers that ask for it (Prometheus does), the classic text

@@ -77,6 +77,7 @@ async fn every_path_answers_and_bad_input_gets_a_clear_status() {
     let revs: Vec<u64> = changes.iter().map(|c| c["revision"].as_u64().unwrap()).collect();
     assert!(revs.windows(2).all(|w| w[0] < w[1]), "oldest first: {revs:?}");
     assert!(changes.iter().all(|c| c["source"].is_string()));
+    assert_eq!(tl["epoch"].as_u64(), Some(p.app.journal.epoch()), "the journal the revisions belong to");
 
     assert_eq!(http(a, "GET", "/debug/events?last=5").await.0, 200);
     assert_eq!(http(a, "GET", "/debug/queue").await.0, 200);

@@ -581,6 +581,54 @@ impl Kubelet {
     }
 }
 
+/// The (epoch, revision) of `CONTAINER_DIED` for each death of `truth` that no watcher
+/// received, as the running plegd's `/debug/pods/{uid}/timeline` (read from the
+/// journal on disk) has it. A death missing here was never published.
+async fn journaled_deaths(
+    plegd: &PlegdHost,
+    truth: &Shared<Truth>,
+    watchers: &[Shared<Watcher>],
+) -> BTreeMap<String, std::collections::BTreeSet<(u64, u64)>> {
+    let died = api::LifecycleEventType::ContainerDied as i32;
+    let received: std::collections::BTreeSet<String> = watchers
+        .iter()
+        .flat_map(|w| {
+            let g = w.lock().unwrap();
+            g.events
+                .iter()
+                .filter(|(_, evs)| evs.iter().any(|e| e.0 == died))
+                .map(|(id, _)| id.clone())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let unreceived: Vec<(String, String)> = truth
+        .lock()
+        .unwrap()
+        .containers
+        .iter()
+        .filter(|(id, t)| t.death.is_some() && !received.contains(*id))
+        .map(|(id, t)| (id.clone(), t.pod_uid.clone()))
+        .collect();
+    let mut out: BTreeMap<String, std::collections::BTreeSet<(u64, u64)>> = BTreeMap::new();
+    let Some(admin) = *plegd.admin.lock().unwrap() else { return out };
+    for (id, uid) in unreceived {
+        let Ok((200, body)) = support::try_http(admin, "GET", &format!("/debug/pods/{uid}/timeline")).await else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) else { continue };
+        let epoch = v["epoch"].as_u64().unwrap_or(0);
+        for c in v["changes"].as_array().into_iter().flatten() {
+            if c["container_id"] == id.as_str()
+                && c["type"] == "CONTAINER_DIED"
+                && let Some(r) = c["revision"].as_u64()
+            {
+                out.entry(id.clone()).or_default().insert((epoch, r));
+            }
+        }
+    }
+    out
+}
+
 // ---------------------------------------------------------------- watchers
 
 /// One event for a container as a watcher received it: its kind, the container's exit
@@ -1063,6 +1111,9 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     check_quiescent("the final quiescent point".into()).await;
     quiescent_checks += 1;
     record_deaths(&cri, &truth).await;
+    // Where the journal holds the deaths no watcher received (each followed none of
+    // them: all broke off around one fault), from the pods' timelines on disk.
+    let journaled = journaled_deaths(&plegd, &truth, &watchers).await;
     if let Some((rss, cpu)) = plegd.pid().and_then(sample) {
         samples.push((t0.elapsed().as_secs_f64(), rss, cpu_base + cpu));
     }
@@ -1099,8 +1150,9 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     // ever saw: nothing that reads the runtime could see it.
     let seen_by_any: std::collections::BTreeSet<String> =
         watchers.iter().flat_map(|w| w.lock().unwrap().events.keys().cloned().collect::<Vec<_>>()).collect();
-    // Where each death sits in the journal, as any watcher received it: (epoch, revision).
-    let mut death_revisions: BTreeMap<String, std::collections::BTreeSet<(u64, u64)>> = BTreeMap::new();
+    // Where each death sits in the journal, as any watcher received it or, for the
+    // rest, as the journal's own timeline of the pod has it: (epoch, revision).
+    let mut death_revisions: BTreeMap<String, std::collections::BTreeSet<(u64, u64)>> = journaled;
     for w in &watchers {
         for (id, evs) in &w.lock().unwrap().events {
             for e in evs.iter().filter(|e| e.0 == died) {
@@ -1181,7 +1233,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
                             .filter(|s| s.0 + Duration::from_secs(60) >= d.at && s.0 <= d.at + Duration::from_secs(60))
                             .collect();
                         v.push(format!(
-                            "{}: container {id} (pod {}) died at {:?} (exit {} {:?}) and was never delivered; the death's (epoch, revision) as others received it: {revisions:?}; the runs of revisions the watcher followed (epoch, after, to): {:?}; the watcher's gaps: {:?}; its events for the container: {evs:?}; its streams within a minute (opened, resumed from revision, epoch, first and last revision received): {near:?}",
+                            "{}: container {id} (pod {}) died at {:?} (exit {} {:?}) and was never delivered; the death's (epoch, revision) in the journal: {revisions:?} (None: plegd never published it); the runs of revisions the watcher followed (epoch, after, to): {:?}; the watcher's gaps: {:?}; its events for the container: {evs:?}; its streams within a minute (opened, resumed from revision, epoch, first and last revision received): {near:?}",
                             g.name, t.pod_uid, d.at, d.code, d.reason, checker.runs(), g.breaks
                         ));
                     }
