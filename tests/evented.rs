@@ -25,6 +25,14 @@ async fn up_sidecar(h: &SimHarness) -> support::Sidecar {
     sc
 }
 
+/// Every read of the runtime (listings, statuses) answers `d` late, until the faults
+/// are cleared: the state it returns is the state after the delay.
+fn slow_reads(h: &SimHarness, d: Duration) {
+    for method in ["ListPodSandbox", "ListContainers", "PodSandboxStatus", "ContainerStatus"] {
+        h.sim.inject(Fault { method, target: None, action: FaultAction::Delay(d), times: None });
+    }
+}
+
 #[tokio::test]
 async fn a_started_container_is_published_from_the_stream_within_milliseconds() {
     let h = SimHarness::start().await;
@@ -295,7 +303,13 @@ async fn a_container_removed_before_plegd_reads_it_still_dies_with_the_exit_code
     let (sid, ids) = h.run_pod(&pod, &[ContainerSpec::new("seen")]).await;
     let seen = ids[0].clone();
     sc.until_quiet(Duration::from_millis(300)).await;
-    // All of it without yielding to plegd (one thread): it reads the pod only after.
+    // The runtime's STOPPED reaches plegd before a read finishes (containerd sends it
+    // before the removal can happen; a read takes longer than the stream's hop). The
+    // reads are slowed so that holds whatever the scheduler does: plegd's stream reader
+    // has a thread of its own, so the events and a read started by the first of them
+    // race otherwise. (A STOPPED still on its way when a read finds the container gone
+    // gives a death without its exit code: README, "A container's last words".)
+    slow_reads(&h, Duration::from_millis(400));
     let unseen = h.sim.create_container(pod.create_request(&sid, &ContainerSpec::new("unseen"))).await.unwrap();
     h.sim.start_container(&unseen).await.unwrap();
     assert!(h.sim.exit_container(&seen, 7, "Error"));
@@ -306,11 +320,19 @@ async fn a_container_removed_before_plegd_reads_it_still_dies_with_the_exit_code
     while let Some(e) = sc.next(Duration::from_millis(1500)).await {
         got.push(e);
     }
+    h.sim.clear_faults();
     for (id, code, reason) in [(&seen, 7, "Error"), (&unseen, 3, "OOMKilled")] {
         let of = |k: EventType| got.iter().filter(|e| e.kind == k && e.container_id == *id).collect::<Vec<_>>();
         let (died, removed) = (of(EventType::ContainerDied), of(EventType::ContainerRemoved));
         assert_eq!((died.len(), removed.len()), (1, 1), "{id}: one death, one removal: {got:#?}");
-        let status = died[0].pod.as_ref().unwrap().containers.iter().find(|c| c.id == *id).expect("the pod as it died");
+        let status = died[0]
+            .pod
+            .as_ref()
+            .unwrap()
+            .containers
+            .iter()
+            .find(|c| c.id == *id)
+            .unwrap_or_else(|| panic!("{id}: the pod as it died: {got:#?}"));
         assert_eq!((status.exit_code, status.reason.as_str()), (code, reason), "the runtime's exit code and reason");
         assert!(died[0].runtime_timestamp.is_some(), "when it finished, by the runtime's clock");
         let at = |e: &plegd::model::event::PodLifecycleEvent| got.iter().position(|x| std::ptr::eq(x, e));
@@ -417,6 +439,12 @@ async fn a_pod_gone_before_any_read_dies_on_the_full_relists_path_too_with_its_l
     let sandbox = h.sim.pod_sandbox_status(&sid).await.unwrap();
     h.sim.remove_pod_sandbox(&sid).await.unwrap();
     h.sim.mute_events(false);
+    // A full relist under way (slowed) while the two events arrive, so the relister's
+    // next turn takes them together whatever the scheduler does (the stream reader has a
+    // thread of its own): the death must come out of the full relist's path.
+    slow_reads(&h, Duration::from_millis(300));
+    sc.app.pleg.request_relist();
+    tokio::task::yield_now().await;
     // What the stream carried: the container's STOPPED, then the sandbox's DELETED
     // without a status (containerd's order when a pod goes).
     h.sim.inject_event(cri::ContainerEventResponse {
@@ -434,12 +462,14 @@ async fn a_pod_gone_before_any_read_dies_on_the_full_relists_path_too_with_its_l
         containers_statuses: vec![],
     });
     let mut got = Vec::new();
-    while let Some(e) = sc.next(Duration::from_millis(1500)).await {
+    // Two slowed full relists (each lists sandboxes and containers) come first.
+    while let Some(e) = sc.next(Duration::from_millis(3000)).await {
         got.push(e);
     }
+    h.sim.clear_faults();
     let died: Vec<_> = got.iter().filter(|e| e.kind == EventType::ContainerDied && e.container_id == id).collect();
     assert_eq!(died.len(), 1, "{got:#?}");
-    assert_eq!(died[0].source, EventSource::Relist, "from the full relist");
+    assert_eq!(died[0].source, EventSource::Relist, "from the full relist: {got:#?}");
     let pod_then = died[0].pod.as_ref().unwrap();
     assert_eq!(pod_then.labels.get("app"), Some("brief"), "the pod's labels, for selectors");
     assert_eq!(pod_then.containers.iter().find(|c| c.id == id).map(|c| c.exit_code), Some(42));
