@@ -119,3 +119,59 @@ async fn a_restart_without_a_state_dir_is_a_new_epoch_and_a_resume_is_reset() {
     assert_eq!(reset, Some(api::ResetReason::RevisionTooOld));
     p.stop().await;
 }
+
+/// Found by the hour-long soak on containerd 2.1 (22 violations: one per quiescent
+/// point, the same pod each time): a pod plegd had last published with no sandbox and
+/// no container stayed in ListPods, and in every watcher's copy, although the runtime
+/// no longer had it. After a restart the relister is seeded with it, reads it, finds it
+/// gone, and has no container to report; the pod must still go, as a `POD_SYNC` with
+/// no pod, in order after the last revision a client saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_published_empty_and_gone_from_the_runtime_is_let_go_after_a_restart() {
+    use plegd::model::event::{EventSource, EventType, PodLifecycleEvent};
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().to_owned();
+    let tune = move |c: &mut plegd::config::RunConfig| c.journal.state_dir = Some(dir.clone());
+    let p = start_plegd(tune.clone()).await;
+    let real = PodSpec::new("ns", "real");
+    p.h.run_pod(&real, &[ContainerSpec::new("main")]).await;
+    settle(&p, 2).await;
+    // What such an event leaves in the view: the pod, empty, that the runtime lacks.
+    let ghost: std::sync::Arc<str> = "0d53c2b8-ghost".into();
+    let empty = plegd::model::PodStatus::empty(&ghost, "ns", "ghost");
+    p.app.journal.append(PodLifecycleEvent {
+        pod_uid: ghost.clone(),
+        pod_namespace: "ns".into(),
+        pod_name: "ghost".into(),
+        kind: EventType::ContainerDied,
+        container_id: "gone-container".into(),
+        container_name: "main".into(),
+        is_sandbox: false,
+        source: EventSource::Relist,
+        observed_at: std::time::SystemTime::now(),
+        runtime_timestamp: None,
+        pod: Some(std::sync::Arc::new(empty)),
+        message: String::new(),
+    });
+    assert!(p.app.journal.pods().iter().any(|s| *s.uid == *ghost), "the view holds the empty pod");
+    let (seen, epoch) = (p.app.journal.revision(), p.app.journal.epoch());
+    let h = p.stop_plegd().await;
+
+    let p = start_plegd_on(h, tune).await;
+    let mut s = resume(&p, seen, epoch).await;
+    let mut let_go = None;
+    while let Some(ev) = next(&mut s, Duration::from_secs(3)).await {
+        if let Some(Kind::Event(e)) = ev.kind
+            && e.pod_uid == *ghost
+        {
+            let_go = Some((ev.revision, e));
+        }
+    }
+    let (revision, e) = let_go.expect("an event lets the empty pod go");
+    assert!(revision > seen, "after what the client saw");
+    assert_eq!((e.r#type(), e.pod.is_none()), (api::LifecycleEventType::PodSync, true), "{e:?}");
+    assert!(p.app.journal.pods().iter().all(|s| *s.uid != *ghost), "the view lets it go");
+    let listed = p.client().list_pods(api::ListPodsRequest::default()).await.unwrap().into_inner().pods;
+    assert!(listed.iter().all(|s| s.uid != *ghost), "ListPods lets it go: {listed:?}");
+    assert!(listed.iter().any(|s| s.name == "real"), "and keeps the real pod");
+}

@@ -416,6 +416,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             }
         }
         let old = self.records.old(uid);
+        let had_record = old.is_some();
         let known = |id: &str| old.is_some_and(|p| p.state_of(id) != PlegState::NonExistent);
         let super::last_words::Settled { words: last_words, unseen } =
             self.last_words.settle(uid, transitions, status.as_deref(), known);
@@ -438,6 +439,19 @@ impl<R: RuntimeService> GenericPleg<R> {
             // journal's view lets it go (found by the soak: an empty ghost in ListPods).
             for e in events.iter_mut().filter(|e| e.kind == EventType::ContainerRemoved) {
                 e.pod = None;
+            }
+            if had_record && events.iter().all(|e| e.pod.is_some()) {
+                // Gone with nothing left to name: a pod plegd last published with no
+                // sandbox and no container (seeded so from the journal's view after a
+                // restart). A `POD_SYNC` without a pod lets every copy of it go (found
+                // by the hour-long soak on containerd 2.1: an empty ghost in ListPods
+                // through 37 restarts).
+                let empty = Some(Arc::new(PodStatus::empty(uid, &namespace, &name)));
+                let none = std::collections::HashMap::new();
+                for mut e in build_events(uid, &namespace, &name, &[], empty, true, source, &none) {
+                    e.pod = None;
+                    events.push(e);
+                }
             }
         }
         let missed = suspect_from.map_or(0, |listed| self.trust.suspect(uid, &events, listed));
