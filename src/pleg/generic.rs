@@ -416,7 +416,9 @@ impl<R: RuntimeService> GenericPleg<R> {
             }
         }
         let old = self.records.old(uid);
-        let had_record = old.is_some();
+        // A record with nothing in it: a pod seeded from the journal's view as plegd last
+        // published it, with no sandbox and no container.
+        let empty_record = old.is_some_and(|p| p.sandboxes.is_empty() && p.containers.is_empty());
         let known = |id: &str| old.is_some_and(|p| p.state_of(id) != PlegState::NonExistent);
         let super::last_words::Settled { words: last_words, unseen } =
             self.last_words.settle(uid, transitions, status.as_deref(), known);
@@ -440,7 +442,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             for e in events.iter_mut().filter(|e| e.kind == EventType::ContainerRemoved) {
                 e.pod = None;
             }
-            if had_record && events.iter().all(|e| e.pod.is_some()) {
+            if empty_record && events.iter().all(|e| e.pod.is_some()) {
                 // Gone with nothing left to name: a pod plegd last published with no
                 // sandbox and no container (seeded so from the journal's view after a
                 // restart). A `POD_SYNC` without a pod lets every copy of it go (found
