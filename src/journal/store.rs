@@ -167,6 +167,8 @@ pub struct Store {
     oldest: u64,
     /// Sum of the kept records' sizes.
     kept_bytes: u64,
+    /// The file's page size (fixed when the file was made), read once.
+    page_size: u64,
     /// Each view record's size, and their sum: the part of the file compaction cannot
     /// shrink.
     view_sizes: std::collections::HashMap<String, u64>,
@@ -306,7 +308,7 @@ impl Store {
             .optional()
             .map_err(sql(path))?
             .unwrap_or_default();
-        let mut store = Self::new(conn, path, cfg, revision + 1);
+        let mut store = Self::new(conn, path, cfg, revision + 1)?;
         let view = store.read_view()?;
         let mut new_epoch_reason = None;
         let epoch = if !boot.is_empty() && stored_boot != boot {
@@ -353,7 +355,7 @@ impl Store {
         .map_err(sql(path))?;
         tx.execute("INSERT INTO meta(key, value, text) VALUES ('boot', NULL, ?1)", [boot]).map_err(sql(path))?;
         tx.commit().map_err(sql(path))?;
-        let store = Self::new(conn, path, cfg, 1);
+        let store = Self::new(conn, path, cfg, 1)?;
         Ok((
             store,
             Loaded {
@@ -366,18 +368,20 @@ impl Store {
         ))
     }
 
-    fn new(conn: Connection, path: &Path, cfg: &StoreConfig, oldest: u64) -> Self {
-        Self {
+    fn new(conn: Connection, path: &Path, cfg: &StoreConfig, oldest: u64) -> Result<Self, StoreError> {
+        let page_size = conn.query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0)).map_err(sql(path))? as u64;
+        Ok(Self {
             _lock: None,
             conn,
             path: path.to_owned(),
             cfg: cfg.clone(),
             oldest,
             kept_bytes: 0,
+            page_size,
             view_sizes: Default::default(),
             view_bytes: 0,
             view_warned: false,
-        }
+        })
     }
 
     fn read_view(&mut self) -> Result<Vec<(PodStatus, PodMeta)>, StoreError> {
@@ -450,7 +454,8 @@ impl Store {
         let oldest = self.oldest;
         let kept = self.kept_bytes + added;
         let warned = &mut self.view_warned;
-        let compacted = Self::compact(&tx, &path, &self.cfg, warned, oldest, revision, kept, view_bytes)?;
+        let compacted =
+            Self::compact(&tx, &path, &self.cfg, self.page_size, warned, oldest, revision, kept, view_bytes)?;
         tx.commit().map_err(sql(&path))?;
         for (uid, body) in view {
             self.sized_view(uid, body.map(|b| b.len() as u64));
@@ -499,15 +504,12 @@ impl Store {
 
     /// Bytes of the file's pages in use (not on its free list), this transaction's
     /// writes included.
-    fn used_bytes(tx: &rusqlite::Transaction<'_>, path: &Path) -> Result<u64, StoreError> {
+    fn used_bytes(tx: &rusqlite::Transaction<'_>, path: &Path, page_size: u64) -> Result<u64, StoreError> {
         // Each reads a field of the file's header (cached statements: no parsing).
         let pragma = |q: &str| tx.prepare_cached(q)?.query_row([], |r| r.get::<_, i64>(0));
-        let (pages, free, size) = (
-            pragma("PRAGMA page_count").map_err(sql(path))?,
-            pragma("PRAGMA freelist_count").map_err(sql(path))?,
-            pragma("PRAGMA page_size").map_err(sql(path))?,
-        );
-        Ok((pages - free).max(0) as u64 * size as u64)
+        let (pages, free) =
+            (pragma("PRAGMA page_count").map_err(sql(path))?, pragma("PRAGMA freelist_count").map_err(sql(path))?);
+        Ok((pages - free).max(0) as u64 * page_size)
     }
 
     /// The view's bytes once `changes` are applied.
@@ -531,6 +533,7 @@ impl Store {
         tx: &rusqlite::Transaction<'_>,
         path: &Path,
         cfg: &StoreConfig,
+        page_size: u64,
         view_warned: &mut bool,
         oldest: u64,
         revision: u64,
@@ -538,7 +541,7 @@ impl Store {
         view_bytes: u64,
     ) -> Result<Option<(u64, u64)>, StoreError> {
         let count = (revision + 1).saturating_sub(oldest);
-        let used = Self::used_bytes(tx, path)?;
+        let used = Self::used_bytes(tx, path, page_size)?;
         if count <= cfg.capacity && kept <= cfg.disk_budget && used <= cfg.disk_budget {
             return Ok(None);
         }
@@ -596,7 +599,8 @@ impl Store {
         let kept: u64 = events.iter().map(|w| w.body.len() as u64).sum();
         let view_bytes: u64 = view.iter().filter_map(|(_, b)| b.map(|b| b.len() as u64)).sum();
         let warned = &mut self.view_warned;
-        let compacted = Self::compact(&tx, &path, &self.cfg, warned, oldest, revision, kept, view_bytes)?;
+        let compacted =
+            Self::compact(&tx, &path, &self.cfg, self.page_size, warned, oldest, revision, kept, view_bytes)?;
         tx.commit().map_err(sql(&path))?;
         self.view_sizes.clear();
         self.view_bytes = 0;
@@ -649,7 +653,7 @@ impl Store {
     #[cfg(test)]
     pub fn used_bytes_now(&mut self) -> u64 {
         let tx = self.conn.transaction().unwrap();
-        Self::used_bytes(&tx, &self.path).unwrap()
+        Self::used_bytes(&tx, &self.path, self.page_size).unwrap()
     }
 }
 

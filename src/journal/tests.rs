@@ -573,6 +573,18 @@ mod durable {
         assert_eq!(replay_all(sub).first().map(|e| e.revision), Some(kept.1));
     }
 
+    /// Appends `n` events over `pods` pods whose status (a 2,900-byte annotation)
+    /// encodes to about 3 KiB, a kubelet's pod with a few containers.
+    fn append_page_sized_pods(j: &Journal, n: usize, pods: usize) {
+        let filler = "x".repeat(2900);
+        for i in 0..n {
+            let uid = format!("p{}", i % pods);
+            let mut pod = (*status(&uid, "web", i % 2 == 0)).clone();
+            pod.annotations = [("note", filler.as_str())].into();
+            j.append(event(&uid, EventType::ContainerStarted, Some(Arc::new(pod)))).expect("appended");
+        }
+    }
+
     #[test]
     fn records_that_fill_most_of_a_page_still_keep_the_file_within_its_budget() {
         // A kubelet's pod with a few containers encodes to about 3 KiB: one record per
@@ -583,13 +595,7 @@ mod durable {
         c.memory_budget = 64 << 10;
         c.disk_budget = 1 << 20;
         let j = Journal::open(&c, None).unwrap();
-        let filler = "x".repeat(2900);
-        for i in 0..2000 {
-            let uid = format!("p{}", i % 10);
-            let mut pod = (*status(&uid, "web", i % 2 == 0)).clone();
-            pod.annotations = [("note", filler.as_str())].into();
-            j.append(event(&uid, EventType::ContainerStarted, Some(Arc::new(pod)))).expect("appended");
-        }
+        append_page_sized_pods(&j, 2000, 10);
         let (kept, used, oldest) = match &mut j.lock().disk {
             Disk::Durable(s) => (s.kept_bytes(), s.used_bytes_now(), s.oldest()),
             _ => panic!("durable"),
@@ -609,13 +615,7 @@ mod durable {
         c.memory_budget = 64 << 10;
         c.disk_budget = 1 << 20;
         let j = Journal::open(&c, None).unwrap();
-        let filler = "x".repeat(2900);
-        for i in 0..1500 {
-            let uid = format!("p{}", i % 400);
-            let mut pod = (*status(&uid, "web", i % 2 == 0)).clone();
-            pod.annotations = [("note", filler.as_str())].into();
-            j.append(event(&uid, EventType::ContainerStarted, Some(Arc::new(pod)))).expect("appended");
-        }
+        append_page_sized_pods(&j, 1500, 400);
         let (kept, oldest) = match &j.lock().disk {
             Disk::Durable(s) => (s.kept_bytes(), s.oldest()),
             _ => panic!("durable"),
