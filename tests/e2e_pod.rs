@@ -343,8 +343,24 @@ async fn prober(
     }
 }
 
-/// Prints plegd's own log (the container's, written by containerd) when the test fails.
+/// The message of the panic that failed the test, kept by [`LogOnFailure::new`]'s hook.
+static FAILURE: Mutex<Option<String>> = Mutex::new(None);
+
+/// Prints plegd's own log (the container's, written by containerd) when the test fails,
+/// then the failure again: a backtrace between the panic and the end of the output must
+/// not push the reason out of what a CI summary shows.
 struct LogOnFailure(PathBuf);
+
+impl LogOnFailure {
+    fn new(log: PathBuf) -> Self {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            *FAILURE.lock().unwrap_or_else(|e| e.into_inner()) = Some(info.to_string());
+            default(info);
+        }));
+        Self(log)
+    }
+}
 
 impl Drop for LogOnFailure {
     fn drop(&mut self) {
@@ -355,6 +371,8 @@ impl Drop for LogOnFailure {
             for l in tail.into_iter().rev() {
                 eprintln!("{l}");
             }
+            let why = FAILURE.lock().unwrap_or_else(|e| e.into_inner()).take();
+            eprintln!("---- the test failed: {} ----", why.as_deref().unwrap_or("(no panic message recorded)"));
         }
     }
 }
@@ -451,7 +469,7 @@ async fn plegd_runs_as_the_daemonset_describes_and_its_probes_pass_through_quiet
         }
     }
     std::fs::create_dir_all(&log_dir).unwrap();
-    let _log = LogOnFailure(log_dir.join("plegd/0.log"));
+    let _log = LogOnFailure::new(log_dir.join("plegd/0.log"));
 
     // The image, imported as the manifest names it.
     ctl(&["import", &version, &archive, &m.image]);

@@ -58,8 +58,11 @@ private_containerd() {
   apt-get "${opts[@]}" update -qq
   (cd "$apt/dl" && rm -f containerd_*.deb && apt-get "${opts[@]}" download containerd >/dev/null)
   dpkg-deb -x "$apt"/dl/containerd_*.deb "$E2E/$v"
-  "$E2E/$v/usr/bin/containerd" --version | grep -q " v\?${v//./\\.}\." \
-    || die "unpacked containerd is not $v: $("$E2E/$v/usr/bin/containerd" --version)"
+  # Captured, then matched: `cmd | grep -q` under pipefail fails when grep exits before
+  # cmd has written all it has (SIGPIPE, 141).
+  local said
+  said=$("$E2E/$v/usr/bin/containerd" --version)
+  grep -q " v\?${v//./\\.}\." <<<"$said" || die "unpacked containerd is not $v: $said"
 }
 
 image() {
@@ -192,8 +195,12 @@ import_image() {
   [ "${v%%.*}" = 2 ] && snap=()
   local ctr=(ctr --address "$dir/containerd.sock" -n k8s.io)
   PATH="$bin:$PATH" "${ctr[@]}" images import "${snap[@]}" --base-name "${name%:*}" "$file" >/dev/null
-  PATH="$bin:$PATH" "${ctr[@]}" images ls -q | grep -qxF "$name" \
-    || die "imported $file, but no image is named $name: $(PATH="$bin:$PATH" "${ctr[@]}" images ls -q | tr '\n' ' ')"
+  # The list is read whole before it is searched: ctr writes a line per write(2), and
+  # `ctr … | grep -q` under pipefail failed (SIGPIPE, 141) when grep found the name and
+  # exited before ctr's next line — 12 of 300 times on a loaded machine, and once in CI.
+  local names
+  names=$(PATH="$bin:$PATH" "${ctr[@]}" images ls -q)
+  grep -qxF "$name" <<<"$names" || die "imported $file, but no image is named $name: $(tr '\n' ' ' <<<"$names")"
 }
 
 case "${1:-}" in
