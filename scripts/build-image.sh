@@ -26,7 +26,9 @@ RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --bin p
 mkdir -p "$work/context"
 strip -o "$work/context/plegd" "target/$target/release/plegd"
 # A static binary has no interpreter; a dynamic one would not start in an empty image.
-if readelf -l "$work/context/plegd" | grep -q INTERP; then
+# (Read whole, then searched: under pipefail `readelf | grep -q` can fail by SIGPIPE.)
+headers=$(readelf -l "$work/context/plegd")
+if grep -q INTERP <<<"$headers"; then
   echo "build-image.sh: the binary is not static (it names an ELF interpreter)" >&2
   exit 1
 fi

@@ -201,6 +201,8 @@ pub async fn start_on<R: RuntimeService>(
     let admin_addr = admin.local_addr();
 
     spawn(tracker, "publish", publisher.run(shutdown.clone()));
+    let scavenger = crate::memory::Scavenger::new(cfg.memory.clone(), metrics.memory.clone());
+    spawn(tracker, "memory_trim", scavenger.run(shutdown.clone()));
     if let Some(checkpointer) = journal.checkpointer() {
         spawn(tracker, "journal_checkpoint", checkpointer.run(shutdown.clone()));
     }
@@ -324,6 +326,8 @@ pub struct Metrics {
     pub queues: crate::workqueue::QueueMetrics,
     /// Reconciler metrics.
     pub reconcile: crate::reconcile::ReconcileMetrics,
+    /// The scavenger's metrics.
+    pub memory: crate::memory::MemoryMetrics,
 }
 
 impl Metrics {
@@ -336,9 +340,10 @@ impl Metrics {
         let journal = crate::journal::JournalMetrics::register(&mut r);
         let api = crate::grpc::ApiMetrics::register(&mut r);
         crate::process::ProcessCollector::register(&mut r);
+        let memory = crate::memory::MemoryMetrics::register(&mut r);
         let queues = crate::workqueue::QueueMetrics::register(&mut r);
         let reconcile = crate::reconcile::ReconcileMetrics::register(&mut r);
-        Self { registry: Arc::new(r), pleg, cri, events, journal, api, queues, reconcile }
+        Self { registry: Arc::new(r), pleg, cri, events, journal, api, queues, reconcile, memory }
     }
 
     /// The registry in OpenMetrics text format.

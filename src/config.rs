@@ -145,6 +145,15 @@ pub struct AdminArgs {
     pub admin_addr: SocketAddr,
 }
 
+/// Flags of the process's memory.
+#[derive(Debug, Args)]
+pub struct MemoryArgs {
+    /// How often heap a burst freed is given back to the kernel (glibc's `malloc_trim`);
+    /// `0s`: never.
+    #[arg(long, env = "PLEGD_MEMORY_TRIM_PERIOD", default_value = "10s", value_parser = parse_duration)]
+    pub memory_trim_period: Duration,
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -186,6 +195,9 @@ pub struct RunArgs {
     /// Admin HTTP.
     #[command(flatten)]
     pub admin: AdminArgs,
+    /// Memory.
+    #[command(flatten)]
+    pub memory: MemoryArgs,
     /// Logging.
     #[command(flatten)]
     pub log: LogArgs,
@@ -232,6 +244,8 @@ pub struct RunConfig {
     pub journal: crate::journal::JournalConfig,
     /// Sync loop and reconcilers.
     pub sync: SyncConfig,
+    /// Giving freed heap back.
+    pub memory: crate::memory::ScavengerConfig,
 }
 
 /// The sync loop's and reconcilers' validated settings.
@@ -297,6 +311,7 @@ impl TryFrom<&RunArgs> for RunConfig {
             },
             journal: journal_config(&a.journal, a.api.watch_buffer)?,
             sync: sync_config(&a.sync)?,
+            memory: crate::memory::ScavengerConfig { period: a.memory.memory_trim_period },
         })
     }
 }
@@ -446,6 +461,15 @@ mod tests {
         assert!(e.contains("--relist-period"), "{e}");
         let e = run_args(&["--relist-threshold", "1s", "--relist-period", "2s"]).unwrap_err();
         assert!(e.contains("--relist-threshold"), "{e}");
+    }
+
+    #[test]
+    fn the_memory_trim_period_defaults_to_ten_seconds_takes_zero_as_off_and_names_itself_when_malformed() {
+        assert_eq!(run_args(&[]).unwrap().memory.period, crate::memory::DEFAULT_PERIOD);
+        assert_eq!(run_args(&["--memory-trim-period", "0s"]).unwrap().memory.period, Duration::ZERO);
+        assert_eq!(run_args(&["--memory-trim-period", "1m"]).unwrap().memory.period, Duration::from_secs(60));
+        let e = run_args(&["--memory-trim-period", "often"]).unwrap_err();
+        assert!(e.contains("--memory-trim-period"), "{e}");
     }
 
     #[test]

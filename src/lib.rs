@@ -18,8 +18,8 @@
 //! Layers, bottom to top; each module imports only its own layer and those below
 //! (`tests/layering.rs`):
 //!
-//! 1. leaves: [`proto`], [`backoff`], [`uds`], [`metrics`], [`process`], [`liveness`],
-//!    [`labels`], [`selector`]
+//! 1. leaves: [`proto`], [`backoff`], [`uds`], [`metrics`], [`process`], [`memory`]
+//!    (freed heap back to the kernel), [`liveness`], [`labels`], [`selector`]
 //! 2. [`model`] — pod status and [`model::event`], the lifecycle events
 //! 3. [`cri`] — the runtime calls as a trait, and the tonic client
 //! 4. stores: [`cache`] (the runtime's latest per pod), [`journal`] (events by revision,
@@ -41,6 +41,7 @@ pub mod grpc;
 pub mod journal;
 pub mod labels;
 pub mod liveness;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod pleg;

@@ -46,6 +46,8 @@ async fn every_path_answers_and_bad_input_gets_a_clear_status() {
         "process_resident_memory_bytes",
         "process_cpu_seconds_total",
         "process_open_fds",
+        "plegd_memory_trims_total",
+        "plegd_memory_returned_bytes_total",
         "# TYPE plegd_lifecycle_events_total counter",
     ] {
         assert!(m.contains(name), "{name} missing from /metrics");

@@ -1,0 +1,179 @@
+//! Gives the heap a burst freed back to the kernel: the scavenger.
+//!
+//! glibc's `malloc` keeps freed memory for reuse and returns only the top of each arena
+//! to the kernel. After a burst — the first relist of a full node, a snapshot to every
+//! watcher, a replay — what the burst freed stays resident: about 3.5 MiB of an idle
+//! 1,000-pod node's 27–30 MiB (BENCHMARKS.md, "Idle"). Go's runtime returns such memory
+//! in the background; jemalloc's default purges it after 10 s. The scavenger does the
+//! same for glibc: every [`ScavengerConfig::period`] it calls `malloc_trim(0)`, which
+//! hands whole free pages inside every arena back with `madvise(MADV_DONTNEED)`. A page
+//! used again costs one minor fault.
+//!
+//! Elsewhere (musl, another allocator) it has nothing to do and says so once.
+
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
+use tokio_util::sync::CancellationToken;
+
+/// How often freed memory is given back, unless configured otherwise: jemalloc's
+/// default decay time.
+pub const DEFAULT_PERIOD: Duration = Duration::from_secs(10);
+
+/// The scavenger's configuration.
+#[derive(Clone, Debug)]
+pub struct ScavengerConfig {
+    /// Time between two trims; `Duration::ZERO` turns the scavenger off.
+    pub period: Duration,
+}
+
+impl Default for ScavengerConfig {
+    fn default() -> Self {
+        Self { period: DEFAULT_PERIOD }
+    }
+}
+
+/// The scavenger's metrics.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryMetrics {
+    /// `plegd_memory_trims_total`.
+    pub trims: Counter,
+    /// `plegd_memory_returned_bytes_total`: resident memory the trims gave back.
+    pub returned: Counter,
+    /// `plegd_memory_trim_seconds_total`: time spent trimming.
+    pub seconds: Counter<f64>,
+}
+
+impl MemoryMetrics {
+    /// Creates the scavenger's families and registers them.
+    pub fn register(registry: &mut crate::metrics::Registry) -> Self {
+        let m = Self::default();
+        registry.register("plegd_memory_trims", "Times freed heap was given back to the kernel", m.trims.clone());
+        registry.register(
+            "plegd_memory_returned_bytes",
+            "Resident memory the trims gave back to the kernel",
+            m.returned.clone(),
+        );
+        registry.register("plegd_memory_trim_seconds", "Time spent giving freed heap back", m.seconds.clone());
+        m
+    }
+}
+
+/// Gives freed heap back to the kernel on a period.
+#[derive(Debug)]
+pub struct Scavenger {
+    config: ScavengerConfig,
+    metrics: MemoryMetrics,
+}
+
+impl Scavenger {
+    /// A scavenger reporting to `metrics`.
+    pub fn new(config: ScavengerConfig, metrics: MemoryMetrics) -> Self {
+        Self { config, metrics }
+    }
+
+    /// Trims every period until `shutdown`. Each trim runs on a blocking thread: it holds
+    /// each arena's lock while it walks it.
+    pub async fn run(self, shutdown: CancellationToken) {
+        if self.config.period.is_zero() {
+            return;
+        }
+        if !SUPPORTED {
+            tracing::debug!("freed heap is not given back: not glibc's malloc");
+            return;
+        }
+        let mut tick = tokio::time::interval(self.config.period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            match tokio::task::spawn_blocking(trim).await {
+                Ok(t) => {
+                    self.metrics.trims.inc();
+                    self.metrics.returned.inc_by(t.returned);
+                    self.metrics.seconds.inc_by(t.took.as_secs_f64());
+                    tracing::trace!(returned = t.returned, took = ?t.took, "gave freed heap back");
+                }
+                Err(e) => tracing::debug!(error = %e, "the trim task failed"),
+            }
+        }
+    }
+}
+
+/// What one trim did.
+#[derive(Clone, Copy, Debug)]
+pub struct Trim {
+    /// Resident bytes before less resident bytes after (0 if other threads grew it).
+    pub returned: u64,
+    /// How long it took.
+    pub took: Duration,
+}
+
+/// Gives the heap's free pages back to the kernel now. Blocking.
+pub fn trim() -> Trim {
+    let before = crate::process::read().rss_bytes as u64;
+    let start = Instant::now();
+    sys::trim();
+    let took = start.elapsed();
+    let after = crate::process::read().rss_bytes as u64;
+    Trim { returned: before.saturating_sub(after), took }
+}
+
+/// Whether this build can give freed heap back.
+pub const SUPPORTED: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+mod sys {
+    unsafe extern "C" {
+        /// glibc: releases free memory from every arena; `pad` bytes stay at each top.
+        fn malloc_trim(pad: usize) -> std::ffi::c_int;
+    }
+
+    pub fn trim() {
+        // SAFETY: `malloc_trim` takes no pointer, is thread-safe (it locks each arena
+        // while it walks it) and only releases pages no allocation holds.
+        unsafe {
+            malloc_trim(0);
+        }
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+mod sys {
+    pub fn trim() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_scavenger_with_a_zero_period_returns_at_once() {
+        let s = Scavenger::new(ScavengerConfig { period: Duration::ZERO }, MemoryMetrics::default());
+        tokio::time::timeout(Duration::from_secs(1), s.run(CancellationToken::new())).await.expect("returns");
+    }
+
+    #[tokio::test]
+    async fn a_scavenger_trims_on_its_period_and_stops_on_shutdown() {
+        let m = MemoryMetrics::default();
+        let shutdown = CancellationToken::new();
+        let scavenger = Scavenger::new(ScavengerConfig { period: Duration::from_millis(20) }, m.clone());
+        if !SUPPORTED {
+            tokio::time::timeout(Duration::from_secs(1), scavenger.run(shutdown)).await.expect("nothing to do");
+            assert_eq!(m.trims.get(), 0);
+            return;
+        }
+        let task = tokio::spawn(scavenger.run(shutdown.clone()));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while m.trims.get() < 3 {
+            assert!(Instant::now() < deadline, "3 trims of a 20 ms period within 30 s; had {}", m.trims.get());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task).await.expect("stops on shutdown").unwrap();
+    }
+}
