@@ -40,7 +40,10 @@ b=(buildah --root "$PWD/$work/storage" --runroot "$PWD/$work/run" --storage-driv
 rm -f "$out"
 "${b[@]}" push --quiet "$name" "oci-archive:$out:$name"
 # The manifest's digest, as containerd will know the image.
-digest=$(tar -xOf "$out" index.json | grep -o '"digest":"[^"]*"' | head -1 | cut -d'"' -f4)
+index=$(tar -xOf "$out" index.json)
+digest_re='"digest":"([^"]*)"'
+[[ $index =~ $digest_re ]] || { echo "build-image.sh: no digest in $out's index.json: $index" >&2; exit 1; }
+digest=${BASH_REMATCH[1]}
 echo "image $name"
 echo "digest $digest"
 echo "archive $out ($(du -h "$out" | cut -f1))"

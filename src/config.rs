@@ -17,7 +17,7 @@ pub struct RuntimeArgs {
     #[arg(long, env = "PLEGD_RUNTIME_ENDPOINT", default_value = "unix:///run/containerd/containerd.sock")]
     pub runtime_endpoint: String,
     /// Deadline of each CRI call.
-    #[arg(long, env = "PLEGD_RUNTIME_REQUEST_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_RUNTIME_REQUEST_TIMEOUT", default_value = "2s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub runtime_request_timeout: Duration,
 }
 
@@ -29,19 +29,19 @@ pub struct PlegArgs {
     #[arg(long, env = "PLEGD_MODE", value_enum, default_value = "auto")]
     pub mode: crate::pleg::evented::Mode,
     /// Safety-net relist period while the event stream is healthy.
-    #[arg(long, env = "PLEGD_EVENTED_RELIST_PERIOD", default_value = "300s", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_EVENTED_RELIST_PERIOD", default_value = "300s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub evented_relist_period: Duration,
     /// Relist period.
-    #[arg(long, env = "PLEGD_RELIST_PERIOD", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_RELIST_PERIOD", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub relist_period: Duration,
     /// Health: the longest time without a completed relist.
-    #[arg(long, env = "PLEGD_RELIST_THRESHOLD", default_value = "3m", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_RELIST_THRESHOLD", default_value = "3m", value_parser = parse_duration, allow_hyphen_values = true)]
     pub relist_threshold: Duration,
     /// Pods inspected at once during a relist.
     #[arg(long, env = "PLEGD_INSPECT_CONCURRENCY", default_value_t = 8)]
     pub inspect_concurrency: usize,
     /// Longest time one pod's inspection may take before it is retried next relist.
-    #[arg(long, env = "PLEGD_INSPECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_INSPECT_TIMEOUT", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub inspect_timeout: Duration,
 }
 
@@ -63,7 +63,7 @@ pub struct ApiArgs {
     #[arg(long, env = "PLEGD_WATCH_BUFFER", default_value_t = 4096)]
     pub watch_buffer: usize,
     /// A watch stream idle this long gets a bookmark.
-    #[arg(long, env = "PLEGD_BOOKMARK_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_BOOKMARK_INTERVAL", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub bookmark_interval: Duration,
 }
 
@@ -97,13 +97,13 @@ pub struct SyncArgs {
     pub workers: usize,
     /// How long sync-loop event records are kept for the debug API (the first hour
     /// after start is kept for good).
-    #[arg(long, env = "PLEGD_HISTORY_RETENTION", default_value = "24h", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_HISTORY_RETENTION", default_value = "24h", value_parser = parse_duration, allow_hyphen_values = true)]
     pub history_retention: Duration,
     /// Bytes of memory the history's records may take; the oldest go first beyond it.
     #[arg(long, env = "PLEGD_HISTORY_MEMORY_BUDGET", default_value = "8MiB", value_parser = parse_bytes)]
     pub history_memory_budget: u64,
     /// Periodic healing resync of the sync loop (0: off).
-    #[arg(long, env = "PLEGD_RESYNC_PERIOD", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_RESYNC_PERIOD", default_value = "5m", value_parser = parse_duration, allow_hyphen_values = true)]
     pub resync_period: Duration,
     /// Garbage-collect dead containers (`--gc` alone means on; `--gc=dry-run` only logs).
     #[arg(long, env = "PLEGD_GC", value_enum, default_value = "off", num_args = 0..=1, default_missing_value = "on", require_equals = true)]
@@ -112,22 +112,22 @@ pub struct SyncArgs {
     #[arg(long, env = "PLEGD_GC_KEEP", default_value_t = 1)]
     pub gc_keep: usize,
     /// Only dead containers older than this are removed.
-    #[arg(long, env = "PLEGD_GC_MIN_AGE", default_value = "1m", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_GC_MIN_AGE", default_value = "1m", value_parser = parse_duration, allow_hyphen_values = true)]
     pub gc_min_age: Duration,
     /// Deaths within --crashloop-window that make a crash loop.
     #[arg(long, env = "PLEGD_CRASHLOOP_DEATHS", default_value_t = 3)]
     pub crashloop_deaths: usize,
     /// The crash-loop window.
-    #[arg(long, env = "PLEGD_CRASHLOOP_WINDOW", default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_CRASHLOOP_WINDOW", default_value = "10m", value_parser = parse_duration, allow_hyphen_values = true)]
     pub crashloop_window: Duration,
     /// A crash loop clears when the container has run this long.
-    #[arg(long, env = "PLEGD_CRASHLOOP_CLEAR_AFTER", default_value = "2m", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_CRASHLOOP_CLEAR_AFTER", default_value = "2m", value_parser = parse_duration, allow_hyphen_values = true)]
     pub crashloop_clear_after: Duration,
     /// First retry delay of a failed reconcile (doubles per failure).
-    #[arg(long, env = "PLEGD_RETRY_BASE", default_value = "5ms", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_RETRY_BASE", default_value = "5ms", value_parser = parse_duration, allow_hyphen_values = true)]
     pub retry_base: Duration,
     /// Longest retry delay.
-    #[arg(long, env = "PLEGD_RETRY_MAX", default_value = "1000s", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_RETRY_MAX", default_value = "1000s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub retry_max: Duration,
     /// Retries per second across all keys (token bucket).
     #[arg(long, env = "PLEGD_RETRY_QPS", default_value_t = 10.0)]
@@ -150,7 +150,7 @@ pub struct AdminArgs {
 pub struct MemoryArgs {
     /// How often heap a burst freed is given back to the kernel (glibc's `malloc_trim`);
     /// `0s`: never.
-    #[arg(long, env = "PLEGD_MEMORY_TRIM_PERIOD", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "PLEGD_MEMORY_TRIM_PERIOD", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub memory_trim_period: Duration,
 }
 
@@ -470,6 +470,14 @@ mod tests {
         assert_eq!(run_args(&["--memory-trim-period", "1m"]).unwrap().memory.period, Duration::from_secs(60));
         let e = run_args(&["--memory-trim-period", "often"]).unwrap_err();
         assert!(e.contains("--memory-trim-period"), "{e}");
+    }
+
+    #[test]
+    fn a_negative_duration_is_refused_naming_its_flag_not_taken_for_another_flag() {
+        for flag in ["--memory-trim-period", "--relist-period", "--bookmark-interval", "--history-retention"] {
+            let e = run_args(&[flag, "-5s"]).unwrap_err();
+            assert!(e.contains(flag), "{flag} -5s: {e}");
+        }
     }
 
     #[test]

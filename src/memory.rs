@@ -9,7 +9,8 @@
 //! hands whole free pages inside every arena back with `madvise(MADV_DONTNEED)`. A page
 //! used again costs one minor fault.
 //!
-//! Elsewhere (musl, another allocator) it has nothing to do and says so once.
+//! Elsewhere (musl, another allocator) it has nothing to do: it logs that at debug level
+//! and returns.
 
 use std::time::{Duration, Instant};
 
@@ -114,11 +115,11 @@ pub struct Trim {
 
 /// Gives the heap's free pages back to the kernel now. Blocking.
 pub fn trim() -> Trim {
-    let before = crate::process::read().rss_bytes as u64;
+    let before = crate::process::rss_bytes() as u64;
     let start = Instant::now();
     sys::trim();
     let took = start.elapsed();
-    let after = crate::process::read().rss_bytes as u64;
+    let after = crate::process::rss_bytes() as u64;
     Trim { returned: before.saturating_sub(after), took }
 }
 

@@ -29,14 +29,20 @@ pub struct ProcessStats {
     pub start_time: f64,
 }
 
+/// The current process's resident set size in bytes (0 if it cannot be read).
+pub fn rss_bytes() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+            kb.trim().trim_end_matches("kB").trim().parse::<f64>().ok()
+        })
+        .map_or(0.0, |kb| kb * 1024.0)
+}
+
 /// Reads the current process's figures; fields that cannot be read stay 0.
 pub fn read() -> ProcessStats {
-    let mut s = ProcessStats::default();
-    if let Ok(status) = std::fs::read_to_string("/proc/self/status")
-        && let Some(kb) = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))
-    {
-        s.rss_bytes = kb.trim().trim_end_matches("kB").trim().parse::<f64>().unwrap_or(0.0) * 1024.0;
-    }
+    let mut s = ProcessStats { rss_bytes: rss_bytes(), ..Default::default() };
     if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
         // Fields after the parenthesised command name, which may contain spaces.
         if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {

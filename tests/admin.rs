@@ -48,6 +48,7 @@ async fn every_path_answers_and_bad_input_gets_a_clear_status() {
         "process_open_fds",
         "plegd_memory_trims_total",
         "plegd_memory_returned_bytes_total",
+        "plegd_memory_trim_seconds_total",
         "# TYPE plegd_lifecycle_events_total counter",
     ] {
         assert!(m.contains(name), "{name} missing from /metrics");

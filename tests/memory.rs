@@ -21,11 +21,11 @@ fn heap_a_burst_freed_goes_back_to_the_kernel_when_trimmed() {
             kept.push(vec![2u8; 32]);
         }
     }
-    let at_peak = plegd::process::read().rss_bytes;
+    let at_peak = plegd::process::rss_bytes();
     drop(burst);
-    let freed = plegd::process::read().rss_bytes;
+    let freed = plegd::process::rss_bytes();
     let t = memory::trim();
-    let after = plegd::process::read().rss_bytes;
+    let after = plegd::process::rss_bytes();
     let mib = |b: f64| b / 1048576.0;
     println!(
         "resident: {:.1} MiB at the burst's peak, {:.1} MiB once it was freed, {:.1} MiB after the trim ({:.1} MiB returned in {:?})",
