@@ -438,3 +438,88 @@ async fn the_events_of_one_pod_read_reach_the_publisher_as_one_message() {
     assert_eq!(second.iter().filter(|e| e.kind.as_str() == "CONTAINER_DIED").count(), 2, "{second:?}");
     h.stop().await;
 }
+
+/// Found by the hour-long soak on containerd 2.1, where it left an empty ghost in
+/// `ListPods`: a pod listed by a relist, then removed while plegd reads its statuses,
+/// reads as a pod with no sandbox and no container, and its `CONTAINER_DIED` carries
+/// that empty pod. What that read publishes must not outlive the pod: once the runtime
+/// no longer lists it, the journal's view, `ListPods` and the cache let it go — also
+/// when plegd restarts (on its state dir) the moment the empty pod is published, before
+/// a relist has seen it gone. Each schedule removes the pod at a different point of a
+/// slowed read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_removed_while_plegd_reads_it_leaves_no_ghost_in_the_view_or_list_pods_even_across_a_restart() {
+    use api::watch_event::Kind;
+    use plegd::pleg::evented::Mode;
+    use plegd::proto::plegd as api;
+    let mut empty_reads = 0;
+    let schedules = [(50u64, false), (250, false), (450, false), (250, true), (450, true)];
+    for (n, (remove_after_ms, restart)) in schedules.into_iter().enumerate() {
+        let state = tempfile::tempdir().unwrap();
+        let dir = state.path().to_owned();
+        let tune = move |c: &mut plegd::config::RunConfig| {
+            c.mode = Mode::Generic;
+            c.journal.state_dir = Some(dir.clone());
+        };
+        let mut p = support::start_plegd(tune.clone()).await;
+        let mut watch = p.client().watch(api::WatchRequest::default()).await.expect("watch").into_inner();
+        let pod = PodSpec::new("default", &format!("racy-{n}"));
+        let (sid, ids) = p.h.run_pod(&pod, &[ContainerSpec::new("main")]).await;
+        let listed = |p: &support::Plegd| p.app.journal.pods().iter().any(|s| *s.uid == *pod.uid);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !listed(&p) {
+            assert!(Instant::now() < deadline, "plegd never published the pod");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Every status read now takes 500 ms; the listing stays quick.
+        for method in ["PodSandboxStatus", "ContainerStatus"] {
+            let action = FaultAction::Delay(Duration::from_millis(500));
+            p.h.sim.inject(Fault { method, target: None, action, times: None });
+        }
+        assert!(p.h.sim.exit_container(&ids[0], 0, "Completed"));
+        // The next relist (200 ms apart) lists the change and reads the pod, slowly;
+        // the pod goes while it does.
+        tokio::time::sleep(Duration::from_millis(remove_after_ms)).await;
+        p.h.sim.stop_pod_sandbox(&sid).await.unwrap();
+        p.h.sim.remove_pod_sandbox(&sid).await.unwrap();
+        // What a watcher saw of the pod: (type, whether the event carried a pod, and
+        // whether that pod had anything in it).
+        let mut seen = Vec::new();
+        let mut restarted = false;
+        while let Ok(Ok(Some(m))) = tokio::time::timeout(Duration::from_secs(2), watch.message()).await {
+            if let Some(Kind::Event(e)) = m.kind
+                && e.pod_uid == *pod.uid
+            {
+                let filled = e.pod.as_ref().map(|s| !s.sandboxes.is_empty() || !s.containers.is_empty());
+                seen.push((e.r#type().as_str_name(), filled));
+                if restart && filled == Some(false) {
+                    // The worst moment: the empty pod is out, its removal not yet.
+                    p = support::start_plegd_on(p.stop_plegd().await, tune.clone()).await;
+                    restarted = true;
+                    break;
+                }
+            }
+        }
+        println!("removed {remove_after_ms} ms into the slowed read, restart {restart}: {seen:?}");
+        empty_reads += seen.iter().filter(|(_, filled)| *filled == Some(false)).count();
+        p.h.sim.clear_faults();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while listed(&p) || p.app.cache.get(&pod.uid).is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "removed {remove_after_ms} ms into the read, restarted {restarted}: the pod the runtime no longer has is still in the view ({:?}) or the cache ({:?}); a watcher saw {seen:?}",
+                p.app.journal.pods().iter().find(|s| *s.uid == *pod.uid),
+                p.app.cache.get(&pod.uid)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let pods = p.client().list_pods(api::ListPodsRequest::default()).await.unwrap().into_inner().pods;
+        assert!(pods.iter().all(|s| s.uid != *pod.uid), "ListPods lets it go: {pods:?}");
+        assert!(p.h.sim.list_pod_sandbox(None).await.unwrap().is_empty(), "the runtime has no pod");
+        if !restarted {
+            assert!(seen.iter().any(|(_, filled)| filled.is_none()), "an event without a pod lets it go: {seen:?}");
+        }
+        p.stop().await;
+    }
+    assert!(empty_reads > 0, "at least one schedule published the empty read the test is about");
+}
