@@ -440,25 +440,31 @@ async fn the_events_of_one_pod_read_reach_the_publisher_as_one_message() {
 }
 
 /// Found by the hour-long soak on containerd 2.1, where it left an empty ghost in
-/// `ListPods`: a pod listed by a relist, then removed while plegd reads its statuses,
-/// reads as a pod with no sandbox and no container, and its `CONTAINER_DIED` carries
-/// that empty pod. What that read publishes must not outlive the pod: once the runtime
-/// no longer lists it, the journal's view, `ListPods` and the cache let it go — also
-/// when plegd restarts (on its state dir) the moment the empty pod is published, before
-/// a relist has seen it gone. Each schedule removes the pod at a different point of a
-/// slowed read.
+/// `ListPods`: a pod listed, then removed while plegd reads its statuses, reads NotFound
+/// for every object. Published as a pod with nothing in it, it stayed in the journal's
+/// view until a later read found it gone — the next full relist, 300 s away with the
+/// event stream up, or never when plegd restarted in between and was seeded with it
+/// (3f989ae heals that). Such a read is a pod gone. Each schedule slows the status
+/// reads, removes the pod at a different point of one, in `generic` mode (the full
+/// relist's read) and `auto` (the stream's targeted read), and in some restarts plegd on
+/// its state dir the moment the death is out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_removed_while_plegd_reads_it_leaves_no_ghost_in_the_view_or_list_pods_even_across_a_restart() {
     use api::watch_event::Kind;
     use plegd::pleg::evented::Mode;
     use plegd::proto::plegd as api;
-    let mut empty_reads = 0;
-    let schedules = [(50u64, false), (250, false), (450, false), (250, true), (450, true)];
-    for (n, (remove_after_ms, restart)) in schedules.into_iter().enumerate() {
+    let mut raced = 0;
+    let mut schedules = Vec::new();
+    for mode in [Mode::Generic, Mode::Auto] {
+        for (ms, restart) in [(50u64, false), (250, false), (450, false), (250, true), (450, true)] {
+            schedules.push((mode, ms, restart));
+        }
+    }
+    for (n, (mode, remove_after_ms, restart)) in schedules.into_iter().enumerate() {
         let state = tempfile::tempdir().unwrap();
         let dir = state.path().to_owned();
         let tune = move |c: &mut plegd::config::RunConfig| {
-            c.mode = Mode::Generic;
+            c.mode = mode;
             c.journal.state_dir = Some(dir.clone());
         };
         let mut p = support::start_plegd(tune.clone()).await;
@@ -477,8 +483,8 @@ async fn a_pod_removed_while_plegd_reads_it_leaves_no_ghost_in_the_view_or_list_
             p.h.sim.inject(Fault { method, target: None, action, times: None });
         }
         assert!(p.h.sim.exit_container(&ids[0], 0, "Completed"));
-        // The next relist (200 ms apart) lists the change and reads the pod, slowly;
-        // the pod goes while it does.
+        // The next relist (200 ms apart), or the stream's STOPPED, has plegd read the
+        // pod, slowly; the pod goes while it does.
         tokio::time::sleep(Duration::from_millis(remove_after_ms)).await;
         p.h.sim.stop_pod_sandbox(&sid).await.unwrap();
         p.h.sim.remove_pod_sandbox(&sid).await.unwrap();
@@ -492,22 +498,31 @@ async fn a_pod_removed_while_plegd_reads_it_leaves_no_ghost_in_the_view_or_list_
             {
                 let filled = e.pod.as_ref().map(|s| !s.sandboxes.is_empty() || !s.containers.is_empty());
                 seen.push((e.r#type().as_str_name(), filled));
-                if restart && filled == Some(false) {
-                    // The worst moment: the empty pod is out, its removal not yet.
+                if restart && e.r#type() == api::LifecycleEventType::ContainerDied {
+                    // The worst moment: the death is out, the removal perhaps not.
+                    let (_, metrics) = support::http(p.app.admin_addr, "GET", "/metrics").await;
+                    raced += not_found_reads(&metrics);
                     p = support::start_plegd_on(p.stop_plegd().await, tune.clone()).await;
                     restarted = true;
                     break;
                 }
             }
         }
-        println!("removed {remove_after_ms} ms into the slowed read, restart {restart}: {seen:?}");
-        empty_reads += seen.iter().filter(|(_, filled)| *filled == Some(false)).count();
+        if !restarted {
+            let (_, metrics) = support::http(p.app.admin_addr, "GET", "/metrics").await;
+            raced += not_found_reads(&metrics);
+        }
+        println!("{mode:?}, removed {remove_after_ms} ms into the slowed read, restart {restart}: {seen:?}");
+        assert!(
+            seen.iter().all(|(_, filled)| *filled != Some(false)),
+            "{mode:?}, removed after {remove_after_ms} ms: no event carries a pod with nothing in it: {seen:?}"
+        );
         p.h.sim.clear_faults();
         let deadline = Instant::now() + Duration::from_secs(10);
         while listed(&p) || p.app.cache.get(&pod.uid).is_some() {
             assert!(
                 Instant::now() < deadline,
-                "removed {remove_after_ms} ms into the read, restarted {restarted}: the pod the runtime no longer has is still in the view ({:?}) or the cache ({:?}); a watcher saw {seen:?}",
+                "{mode:?}, removed {remove_after_ms} ms into the read, restarted {restarted}: the pod the runtime no longer has is still in the view ({:?}) or the cache ({:?}); a watcher saw {seen:?}",
                 p.app.journal.pods().iter().find(|s| *s.uid == *pod.uid),
                 p.app.cache.get(&pod.uid)
             );
@@ -521,5 +536,14 @@ async fn a_pod_removed_while_plegd_reads_it_leaves_no_ghost_in_the_view_or_list_
         }
         p.stop().await;
     }
-    assert!(empty_reads > 0, "at least one schedule published the empty read the test is about");
+    assert!(raced > 0, "in some schedules a status read found its object removed: the race the test is about");
+}
+
+/// Status reads that found their object removed, from plegd's `/metrics`.
+fn not_found_reads(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("plegd_cri_requests_total{") && l.contains("Status\"") && l.contains("NotFound"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }

@@ -289,6 +289,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             let (found, at) = match results.remove(&uid) {
                 // The pod is gone from the runtime.
                 None => (Found::Gone, start),
+                Some((at, Ok(status))) if vanished(&status) => (Found::Gone, at),
                 Some((at, Ok(status))) => (Found::Status(status), at),
                 Some((at, Err(err))) => (Found::Failed(err), at),
             };
@@ -603,6 +604,9 @@ impl<R: RuntimeService> GenericPleg<R> {
                         continue;
                     }
                     Ok(None) => (None, r.at, None),
+                    // Listed, then every object read NotFound: removed while it was read.
+                    // The pod is gone (see `vanished`).
+                    Ok(Some((_, at, Ok(status)))) if vanished(&status) => (None, at, None),
                     Ok(Some((pod, at, status))) => (Some(pod), at, Some(status)),
                 };
                 self.records.set_current_one(&r.uid, pod);
@@ -830,6 +834,15 @@ impl<R: RuntimeService> GenericPleg<R> {
             }
         }
     }
+}
+
+/// A pod that was listed but whose every sandbox and container read NotFound: removed
+/// between the listing and the status reads. The runtime lists a pod only while it has
+/// a sandbox or a container, so the pod is gone; published as a pod with nothing in it,
+/// it would stay in the journal's view (and `ListPods`) until a later read found it gone
+/// — 300 s with the event stream up (found by the hour-long soak on containerd 2.1).
+fn vanished(status: &PodStatus) -> bool {
+    status.sandboxes.is_empty() && status.containers.is_empty()
 }
 
 /// What a read of one pod found.
