@@ -440,3 +440,71 @@ async fn full_relists_racing_the_streams_hints_count_no_miss() {
     assert_eq!(p.metric("plegd_evented_missed_changes_total"), 0.0, "every change had its event");
     p.stop().await;
 }
+
+/// containerd marks a container whose task it lost across its own restart exited 255
+/// "Unknown"; when it handles the task's OOM after that, it amends the reason to
+/// "OOMKilled" and sends no event. Found by the hour-long soak on containerd 2.1: one
+/// death said 255 "Unknown" to every watcher while the runtime said 255 "OOMKilled".
+/// Amended at any moment of the minute after plegd read the lost word, the amendment
+/// reaches the watchers (one `POD_SYNC`) and the cache; the death is still told once;
+/// and the re-reads end, amended or not.
+#[tokio::test(start_paused = true)]
+async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_and_the_cache_without_an_event() {
+    use plegd::model::event::{EventType, PodLifecycleEvent};
+    // After the restart: before plegd reads the death, between its re-reads, at the
+    // last one's edge, and never.
+    let schedules = [
+        Some(Duration::ZERO),
+        Some(Duration::from_millis(300)),
+        Some(Duration::from_secs(2)),
+        Some(Duration::from_secs(9)),
+        Some(Duration::from_secs(40)),
+        Some(Duration::from_secs(60)),
+        None,
+    ];
+    for (mode, identity, what) in MODES {
+        for amend_after in schedules {
+            let at = format!("{what}, amended {amend_after:?} after the restart");
+            let p = start(mode, identity).await;
+            let (pod, _, id) = p.run_pod("oom").await;
+            p.ready().await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            assert_eq!(p.sim.restart_losing(&[&id]), 1, "{at}");
+            if let Some(after) = amend_after {
+                tokio::time::sleep(after).await;
+                assert!(p.sim.amend_exit_reason(&id, "OOMKilled"), "{at}");
+            }
+            tokio::time::sleep(Duration::from_secs(300)).await;
+            let want = (255, if amend_after.is_some() { "OOMKilled" } else { "Unknown" }.to_owned());
+
+            let word = |e: &PodLifecycleEvent| {
+                let c = e.pod.as_ref()?.containers.iter().find(|c| c.id == id)?.clone();
+                Some((c.exit_code, c.reason.clone()))
+            };
+            let timeline = p.app.journal.timeline(&pod.uid).expect("the pod's timeline");
+            let events: Vec<_> = timeline.iter().map(|e| e.event.clone()).collect();
+            let kinds: Vec<_> = events.iter().map(|e| (e.kind, e.container_id.clone(), word(e))).collect();
+            let died: Vec<usize> = (0..events.len())
+                .filter(|&i| events[i].kind == EventType::ContainerDied && events[i].container_id == id)
+                .collect();
+            assert_eq!(died.len(), 1, "{at}: the death is told once: {kinds:?}");
+            let told = word(&events[died[0]]).expect("the death carries the container");
+            assert!(told == want || told == (255, "Unknown".into()), "{at}: the death said {told:?}");
+            let after: Vec<_> = events[died[0] + 1..].iter().map(|e| e.kind).collect();
+            let amended = usize::from(told != want);
+            assert_eq!(after, vec![EventType::PodSync; amended], "{at}: only the amendment follows: {kinds:?}");
+            let last = events.iter().rev().find_map(|e| word(e)).expect("events carry the container");
+            assert_eq!(last, want, "{at}: a watcher's copy ends with the runtime's word: {kinds:?}");
+            let entry = p.app.cache.get(&pod.uid).expect("cached");
+            let cached = entry.status.as_ref().unwrap().containers.iter().find(|c| c.id == id).unwrap().clone();
+            assert_eq!((cached.exit_code, cached.reason.clone()), want, "{at}: the cache has the runtime's word");
+
+            // The re-reads end: an hour on, the pod was not read again.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            let later = p.app.cache.get(&pod.uid).expect("cached");
+            assert_eq!(later.modified, entry.modified, "{at}: the pod is read no more");
+            assert_eq!(p.app.journal.timeline(&pod.uid).unwrap().len(), timeline.len(), "{at}: nothing more was told");
+            p.stop().await;
+        }
+    }
+}

@@ -29,7 +29,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -647,6 +647,9 @@ struct Watcher {
     violations: Vec<String>,
     /// Container id → each event for it, in order.
     events: BTreeMap<String, Vec<Seen>>,
+    /// Container id → the last exit code and reason any event's pod or snapshot gave it:
+    /// the watcher's copy of its word, amendments included.
+    words: HashMap<String, (i32, String)>,
     /// Each time the watcher's continuity broke (a fresh start, a reset, a resume into
     /// another journal) and when the snapshot that followed was complete (`synced`):
     /// only a death around such a gap may reach it as snapshot state instead of an event.
@@ -792,6 +795,14 @@ async fn watch_loop(
             if let Err(v) = g.checker.as_mut().unwrap().observe(&m) {
                 let name = g.name.clone();
                 g.violations.push(format!("{name}: {v}"));
+            }
+            let pod = match &m.kind {
+                Some(Kind::Event(e)) => e.pod.as_ref(),
+                Some(Kind::Snapshot(p)) => Some(p),
+                _ => None,
+            };
+            for c in pod.iter().flat_map(|p| &p.containers) {
+                g.words.insert(c.id.clone(), (c.exit_code, c.reason.clone()));
             }
             match m.kind {
                 Some(Kind::Synced(_)) => {
@@ -1131,6 +1142,9 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     let died = api::LifecycleEventType::ContainerDied as i32;
     let removed = api::LifecycleEventType::ContainerRemoved as i32;
     let (mut delivered, mut carried_by_snapshot, mut reason_races) = (0u64, 0u64, 0u64);
+    // Deaths told with containerd's lost word (255 "Unknown") whose reason the runtime
+    // amended later: the watcher's copy ended with the amendment, or did not (and why).
+    let (mut amended, mut not_amended) = (0u64, Vec::<String>::new());
     let mut exit_unknown = 0u64;
     // While plegd is down or its stream is (an outage, a cut, a restart, and the
     // reconnection after), it can only relist: a container stopped and removed between
@@ -1269,6 +1283,17 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
                         let recovery_word = *code == 255 && reason == "Unknown" && d.code == 255;
                         if d.said(*code, reason) || oom_moment || recovery_word {
                             reason_races += 1;
+                            let last = d.later.last().cloned().unwrap_or((d.code, d.reason.clone()));
+                            if recovery_word && last != (*code, reason.clone()) {
+                                // plegd reads such a pod again for a minute (src/pleg/amend.rs).
+                                match g.words.get(*id) {
+                                    Some(w) if *w == last => amended += 1,
+                                    w => not_amended.push(format!(
+                                        "{}: {id} told 255 \"Unknown\", the runtime later {last:?}, the watcher's copy {w:?}",
+                                        g.name
+                                    )),
+                                }
+                            }
                         } else {
                             v.push(format!(
                                 "{}: container {id} CONTAINER_DIED with {code} {reason:?}, the runtime says {} {:?} (later {:?})",
@@ -1306,7 +1331,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
         samples.iter().step_by((samples.len() / 8).max(1)).map(|(t, r, _)| format!("{t:.0}s {r:.1}")).collect();
     let report = format!(
         "soak on {} for {secs} s (PLEGD_SOAK_SEED={seed}): actions {:?}; runtime call errors {:?}; faults {:?} (SIGTERM exits {:?}); \
-{} containers, {} deaths (runtime's record: exit code and reason {reasons:?}); {total_events} events to 6 watchers; deaths delivered {delivered}, carried by a later snapshot {carried_by_snapshot}, died without exit status while plegd could only relist {exit_unknown}, lived and went unseen while it could only relist {unseen}, the runtime changed its word {reason_races}; plegd could only relist {relist_only_n} times for {relist_only_s:.0} s in all, of which {unexplained_n} times for {unexplained_s:.0} s without a fault (excusing nothing); \
+{} containers, {} deaths (runtime's record: exit code and reason {reasons:?}); {total_events} events to 6 watchers; deaths delivered {delivered}, carried by a later snapshot {carried_by_snapshot}, died without exit status while plegd could only relist {exit_unknown}, lived and went unseen while it could only relist {unseen}, the runtime changed its word {reason_races} (of which told 255 \"Unknown\" and amended by a later message {amended}, not amended {}); plegd could only relist {relist_only_n} times for {relist_only_s:.0} s in all, of which {unexplained_n} times for {unexplained_s:.0} s without a fault (excusing nothing); \
 resets {resets:?}; GetPodStatus {outcomes:?}; {quiescent_checks} quiescent checks; latency StartContainer→watcher p50 {:.1} p99 {:.1} max {:.1} ms, exit→watcher p50 {:.1} p99 {:.1} max {:.1} ms; \
 plegd RSS MiB {rss_first:.1} first, {rss_max:.1} max, {rss_last:.1} last ({}); plegd CPU {cpu_pct:.1}% of a core; VIOLATIONS {}",
         runtime.name(),
@@ -1316,6 +1341,7 @@ plegd RSS MiB {rss_first:.1} first, {rss_max:.1} max, {rss_last:.1} last ({}); p
         sigterm_exits,
         truth.containers.len(),
         deaths.len(),
+        not_amended.len(),
         pct(&mut lat_started, 0.5),
         pct(&mut lat_started, 0.99),
         lat_started.last().copied().unwrap_or(f64::NAN),
@@ -1328,6 +1354,9 @@ plegd RSS MiB {rss_first:.1} first, {rss_max:.1} max, {rss_last:.1} last ({}); p
     println!("{report}");
     for l in &watcher_lines {
         println!("  {l}");
+    }
+    for l in not_amended.iter().take(10) {
+        println!("  not amended: {l}");
     }
     if let Ok(path) = std::env::var("PLEGD_E2E_FIGURES") {
         use std::io::Write;

@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::amend::Amendable;
 use super::evented::StreamState;
 use super::health::PlegHealth;
 use super::hints::{Hint, PodHints};
@@ -117,6 +118,8 @@ pub struct GenericPleg<R: RuntimeService> {
     trust: StreamTrust,
     /// Stopped containers' final statuses from the stream, until a read settles them.
     last_words: LastWords,
+    /// Containers read with an exit status the runtime lost, read again for a while.
+    amendable: Amendable,
 }
 
 type Inspection = (String, Instant, Result<PodStatus, String>);
@@ -157,6 +160,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             seed: fastrand::u64(..),
             trust: StreamTrust::new(Duration::from_secs(300)),
             last_words: LastWords::default(),
+            amendable: Amendable::default(),
         }
     }
 
@@ -416,6 +420,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 status = Some(Arc::new(PodStatus { labels: w.2.clone(), ..PodStatus::empty(uid, &namespace, &name) }));
             }
         }
+        self.amendable.note(uid, status.as_deref());
         let old = self.records.old(uid);
         // A record with nothing in it: a pod seeded from the journal's view as plegd last
         // published it, with no sandbox and no container.
@@ -766,13 +771,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                     let now = Instant::now();
                     for uid in demand {
                         if !batch.iter().any(|(u, _)| *u == uid) {
-                            let hint = Hint {
-                                source: EventSource::PodRelist,
-                                first_seen: now,
-                                sandbox_ids: Default::default(),
-                                container_ids: Default::default(),
-                            };
-                            batch.push((uid, hint));
+                            batch.push((uid, Hint::pod_relist(now)));
                         }
                     }
                 }
@@ -786,19 +785,8 @@ impl<R: RuntimeService> GenericPleg<R> {
                 let now = Instant::now();
                 match next_retry {
                     Some(at) if at <= now => {
-                        let retry: Vec<_> = self
-                            .reinspect
-                            .iter()
-                            .map(|uid| {
-                                let hint = Hint {
-                                    source: EventSource::PodRelist,
-                                    first_seen: now,
-                                    sandbox_ids: Default::default(),
-                                    container_ids: Default::default(),
-                                };
-                                (uid.clone(), hint)
-                            })
-                            .collect();
+                        let retry: Vec<_> =
+                            self.reinspect.iter().map(|uid| (uid.clone(), Hint::pod_relist(now))).collect();
                         self.relist_pods(retry).await;
                         next_retry = None;
                     }
@@ -811,7 +799,17 @@ impl<R: RuntimeService> GenericPleg<R> {
                 // past would make the loop spin until the next full relist.
                 next_retry = None;
             }
-            let wake = next_retry.map_or(next_full, |r| r.min(next_full)).min(Instant::now() + BEAT_EVERY);
+            // Pods with an exit status the runtime lost, read again in case it amends it.
+            if self.amendable.next_due().is_some_and(|at| at <= Instant::now()) {
+                let now = Instant::now();
+                let due = self.amendable.take_due().into_iter().map(|uid| (uid, Hint::pod_relist(now))).collect();
+                self.relist_pods(due).await;
+            }
+            let wake = [next_retry, self.amendable.next_due()]
+                .into_iter()
+                .flatten()
+                .fold(next_full, Instant::min)
+                .min(Instant::now() + BEAT_EVERY);
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep_until(wake) => {}

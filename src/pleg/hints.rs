@@ -28,6 +28,19 @@ pub struct Hint {
     pub container_ids: BTreeSet<String>,
 }
 
+impl Hint {
+    /// A read of one pod the relister asks for itself (a retry, a reader waiting on the
+    /// pod, an exit status the runtime may amend), with nothing named.
+    pub fn pod_relist(now: Instant) -> Self {
+        Self {
+            source: EventSource::PodRelist,
+            first_seen: now,
+            sandbox_ids: BTreeSet::new(),
+            container_ids: BTreeSet::new(),
+        }
+    }
+}
+
 /// A stopped container's final status from the stream: its pod's UID, metadata and
 /// labels, and the status.
 pub type LastWords = (

@@ -2,6 +2,7 @@
 //! CRI event stream's hints and the GenericPLEG relister (the cache's only writer).
 //! It produces [`crate::model::event::PodLifecycleEvent`]s.
 
+mod amend;
 pub mod evented;
 pub mod generic;
 pub mod health;

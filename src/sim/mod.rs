@@ -7,6 +7,7 @@
 
 pub mod churn;
 mod fault;
+mod on_its_own;
 mod runtime;
 pub mod server;
 
@@ -20,7 +21,6 @@ use std::time::SystemTime;
 use futures_util::StreamExt;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use crate::cri::{CriError, EventStream, RuntimeService};
@@ -804,79 +804,6 @@ impl SimRuntime {
             }
         })
         .right_stream())
-    }
-
-    /// Makes a running container exit on its own (its process died), as the runtime
-    /// would report it; emits STOPPED. Returns false if it was not running.
-    pub fn exit_container(&self, id: &str, code: i32, reason: &str) -> bool {
-        let mut s = self.state();
-        let Some(id) = resolve(&s.containers, id).cloned() else { return false };
-        let c = s.containers.get_mut(&id).expect("resolved above");
-        let sid = c.sandbox_id.clone();
-        if !c.exit(code, reason) {
-            return false;
-        }
-        let ev = s.event(&id, cri::ContainerEventType::ContainerStoppedEvent, &sid);
-        drop(s);
-        self.publish_now(vec![ev]);
-        true
-    }
-
-    /// Makes a sandbox die on its own (its pause process exited); its containers are
-    /// killed with it.
-    pub fn kill_sandbox(&self, id: &str) -> bool {
-        let mut s = self.state();
-        let Some(id) = resolve(&s.sandboxes, id).cloned() else { return false };
-        let events = s.stop_sandbox(&id);
-        drop(s);
-        let any = !events.is_empty();
-        self.publish_now(events);
-        any
-    }
-
-    /// Exits every container whose `plegd.sim/exit-after` has passed.
-    fn reap_due(&self) -> Option<Instant> {
-        let now = Instant::now();
-        let mut s = self.state();
-        let mut due: Vec<_> = s
-            .containers
-            .values()
-            .filter(|c| c.exit_at.is_some_and(|t| t <= now))
-            .map(|c| (c.seq, c.id.clone()))
-            .collect();
-        due.sort();
-        let mut events = Vec::new();
-        for (_, id) in due {
-            let c = s.containers.get_mut(&id).expect("listed above");
-            let code = c.annotations.get(EXIT_CODE).and_then(|v| v.parse().ok()).unwrap_or(0);
-            let reason = if code == 0 { "Completed" } else { "Error" };
-            let sid = c.sandbox_id.clone();
-            if c.exit(code, reason) {
-                events.push(s.event(&id, cri::ContainerEventType::ContainerStoppedEvent, &sid));
-            }
-        }
-        let next = s.containers.values().filter_map(|c| c.exit_at).min();
-        drop(s);
-        self.publish_now(events);
-        next
-    }
-
-    /// Runs the reaper that makes containers exit on schedule, until shutdown.
-    pub async fn run_reaper(self, shutdown: CancellationToken) {
-        loop {
-            let next = self.reap_due();
-            let sleep = async {
-                match next {
-                    Some(t) => tokio::time::sleep_until(t).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = self.inner.reaper.notified() => {}
-                _ = sleep => {}
-            }
-        }
     }
 }
 
