@@ -451,8 +451,8 @@ async fn full_relists_racing_the_streams_hints_count_no_miss() {
 #[tokio::test(start_paused = true)]
 async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_and_the_cache_without_an_event() {
     use plegd::model::event::{EventType, PodLifecycleEvent};
-    // After the restart: before plegd reads the death, between its re-reads, at the
-    // last one's edge, and never.
+    // After the restart: before plegd reads the death, between its re-reads (the last
+    // two are about 31 and 63 s after its first read), and never.
     let schedules = [
         Some(Duration::ZERO),
         Some(Duration::from_millis(300)),
@@ -499,6 +499,11 @@ async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_an
             let cached = entry.status.as_ref().unwrap().containers.iter().find(|c| c.id == id).unwrap().clone();
             assert_eq!((cached.exit_code, cached.reason.clone()), want, "{at}: the cache has the runtime's word");
 
+            assert_eq!(
+                p.metric("plegd_evented_missed_changes_total"),
+                0.0,
+                "{at}: no change counted as the stream's miss"
+            );
             // The re-reads end: an hour on, the pod was not read again.
             tokio::time::sleep(Duration::from_secs(3600)).await;
             let later = p.app.cache.get(&pod.uid).expect("cached");

@@ -96,6 +96,8 @@ async fn what_changed_while_plegd_was_down_reaches_a_resuming_client_as_events_w
     assert!(kinds(&goes_sandbox).contains(&T::ContainerRemoved));
     assert_eq!(kinds(&arrives_ids[0]), [T::ContainerStarted]);
     assert!(kinds(&stays_ids[0]).is_empty(), "nothing for what did not change");
+    let of_stays: Vec<_> = events.iter().filter(|e| e.pod_uid == stays.uid).collect();
+    assert!(of_stays.is_empty(), "not even a POD_SYNC for the pod that did not change: {of_stays:#?}");
     p.stop().await;
 }
 
@@ -174,4 +176,66 @@ async fn a_pod_published_empty_and_gone_from_the_runtime_is_let_go_after_a_resta
     let listed = p.client().list_pods(api::ListPodsRequest::default()).await.unwrap().into_inner().pods;
     assert!(listed.iter().all(|s| s.uid != *ghost), "ListPods lets it go: {listed:?}");
     assert!(listed.iter().any(|s| s.name == "real"), "and keeps the real pod");
+}
+
+/// containerd marks a container whose task it lost across its own restart exited 255
+/// "Unknown" and amends the reason later with no event (tests/quiet_node.rs has the
+/// running plegd's side). Amended while plegd is down, the new word reaches a client
+/// resuming across plegd's restart as a `POD_SYNC` carrying it — found by review: the
+/// restarted relister read the amended status into its cache and told nobody — and a
+/// pod that did not change gets nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exit_status_amended_while_plegd_was_down_reaches_a_resuming_client() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().to_owned();
+    let tune = move |c: &mut plegd::config::RunConfig| c.journal.state_dir = Some(dir.clone());
+    let p = start_plegd(tune.clone()).await;
+    let oom = PodSpec::new("ns", "oom");
+    let quiet = PodSpec::new("ns", "quiet");
+    let (_, ids) = p.h.run_pod(&oom, &[ContainerSpec::new("main")]).await;
+    let (_, quiet_ids) = p.h.run_pod(&quiet, &[ContainerSpec::new("main")]).await;
+    let started = settle(&p, 4).await;
+    // The runtime restarts, having lost the container's task: plegd tells its death
+    // with the word the runtime has for it then.
+    assert_eq!(p.h.sim.restart_losing(&[&ids[0], &quiet_ids[0]]), 2);
+    let seen = settle(&p, started + 2).await;
+    let epoch = p.app.journal.epoch();
+    let h = p.stop_plegd().await;
+    // While plegd is down the runtime amends one of the two words.
+    assert!(h.sim.amend_exit_reason(&ids[0], "OOMKilled"));
+
+    let p = start_plegd_on(h, tune).await;
+    // From revision 1 (0 asks for a snapshot): every event since the sandboxes started.
+    let mut s = resume(&p, 1, epoch).await;
+    let mut events = Vec::new();
+    while let Some(ev) = next(&mut s, Duration::from_secs(3)).await {
+        if let Some(Kind::Event(e)) = ev.kind {
+            events.push((ev.revision, e));
+        }
+    }
+    let word = |e: &api::LifecycleEvent, id: &str| {
+        let c = e.pod.as_ref()?.containers.iter().find(|c| c.id == id)?;
+        Some((c.exit_code, c.reason.clone()))
+    };
+    use api::LifecycleEventType as T;
+    for (id, want) in [(&ids[0], "OOMKilled"), (&quiet_ids[0], "Unknown")] {
+        let died: Vec<_> =
+            events.iter().filter(|(_, e)| e.container_id == *id && e.r#type() == T::ContainerDied).collect();
+        assert_eq!(died.len(), 1, "{id}: the death is told once: {events:#?}");
+        assert_eq!(word(&died[0].1, id), Some((255, "Unknown".to_owned())), "as the runtime said it then");
+        let last = events.iter().rev().find_map(|(_, e)| word(e, id));
+        assert_eq!(
+            last,
+            Some((255, want.to_owned())),
+            "{id}: a client's copy ends with the runtime's word: {events:#?}"
+        );
+    }
+    let after: Vec<_> =
+        events.iter().filter(|(r, _)| *r > seen).map(|(_, e)| (e.pod_name.clone(), e.r#type())).collect();
+    assert_eq!(after, [("oom".to_owned(), T::PodSync)], "one POD_SYNC, for the amended pod alone");
+    let listed = p.client().list_pods(api::ListPodsRequest::default()).await.unwrap().into_inner().pods;
+    let listed_word =
+        listed.iter().flat_map(|pod| &pod.containers).find(|c| c.id == ids[0]).map(|c| (c.exit_code, c.reason.clone()));
+    assert_eq!(listed_word, Some((255, "OOMKilled".to_owned())), "ListPods has the amended word");
+    p.stop().await;
 }

@@ -1283,22 +1283,25 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
                         let recovery_word = *code == 255 && reason == "Unknown" && d.code == 255;
                         if d.said(*code, reason) || oom_moment || recovery_word {
                             reason_races += 1;
-                            let last = d.later.last().cloned().unwrap_or((d.code, d.reason.clone()));
-                            if recovery_word && last != (*code, reason.clone()) {
-                                // plegd reads such a pod again for a minute (src/pleg/amend.rs).
-                                match g.words.get(*id) {
-                                    Some(w) if *w == last => amended += 1,
-                                    w => not_amended.push(format!(
-                                        "{}: {id} told 255 \"Unknown\", the runtime later {last:?}, the watcher's copy {w:?}",
-                                        g.name
-                                    )),
-                                }
-                            }
                         } else {
                             v.push(format!(
                                 "{}: container {id} CONTAINER_DIED with {code} {reason:?}, the runtime says {} {:?} (later {:?})",
                                 g.name, d.code, d.reason, d.later
                             ));
+                        }
+                    }
+                    // Told with containerd's lost word, and the runtime's last word (the
+                    // poller's, read for a minute) is another: plegd reads such a
+                    // container again for a minute (src/pleg/amend.rs), so the watcher's
+                    // copy should end with the amendment. Counted; listed where not.
+                    let last = d.later.last().cloned().unwrap_or((d.code, d.reason.clone()));
+                    if (*code, reason.as_str()) == (255, "Unknown") && last != (*code, reason.clone()) {
+                        match g.words.get(*id) {
+                            Some(w) if *w == last => amended += 1,
+                            w => not_amended.push(format!(
+                                "{}: {id} told 255 \"Unknown\", the runtime later {last:?}, the watcher's copy {w:?}",
+                                g.name
+                            )),
                         }
                     }
                     let pos = |k: i32| evs.iter().position(|e| e.0 == k);

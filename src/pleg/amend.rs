@@ -2,18 +2,23 @@
 //! lost across its own restart exited 255 "Unknown"; an event of the task's end it
 //! handles after that (a `TaskOOM` the shim publishes again once containerd is back)
 //! amends the reason — "OOMKilled" — without a CRI event. The relister reads such a
-//! container's pod again 1, 2, 4, 8, 16 and 32 s after it first read the lost word
-//! (about a minute in all), so an amendment reaches the cache and the watchers (a
-//! `POD_SYNC` carrying the amended status) instead of staying unseen until the pod's next
-//! event. Found by the hour-long soak on containerd 2.1: one death said 255 "Unknown"
-//! while the runtime later said 255 "OOMKilled". Owned by the relister; bounded by count.
+//! container's status again 1, 3, 7, 15, 31 and 63 s after it first read the lost word
+//! (a read that fails is retried and not counted), and reads its pod in full only when
+//! the word changed, so an amendment reaches the cache and the watchers (a `POD_SYNC`
+//! carrying the amended status) instead of staying unseen until the pod's next event.
+//! Found by the hour-long soak on containerd 2.1: one death said 255 "Unknown" while the
+//! runtime later said 255 "OOMKilled". Owned by the relister; bounded by count, and only
+//! a word lost in the last ten minutes (by the runtime's finish time) is followed, so a
+//! restart of plegd does not follow a node's old lost containers again.
 
-use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::model::{ContainerState, ContainerStatus, PodStatus};
+use crate::cri::CriError;
+use crate::model::{ContainerState, ContainerStatus, PodStatus, nanos_to_system};
+use crate::proto::runtime as cri;
 
 /// containerd's exit code and reason for an exit status it lost (`unknownExitCode`,
 /// `unknownExitReason` in its CRI plugin).
@@ -22,8 +27,12 @@ const LOST: (i32, &str) = (255, "Unknown");
 /// twice as long after the one before.
 const FIRST: Duration = Duration::from_secs(1);
 /// Re-reads per container.
-const READS: u32 = 6;
-/// At most this many containers are followed; past it the oldest go.
+pub(super) const READS: u32 = 6;
+/// A word lost longer ago than this (by the runtime's finish time) is not followed, and
+/// one whose re-reads keep failing is given up this long after it was first read.
+const RECENT: Duration = Duration::from_secs(600);
+/// At most this many containers are followed; past it the ones done, then the oldest,
+/// go (down to three quarters, in one pass).
 const MAX: usize = 1024;
 
 /// Whether `c` says containerd lost its exit status.
@@ -31,9 +40,38 @@ pub(super) fn lost(c: &ContainerStatus) -> bool {
     c.state == ContainerState::Exited && (c.exit_code, c.reason.as_str()) == LOST
 }
 
+/// What a re-read of one container's status found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reread {
+    /// The same lost word.
+    Same,
+    /// Another word, or the container is gone: its pod is to be read in full.
+    Changed,
+    /// The read failed: tried again, not counted.
+    Failed,
+}
+
+impl Reread {
+    /// What a `ContainerStatus` answer says.
+    pub fn of(answer: Result<cri::ContainerStatus, CriError>) -> Self {
+        match answer {
+            Ok(st) => {
+                let state = ContainerState::from_cri(st.state);
+                if state == ContainerState::Exited && (st.exit_code, st.reason.as_str()) == LOST {
+                    Self::Same
+                } else {
+                    Self::Changed
+                }
+            }
+            Err(e) if e.is_not_found() => Self::Changed,
+            Err(_) => Self::Failed,
+        }
+    }
+}
+
 struct Followed {
     uid: String,
-    /// When it was first read lost (for dropping the oldest).
+    /// When it was first read lost.
     since: Instant,
     /// The next re-read; `None` once all [`READS`] are done (the container stays in the
     /// book, so that a read of its pod does not start it over, until it is amended or
@@ -41,6 +79,8 @@ struct Followed {
     next: Option<Instant>,
     /// Re-reads done.
     reads: u32,
+    /// Re-reads failed in a row.
+    fails: u32,
 }
 
 /// The containers whose lost exit status the relister reads again.
@@ -50,30 +90,34 @@ pub(super) struct Amendable {
 }
 
 impl Amendable {
-    /// Takes in a read of pod `uid` (`None`: the pod is gone): its containers read lost
-    /// are followed from now on, unless already; the ones that are not (amended, or
-    /// gone) are not any more.
+    /// Takes in a read of pod `uid` (`None`: the pod is gone): its containers read with a
+    /// word lost lately are followed from now on, unless already; the ones that are not
+    /// lost any more (amended, or gone) are let go.
     pub fn note(&mut self, uid: &str, status: Option<&PodStatus>) {
-        let now = Instant::now();
-        let lost_now: BTreeSet<&str> = status
-            .map(|s| s.containers.iter().filter(|c| lost(c)).map(|c| c.id.as_str()).collect())
-            .unwrap_or_default();
+        let lost_now: Vec<&ContainerStatus> =
+            status.map(|s| s.containers.iter().map(|c| &**c).filter(|c| lost(c)).collect()).unwrap_or_default();
         if lost_now.is_empty() && self.by_id.is_empty() {
             return;
         }
-        self.by_id.retain(|id, f| f.uid != uid || lost_now.contains(id.as_str()));
-        for id in lost_now {
-            self.by_id.entry(id.to_owned()).or_insert_with(|| Followed {
-                uid: uid.to_owned(),
-                since: now,
-                next: Some(now + FIRST),
-                reads: 0,
-            });
+        self.by_id.retain(|id, f| f.uid != uid || lost_now.iter().any(|c| c.id == *id));
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        for c in lost_now {
+            // No finish time, or one ahead of this clock: taken as lately.
+            let lately = nanos_to_system(c.finished_at)
+                .and_then(|at| wall.duration_since(at).ok())
+                .is_none_or(|ago| ago <= RECENT);
+            if lately && !self.by_id.contains_key(&c.id) {
+                let f = Followed { uid: uid.to_owned(), since: now, next: Some(now + FIRST), reads: 0, fails: 0 };
+                self.by_id.insert(c.id.clone(), f);
+            }
         }
         if self.by_id.len() > MAX {
-            let mut by_age: Vec<(Instant, String)> = self.by_id.iter().map(|(id, f)| (f.since, id.clone())).collect();
-            by_age.sort();
-            for (_, id) in by_age.iter().take(self.by_id.len() - MAX) {
+            // Done first (their next read is none), then by age.
+            let mut order: Vec<(bool, Instant, String)> =
+                self.by_id.iter().map(|(id, f)| (f.next.is_some(), f.since, id.clone())).collect();
+            order.sort();
+            for (_, _, id) in order.iter().take(self.by_id.len() - MAX * 3 / 4) {
                 self.by_id.remove(id);
             }
         }
@@ -84,19 +128,41 @@ impl Amendable {
         self.by_id.values().filter_map(|f| f.next).min()
     }
 
-    /// The pods due for a re-read now; their next one is scheduled, and containers read
-    /// [`READS`] times are not read again.
-    pub fn take_due(&mut self) -> BTreeSet<String> {
+    /// The containers (id, pod uid) due for a re-read now.
+    pub fn due(&self) -> Vec<(String, String)> {
         let now = Instant::now();
-        let mut due = BTreeSet::new();
-        for f in self.by_id.values_mut() {
-            if f.next.is_some_and(|at| at <= now) {
-                due.insert(f.uid.clone());
+        let mut due: Vec<_> = self
+            .by_id
+            .iter()
+            .filter(|(_, f)| f.next.is_some_and(|at| at <= now))
+            .map(|(id, f)| (id.clone(), f.uid.clone()))
+            .collect();
+        due.sort();
+        due
+    }
+
+    /// Records a re-read of container `id`: the same word counts a read and schedules
+    /// the next (none after [`READS`]); a failed read is not counted and is tried again,
+    /// 1, 2, 4 … 32 s later (until [`RECENT`] after the first read); a changed word lets
+    /// the container go (the read of its pod that follows notes what it is now).
+    pub fn read(&mut self, id: &str, found: Reread) {
+        let now = Instant::now();
+        let Some(f) = self.by_id.get_mut(id) else { return };
+        match found {
+            Reread::Same => {
+                f.fails = 0;
                 f.reads += 1;
                 f.next = (f.reads < READS).then(|| now + FIRST * 2u32.pow(f.reads));
             }
+            Reread::Failed => {
+                let wait = FIRST * 2u32.pow(f.fails.min(5));
+                f.fails += 1;
+                f.next = (now.duration_since(f.since) < RECENT).then(|| now + wait);
+            }
+            Reread::Changed => {
+                self.by_id.remove(id);
+            }
         }
-        due
     }
 
     /// Containers followed.
@@ -111,6 +177,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::model::system_to_nanos;
 
     fn pod(uid: &str, containers: &[(&str, ContainerState, i32, &str)]) -> PodStatus {
         let mut p = PodStatus::empty(uid, "default", uid);
@@ -122,7 +189,7 @@ mod tests {
                 state: *state,
                 created_at: 1,
                 started_at: 2,
-                finished_at: 3,
+                finished_at: system_to_nanos(SystemTime::now()),
                 exit_code: *code,
                 reason: (*reason).into(),
                 message: String::new(),
@@ -134,21 +201,35 @@ mod tests {
         p
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_lost_exit_status_is_read_again_six_times_over_about_a_minute_then_let_go() {
-        let mut a = Amendable::default();
-        a.note("p", Some(&pod("p", &[("c", ContainerState::Exited, 255, "Unknown")])));
+    fn lost_pod(uid: &str, id: &str) -> PodStatus {
+        pod(uid, &[(id, ContainerState::Exited, 255, "Unknown")])
+    }
+
+    /// Plays a relister that re-reads what is due and gets `answer` for each.
+    async fn reread_times(a: &mut Amendable, mut answer: impl FnMut(u32) -> Reread) -> Vec<u64> {
         let start = Instant::now();
         let mut reads = Vec::new();
+        let mut n = 0;
         while let Some(at) = a.next_due() {
             tokio::time::sleep_until(at).await;
-            assert_eq!(a.take_due(), BTreeSet::from(["p".to_owned()]));
-            reads.push((Instant::now() - start).as_secs());
+            for (id, _) in a.due() {
+                a.read(&id, answer(n));
+                reads.push((Instant::now() - start).as_secs());
+                n += 1;
+            }
         }
-        assert_eq!(reads, [1, 3, 7, 15, 31, 63]);
-        assert!(a.take_due().is_empty());
-        // The last re-read (or any later read) finds the same word: no new schedule.
-        a.note("p", Some(&pod("p", &[("c", ContainerState::Exited, 255, "Unknown")])));
+        reads
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_exit_status_is_read_again_six_times_over_about_a_minute_then_let_be() {
+        let mut a = Amendable::default();
+        a.note("p", Some(&lost_pod("p", "c")));
+        assert_eq!(reread_times(&mut a, |_| Reread::Same).await, [1, 3, 7, 15, 31, 63]);
+        assert!(a.due().is_empty());
+        // The last re-read's pod read (or any later read) finds the same word: no new
+        // schedule.
+        a.note("p", Some(&lost_pod("p", "c")));
         assert_eq!(a.next_due(), None, "a read of the same lost word starts nothing over");
         // A new lost container in the same pod is followed from its own first read.
         let both = [("c", ContainerState::Exited, 255, "Unknown"), ("d", ContainerState::Exited, 255, "Unknown")];
@@ -157,7 +238,24 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn only_the_lost_word_is_followed_and_an_amendment_or_a_removal_ends_it() {
+    async fn failed_re_reads_are_retried_and_not_counted_and_given_up_after_ten_minutes() {
+        let mut a = Amendable::default();
+        a.note("p", Some(&lost_pod("p", "c")));
+        // The runtime is down for the first three tries.
+        let times = reread_times(&mut a, |n| if n < 3 { Reread::Failed } else { Reread::Same }).await;
+        assert_eq!(times, [1, 2, 4, 8, 10, 14, 22, 38, 70], "three retries backing off, then six counted reads");
+        // Down for good: retried, backing off to every 32 s, then given up.
+        let mut a = Amendable::default();
+        a.note("p", Some(&lost_pod("p", "c")));
+        let times = reread_times(&mut a, |_| Reread::Failed).await;
+        assert_eq!(&times[..7], [1, 2, 4, 8, 16, 32, 64]);
+        assert!(times.windows(2).all(|w| w[1] - w[0] <= 32), "{times:?}");
+        assert!(*times.last().unwrap() <= RECENT.as_secs() + 32, "{times:?}");
+        assert_eq!(a.next_due(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_lately_lost_word_is_followed_and_an_amendment_or_a_removal_ends_it() {
         let mut a = Amendable::default();
         let others = [
             ("oom", ContainerState::Exited, 255, "OOMKilled"),
@@ -167,29 +265,66 @@ mod tests {
         ];
         a.note("p", Some(&pod("p", &others)));
         assert_eq!((a.len(), a.next_due()), (0, None), "nothing lost, nothing followed");
-        a.note("p", Some(&pod("p", &[("c", ContainerState::Exited, 255, "Unknown")])));
-        a.note("q", Some(&pod("q", &[("d", ContainerState::Exited, 255, "Unknown")])));
+        // Lost an hour ago (a plegd restarted on a node with old lost containers).
+        let mut old = lost_pod("o", "x");
+        Arc::make_mut(&mut old.containers[0]).finished_at = system_to_nanos(SystemTime::now() - RECENT * 6);
+        a.note("o", Some(&old));
+        assert_eq!(a.len(), 0, "an old lost word is not followed");
+        a.note("p", Some(&lost_pod("p", "c")));
+        a.note("q", Some(&lost_pod("q", "d")));
         assert_eq!(a.len(), 2);
         // Read again (by a re-read or any other read): the same word keeps its schedule.
         tokio::time::advance(Duration::from_millis(600)).await;
-        a.note("p", Some(&pod("p", &[("c", ContainerState::Exited, 255, "Unknown")])));
+        a.note("p", Some(&lost_pod("p", "c")));
         tokio::time::advance(Duration::from_millis(400)).await;
-        assert_eq!(a.take_due(), BTreeSet::from(["p".to_owned(), "q".to_owned()]));
-        // Amended: no longer followed. Gone with its pod: no longer followed.
+        assert_eq!(a.due(), [("c".to_owned(), "p".to_owned()), ("d".to_owned(), "q".to_owned())]);
+        // The re-read finds a changed word: let go (its pod is read in full).
+        a.read("c", Reread::Changed);
+        assert_eq!(a.len(), 1);
+        // The pod read notes the amendment; a pod gone lets its containers go.
         a.note("p", Some(&pod("p", &[("c", ContainerState::Exited, 255, "OOMKilled")])));
         a.note("q", None);
         assert_eq!((a.len(), a.next_due()), (0, None));
     }
 
+    #[test]
+    fn a_status_answer_is_the_same_word_a_changed_one_or_a_failure() {
+        let st = |state: cri::ContainerState, code, reason: &str| {
+            Ok(cri::ContainerStatus {
+                state: state as i32,
+                exit_code: code,
+                reason: reason.into(),
+                ..Default::default()
+            })
+        };
+        use cri::ContainerState::*;
+        assert_eq!(Reread::of(st(ContainerExited, 255, "Unknown")), Reread::Same);
+        assert_eq!(Reread::of(st(ContainerExited, 255, "OOMKilled")), Reread::Changed);
+        assert_eq!(Reread::of(st(ContainerRunning, 255, "Unknown")), Reread::Changed);
+        let err = |code| {
+            Err(CriError::Call {
+                method: "ContainerStatus",
+                endpoint: Arc::from("unix:///x"),
+                status: tonic::Status::new(code, "x"),
+            })
+        };
+        assert_eq!(Reread::of(err(tonic::Code::NotFound)), Reread::Changed, "gone: its pod is read");
+        assert_eq!(Reread::of(err(tonic::Code::Unavailable)), Reread::Failed);
+        assert_eq!(Reread::of(err(tonic::Code::DeadlineExceeded)), Reread::Failed);
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn the_book_is_bounded_and_lets_the_oldest_go() {
+    async fn the_book_is_bounded_and_lets_the_done_then_the_oldest_go() {
         let mut a = Amendable::default();
-        for i in 0..MAX + 10 {
+        a.note("done", Some(&lost_pod("done", "done")));
+        reread_times(&mut a, |_| Reread::Same).await;
+        for i in 0..MAX {
             let uid = format!("p{i}");
-            a.note(&uid, Some(&pod(&uid, &[(&format!("c{i}"), ContainerState::Exited, 255, "Unknown")])));
+            a.note(&uid, Some(&lost_pod(&uid, &format!("c{i}"))));
             tokio::time::advance(Duration::from_millis(1)).await;
         }
-        assert_eq!(a.len(), MAX);
-        assert!(!a.by_id.contains_key("c0") && a.by_id.contains_key(&format!("c{}", MAX + 9)));
+        assert_eq!(a.len(), MAX * 3 / 4, "cut down in one pass");
+        assert!(!a.by_id.contains_key("done"), "the one done went first");
+        assert!(!a.by_id.contains_key("c0") && a.by_id.contains_key(&format!("c{}", MAX - 1)), "then the oldest");
     }
 }

@@ -1,6 +1,8 @@
 //! The GenericPLEG relister: list, diff against committed pod records, inspect the
 //! pods that changed, write the cache (its only writer), and emit lifecycle events.
 
+mod turn;
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -8,7 +10,6 @@ use std::time::{Duration, SystemTime};
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::amend::Amendable;
 use super::evented::StreamState;
@@ -18,11 +19,11 @@ use super::inspect::{Prefetched, inspect_pod, inspect_prefetched, list_pod};
 use super::last_words::LastWords;
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
-use super::trust::{SETTLE, StreamTrust};
+use super::trust::StreamTrust;
 use super::{PlegState, build_events, same_status};
 use crate::cache::CacheWriter;
 use crate::cri::{CriError, RuntimeService};
-use crate::liveness::{BEAT_EVERY, Beat};
+use crate::liveness::Beat;
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::model::{ContainerState, PodStatus};
 
@@ -98,6 +99,8 @@ pub struct GenericPleg<R: RuntimeService> {
     reinspect: HashSet<String>,
     /// Seeded pods not read yet in this process: the next full relist reads them.
     unread: HashSet<String>,
+    /// What the journal last said of each seeded pod, until that relist.
+    seeded: std::collections::HashMap<String, Arc<PodStatus>>,
     health: PlegHealth,
     metrics: Option<PlegMetrics>,
     cfg: RelistConfig,
@@ -145,6 +148,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             records: PodRecords::default(),
             reinspect: HashSet::new(),
             unread: HashSet::new(),
+            seeded: Default::default(),
             health,
             metrics,
             cfg,
@@ -169,11 +173,13 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// against it, so a container that started, died or went away while plegd was down
     /// gives its event — with the runtime's timestamps and exit code — and one that did
     /// not change gives none. Every seeded pod is read in that relist so the cache has
-    /// it.
+    /// it; one whose dead container's exit word changed while plegd was down (containerd
+    /// amends a lost exit status, [`super::amend`]) gets a `POD_SYNC` carrying the new one.
     pub fn with_seed(mut self, pods: Vec<Arc<PodStatus>>) -> Self {
         for pod in pods {
             self.unread.insert(pod.uid.clone());
             self.records.seed(&pod);
+            self.seeded.insert(pod.uid.clone(), pod);
         }
         self
     }
@@ -283,6 +289,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         let work: BTreeMap<String, Vec<Transition>> =
             self.records.changed(&also).into_iter().filter(|(uid, t)| !t.is_empty() || also.contains(uid)).collect();
         self.unread.clear();
+        let seeded = std::mem::take(&mut self.seeded);
         let inspections = self.inspect_all(work.keys()).await;
         outcome.inspected = inspections.len();
 
@@ -297,7 +304,11 @@ impl<R: RuntimeService> GenericPleg<R> {
                 Some((at, Ok(status))) => (Found::Status(status), at),
                 Some((at, Err(err))) => (Found::Failed(err), at),
             };
-            let sync = self.reinspect.contains(&uid);
+            let reworded = match &found {
+                Found::Status(status) => seeded.get(&uid).is_some_and(|seed| words_changed(seed, status)),
+                _ => false,
+            };
+            let sync = self.reinspect.contains(&uid) || reworded;
             match self.apply(&uid, found, at, &transitions, sync, EventSource::Relist, Some(start)).await {
                 Some((events, missed)) => {
                     outcome.events += events;
@@ -655,183 +666,6 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
         outcome
     }
-
-    /// Turns pending hints into a batch of pods; container-only hints are resolved
-    /// through the pod records, and an unknown container asks for a full relist.
-    fn resolve(&self, pending: super::hints::Pending) -> (Vec<(String, Hint)>, bool) {
-        let mut pods = pending.pods;
-        let mut full = pending.full;
-        for (id, at) in pending.containers {
-            match self.records.uid_of(&id) {
-                Some(uid) => {
-                    pods.entry(uid).or_insert(Hint {
-                        source: EventSource::CriEvent,
-                        first_seen: at,
-                        sandbox_ids: Default::default(),
-                        container_ids: Default::default(),
-                    });
-                }
-                None => full = true,
-            }
-        }
-        (pods.into_iter().collect(), full)
-    }
-
-    async fn full_relist_logged(&mut self) {
-        match self.relist().await {
-            Ok(o) => {
-                if std::mem::take(&mut self.failing) {
-                    tracing::info!(pods = o.pods, "relist succeeded again");
-                }
-                tracing::trace!(?o, "relist done");
-            }
-            Err(e) => {
-                if !self.failing {
-                    tracing::warn!(error = %e, "relist failed; retrying every period");
-                } else {
-                    tracing::debug!(error = %e, "relist failed");
-                }
-                self.failing = true;
-            }
-        }
-    }
-
-    /// The stream went up or down. Up: ask the runtime what it is, to know whether its
-    /// stream delivers every event (then full relists may slow down to the safety-net
-    /// period, and health allows for that) or may split and drop them.
-    async fn on_stream_state(&mut self, up: bool) {
-        if !up {
-            self.trust.up_since = None;
-            self.health.set_evented_allowance(Duration::ZERO);
-            return;
-        }
-        self.trust.up_since = Some(Instant::now());
-        let (complete, runtime) = match self.runtime.version().await {
-            Ok(v) => (
-                super::evented::stream_is_complete(&v.runtime_name, &v.runtime_version),
-                format!("{} {}", v.runtime_name, v.runtime_version),
-            ),
-            Err(e) => (false, format!("an unknown runtime ({e})")),
-        };
-        if complete {
-            tracing::info!(%runtime, "the runtime's event stream delivers every event to every subscriber; full relists slow down to the safety-net period");
-        } else {
-            tracing::info!(%runtime, "this runtime's event stream may split events between subscribers or drop them; full relists keep the relist period and the stream only makes changes show sooner");
-        }
-        self.trust.complete = complete;
-        self.trust.runtime = runtime;
-        self.trust.net_period = self.evented_period;
-        self.trust.missing = false;
-        self.trust.last_miss = None;
-        self.health.set_evented_allowance(if complete { self.evented_period } else { Duration::ZERO });
-    }
-
-    /// Relists fully every period (sliding: from the end of one relist to the start of
-    /// the next; the safety-net period while a complete event stream is up), at once when
-    /// the stream goes up or down or on request; relists single pods as hints arrive and
-    /// as readers wait on them while full relists are far apart. Beats at least every
-    /// [`BEAT_EVERY`], quiet or busy.
-    pub async fn run(mut self, shutdown: CancellationToken) {
-        // Subscribe, then list: give the stream consumer a moment to open its call.
-        if *self.stream.borrow() == StreamState::Starting {
-            let _ = tokio::time::timeout(Duration::from_secs(1), self.stream.wait_for(|s| *s != StreamState::Starting))
-                .await;
-        }
-        let mut stream_open = true;
-        let mut up = self.stream.borrow().is_up();
-        self.on_stream_state(up).await;
-        let mut next_full = Instant::now();
-        let mut next_retry: Option<Instant> = None;
-        // Fast full relists follow a stream that came back after failing (the runtime may
-        // have restarted); a stream up from the start needs none.
-        self.trust.settle_until = Instant::now();
-        loop {
-            self.beat.beat();
-            let mut pending = self.hints.take();
-            self.last_words.keep(std::mem::take(&mut pending.last_words));
-            if pending.recovered {
-                self.trust.settle_until = Instant::now() + SETTLE;
-            }
-            let (mut batch, full_hint) = self.resolve(pending);
-            self.settle_suspects(&batch);
-            // A miss just judged shortens the period: the next full relist moves closer.
-            next_full = next_full.min(Instant::now() + self.period());
-            let requested = self.requests.try_recv().is_ok();
-            let demand = self.cache.take_demand();
-            if full_hint || requested || Instant::now() >= next_full {
-                // Hints and demand taken before this relist starts are covered by it.
-                self.full_relist_logged().await;
-                next_full = Instant::now() + self.period();
-                next_retry = None;
-            } else {
-                // Pods readers wait on: while full relists are far apart, read them now
-                // (one round trip); otherwise the next full relist, at most a relist
-                // period away, answers them.
-                if self.full_relists_are_slow() {
-                    let now = Instant::now();
-                    for uid in demand {
-                        if !batch.iter().any(|(u, _)| *u == uid) {
-                            batch.push((uid, Hint::pod_relist(now)));
-                        }
-                    }
-                }
-                if !batch.is_empty() {
-                    self.relist_pods(batch).await;
-                }
-            }
-            // Pods whose targeted relist failed are retried at the relist period, even
-            // while full relists are slow.
-            if up && !self.reinspect.is_empty() {
-                let now = Instant::now();
-                match next_retry {
-                    Some(at) if at <= now => {
-                        let retry: Vec<_> =
-                            self.reinspect.iter().map(|uid| (uid.clone(), Hint::pod_relist(now))).collect();
-                        self.relist_pods(retry).await;
-                        next_retry = None;
-                    }
-                    None => next_retry = Some(now + self.cfg.period),
-                    _ => {}
-                }
-            }
-            if self.reinspect.is_empty() {
-                // A pod read again by other means needs no retry: a deadline left in the
-                // past would make the loop spin until the next full relist.
-                next_retry = None;
-            }
-            // Pods with an exit status the runtime lost, read again in case it amends it.
-            if self.amendable.next_due().is_some_and(|at| at <= Instant::now()) {
-                let now = Instant::now();
-                let due = self.amendable.take_due().into_iter().map(|uid| (uid, Hint::pod_relist(now))).collect();
-                self.relist_pods(due).await;
-            }
-            let wake = [next_retry, self.amendable.next_due()]
-                .into_iter()
-                .flatten()
-                .fold(next_full, Instant::min)
-                .min(Instant::now() + BEAT_EVERY);
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep_until(wake) => {}
-                Some(()) = self.requests.recv() => next_full = Instant::now(),
-                _ = self.hints.notified() => {}
-                _ = self.cache.demanded() => {}
-                changed = self.stream.changed(), if stream_open => match changed {
-                    Ok(()) => {
-                        let now_up = self.stream.borrow().is_up();
-                        if now_up != up {
-                            up = now_up;
-                            self.on_stream_state(up).await;
-                            // Up: repair what was missed, then slow down. Down: relist now
-                            // and go back to the relist period.
-                            next_full = Instant::now();
-                        }
-                    }
-                    Err(_) => stream_open = false,
-                },
-            }
-        }
-    }
 }
 
 /// A pod that was listed but whose every sandbox and container read NotFound: removed
@@ -841,6 +675,16 @@ impl<R: RuntimeService> GenericPleg<R> {
 /// — 300 s with the event stream up (found by the hour-long soak on containerd 2.1).
 fn vanished(status: &PodStatus) -> bool {
     status.sandboxes.is_empty() && status.containers.is_empty()
+}
+
+/// Whether a container dead in both `before` and `now` says another exit code or reason
+/// now.
+fn words_changed(before: &PodStatus, now: &PodStatus) -> bool {
+    now.containers.iter().filter(|c| c.state == ContainerState::Exited).any(|c| {
+        before.containers.iter().any(|b| {
+            b.id == c.id && b.state == ContainerState::Exited && (b.exit_code, &b.reason) != (c.exit_code, &c.reason)
+        })
+    })
 }
 
 /// What a read of one pod found.
