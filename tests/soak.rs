@@ -1005,9 +1005,11 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     let (mut next_fault, mut next_quiet, mut next_sample) = (t0 + fault_every, t0 + quiesce_every, t0);
     let mut next_burst = t0 + Duration::from_secs(rng.u64(5..20));
 
+    let plegd_admin = plegd.admin.clone();
     let check_quiescent = |label: String| {
         let (watchers, socket, quiet_tx, violations) =
             (watchers.clone(), socket.clone(), quiet_tx.clone(), violations.clone());
+        let admin = plegd_admin.clone();
         let cri = CriClient::new(&endpoint, opts.clone(), None).unwrap();
         async move {
             quiet_tx.send(true).unwrap();
@@ -1028,6 +1030,24 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
                 let listed = pods_view(&listed.into_inner().pods, None);
                 if listed != rt {
                     last_diff = format!("ListPods {listed:?}\nruntime  {rt:?}");
+                    // The evidence: what plegd saw of the pods the two disagree on, as
+                    // its journal has it (each change with its source and revision).
+                    let differ: Vec<&String> =
+                        listed.keys().chain(rt.keys()).filter(|uid| listed.get(*uid) != rt.get(*uid)).collect();
+                    let at = *admin.lock().unwrap();
+                    for uid in differ.into_iter().take(3) {
+                        last_diff.push_str(&format!(
+                            "\ndiffers: {uid}: ListPods {:?}, runtime {:?}",
+                            listed.get(uid),
+                            rt.get(uid)
+                        ));
+                        if let Some(at) = at
+                            && let Ok((_, body)) =
+                                support::try_http(at, "GET", &format!("/debug/pods/{uid}/timeline")).await
+                        {
+                            last_diff.push_str(&format!("; plegd's timeline of it: {}", &body[..body.len().min(6000)]));
+                        }
+                    }
                     continue;
                 }
                 let mut all = true;
