@@ -513,3 +513,70 @@ async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_an
         }
     }
 }
+
+/// containerd 2.x's `RemovePodSandbox` sends the sandbox's `CONTAINER_DELETED` before it
+/// takes the sandbox out of its store, and sends nothing when it does: the read the
+/// event prompts can still find the sandbox. Found by the hour-long soak on containerd
+/// 2.1: a pod with no container that the runtime no longer listed stayed in `ListPods`
+/// (with the stream trusted, full relists are five minutes apart). Whatever the lag
+/// between the event and the removal, the pod leaves the cache and the watchers soon
+/// after the runtime lets it go (a lag past the re-reads' hundred seconds: at the next
+/// full relist), is removed once, and is read no more.
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_the_runtime_says_deleted_before_it_leaves_its_store_leaves_the_cache_and_the_watchers_soon_after() {
+    use plegd::model::event::EventType;
+    let lags = [
+        None,
+        Some(Duration::from_millis(1)),
+        Some(Duration::from_millis(30)),
+        Some(Duration::from_millis(250)),
+        Some(Duration::from_secs(2)),
+        Some(Duration::from_secs(20)),
+        Some(Duration::from_secs(150)),
+    ];
+    for (mode, identity, what) in MODES {
+        for lag in lags {
+            let at = format!("{what}, the sandbox leaving the store {lag:?} after its event");
+            let p = start(mode, identity).await;
+            p.sim.set_sandbox_removal_lag(lag);
+            let (pod, sid, id) = p.run_pod("leaving").await;
+            p.ready().await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            // As the kubelet removes a pod.
+            p.sim.stop_container(&id).await.unwrap();
+            p.sim.remove_container_cri(&id).await.unwrap();
+            p.sim.stop_pod_sandbox(&sid).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            // Returns once the sandbox has left the store.
+            p.sim.remove_pod_sandbox(&sid).await.unwrap();
+            let gone = Instant::now();
+            let lag = lag.unwrap_or_default();
+            // The re-reads double from 0.1 s: the one that finds it gone comes at most
+            // about the lag after it went; past the re-reads, the next full relist.
+            let within = if lag < Duration::from_secs(100) {
+                lag + Duration::from_secs(1)
+            } else {
+                p.cfg.evented_relist_period + Duration::from_secs(2)
+            };
+            while p.app.cache.get(&pod.uid).is_some_and(|e| e.status.is_some()) {
+                assert!(
+                    gone.elapsed() <= within,
+                    "{at}: still cached {:?} after the runtime let it go",
+                    gone.elapsed()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let timeline = p.app.journal.timeline(&pod.uid).expect("the pod's timeline");
+            let removed = timeline
+                .iter()
+                .filter(|e| e.event.kind == EventType::ContainerRemoved && e.event.container_id == sid)
+                .count();
+            assert_eq!(removed, 1, "{at}: the sandbox's removal is told once: {timeline:?}");
+            // Read no more, nothing more told.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            assert_eq!(p.app.journal.timeline(&pod.uid).unwrap().len(), timeline.len(), "{at}: nothing more was told");
+            assert!(p.app.cache.get(&pod.uid).is_none_or(|e| e.status.is_none()), "{at}: the pod stays gone");
+            p.stop().await;
+        }
+    }
+}

@@ -69,24 +69,75 @@ impl Reread {
     }
 }
 
-struct Followed {
-    uid: String,
-    /// When it was first read lost.
-    since: Instant,
-    /// The next re-read; `None` once all [`READS`] are done (the container stays in the
-    /// book, so that a read of its pod does not start it over, until it is amended or
-    /// gone).
-    next: Option<Instant>,
+/// An entry of a book the relister reads again (this one, and the sandboxes said
+/// deleted, [`super::deleting`]): its pod, and when it is read next.
+pub(super) struct Rereads {
+    pub uid: String,
+    /// When it was entered.
+    pub since: Instant,
+    /// The next re-read; `None` when none is due (done, or not started).
+    pub next: Option<Instant>,
     /// Re-reads done.
-    reads: u32,
+    pub reads: u32,
     /// Re-reads failed in a row.
-    fails: u32,
+    pub fails: u32,
 }
+
+/// How a book reads again: the first re-read this long after it starts, each next one
+/// twice as long after the one before, `reads` in all; a failed read retried 1, 2, 4 …
+/// `2^max_doubling` firsts later, until `recent` after the entry was made.
+pub(super) struct Pace {
+    pub first: Duration,
+    pub reads: u32,
+    pub max_doubling: u32,
+    pub recent: Duration,
+}
+
+impl Rereads {
+    pub fn new(uid: &str, now: Instant, next: Option<Instant>) -> Self {
+        Self { uid: uid.to_owned(), since: now, next, reads: 0, fails: 0 }
+    }
+
+    /// Records a re-read that found the same (counted; none is next after the last) or
+    /// failed (not counted; none is next past `recent`). A changed one is the book's.
+    pub fn read(&mut self, found: Reread, pace: &Pace) {
+        let now = Instant::now();
+        match found {
+            Reread::Same => {
+                self.fails = 0;
+                self.reads += 1;
+                self.next = (self.reads < pace.reads).then(|| now + pace.first * 2u32.pow(self.reads));
+            }
+            Reread::Failed => {
+                let wait = pace.first * 2u32.pow(self.fails.min(pace.max_doubling));
+                self.fails += 1;
+                self.next = (now.duration_since(self.since) < pace.recent).then(|| now + wait);
+            }
+            Reread::Changed => self.next = None,
+        }
+    }
+}
+
+/// The entries (id, pod uid) of a book due for a re-read now, in id order.
+pub(super) fn due_now<'a>(book: impl Iterator<Item = (&'a String, &'a Rereads)>) -> Vec<(String, String)> {
+    let now = Instant::now();
+    let mut due: Vec<_> =
+        book.filter(|(_, r)| r.next.is_some_and(|at| at <= now)).map(|(id, r)| (id.clone(), r.uid.clone())).collect();
+    due.sort();
+    due
+}
+
+/// When a book's next re-read is due, if any is.
+pub(super) fn earliest<'a>(book: impl Iterator<Item = &'a Rereads>) -> Option<Instant> {
+    book.filter_map(|r| r.next).min()
+}
+
+const PACE: Pace = Pace { first: FIRST, reads: READS, max_doubling: 5, recent: RECENT };
 
 /// The containers whose lost exit status the relister reads again.
 #[derive(Default)]
 pub(super) struct Amendable {
-    by_id: HashMap<String, Followed>,
+    by_id: HashMap<String, Rereads>,
 }
 
 impl Amendable {
@@ -108,8 +159,7 @@ impl Amendable {
                 .and_then(|at| wall.duration_since(at).ok())
                 .is_none_or(|ago| ago <= RECENT);
             if lately && !self.by_id.contains_key(&c.id) {
-                let f = Followed { uid: uid.to_owned(), since: now, next: Some(now + FIRST), reads: 0, fails: 0 };
-                self.by_id.insert(c.id.clone(), f);
+                self.by_id.insert(c.id.clone(), Rereads::new(uid, now, Some(now + FIRST)));
             }
         }
         if self.by_id.len() > MAX {
@@ -125,20 +175,12 @@ impl Amendable {
 
     /// When the next re-read is due, if any is.
     pub fn next_due(&self) -> Option<Instant> {
-        self.by_id.values().filter_map(|f| f.next).min()
+        earliest(self.by_id.values())
     }
 
     /// The containers (id, pod uid) due for a re-read now.
     pub fn due(&self) -> Vec<(String, String)> {
-        let now = Instant::now();
-        let mut due: Vec<_> = self
-            .by_id
-            .iter()
-            .filter(|(_, f)| f.next.is_some_and(|at| at <= now))
-            .map(|(id, f)| (id.clone(), f.uid.clone()))
-            .collect();
-        due.sort();
-        due
+        due_now(self.by_id.iter())
     }
 
     /// Records a re-read of container `id`: the same word counts a read and schedules
@@ -146,22 +188,10 @@ impl Amendable {
     /// 1, 2, 4 … 32 s later (until [`RECENT`] after the first read); a changed word lets
     /// the container go (the read of its pod that follows notes what it is now).
     pub fn read(&mut self, id: &str, found: Reread) {
-        let now = Instant::now();
-        let Some(f) = self.by_id.get_mut(id) else { return };
-        match found {
-            Reread::Same => {
-                f.fails = 0;
-                f.reads += 1;
-                f.next = (f.reads < READS).then(|| now + FIRST * 2u32.pow(f.reads));
-            }
-            Reread::Failed => {
-                let wait = FIRST * 2u32.pow(f.fails.min(5));
-                f.fails += 1;
-                f.next = (now.duration_since(f.since) < RECENT).then(|| now + wait);
-            }
-            Reread::Changed => {
-                self.by_id.remove(id);
-            }
+        if found == Reread::Changed {
+            self.by_id.remove(id);
+        } else if let Some(f) = self.by_id.get_mut(id) {
+            f.read(found, &PACE);
         }
     }
 

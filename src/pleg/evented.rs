@@ -185,6 +185,12 @@ impl<R: RuntimeService> EventedWatcher<R> {
                 {
                     self.hints.last_words(sandbox, last.clone());
                 }
+                if ev.container_event_type == cri::ContainerEventType::ContainerDeletedEvent as i32
+                    && let Some(sandbox) = sandbox
+                    && sandbox.id == ev.container_id
+                {
+                    self.hints.sandbox_deleted(uid, &sandbox.id);
+                }
                 self.hints.pod(uid, sandbox.map(|s| s.id.as_str()), Some(&ev.container_id), EventSource::CriEvent)
             }
             // containerd drops or sends events without a sandbox status when the sandbox

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::amend::Amendable;
+use super::deleting::Deleting;
 use super::evented::StreamState;
 use super::health::PlegHealth;
 use super::hints::{Hint, PodHints};
@@ -123,6 +124,8 @@ pub struct GenericPleg<R: RuntimeService> {
     last_words: LastWords,
     /// Containers read with an exit status the runtime lost, read again for a while.
     amendable: Amendable,
+    /// Sandboxes the runtime said deleted that a read still found, read again until gone.
+    deleting: Deleting,
 }
 
 type Inspection = (String, Instant, Result<PodStatus, String>);
@@ -165,6 +168,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             trust: StreamTrust::new(Duration::from_secs(300)),
             last_words: LastWords::default(),
             amendable: Amendable::default(),
+            deleting: Deleting::default(),
         }
     }
 
@@ -432,6 +436,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             }
         }
         self.amendable.note(uid, status.as_deref());
+        self.deleting.note(uid, status.as_deref());
         let old = self.records.old(uid);
         // A record with nothing in it: a pod seeded from the journal's view as plegd last
         // published it, with no sandbox and no container.

@@ -65,6 +65,8 @@ pub struct Pending {
     /// The final status the runtime's stream carried for containers that stopped, by
     /// pod UID: a container removed before plegd reads it still dies with its exit code.
     pub last_words: Vec<LastWords>,
+    /// Sandboxes (pod UID, sandbox id) the stream said deleted.
+    pub deleted_sandboxes: Vec<(String, String)>,
 }
 
 #[derive(Default)]
@@ -131,6 +133,18 @@ impl PodHints {
             std::mem::take(&mut inner.pending.last_words).into_iter().partition(|w| ids.contains(&w.3.id));
         inner.pending.last_words = rest;
         mine
+    }
+
+    /// Notes that the runtime said sandbox `id` of pod `uid` deleted (the pod is marked
+    /// dirty by [`PodHints::pod`] as well): containerd 2.x says so before the sandbox
+    /// leaves its store, so the relister reads it again until it is gone.
+    pub fn sandbox_deleted(&self, uid: &str, id: &str) {
+        let mut inner = self.inner.lock().expect("hints lock");
+        // Bounded like the dirty set.
+        let deleted = &mut inner.pending.deleted_sandboxes;
+        if deleted.len() < MAX_PENDING_WORDS {
+            deleted.push((uid.to_owned(), id.to_owned()));
+        }
     }
 
     /// Marks the pod of a container dirty when only the container id is known.

@@ -3,6 +3,7 @@
 //! It produces [`crate::model::event::PodLifecycleEvent`]s.
 
 mod amend;
+mod deleting;
 pub mod evented;
 pub mod generic;
 pub mod health;

@@ -76,6 +76,9 @@ struct Inner {
     blocking: std::sync::atomic::AtomicBool,
     /// The queues of streams opened with blocking delivery.
     queues: Mutex<Vec<tokio::sync::mpsc::Sender<cri::ContainerEventResponse>>>,
+    /// containerd 2.x's order in `RemovePodSandbox`: set, the sandbox's
+    /// `CONTAINER_DELETED` goes out first and the sandbox leaves the store this long after.
+    removal_lag: Mutex<Option<std::time::Duration>>,
 }
 
 /// Events a stream's queue holds under containerd 2.x's delivery before the runtime's
@@ -251,6 +254,12 @@ impl State {
         }
     }
 
+    fn remove_sandbox(&mut self, id: &str) {
+        if let Some(sb) = self.sandboxes.remove(id) {
+            self.names.remove(&sb.name);
+        }
+    }
+
     /// Stops every running container of a sandbox, then the sandbox; returns the events.
     fn stop_sandbox(&mut self, sandbox_id: &str) -> Vec<cri::ContainerEventResponse> {
         let mut events = Vec::new();
@@ -295,6 +304,7 @@ impl SimRuntime {
                 identity: Mutex::new(("plegd-sim".into(), env!("CARGO_PKG_VERSION").into())),
                 blocking: std::sync::atomic::AtomicBool::new(false),
                 queues: Mutex::new(Vec::new()),
+                removal_lag: Mutex::new(Some(std::time::Duration::ZERO)),
             }),
         }
     }
@@ -349,6 +359,16 @@ impl SimRuntime {
     /// while any stream's queue is full.
     pub fn set_blocking_delivery(&self, on: bool) {
         self.inner.blocking.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// containerd 2.x's `RemovePodSandbox` sends the sandbox's `CONTAINER_DELETED`
+    /// before it takes the sandbox out of its store (NRI's removal notification runs in
+    /// between): a reader acting on the event at once still finds the sandbox. `Some`:
+    /// that order, with the sandbox listed this long after its event (the default: no
+    /// longer than the event's delivery takes); `None`: removed, then told (containerd
+    /// 1.7's default CRI server).
+    pub fn set_sandbox_removal_lag(&self, lag: Option<std::time::Duration>) {
+        *self.inner.removal_lag.lock().expect("lag lock") = lag;
     }
 
     /// Adds a fault.
@@ -519,9 +539,13 @@ impl SimRuntime {
     }
 
     /// `RemovePodSandbox`: stops, removes its containers, then the sandbox. Idempotent.
+    /// With a removal lag ([`SimRuntime::set_sandbox_removal_lag`], containerd 2.x) the
+    /// sandbox's `CONTAINER_DELETED` is sent while the sandbox is still listed, and the
+    /// sandbox leaves the store (and the call returns) the lag later, with no event.
     pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), Status> {
         self.fault("RemovePodSandbox", id).await?;
-        let events = {
+        let lag = *self.inner.removal_lag.lock().expect("lag lock");
+        let (id, events) = {
             let mut s = self.state();
             let Some(id) = resolve(&s.sandboxes, id).cloned() else { return Ok(()) };
             let mut events = s.stop_sandbox(&id);
@@ -534,14 +558,17 @@ impl SimRuntime {
                 }
                 events.push(s.event(&cid, cri::ContainerEventType::ContainerDeletedEvent, &id));
             }
-            let ev = s.event(&id, cri::ContainerEventType::ContainerDeletedEvent, &id);
-            if let Some(sb) = s.sandboxes.remove(&id) {
-                s.names.remove(&sb.name);
+            events.push(s.event(&id, cri::ContainerEventType::ContainerDeletedEvent, &id));
+            if lag.is_none() {
+                s.remove_sandbox(&id);
             }
-            events.push(ev);
-            events
+            (id, events)
         };
         self.publish(events).await;
+        if let Some(lag) = lag {
+            tokio::time::sleep(lag).await;
+            self.state().remove_sandbox(&id);
+        }
         Ok(())
     }
 

@@ -1,7 +1,7 @@
 //! The relister's loop: when to relist fully (the period, the stream going up or down,
 //! a request), which pods to read alone (the stream's hints, readers waiting, failed
-//! reads to retry, exit statuses the runtime may amend), and the beat that shows it
-//! turns.
+//! reads to retry, exit statuses the runtime may amend, sandboxes said deleted and
+//! still found), and the beat that shows it turns.
 
 use std::time::Duration;
 
@@ -19,21 +19,31 @@ use crate::pleg::hints::Hint;
 use crate::pleg::trust::SETTLE;
 
 impl<R: RuntimeService> GenericPleg<R> {
-    /// Reads again the status of each container due in the book of lost exit statuses
-    /// (one `ContainerStatus` each, a few at a time); the pods of those whose word
-    /// changed, or that are gone, are read in full, which sends the amended status.
-    async fn reread_lost(&mut self) {
-        let due = self.amendable.due();
+    /// Reads again what is due in the relister's two books: each container whose exit
+    /// status the runtime lost (one `ContainerStatus`), each sandbox the runtime said
+    /// deleted that a read still found (one `PodSandboxStatus`), a few at a time. The
+    /// pods of those that changed or are gone are read in full, which sends the amended
+    /// status or the removal.
+    async fn reread_due(&mut self) {
+        let lost = self.amendable.due().into_iter().map(|(id, uid)| (false, id, uid));
+        let deleted = self.deleting.due().into_iter().map(|(id, uid)| (true, id, uid));
         let timeout = self.cfg.inspect_timeout;
-        let reads: Vec<(String, String, Reread)> = futures_util::stream::iter(due)
-            .map(|(id, uid)| {
+        let reads: Vec<(bool, String, String, Reread)> = futures_util::stream::iter(lost.chain(deleted))
+            .map(|(sandbox, id, uid)| {
                 let runtime = self.runtime.clone();
                 async move {
-                    let found = match tokio::time::timeout(timeout, runtime.container_status(&id)).await {
-                        Ok(answer) => Reread::of(answer),
-                        Err(_) => Reread::Failed,
+                    let found = if sandbox {
+                        match tokio::time::timeout(timeout, runtime.pod_sandbox_status(&id)).await {
+                            Ok(answer) => crate::pleg::deleting::reread_of(answer),
+                            Err(_) => Reread::Failed,
+                        }
+                    } else {
+                        match tokio::time::timeout(timeout, runtime.container_status(&id)).await {
+                            Ok(answer) => Reread::of(answer),
+                            Err(_) => Reread::Failed,
+                        }
                     };
-                    (id, uid, found)
+                    (sandbox, id, uid, found)
                 }
             })
             .buffer_unordered(self.cfg.concurrency.max(1))
@@ -41,16 +51,25 @@ impl<R: RuntimeService> GenericPleg<R> {
             .collect()
             .await;
         let mut pods = std::collections::BTreeSet::new();
-        for (id, uid, found) in reads {
+        for (sandbox, id, uid, found) in reads {
             if found == Reread::Changed {
                 pods.insert(uid);
             }
-            self.amendable.read(&id, found);
+            if sandbox {
+                self.deleting.read(&id, found);
+            } else {
+                self.amendable.read(&id, found);
+            }
         }
         if !pods.is_empty() {
             let now = Instant::now();
             self.relist_pods(pods.into_iter().map(|uid| (uid, Hint::pod_relist(now))).collect()).await;
         }
+    }
+
+    /// When the next re-read of either book is due.
+    fn next_reread(&self) -> Option<Instant> {
+        [self.amendable.next_due(), self.deleting.next_due()].into_iter().flatten().min()
     }
 
     /// Turns pending hints into a batch of pods; container-only hints are resolved
@@ -146,6 +165,9 @@ impl<R: RuntimeService> GenericPleg<R> {
             self.beat.beat();
             let mut pending = self.hints.take();
             self.last_words.keep(std::mem::take(&mut pending.last_words));
+            for (uid, id) in std::mem::take(&mut pending.deleted_sandboxes) {
+                self.deleting.said(&uid, &id);
+            }
             if pending.recovered {
                 self.trust.settle_until = Instant::now() + SETTLE;
             }
@@ -197,11 +219,11 @@ impl<R: RuntimeService> GenericPleg<R> {
                 next_retry = None;
             }
             // Containers whose exit status the runtime lost, read again in case it
-            // amends it.
-            if self.amendable.next_due().is_some_and(|at| at <= Instant::now()) {
-                self.reread_lost().await;
+            // amends it; sandboxes said deleted and still found, until they are gone.
+            if self.next_reread().is_some_and(|at| at <= Instant::now()) {
+                self.reread_due().await;
             }
-            let wake = [next_retry, self.amendable.next_due()]
+            let wake = [next_retry, self.next_reread()]
                 .into_iter()
                 .flatten()
                 .fold(next_full, Instant::min)
