@@ -246,14 +246,22 @@ async fn health_readiness_and_the_startup_resync_see_a_relist_only_once_its_pods
     p.stop().await;
 }
 
-/// The simulated runtime, with a listing that does not decode.
+/// The simulated runtime, with a listing that can be made not to decode, and the
+/// sandbox ids `PodSandboxStatus` was asked for.
 #[derive(Clone)]
-struct Garbled {
+struct Wrapped {
     sim: SimRuntime,
     garbled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sandbox_reads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
-impl plegd::cri::RuntimeService for Garbled {
+impl Wrapped {
+    fn new(sim: SimRuntime) -> Self {
+        Self { sim, garbled: Default::default(), sandbox_reads: Default::default() }
+    }
+}
+
+impl plegd::cri::RuntimeService for Wrapped {
     fn endpoint(&self) -> &str {
         "garbled"
     }
@@ -270,6 +278,7 @@ impl plegd::cri::RuntimeService for Garbled {
         &self,
         id: &str,
     ) -> Result<plegd::proto::runtime::PodSandboxStatus, plegd::cri::CriError> {
+        self.sandbox_reads.lock().unwrap().push(id.to_owned());
         plegd::cri::RuntimeService::pod_sandbox_status(&self.sim, id).await
     }
     async fn list_containers(
@@ -301,8 +310,10 @@ impl plegd::cri::RuntimeService for Garbled {
 async fn a_listing_that_does_not_decode_is_a_failed_relist_counted_and_shown_in_healthz() {
     use plegd::cri::RuntimeService;
     let sim = SimRuntime::new();
-    let garbled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let p = start_on(sim.clone(), Garbled { sim, garbled: garbled.clone() }, Mode::Generic).await;
+    let wrapped = Wrapped::new(sim.clone());
+    let garbled = wrapped.garbled.clone();
+    garbled.store(true, std::sync::atomic::Ordering::SeqCst);
+    let p = start_on(sim, wrapped, Mode::Generic).await;
     p.run_pod("a").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(!p.app.health.first_relist_done(), "an undecodable listing is not a relist");
@@ -519,14 +530,17 @@ async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_an
 /// event prompts can still find the sandbox. Found by the hour-long soak on containerd
 /// 2.1: a pod with no container that the runtime no longer listed stayed in `ListPods`
 /// (with the stream trusted, full relists are five minutes apart). Whatever the lag
-/// between the event and the removal, the pod leaves the cache and the watchers soon
+/// between the event and the removal, and whether the event's turn reads the pod alone
+/// or runs a full relist, the pod leaves the cache, `ListPods` and the watchers soon
 /// after the runtime lets it go (a lag past the re-reads' hundred seconds: at the next
-/// full relist), is removed once, and is read no more.
+/// full relist); the removal is told once, counts as no miss of the stream, and the
+/// sandbox is read no more.
 #[tokio::test(start_paused = true)]
 async fn a_sandbox_the_runtime_says_deleted_before_it_leaves_its_store_leaves_the_cache_and_the_watchers_soon_after() {
     use plegd::model::event::EventType;
     let lags = [
         None,
+        Some(Duration::ZERO),
         Some(Duration::from_millis(1)),
         Some(Duration::from_millis(30)),
         Some(Duration::from_millis(250)),
@@ -536,47 +550,96 @@ async fn a_sandbox_the_runtime_says_deleted_before_it_leaves_its_store_leaves_th
     ];
     for (mode, identity, what) in MODES {
         for lag in lags {
-            let at = format!("{what}, the sandbox leaving the store {lag:?} after its event");
-            let p = start(mode, identity).await;
-            p.sim.set_sandbox_removal_lag(lag);
-            let (pod, sid, id) = p.run_pod("leaving").await;
-            p.ready().await;
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            // As the kubelet removes a pod.
-            p.sim.stop_container(&id).await.unwrap();
-            p.sim.remove_container_cri(&id).await.unwrap();
-            p.sim.stop_pod_sandbox(&sid).await.unwrap();
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            // Returns once the sandbox has left the store.
-            p.sim.remove_pod_sandbox(&sid).await.unwrap();
-            let gone = Instant::now();
-            let lag = lag.unwrap_or_default();
-            // The re-reads double from 0.1 s: the one that finds it gone comes at most
-            // about the lag after it went; past the re-reads, the next full relist.
-            let within = if lag < Duration::from_secs(100) {
-                lag + Duration::from_secs(1)
-            } else {
-                p.cfg.evented_relist_period + Duration::from_secs(2)
-            };
-            while p.app.cache.get(&pod.uid).is_some_and(|e| e.status.is_some()) {
-                assert!(
-                    gone.elapsed() <= within,
-                    "{at}: still cached {:?} after the runtime let it go",
-                    gone.elapsed()
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            for full_relist in [false, true] {
+                let turn = if full_relist { "a full relist" } else { "a read of the pod" };
+                let at = format!("{what}, the sandbox leaving the store {lag:?} after its event, {turn} in its turn");
+                let sim = SimRuntime::new();
+                if let Some((name, version)) = identity {
+                    sim.set_identity(name, version);
+                }
+                sim.set_sandbox_removal_lag(lag);
+                let wrapped = Wrapped::new(sim.clone());
+                let reads = wrapped.sandbox_reads.clone();
+                let p = start_on(sim, wrapped, mode).await;
+                let (pod, sid, id) = p.run_pod("leaving").await;
+                let (_, _, busy) = p.run_pod("busy").await;
+                p.ready().await;
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                // As the kubelet removes a pod.
+                p.sim.stop_container(&id).await.unwrap();
+                p.sim.remove_container_cri(&id).await.unwrap();
+                p.sim.stop_pod_sandbox(&sid).await.unwrap();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if full_relist {
+                    // The relister is busy reading another pod (slowly) while a full
+                    // relist is asked for and the event arrives: its next turn takes
+                    // both, and relists fully instead of reading the pod alone.
+                    p.sim.inject(Fault {
+                        method: "ContainerStatus",
+                        target: Some(busy.clone()),
+                        action: FaultAction::Delay(Duration::from_millis(500)),
+                        times: Some(1),
+                    });
+                    p.sim.stop_container(&busy).await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    p.app.pleg.request_relist();
+                }
+                // Returns once the sandbox has left the store.
+                p.sim.remove_pod_sandbox(&sid).await.unwrap();
+                let gone = Instant::now();
+                let lag = lag.unwrap_or_default();
+                // The re-reads double from 0.1 s: the one that finds it gone comes at
+                // most about the lag after it went; past the re-reads, the next full
+                // relist. (Plus the slow read of the other pod, when there is one.)
+                let slow = lag >= Duration::from_secs(100);
+                let busy_read = if full_relist { Duration::from_millis(500) } else { Duration::ZERO };
+                let within = busy_read
+                    + if slow {
+                        p.cfg.evented_relist_period + Duration::from_secs(2)
+                    } else {
+                        lag + Duration::from_secs(1)
+                    };
+                let removals = || {
+                    let timeline = p.app.journal.timeline(&pod.uid).unwrap_or_default();
+                    let told = timeline
+                        .iter()
+                        .filter(|e| e.event.kind == EventType::ContainerRemoved && e.event.container_id == sid)
+                        .count();
+                    (told, timeline.len())
+                };
+                loop {
+                    let cached = p.app.cache.get(&pod.uid).is_some_and(|e| e.status.is_some());
+                    let listed = p.app.journal.pods().iter().any(|s| s.uid == pod.uid);
+                    if !cached && !listed && removals().0 > 0 {
+                        break;
+                    }
+                    assert!(
+                        gone.elapsed() <= within,
+                        "{at}: {:?} after the runtime let it go: cached {cached}, in ListPods {listed}, removal told {}",
+                        gone.elapsed(),
+                        removals().0
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let (told, events) = removals();
+                assert_eq!(told, 1, "{at}: the sandbox's removal is told once");
+                // Nothing more told; the sandbox read no more.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let reads_then = reads.lock().unwrap().iter().filter(|r| **r == sid).count();
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                assert_eq!(removals().1, events, "{at}: nothing more was told");
+                let reads_after = reads.lock().unwrap().iter().filter(|r| **r == sid).count();
+                assert_eq!(reads_after, reads_then, "{at}: the sandbox is read no more");
+                assert!(p.app.cache.get(&pod.uid).is_none_or(|e| e.status.is_none()), "{at}: the pod stays gone");
+                if !slow {
+                    assert_eq!(
+                        p.metric("plegd_evented_missed_changes_total"),
+                        0.0,
+                        "{at}: a removal the stream announced is no miss"
+                    );
+                }
+                p.stop().await;
             }
-            let timeline = p.app.journal.timeline(&pod.uid).expect("the pod's timeline");
-            let removed = timeline
-                .iter()
-                .filter(|e| e.event.kind == EventType::ContainerRemoved && e.event.container_id == sid)
-                .count();
-            assert_eq!(removed, 1, "{at}: the sandbox's removal is told once: {timeline:?}");
-            // Read no more, nothing more told.
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            assert_eq!(p.app.journal.timeline(&pod.uid).unwrap().len(), timeline.len(), "{at}: nothing more was told");
-            assert!(p.app.cache.get(&pod.uid).is_none_or(|e| e.status.is_none()), "{at}: the pod stays gone");
-            p.stop().await;
         }
     }
 }

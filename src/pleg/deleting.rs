@@ -17,7 +17,6 @@ use tokio::time::Instant;
 
 use super::amend::{Pace, Reread, Rereads, due_now, earliest};
 use crate::cri::CriError;
-use crate::model::PodStatus;
 use crate::proto::runtime as cri;
 
 /// The first re-read comes this long after the read that still found the sandbox; each
@@ -51,10 +50,13 @@ pub(super) struct Deleting {
 }
 
 impl Deleting {
-    /// The runtime said sandbox `id` of pod `uid` deleted (its `CONTAINER_DELETED`).
+    /// The runtime said sandbox `id` of pod `uid` deleted (its `CONTAINER_DELETED`): it
+    /// is read again [`FIRST`] from now unless a read of the pod finds it gone before
+    /// (the read the event prompts, usually). Scheduled here, not by that read: a full
+    /// relist that takes the event's turn reads the pod only if it changed.
     pub fn said(&mut self, uid: &str, id: &str) {
         let now = Instant::now();
-        self.by_id.entry(id.to_owned()).or_insert_with(|| Rereads::new(uid, now, None));
+        self.by_id.entry(id.to_owned()).or_insert_with(|| Rereads::new(uid, now, Some(now + FIRST)));
         if self.by_id.len() > MAX {
             self.by_id.retain(|_, s| now.duration_since(s.since) < RECENT);
         }
@@ -67,24 +69,19 @@ impl Deleting {
         }
     }
 
-    /// Takes in a read of pod `uid` (`None`: the pod is gone): a sandbox said deleted
-    /// that the read still lists is read again from now on (unless already); one it
-    /// does not list is let go.
-    pub fn note(&mut self, uid: &str, status: Option<&PodStatus>) {
+    /// Takes in a read of pod `uid`: a sandbox said deleted that it does not find
+    /// (`finds`: in the pod's listing or its statuses; neither, for a pod gone) is let
+    /// go; one it still finds keeps its re-reads.
+    pub fn note(&mut self, uid: &str, finds: impl Fn(&str) -> bool) {
         if self.by_id.is_empty() {
             return;
         }
-        let now = Instant::now();
-        self.by_id.retain(|id, s| {
-            if s.uid != uid {
-                return true;
-            }
-            let listed = status.is_some_and(|p| p.sandboxes.iter().any(|sb| sb.id == *id));
-            if listed && s.next.is_none() && s.reads == 0 && s.fails == 0 {
-                s.next = Some(now + FIRST);
-            }
-            listed
-        });
+        self.by_id.retain(|id, s| s.uid != uid || finds(id));
+    }
+
+    /// The pods whose sandboxes are followed.
+    pub fn uids(&self) -> impl Iterator<Item = &str> {
+        self.by_id.values().map(|s| s.uid.as_str())
     }
 
     /// When the next re-read is due, if any is.
@@ -122,21 +119,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::{SandboxState, SandboxStatus};
 
-    fn pod(uid: &str, sandboxes: &[&str]) -> PodStatus {
-        let mut p = PodStatus::empty(uid, "default", uid);
-        for id in sandboxes {
-            p.sandboxes.push(SandboxStatus {
-                id: (*id).into(),
-                attempt: 0,
-                state: SandboxState::NotReady,
-                created_at: 1,
-                ip: String::new(),
-                additional_ips: Vec::new(),
-            });
-        }
-        p
+    /// A read that finds the sandboxes `ids`.
+    fn finding(ids: &'static [&'static str]) -> impl Fn(&str) -> bool {
+        move |id| ids.contains(&id)
     }
 
     /// Plays a relister that re-reads what is due and gets `answer` for each; the
@@ -160,15 +146,14 @@ mod tests {
     async fn a_sandbox_said_deleted_and_still_read_is_read_again_until_gone_for_about_a_hundred_seconds() {
         let mut d = Deleting::default();
         d.said("p", "s");
-        assert_eq!(d.next_due(), None, "nothing is read again before a read still finds it");
-        d.note("p", Some(&pod("p", &["s"])));
+        d.note("p", finding(&["s"]));
         let times = reread_times(&mut d, |_| Reread::Same).await;
         assert_eq!(times, [100, 300, 700, 1500, 3100, 6300, 12700, 25500, 51100, 102300]);
         assert_eq!((d.len(), d.next_due()), (0, None), "then let go: full relists cover it");
 
         // Gone at the third re-read: let go.
         d.said("p", "s");
-        d.note("p", Some(&pod("p", &["s"])));
+        d.note("p", finding(&["s"]));
         let times = reread_times(&mut d, |n| if n == 2 { Reread::Changed } else { Reread::Same }).await;
         assert_eq!(times, [100, 300, 700]);
         assert_eq!(d.len(), 0);
@@ -180,28 +165,35 @@ mod tests {
         d.said("p", "s1");
         d.said("q", "s2");
         d.said("r", "s3");
-        // The prompted read already found it gone (the runtime's usual order).
-        d.note("p", Some(&pod("p", &["older"])));
-        d.note("q", None);
+        assert_eq!(d.next_due(), Some(Instant::now() + FIRST), "read again soon unless a read finds it gone");
+        // The prompted read already found it gone (the runtime's usual order), or the
+        // pod gone.
+        d.note("p", finding(&["older"]));
+        d.note("q", finding(&[]));
         assert_eq!(d.len(), 1, "only r's sandbox, not read yet, is still followed");
-        d.note("r", Some(&pod("r", &["s3"])));
+        d.note("r", finding(&["s3"]));
         tokio::time::advance(FIRST).await;
         assert_eq!(d.due(), [("s3".to_owned(), "r".to_owned())]);
         // A later read of the pod (any read) does not start the schedule over.
         d.read("s3", Reread::Same);
-        d.note("r", Some(&pod("r", &["s3"])));
+        d.note("r", finding(&["s3"]));
         assert_eq!(d.next_due(), Some(Instant::now() + FIRST * 2));
+        // Not read at all (a full relist took the event's turn and found the pod
+        // unchanged): read again all the same.
+        d.said("t", "s4");
+        tokio::time::advance(FIRST).await;
+        assert!(d.due().contains(&("s4".to_owned(), "t".to_owned())));
     }
 
     #[tokio::test(start_paused = true)]
     async fn failed_re_reads_are_retried_and_not_counted_and_given_up_after_ten_minutes() {
         let mut d = Deleting::default();
         d.said("p", "s");
-        d.note("p", Some(&pod("p", &["s"])));
+        d.note("p", finding(&["s"]));
         let times = reread_times(&mut d, |n| if n < 2 { Reread::Failed } else { Reread::Changed }).await;
         assert_eq!(times, [100, 200, 400], "two retries backing off, then gone");
         d.said("p", "s");
-        d.note("p", Some(&pod("p", &["s"])));
+        d.note("p", finding(&["s"]));
         let times = reread_times(&mut d, |_| Reread::Failed).await;
         assert!(times.windows(2).all(|w| w[1] - w[0] <= 25_600), "{times:?}");
         assert!(*times.last().unwrap() <= (RECENT + Duration::from_millis(25_600)).as_millis() as u64, "{times:?}");

@@ -436,7 +436,13 @@ impl<R: RuntimeService> GenericPleg<R> {
             }
         }
         self.amendable.note(uid, status.as_deref());
-        self.deleting.note(uid, status.as_deref());
+        // A sandbox said deleted is still there if the listing or the statuses have it
+        // (a status read NotFound while the listing still had it: still there).
+        let records = &self.records;
+        self.deleting.note(uid, |id| {
+            records.current(uid).is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
+                || status.as_ref().is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
+        });
         let old = self.records.old(uid);
         // A record with nothing in it: a pod seeded from the journal's view as plegd last
         // published it, with no sandbox and no container.

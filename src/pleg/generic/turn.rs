@@ -52,13 +52,14 @@ impl<R: RuntimeService> GenericPleg<R> {
             .await;
         let mut pods = std::collections::BTreeSet::new();
         for (sandbox, id, uid, found) in reads {
-            if found == Reread::Changed {
-                pods.insert(uid);
-            }
             if sandbox {
+                tracing::debug!(sandbox = %id, pod = %uid, ?found, "sandbox said deleted, read again");
                 self.deleting.read(&id, found);
             } else {
                 self.amendable.read(&id, found);
+            }
+            if found == Reread::Changed {
+                pods.insert(uid);
             }
         }
         if !pods.is_empty() {
@@ -167,6 +168,12 @@ impl<R: RuntimeService> GenericPleg<R> {
             self.last_words.keep(std::mem::take(&mut pending.last_words));
             for (uid, id) in std::mem::take(&mut pending.deleted_sandboxes) {
                 self.deleting.said(&uid, &id);
+            }
+            // The stream announced these pods' removal (a sandbox's CONTAINER_DELETED):
+            // whichever read finds them gone, it finds no miss of the stream.
+            let now = Instant::now();
+            for uid in self.deleting.uids() {
+                self.trust.announced.insert(uid.to_owned(), now);
             }
             if pending.recovered {
                 self.trust.settle_until = Instant::now() + SETTLE;
