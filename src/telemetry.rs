@@ -20,7 +20,12 @@ pub fn init(args: &LogArgs, default_level: &str) -> Result<(), TelemetryError> {
         },
     };
     use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal());
+    // The builder's own level (INFO unless told) would cap the filter below it: found when
+    // `plegd=debug` printed no debug line. The filter alone decides.
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let res = match args.log_format {
         LogFormat::Text => builder.finish().with(filter).try_init(),
         LogFormat::Json => builder.json().flatten_event(true).finish().with(filter).try_init(),

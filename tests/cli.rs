@@ -255,6 +255,21 @@ fn the_demo_shows_lifecycle_events_and_exits_zero() {
 }
 
 #[test]
+fn a_log_filter_lets_debug_and_trace_lines_through_and_the_default_keeps_them_out() {
+    // Found by a soak run with `RUST_LOG=plegd=debug` whose log held no debug line: the
+    // subscriber's own INFO cap sat below the filter.
+    let demo = ["demo", "--duration", "1s", "--pods", "2", "--relist-period", "200ms"];
+    let traced = plegd(&[&demo[..], &["--log-level", "plegd=trace"]].concat());
+    let stderr = String::from_utf8_lossy(&traced.stderr);
+    assert_eq!(traced.status.code(), Some(0), "{stderr}");
+    assert!(stderr.lines().any(|l| l.contains(" TRACE ") && l.contains("relist done")), "{stderr}");
+    let default = plegd(&demo);
+    let stderr = String::from_utf8_lossy(&default.stderr);
+    assert_eq!(default.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.lines().any(|l| l.contains(" DEBUG ") || l.contains(" TRACE ")), "{stderr}");
+}
+
+#[test]
 fn the_demo_prints_json_lines_with_o_json() {
     let out = plegd(&["demo", "--duration", "2s", "--pods", "2", "-o", "json", "--relist-period", "200ms"]);
     assert_eq!(out.status.code(), Some(0));
