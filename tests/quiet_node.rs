@@ -56,12 +56,18 @@ async fn start_tuned<R: plegd::cri::RuntimeService>(
     InProcess { sim, app, cfg, shutdown, tracker, _dir: dir }
 }
 
-/// plegd in `mode` on a simulated runtime that answers `Version` as `identity`.
-async fn start(mode: Mode, identity: Option<(&str, &str)>) -> InProcess {
+/// A simulated runtime that answers `Version` as `identity`.
+fn sim_as(identity: Option<(&str, &str)>) -> SimRuntime {
     let sim = SimRuntime::new();
     if let Some((name, version)) = identity {
         sim.set_identity(name, version);
     }
+    sim
+}
+
+/// plegd in `mode` on a simulated runtime that answers `Version` as `identity`.
+async fn start(mode: Mode, identity: Option<(&str, &str)>) -> InProcess {
+    let sim = sim_as(identity);
     start_on(sim.clone(), sim, mode).await
 }
 
@@ -553,10 +559,7 @@ async fn a_sandbox_the_runtime_says_deleted_before_it_leaves_its_store_leaves_th
             for full_relist in [false, true] {
                 let turn = if full_relist { "a full relist" } else { "a read of the pod" };
                 let at = format!("{what}, the sandbox leaving the store {lag:?} after its event, {turn} in its turn");
-                let sim = SimRuntime::new();
-                if let Some((name, version)) = identity {
-                    sim.set_identity(name, version);
-                }
+                let sim = sim_as(identity);
                 sim.set_sandbox_removal_lag(lag);
                 let wrapped = Wrapped::new(sim.clone());
                 let reads = wrapped.sandbox_reads.clone();

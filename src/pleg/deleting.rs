@@ -1,10 +1,11 @@
-//! Sandboxes the runtime said deleted that a read still found. containerd 2.x's
+//! Sandboxes the runtime said deleted, until a read finds them gone. containerd 2.x's
 //! `RemovePodSandbox` sends the sandbox's `CONTAINER_DELETED` before it takes the
 //! sandbox out of its store (NRI's removal notification runs in between), so the read
 //! the event prompts can still find the sandbox, with its containers gone, and no event
-//! comes when the sandbox goes. The relister reads such a sandbox's status again 0.1,
-//! 0.3, 0.7 … s after that read (ten reads over about 100 s; a read that fails is
-//! retried and not counted), and reads its pod in full once it is gone: the pod's
+//! comes when the sandbox goes. Unless a read finds it gone first, the relister reads
+//! such a sandbox's status again 0.1, 0.3, 0.7 … s after the event (ten reads over about
+//! 100 s; a read that fails is retried and not counted), and reads its pod in full once
+//! it is gone: the pod's
 //! removal reaches the cache and the watchers then, not at the next full relist (five
 //! minutes apart while the stream is trusted). Found by the hour-long soak on
 //! containerd 2.1: a pod with no container that the runtime no longer listed stayed in

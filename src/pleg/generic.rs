@@ -124,7 +124,7 @@ pub struct GenericPleg<R: RuntimeService> {
     last_words: LastWords,
     /// Containers read with an exit status the runtime lost, read again for a while.
     amendable: Amendable,
-    /// Sandboxes the runtime said deleted that a read still found, read again until gone.
+    /// Sandboxes the runtime said deleted, read again until a read finds them gone.
     deleting: Deleting,
 }
 

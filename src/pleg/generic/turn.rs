@@ -1,7 +1,7 @@
 //! The relister's loop: when to relist fully (the period, the stream going up or down,
 //! a request), which pods to read alone (the stream's hints, readers waiting, failed
-//! reads to retry, exit statuses the runtime may amend, sandboxes said deleted and
-//! still found), and the beat that shows it turns.
+//! reads to retry, exit statuses the runtime may amend, sandboxes said deleted and not
+//! yet found gone), and the beat that shows it turns.
 
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use crate::pleg::trust::SETTLE;
 impl<R: RuntimeService> GenericPleg<R> {
     /// Reads again what is due in the relister's two books: each container whose exit
     /// status the runtime lost (one `ContainerStatus`), each sandbox the runtime said
-    /// deleted that a read still found (one `PodSandboxStatus`), a few at a time. The
+    /// deleted and no read found gone yet (one `PodSandboxStatus`), a few at a time. The
     /// pods of those that changed or are gone are read in full, which sends the amended
     /// status or the removal.
     async fn reread_due(&mut self) {
@@ -226,7 +226,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 next_retry = None;
             }
             // Containers whose exit status the runtime lost, read again in case it
-            // amends it; sandboxes said deleted and still found, until they are gone.
+            // amends it; sandboxes said deleted, until a read finds them gone.
             if self.next_reread().is_some_and(|at| at <= Instant::now()) {
                 self.reread_due().await;
             }
