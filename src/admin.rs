@@ -1,6 +1,13 @@
-//! The admin HTTP surface on `--admin-addr`: metrics, liveness (every long-running loop
-//! turning), PLEG health and readiness, and the debug API (the cache and the runtime
-//! afresh, pod timelines, the sync loop's history, the work queues, resync requests).
+//! plegd's two HTTP listeners. `--admin-addr` serves what Prometheus and the kubelet
+//! need — metrics, liveness (every long-running loop turning), PLEG health and
+//! readiness — and nothing that tells who runs on the node: the DaemonSet binds it on
+//! the pod address. `--debug-addr`, loopback-only by default, serves the debug API (the
+//! cache and the runtime afresh, pod timelines, the sync loop's history, the work
+//! queues, resync requests), with what makes plegd work rate-limited.
+//!
+//! Both bound what a client can hold: a connection cap (further connections are
+//! closed at once and counted), a deadline to send a request's headers, a bounded
+//! header buffer, and a connection age after which keep-alive ends.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -142,6 +149,8 @@ pub struct AdminState {
     pub journal: crate::journal::Journal,
     /// Reads the runtime afresh for `?view=runtime`.
     pub runtime_view: RuntimeView,
+    /// Paces the debug requests that make plegd work.
+    pub work: Arc<WorkLimiter>,
 }
 
 /// Reads every pod from the runtime afresh.
@@ -152,17 +161,88 @@ pub type RuntimeView = Arc<
         + Sync,
 >;
 
-/// The admin server, bound and ready to serve.
-pub struct AdminServer {
-    listener: TcpListener,
-    state: Arc<AdminState>,
+/// The listeners' metrics.
+#[derive(Clone, Default)]
+pub struct HttpMetrics {
+    /// `plegd_http_connections_refused_total{listener}`: connections closed at the cap.
+    pub refused:
+        prometheus_client::metrics::family::Family<ListenerLabel, prometheus_client::metrics::counter::Counter>,
 }
 
-impl AdminServer {
-    /// Binds `addr`.
-    pub async fn bind(addr: SocketAddr, state: AdminState) -> Result<Self, AdminError> {
+/// Which listener.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct ListenerLabel {
+    /// `admin` or `debug`.
+    pub listener: String,
+}
+
+impl HttpMetrics {
+    /// Creates the listeners' families and registers them.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "plegd_http_connections_refused",
+            "HTTP connections closed at once because the listener held its cap",
+            m.refused.clone(),
+        );
+        m
+    }
+
+    /// The refusal counter of `listener`.
+    pub fn refused_on(&self, listener: &str) -> prometheus_client::metrics::counter::Counter {
+        self.refused.get_or_create(&ListenerLabel { listener: listener.into() }).clone()
+    }
+}
+
+/// What one HTTP listener lets a client hold.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpLimits {
+    /// Connections open at once; more are closed as they are accepted.
+    pub max_connections: usize,
+    /// A request's headers must arrive within this long.
+    pub header_read_timeout: Duration,
+    /// After this long a connection's keep-alive ends (its request in flight finishes).
+    pub max_connection_age: Duration,
+}
+
+impl HttpLimits {
+    /// The metrics and health listener: Prometheus and the kubelet's probes use a
+    /// handful of connections; 256 idle ones cost ≈ 5 MiB.
+    pub const ADMIN: Self = Self {
+        max_connections: 256,
+        header_read_timeout: Duration::from_secs(5),
+        max_connection_age: Duration::from_secs(120),
+    };
+    /// The debug listener: a person and a script or two.
+    pub const DEBUG: Self = Self {
+        max_connections: 32,
+        header_read_timeout: Duration::from_secs(5),
+        max_connection_age: Duration::from_secs(300),
+    };
+}
+
+/// The largest request head a listener buffers (hyper's smallest allowed buffer).
+const MAX_HEAD: usize = 16 << 10;
+
+/// An HTTP listener, bound and ready to serve one router within its limits.
+pub struct HttpServer {
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    refused: prometheus_client::metrics::counter::Counter,
+}
+
+impl HttpServer {
+    /// Binds `addr` for `router`.
+    pub async fn bind(addr: SocketAddr, router: Router, limits: HttpLimits) -> Result<Self, AdminError> {
         let listener = TcpListener::bind(addr).await.map_err(|source| AdminError::Bind { addr, source })?;
-        Ok(Self { listener, state: Arc::new(state) })
+        Ok(Self { listener, router, limits, refused: Default::default() })
+    }
+
+    /// Counts connections refused at the cap in `refused`.
+    pub fn counting_refusals(mut self, refused: prometheus_client::metrics::counter::Counter) -> Self {
+        self.refused = refused;
+        self
     }
 
     /// The bound address (useful with port 0).
@@ -170,34 +250,133 @@ impl AdminServer {
         self.listener.local_addr().expect("bound listener has an address")
     }
 
-    /// Serves until shutdown.
+    /// Serves until shutdown: one task per connection, at most `max_connections`.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), AdminError> {
-        axum::serve(self.listener, router(self.state))
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await
-            .map_err(AdminError::Serve)
+        let Self { listener, router, limits, refused } = self;
+        let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+        let conns = tokio_util::task::TaskTracker::new();
+        loop {
+            let accepted = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                a = listener.accept() => a,
+            };
+            let stream = match accepted {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // EMFILE and friends: wait a little rather than spin.
+                    tracing::warn!(error = %e, "accepting an HTTP connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                refused.inc();
+                tracing::debug!(cap = limits.max_connections, "HTTP connection refused at the cap");
+                continue;
+            };
+            let (router, shutdown) = (router.clone(), shutdown.clone());
+            conns.spawn(async move {
+                let _permit = permit;
+                serve_connection(stream, router, limits, shutdown).await;
+            });
+        }
+        conns.close();
+        let _ = tokio::time::timeout(Duration::from_secs(2), conns.wait()).await;
+        Ok(())
     }
 }
 
-/// The router, for tests.
-pub fn router(state: Arc<AdminState>) -> Router {
+/// Serves one connection: HTTP/1.1 with a header deadline and a bounded buffer, ended
+/// gracefully at its age limit or at shutdown.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    router: Router,
+    limits: HttpLimits,
+    shutdown: CancellationToken,
+) {
+    let svc = hyper_util::service::TowerToHyperService::new(router);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(MAX_HEAD);
+    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = tokio::time::sleep(limits.max_connection_age) => {}
+        _ = shutdown.cancelled() => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = tokio::time::timeout(limits.header_read_timeout, conn).await;
+}
+
+/// The metrics and health router (`--admin-addr`).
+pub fn admin_router(state: Arc<AdminState>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .fallback(admin_not_found)
+        .with_state(state)
+}
+
+/// The debug router (`--debug-addr`).
+pub fn debug_router(state: Arc<AdminState>) -> Router {
+    Router::new()
         .route("/debug/pods", get(debug_pods))
         .route("/debug/pods/{uid}/timeline", get(debug_timeline))
         .route("/debug/events", get(debug_events))
         .route("/debug/queue", get(debug_queue))
         .route("/debug/resync", axum::routing::post(debug_resync))
-        .fallback(not_found)
+        .fallback(debug_not_found)
         .with_state(state)
 }
 
-async fn not_found(uri: axum::http::Uri) -> Response {
-    let paths = "/metrics /livez /healthz /readyz /debug/pods /debug/pods/{uid}/timeline /debug/events /debug/queue POST:/debug/resync";
+async fn admin_not_found(uri: axum::http::Uri) -> Response {
+    let paths = "/metrics /livez /healthz /readyz";
+    let more = if uri.path().starts_with("/debug") { " (the debug API is on --debug-addr)" } else { "" };
+    (StatusCode::NOT_FOUND, format!("no such path {}; try {paths}{more}\n", uri.path())).into_response()
+}
+
+async fn debug_not_found(uri: axum::http::Uri) -> Response {
+    let paths = "/debug/pods /debug/pods/{uid}/timeline /debug/events /debug/queue POST:/debug/resync";
     (StatusCode::NOT_FOUND, format!("no such path {}; try {paths}\n", uri.path())).into_response()
+}
+
+/// Requests that make plegd work (a resync, a read of the whole runtime) at most this
+/// often; more get 429 with `Retry-After`.
+const WORK_EVERY: Duration = Duration::from_secs(1);
+
+/// When work requested over the debug API last ran, per kind.
+#[derive(Default)]
+pub struct WorkLimiter {
+    last: std::sync::Mutex<std::collections::HashMap<&'static str, tokio::time::Instant>>,
+}
+
+impl WorkLimiter {
+    /// Whether `kind` may run now (and notes that it does).
+    fn admit(&self, kind: &'static str) -> bool {
+        let now = tokio::time::Instant::now();
+        let mut last = self.last.lock().expect("limiter lock");
+        match last.get(kind) {
+            Some(t) if now.duration_since(*t) < WORK_EVERY => false,
+            _ => {
+                last.insert(kind, now);
+                true
+            }
+        }
+    }
+}
+
+fn too_many(what: &str) -> Response {
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, "1")],
+        format!("{what} runs at most once a second; try again shortly\n"),
+    )
+        .into_response()
 }
 
 fn pod_json(p: &crate::model::PodStatus, error: Option<&str>) -> serde_json::Value {
@@ -226,6 +405,7 @@ async fn debug_pods(
             axum::Json(serde_json::json!({ "view": "cache", "revision": s.journal.revision(), "pods": pods }))
                 .into_response()
         }
+        "runtime" if !s.work.admit("runtime view") => too_many("reading the whole runtime"),
         "runtime" => match (s.runtime_view)().await {
             Ok(pods) => {
                 let pods: Vec<_> = pods.iter().map(|p| pod_json(p, None)).collect();
@@ -397,6 +577,9 @@ async fn debug_queue(State(s): State<Arc<AdminState>>) -> Response {
 }
 
 async fn debug_resync(State(s): State<Arc<AdminState>>) -> Response {
+    if !s.work.admit("resync") {
+        return too_many("a requested resync");
+    }
     s.pleg.request_relist();
     s.sync.request_resync(crate::syncloop::ResyncKind::OnDemand);
     (StatusCode::ACCEPTED, "resync requested: a full relist and a sync-loop resync\n").into_response()

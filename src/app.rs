@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::admin::{AdminError, AdminServer, AdminState, Readiness, relist_liveness_limit};
+use crate::admin::{AdminError, AdminState, HttpLimits, HttpServer, Readiness, relist_liveness_limit};
 use crate::backoff::Backoff;
 use crate::cache::{self, PodCache};
 use crate::config::RunConfig;
@@ -75,8 +75,10 @@ pub struct Sidecar {
     pub pleg: PlegHandle,
     /// The liveness of every long-running loop, as `/livez` reports it.
     pub liveness: Liveness,
-    /// Where the admin server listens.
+    /// Where the metrics and health listener is.
     pub admin_addr: SocketAddr,
+    /// Where the debug listener is.
+    pub debug_addr: SocketAddr,
     /// The API socket.
     pub api_socket: std::path::PathBuf,
     /// The event stream's state.
@@ -110,6 +112,7 @@ pub async fn start_on<R: RuntimeService>(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Result<Sidecar, AppError> {
+    crate::clock::start();
     let (writer, cache) = cache::new();
     let health = PlegHealth::new(cfg.relist_threshold);
     let liveness = Liveness::new();
@@ -142,7 +145,8 @@ pub async fn start_on<R: RuntimeService>(
         // changed while plegd was down into events.
         .with_seed(journal.pods())
         .with_liveness(relist_beat)
-        .with_hints(hints.clone(), state_rx.clone(), cfg.evented_relist_period);
+        .with_hints(hints.clone(), state_rx.clone(), cfg.evented_relist_period)
+        .with_stream_check(cfg.stream_check_period);
     let handle = pleg.handle();
     let readiness =
         Readiness { health: health.clone(), stream: state_rx.clone(), require_stream: cfg.mode == Mode::Evented };
@@ -196,9 +200,16 @@ pub async fn start_on<R: RuntimeService>(
                 Box::pin(async move { crate::pleg::inspect::read_all(&client, n).await.map_err(|e| e.to_string()) })
             })
         },
+        work: Default::default(),
     };
-    let admin = AdminServer::bind(cfg.admin_addr, admin_state).await?;
-    let admin_addr = admin.local_addr();
+    let admin_state = Arc::new(admin_state);
+    let admin = HttpServer::bind(cfg.admin_addr, crate::admin::admin_router(admin_state.clone()), HttpLimits::ADMIN)
+        .await?
+        .counting_refusals(metrics.http.refused_on("admin"));
+    let debug = HttpServer::bind(cfg.debug_addr, crate::admin::debug_router(admin_state), HttpLimits::DEBUG)
+        .await?
+        .counting_refusals(metrics.http.refused_on("debug"));
+    let (admin_addr, debug_addr) = (admin.local_addr(), debug.local_addr());
 
     spawn(tracker, "publish", publisher.run(shutdown.clone()));
     let scavenger = crate::memory::Scavenger::new(cfg.memory.clone(), metrics.memory.clone());
@@ -228,6 +239,13 @@ pub async fn start_on<R: RuntimeService>(
             sd.cancel();
         }
     });
+    let sd = shutdown.clone();
+    spawn(tracker, "debug", async move {
+        if let Err(e) = debug.run(sd.clone()).await {
+            tracing::error!(error = %e, "debug server stopped");
+            sd.cancel();
+        }
+    });
     let svc = PodLifecycleService::new(
         journal.clone(),
         cache.clone(),
@@ -249,7 +267,7 @@ pub async fn start_on<R: RuntimeService>(
         let _ = std::fs::remove_file(&socket);
     });
     tracing::info!(
-        runtime = %cfg.runtime_endpoint, api = %cfg.api.socket.display(), admin = %admin_addr,
+        runtime = %cfg.runtime_endpoint, api = %cfg.api.socket.display(), admin = %admin_addr, debug = %debug_addr,
         mode = ?cfg.mode, "plegd started"
     );
     Ok(Sidecar {
@@ -261,6 +279,7 @@ pub async fn start_on<R: RuntimeService>(
         pleg: handle,
         liveness,
         admin_addr,
+        debug_addr,
         api_socket: cfg.api.socket.clone(),
         stream: state_rx,
         history,
@@ -328,6 +347,8 @@ pub struct Metrics {
     pub reconcile: crate::reconcile::ReconcileMetrics,
     /// The scavenger's metrics.
     pub memory: crate::memory::MemoryMetrics,
+    /// The HTTP listeners' metrics.
+    pub http: crate::admin::HttpMetrics,
 }
 
 impl Metrics {
@@ -343,7 +364,8 @@ impl Metrics {
         let memory = crate::memory::MemoryMetrics::register(&mut r);
         let queues = crate::workqueue::QueueMetrics::register(&mut r);
         let reconcile = crate::reconcile::ReconcileMetrics::register(&mut r);
-        Self { registry: Arc::new(r), pleg, cri, events, journal, api, queues, reconcile, memory }
+        let http = crate::admin::HttpMetrics::register(&mut r);
+        Self { registry: Arc::new(r), pleg, cri, events, journal, api, queues, reconcile, memory, http }
     }
 
     /// The registry in OpenMetrics text format.

@@ -1,4 +1,5 @@
-//! Capped, jittered exponential backoff that resets after a healthy period.
+//! Pacing: capped, jittered exponential backoff that resets after a healthy period, and
+//! a token bucket for work that others may ask for faster than it should run.
 
 use std::time::Duration;
 
@@ -96,5 +97,62 @@ mod tests {
         b.mark_healthy();
         tokio::time::advance(Duration::from_secs(61)).await;
         assert_eq!(b.next_delay(), Duration::from_millis(100));
+    }
+}
+
+/// A token bucket: `rate` tokens a second, at most `burst` saved up.
+#[derive(Clone, Debug)]
+pub struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket.
+    pub fn new(rate: f64, burst: u32) -> Self {
+        Self { rate, burst: f64::from(burst), tokens: f64::from(burst), last: Instant::now() }
+    }
+
+    fn refill(&mut self) {
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.burst);
+        self.last = now;
+    }
+
+    /// Takes a token if there is one.
+    pub fn try_take(&mut self) -> bool {
+        self.refill();
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// When the next token will be there.
+    pub fn next_at(&mut self) -> Instant {
+        self.refill();
+        let missing = (1.0 - self.tokens).max(0.0);
+        self.last + Duration::from_secs_f64(missing / self.rate)
+    }
+}
+
+#[cfg(test)]
+mod bucket_tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bucket_gives_its_burst_then_its_rate() {
+        let mut b = TokenBucket::new(10.0, 5);
+        let taken = (0..100).filter(|_| b.try_take()).count();
+        assert_eq!(taken, 5, "the burst");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let taken = (0..100).filter(|_| b.try_take()).count();
+        assert_eq!(taken, 5, "two seconds at 10/s, capped at the burst");
+        let next = b.next_at();
+        assert!(next > Instant::now() && next <= Instant::now() + Duration::from_millis(100));
     }
 }

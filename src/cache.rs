@@ -42,7 +42,7 @@ pub struct CacheEntry {
     pub error: Option<Arc<str>>,
     /// When the status was read (monotonic): the time taken before inspecting.
     pub modified: Instant,
-    /// `modified` in wall time, for display and the API.
+    /// `modified` on plegd's wall clock ([`crate::clock`]), for display and the API.
     pub modified_wall: SystemTime,
 }
 
@@ -218,7 +218,7 @@ impl CacheWriter {
         let mut s = self.shared.state.write().expect("cache lock");
         let key: Arc<str> = s.pods.get_key_value(uid).map(|(k, _)| k.clone()).unwrap_or_else(|| Arc::from(uid));
         let status = status.or_else(|| s.pods.get(uid).and_then(|e| e.status.clone()));
-        let wall = SystemTime::now() - modified.elapsed();
+        let wall = crate::clock::wall_of(modified);
         let entry = CacheEntry { uid: key.clone(), status, error: error.map(Arc::from), modified, modified_wall: wall };
         s.pods.insert(key.clone(), Arc::new(entry));
         s.notify(uid);
@@ -284,7 +284,7 @@ impl CacheWriter {
             return;
         }
         s.global = Some(ts);
-        s.global_wall = Some(SystemTime::now() - ts.elapsed());
+        s.global_wall = Some(crate::clock::wall_of(ts));
         let uids: Vec<_> = s.waiters.keys().cloned().collect();
         for uid in uids {
             s.notify(&uid);

@@ -31,6 +31,11 @@ pub struct PlegArgs {
     /// Safety-net relist period while the event stream is healthy.
     #[arg(long, env = "PLEGD_EVENTED_RELIST_PERIOD", default_value = "300s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub evented_relist_period: Duration,
+    /// While the event stream is trusted, a full relist still runs this often, so a
+    /// stream that stays connected but stops delivering hides a change no longer (an
+    /// unchanged listing costs two list calls and a hash); 0s: only the safety net.
+    #[arg(long, env = "PLEGD_STREAM_CHECK_PERIOD", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub stream_check_period: Duration,
     /// Relist period.
     #[arg(long, env = "PLEGD_RELIST_PERIOD", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub relist_period: Duration,
@@ -140,9 +145,14 @@ pub struct SyncArgs {
 /// Flags of the admin HTTP server.
 #[derive(Debug, Args)]
 pub struct AdminArgs {
-    /// HTTP: metrics, health, debug.
+    /// HTTP: metrics and health, for Prometheus and the kubelet's probes (nothing that
+    /// names the node's pods).
     #[arg(long, env = "PLEGD_ADMIN_ADDR", default_value = "127.0.0.1:9477")]
     pub admin_addr: SocketAddr,
+    /// HTTP: the debug API (pods, timelines, history, queues, resync) and the pages;
+    /// keep it on loopback unless every local user and pod may read the node's pods.
+    #[arg(long, env = "PLEGD_DEBUG_ADDR", default_value = "127.0.0.1:9478")]
+    pub debug_addr: SocketAddr,
 }
 
 /// Flags of the process's memory.
@@ -228,14 +238,18 @@ pub struct RunConfig {
     pub relist_period: Duration,
     /// Safety-net relist period while the stream is up.
     pub evented_relist_period: Duration,
+    /// The longest a trusted stream goes without a full relist (zero: the safety net).
+    pub stream_check_period: Duration,
     /// Health threshold.
     pub relist_threshold: Duration,
     /// Inspection concurrency.
     pub inspect_concurrency: usize,
     /// Inspection deadline per pod.
     pub inspect_timeout: Duration,
-    /// Admin address.
+    /// Metrics and health address.
     pub admin_addr: SocketAddr,
+    /// Debug API address.
+    pub debug_addr: SocketAddr,
     /// Event-stream reconnection settings.
     pub evented: crate::pleg::evented::EventedConfig,
     /// The API's socket and policies.
@@ -296,10 +310,12 @@ impl TryFrom<&RunArgs> for RunConfig {
             mode: a.pleg.mode,
             relist_period,
             evented_relist_period: positive("--evented-relist-period", a.pleg.evented_relist_period)?,
+            stream_check_period: a.pleg.stream_check_period,
             relist_threshold,
             inspect_concurrency: a.pleg.inspect_concurrency,
             inspect_timeout: positive("--inspect-timeout", a.pleg.inspect_timeout)?,
             admin_addr: a.admin.admin_addr,
+            debug_addr: a.admin.debug_addr,
             evented: Default::default(),
             api: crate::grpc::ApiConfig {
                 socket: parse_unix_endpoint(&a.api.listen).map_err(|e| invalid("--listen", e.to_string()))?,
@@ -320,16 +336,27 @@ impl RunConfig {
     /// A config for a sidecar on `endpoint` with defaults elsewhere (tests, demo).
     ///
     /// The defaults are the flags' own (one source of defaults): `RunArgs` is parsed
-    /// with `--runtime-endpoint` and `--state-dir ""` — tests and the demo keep the
-    /// journal in memory unless they give it a (temporary) state dir.
+    /// with `--runtime-endpoint`, `--state-dir ""` and ephemeral HTTP ports — tests and
+    /// the demo keep the journal in memory unless they give it a (temporary) state dir.
     pub fn for_endpoint(endpoint: &str) -> Result<Self, ConfigError> {
         #[derive(Parser)]
         struct Run {
             #[command(flatten)]
             run: RunArgs,
         }
-        let args = Run::try_parse_from(["plegd", "--runtime-endpoint", endpoint, "--state-dir", ""])
-            .map_err(|e| invalid("--runtime-endpoint", e.to_string()))?;
+        // Ephemeral ports: tests and embedders run many at once.
+        let args = Run::try_parse_from([
+            "plegd",
+            "--runtime-endpoint",
+            endpoint,
+            "--state-dir",
+            "",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--debug-addr",
+            "127.0.0.1:0",
+        ])
+        .map_err(|e| invalid("--runtime-endpoint", e.to_string()))?;
         Self::try_from(&args.run)
     }
 }

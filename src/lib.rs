@@ -18,8 +18,9 @@
 //! Layers, bottom to top; each module imports only its own layer and those below
 //! (`tests/layering.rs`):
 //!
-//! 1. leaves: [`proto`], [`backoff`], [`uds`], [`metrics`], [`process`], [`memory`]
-//!    (freed heap back to the kernel), [`liveness`], [`labels`], [`selector`]
+//! 1. leaves: [`proto`], [`backoff`], [`clock`] (plegd's wall clock), [`uds`], [`metrics`],
+//!    [`process`], [`memory`] (freed heap back to the kernel), [`liveness`], [`labels`],
+//!    [`selector`]
 //! 2. [`model`] — pod status and [`model::event`], the lifecycle events
 //! 3. [`cri`] — the runtime calls as a trait, and the tonic client
 //! 4. stores: [`cache`] (the runtime's latest per pod), [`journal`] (events by revision,
@@ -35,6 +36,7 @@ pub mod app;
 pub mod backoff;
 pub mod cache;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod cri;
 pub mod grpc;

@@ -100,6 +100,15 @@ impl WatchChecker {
         self
     }
 
+    /// The client replaced its copy with a `ListPods` answer: `pods` at `revision` of
+    /// `epoch`, from which it will watch.
+    pub fn listed(&mut self, pods: &[api::PodStatus], revision: u64, epoch: u64) {
+        self.drop_copy(Phase::Opening);
+        self.view = pods.iter().map(|p| (p.uid.clone(), p.clone())).collect();
+        self.resume = Some(revision);
+        self.epoch = Some(epoch);
+    }
+
     /// Whether `start` opens a stream that resumed into another journal than the one
     /// the client knows (it resumed without naming its epoch, and plegd lost its
     /// journal): the client must drop its copy and start over with a snapshot.

@@ -57,6 +57,11 @@ async fn every_path_answers_and_bad_input_gets_a_clear_status() {
         assert_eq!(http(a, "GET", path).await.0, want, "{path}");
     }
 
+    // Nothing on the metrics port names the node's pods: the debug API is elsewhere.
+    let (code, body) = http(a, "GET", "/debug/pods").await;
+    assert_eq!(code, 404);
+    assert!(body.contains("--debug-addr"), "{body}");
+    let a = p.app.debug_addr;
     let (code, body) = http(a, "GET", "/debug/pods").await;
     assert_eq!(code, 200);
     let cache: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -85,6 +90,11 @@ async fn every_path_answers_and_bad_input_gets_a_clear_status() {
     assert_eq!(http(a, "GET", "/debug/events?last=5").await.0, 200);
     assert_eq!(http(a, "GET", "/debug/queue").await.0, 200);
     assert_eq!(http(a, "POST", "/debug/resync").await.0, 202);
+    // What makes plegd work is paced: a second resync within the second is refused,
+    // saying when to come back.
+    let (code, body) = http(a, "POST", "/debug/resync").await;
+    assert_eq!(code, 429, "{body}");
+    assert!(body.contains("once a second"), "{body}");
 
     for (method, path, want) in [
         ("GET", "/debug/pods?view=bogus", 400),
@@ -92,8 +102,8 @@ async fn every_path_answers_and_bad_input_gets_a_clear_status() {
         ("GET", "/debug/pods/no-such-pod/timeline", 404),
         ("GET", "/debug/events?until=nope", 400),
         ("GET", "/debug/resync", 405),
-        ("POST", "/metrics", 405),
         ("GET", "/nope", 404),
+        ("GET", "/metrics", 404),
     ] {
         let (code, body) = http(a, method, path).await;
         assert_eq!(code, want, "{method} {path}: {body}");
@@ -101,6 +111,56 @@ async fn every_path_answers_and_bad_input_gets_a_clear_status() {
             assert!(!body.trim().is_empty(), "{method} {path} explains itself");
         }
     }
+    assert_eq!(http(p.app.admin_addr, "POST", "/metrics").await.0, 405);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn half_open_requests_are_capped_and_cut_off_and_the_probes_still_answer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let p = start_plegd(|_| {}).await;
+    let a = p.app.admin_addr;
+    let cap = plegd::admin::HttpLimits::ADMIN.max_connections;
+    // A neighbour opens more connections than the cap, each with a request whose
+    // headers never end.
+    let mut held = Vec::new();
+    for _ in 0..cap + 20 {
+        let mut c = tokio::net::TcpStream::connect(a).await.unwrap();
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ").await.unwrap();
+        held.push(c);
+    }
+    // Those past the cap are closed at once.
+    let mut closed = 0;
+    for c in held.iter_mut().rev().take(40) {
+        let mut buf = [0u8; 64];
+        // A close with the request unread is a reset, or an end of stream.
+        if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(Duration::from_millis(200), c.read(&mut buf)).await {
+            closed += 1;
+        }
+    }
+    assert!(closed >= 20, "{closed} of the last 40 connections were closed at the cap");
+    // The header deadline frees every slot; then the probes answer again.
+    let limit = plegd::admin::HttpLimits::ADMIN.header_read_timeout + Duration::from_secs(3);
+    let t0 = tokio::time::Instant::now();
+    let mut open = held.len();
+    for c in &mut held {
+        let mut buf = [0u8; 256];
+        let left = limit.saturating_sub(t0.elapsed());
+        match tokio::time::timeout(left, c.read(&mut buf)).await {
+            Ok(Ok(_)) | Ok(Err(_)) => open -= 1,
+            Err(_) => break,
+        }
+    }
+    assert_eq!(open, 0, "half-open requests outlived the header deadline");
+    drop(held);
+    assert_eq!(http(a, "GET", "/readyz").await.0, 200);
+    let (_, m) = http(a, "GET", "/metrics").await;
+    let refused = m
+        .lines()
+        .find_map(|l| l.strip_prefix("plegd_http_connections_refused_total{listener=\"admin\"} "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(refused >= 20.0, "refusals are counted: {refused}");
     p.stop().await;
 }
 

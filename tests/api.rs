@@ -475,16 +475,120 @@ async fn get_pod_status_waits_for_a_newer_status_up_to_the_deadline() {
     let got = p.client().get_pod_status(req).await.unwrap().into_inner();
     let c = &got.pod.unwrap().containers[0];
     assert_eq!((c.state, c.exit_code), (api::ContainerState::Exited as i32, 3));
-    // A time in the future cannot be satisfied before the deadline.
-    let future = plegd::model::system_to_timestamp(std::time::SystemTime::now() + Duration::from_secs(3600));
-    let mut req =
-        tonic::Request::new(api::GetPodStatusRequest { pod_uid: pod.uid.clone(), min_timestamp: Some(future) });
-    req.set_timeout(Duration::from_millis(300));
-    let e = p.client().get_pod_status(req).await.unwrap_err();
-    assert!(matches!(e.code(), Code::DeadlineExceeded | Code::Cancelled), "{e:?}");
+    // A time later than plegd's clock (a client's clock ahead, or stepped forward) is
+    // "newer than now": the next read answers it, not a wait of an hour. Past the year
+    // 2262 (beyond a nanosecond count) too, rather than wrapping to 1970.
+    for secs in
+        [std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 + 3600, i64::MAX]
+    {
+        let future = prost_types::Timestamp { seconds: secs, nanos: 0 };
+        let before = plegd::model::system_to_timestamp(plegd::clock::now());
+        let mut req =
+            tonic::Request::new(api::GetPodStatusRequest { pod_uid: pod.uid.clone(), min_timestamp: Some(future) });
+        req.set_timeout(Duration::from_secs(3));
+        let got = p.client().get_pod_status(req).await.unwrap().into_inner();
+        let ts = got.timestamp.unwrap();
+        assert!((ts.seconds, ts.nanos) > (before.seconds, before.nanos), "{secs}: a read after the call");
+    }
     let e = p.client().get_pod_status(api::GetPodStatusRequest::default()).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
+    let bad = prost_types::Timestamp { seconds: 1, nanos: -1 };
+    let e = p
+        .client()
+        .get_pod_status(api::GetPodStatusRequest { pod_uid: pod.uid.clone(), min_timestamp: Some(bad) })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("nanos"), "{e:?}");
     p.stop().await;
+}
+
+#[tokio::test]
+async fn a_timestamp_passed_back_is_answered_only_by_a_strictly_newer_read() {
+    let p = start_plegd(|_| {}).await;
+    let pod = PodSpec::new("default", "web");
+    p.h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut min = plegd::model::system_to_timestamp(plegd::clock::now());
+    for i in 0..30 {
+        let mut req =
+            tonic::Request::new(api::GetPodStatusRequest { pod_uid: pod.uid.clone(), min_timestamp: Some(min) });
+        req.set_timeout(Duration::from_secs(5));
+        let got = p.client().get_pod_status(req).await.unwrap().into_inner();
+        let ts = got.timestamp.unwrap();
+        assert!((ts.seconds, ts.nanos) > (min.seconds, min.nanos), "call {i}: {ts:?} is not newer than {min:?}");
+        min = ts;
+    }
+    p.stop().await;
+}
+
+/// `plegd_cri_requests_total{method=…}` summed over codes.
+fn cri_calls(p: &support::Plegd, method: &str) -> f64 {
+    let text = p.app.metrics.encode_text();
+    let prefix = format!("plegd_cri_requests_total{{method=\"{method}\"");
+    text.lines().filter(|l| l.starts_with(&prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+#[tokio::test]
+async fn waiting_readers_cannot_make_plegd_hammer_the_runtime() {
+    let p = start_plegd(|_| {}).await;
+    let pod = PodSpec::new("default", "web");
+    p.h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ask = |uid: String| {
+        let mut client = p.client();
+        async move {
+            let now = plegd::model::system_to_timestamp(plegd::clock::now());
+            let mut req = tonic::Request::new(api::GetPodStatusRequest { pod_uid: uid, min_timestamp: Some(now) });
+            req.set_timeout(Duration::from_millis(500));
+            client.get_pod_status(req).await
+        }
+    };
+    // 2,000 readers wait on pods that do not exist: none makes plegd search for it.
+    let (lists, t0) = (cri_calls(&p, "ListPodSandbox"), std::time::Instant::now());
+    let asks: Vec<_> = (0..2000).map(|i| ask(format!("made-up-{i}"))).collect();
+    futures_util::future::join_all(asks).await;
+    let listed = cri_calls(&p, "ListPodSandbox") - lists;
+    let checks = (t0.elapsed().as_secs_f64() / 10.0).ceil() + 1.0;
+    assert!(listed <= checks, "2,000 waits on made-up pods cost {listed} ListPodSandbox calls");
+    // 500 readers wait on one real pod: its reads are paced.
+    let t0 = std::time::Instant::now();
+    let reads = cri_calls(&p, "ListPodSandbox");
+    let asks: Vec<_> = (0..500).map(|_| ask(pod.uid.clone())).collect();
+    let answers = futures_util::future::join_all(asks).await;
+    let answered = answers.iter().filter(|a| a.is_ok()).count();
+    if let Some(Err(e)) = answers.iter().find(|a| a.is_err()) {
+        eprintln!("a reader not answered: {e:?}");
+    }
+    let reads = cri_calls(&p, "ListPodSandbox") - reads;
+    let allowed = f64::from(plegd::pleg::generic::DEMAND_READS_BURST)
+        + plegd::pleg::generic::DEMAND_READS_PER_SEC * t0.elapsed().as_secs_f64()
+        + 2.0;
+    assert!(reads <= allowed, "500 waits on one pod cost {reads} listings (allowed {allowed})");
+    assert!(answered > 0, "and they are answered: {answered}");
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn a_waiting_get_pod_status_does_not_hold_up_shutdown() {
+    let p = start_plegd(|_| {}).await;
+    let mut client = p.client();
+    let waiter = tokio::spawn(async move {
+        // A pod that never comes, waited on with a long deadline.
+        let future = plegd::model::system_to_timestamp(plegd::clock::now() + Duration::from_secs(3600));
+        let mut req = tonic::Request::new(api::GetPodStatusRequest {
+            pod_uid: "no-such-pod".into(),
+            min_timestamp: Some(future),
+        });
+        req.set_timeout(Duration::from_secs(30));
+        client.get_pod_status(req).await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t0 = std::time::Instant::now();
+    p.stop().await;
+    assert!(t0.elapsed() < Duration::from_secs(3), "shutdown waited {:?} for a GetPodStatus", t0.elapsed());
+    let answer = waiter.await.unwrap();
+    assert!(answer.as_ref().is_err_and(|e| e.code() == Code::Unavailable) || answer.is_ok(), "{answer:?}");
 }
 
 #[tokio::test]

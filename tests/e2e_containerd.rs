@@ -487,7 +487,7 @@ async fn the_watch_stream_and_debug_pods_match_what_the_runtime_did() {
 
     // Quiet: the cache and a fresh read of the runtime agree, and say what happened.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (code, body) = support::http(p.app.admin_addr, "GET", "/debug/pods").await;
+    let (code, body) = support::http(p.app.debug_addr, "GET", "/debug/pods").await;
     assert_eq!(code, 200);
     let cache: serde_json::Value = serde_json::from_str(&body).unwrap();
     let mine = cache["pods"].as_array().unwrap().iter().find(|x| x["uid"] == pod.uid.as_str()).unwrap();
@@ -507,7 +507,7 @@ async fn the_watch_stream_and_debug_pods_match_what_the_runtime_did() {
     assert!(states.contains(&("app".into(), 0, "EXITED".into(), 3)), "{states:?}");
     assert!(states.contains(&("app".into(), 1, "RUNNING".into(), 0)), "{states:?}");
     assert!(states.contains(&("keeper".into(), 0, "RUNNING".into(), 0)), "{states:?}");
-    let (_, body) = support::http(p.app.admin_addr, "GET", "/debug/pods?view=runtime").await;
+    let (_, body) = support::http(p.app.debug_addr, "GET", "/debug/pods?view=runtime").await;
     let runtime: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(strip_volatile(&runtime), strip_volatile(&cache), "view=runtime equals the cache once quiet");
 

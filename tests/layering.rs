@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// Bottom to top. A module may import its own layer and the ones before it.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("leaves", &["proto", "backoff", "uds", "metrics", "process", "memory", "liveness", "labels", "selector"]),
+    ("leaves", &["proto", "backoff", "clock", "uds", "metrics", "process", "memory", "liveness", "labels", "selector"]),
     ("model", &["model"]),
     ("cri", &["cri"]),
     ("stores", &["cache", "journal", "workqueue"]),

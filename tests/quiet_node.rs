@@ -375,10 +375,10 @@ async fn a_complete_stream_that_misses_changes_is_noticed_and_full_relists_speed
     // another subscriber looks the same from here).
     p.sim.mute_events(true);
     let first = p.start_container(&pod, &sid, "sidecar").await;
-    // Found by the safety-net relist, at most its period later.
+    // Found by the stream check's full relist, at most its period later.
     let t0 = Instant::now();
     while p.events_of(&pod, &first) == 0 {
-        assert!(t0.elapsed() <= p.cfg.evented_relist_period + Duration::from_secs(2), "never found");
+        assert!(t0.elapsed() <= p.cfg.stream_check_period + Duration::from_secs(2), "never found");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // Its event never comes: after a grace for events in flight, it counts as missed.
@@ -398,7 +398,101 @@ async fn a_complete_stream_that_misses_changes_is_noticed_and_full_relists_speed
     let before = relists();
     tokio::time::sleep(Duration::from_secs(600)).await;
     let during = relists() - before;
-    assert!(during <= 3.0, "back to the safety-net period: {during} full relists in 10 minutes");
+    let checks = (600.0 / p.cfg.stream_check_period.as_secs_f64()).ceil() + 1.0;
+    assert!(during <= checks, "back to the stream check's period: {during} full relists in 10 minutes");
+    p.stop().await;
+}
+
+/// How long after `since` the journal first had an event about `pod` that `pred` accepts.
+async fn published_within(
+    p: &InProcess,
+    pod: &str,
+    limit: Duration,
+    pred: impl Fn(&plegd::journal::Entry) -> bool,
+) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        if p.app.journal.timeline(pod).unwrap_or_default().iter().any(|e| pred(e)) {
+            return t0.elapsed();
+        }
+        assert!(t0.elapsed() <= limit, "pod {pod}: not published within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trusted_stream_that_stays_up_but_goes_silent_hides_no_change_for_longer_than_the_stream_check() {
+    use plegd::model::event::EventType;
+    let p = start(Mode::Auto, None).await;
+    let (pod, sid, _) = p.run_pod("old").await;
+    p.ready().await;
+    let goal = Duration::from_secs(15);
+    let limit = p.cfg.stream_check_period + Duration::from_secs(3);
+    assert!(limit <= goal, "the default check meets the goal of 15 s");
+    // Each change happens behind a stream that stays connected and says nothing (a CRI
+    // proxy that keeps the call open and forwards nothing looks the same), after half an
+    // hour of a stream that spoke: full relists are at their slowest then, not at the
+    // relist period a miss brings for a while.
+    let silent = || async {
+        p.sim.mute_events(false);
+        tokio::time::sleep(Duration::from_secs(1800)).await;
+        assert!(p.app.stream.borrow().is_up());
+        p.sim.mute_events(true);
+    };
+    let misses = || p.metric("plegd_evented_missed_changes_total");
+    let is = |id: String, kind: EventType| {
+        move |e: &plegd::journal::Entry| e.event.container_id == id && e.event.kind == kind
+    };
+
+    silent().await;
+    let (new, _, _) = p.run_pod("new").await;
+    let took = published_within(&p, &new.uid, limit, |_| true).await;
+    eprintln!("a new pod behind a silent stream: published after {took:?}");
+
+    silent().await;
+    let id = p.start_container(&pod, &sid, "worker").await;
+    let took = published_within(&p, &pod.uid, limit, is(id.clone(), EventType::ContainerStarted)).await;
+    eprintln!("a start behind a silent stream: published after {took:?}");
+
+    silent().await;
+    p.sim.exit_container(&id, 3, "Error");
+    let took = published_within(&p, &pod.uid, limit, is(id.clone(), EventType::ContainerDied)).await;
+    eprintln!("a death behind a silent stream: published after {took:?}");
+
+    silent().await;
+    p.sim.remove_container_cri(&id).await.unwrap();
+    let took = published_within(&p, &pod.uid, limit, is(id.clone(), EventType::ContainerRemoved)).await;
+    eprintln!("a removal behind a silent stream: published after {took:?}");
+
+    silent().await;
+    let before = misses();
+    p.sim.stop_pod_sandbox(&sid).await.unwrap();
+    p.sim.remove_pod_sandbox(&sid).await.unwrap();
+    let took = published_within(&p, &pod.uid, limit, |e| e.event.pod.is_none()).await;
+    eprintln!("a removed pod behind a silent stream: published after {took:?}");
+    // What the check found is counted as missed by the stream.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(misses() > before, "the miss is counted");
+    assert!(misses() >= 5.0, "every change the check found is a miss: {}", misses());
+    p.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_node_on_a_trusted_stream_relists_once_per_stream_check_and_reads_no_pod_alone() {
+    let p = start(Mode::Auto, None).await;
+    for i in 0..5 {
+        p.run_pod(&format!("p{i}")).await;
+    }
+    p.ready().await;
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let full = || p.metric("plegd_pleg_relist_duration_seconds_count");
+    let single = || p.metric("plegd_pleg_pod_relist_duration_seconds_count");
+    let (full0, single0) = (full(), single());
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let checks = 3600.0 / p.cfg.stream_check_period.as_secs_f64();
+    let relists = full() - full0;
+    assert!((checks - 1.0..=checks + 1.0).contains(&relists), "{relists} full relists in an hour, {checks} checks");
+    assert_eq!(single() - single0, 0.0, "a quiet node's checks read no pod alone");
     p.stop().await;
 }
 

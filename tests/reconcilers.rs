@@ -54,7 +54,7 @@ async fn a_crash_looping_container_yields_one_crash_loop_event_then_a_cleared_on
     assert!(ev.message.contains("deaths within"), "{}", ev.message);
     assert_eq!(cleared.len(), 1, "the last attempt stayed up past clear-after");
     // The loop recorded the follow-up with its cause.
-    let (code, body) = http(p.app.admin_addr, "GET", "/debug/events").await;
+    let (code, body) = http(p.app.debug_addr, "GET", "/debug/events").await;
     assert_eq!(code, 200);
     let records: serde_json::Value = serde_json::from_str(&body).unwrap();
     let fu = records.as_array().unwrap().iter().find(|r| r["name"] == "follow-up:CRASH_LOOP").expect("recorded");
@@ -160,7 +160,7 @@ async fn the_debug_api_shows_the_history_and_the_queues_and_takes_resyncs() {
     let p = start_plegd(|c| c.sync.gc.mode = GcMode::On).await;
     p.h.run_pod(&PodSpec::new("default", "web"), &[ContainerSpec::new("app")]).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let a = p.app.admin_addr;
+    let a = p.app.debug_addr;
     let (code, body) = http(a, "POST", "/debug/resync").await;
     assert_eq!(code, 202, "{body}");
     tokio::time::sleep(Duration::from_millis(300)).await;

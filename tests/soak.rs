@@ -154,15 +154,19 @@ struct PlegdHost {
     running: Option<Plegd>,
     /// The running plegd's admin address, for the stream watcher.
     admin: Shared<Option<std::net::SocketAddr>>,
+    /// The running plegd's debug address, for its timelines.
+    debug: Shared<Option<std::net::SocketAddr>>,
 }
 
 impl PlegdHost {
     async fn start(&mut self) {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let admin: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let debug: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let child = Command::new(BIN)
             .args(["run", "--runtime-endpoint", &self.endpoint, "--listen", &self.socket])
-            .args(["--admin-addr", &admin.to_string()])
+            .args(["--admin-addr", &admin.to_string(), "--debug-addr", &debug.to_string()])
             .arg("--state-dir")
             .arg(self.state.path())
             .env("RUST_LOG", std::env::var("PLEGD_SOAK_LOG").unwrap_or_else(|_| "warn".into()))
@@ -188,6 +192,7 @@ impl PlegdHost {
         }
         self.running = Some(p);
         *self.admin.lock().unwrap() = Some(admin);
+        *self.debug.lock().unwrap() = Some(debug);
     }
 
     fn pid(&self) -> Option<u32> {
@@ -610,9 +615,9 @@ async fn journaled_deaths(
         .map(|(id, t)| (id.clone(), t.pod_uid.clone()))
         .collect();
     let mut out: BTreeMap<String, std::collections::BTreeSet<(u64, u64)>> = BTreeMap::new();
-    let Some(admin) = *plegd.admin.lock().unwrap() else { return out };
+    let Some(debug) = *plegd.debug.lock().unwrap() else { return out };
     for (id, uid) in unreceived {
-        let Ok((200, body)) = support::try_http(admin, "GET", &format!("/debug/pods/{uid}/timeline")).await else {
+        let Ok((200, body)) = support::try_http(debug, "GET", &format!("/debug/pods/{uid}/timeline")).await else {
             continue;
         };
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) else { continue };
@@ -940,6 +945,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
         dir,
         running: None,
         admin: Default::default(),
+        debug: Default::default(),
     };
     plegd.start().await;
 
@@ -1005,11 +1011,11 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     let (mut next_fault, mut next_quiet, mut next_sample) = (t0 + fault_every, t0 + quiesce_every, t0);
     let mut next_burst = t0 + Duration::from_secs(rng.u64(5..20));
 
-    let plegd_admin = plegd.admin.clone();
+    let plegd_debug = plegd.debug.clone();
     let check_quiescent = |label: String| {
         let (watchers, socket, quiet_tx, violations) =
             (watchers.clone(), socket.clone(), quiet_tx.clone(), violations.clone());
-        let admin = plegd_admin.clone();
+        let debug = plegd_debug.clone();
         let cri = CriClient::new(&endpoint, opts.clone(), None).unwrap();
         async move {
             quiet_tx.send(true).unwrap();
@@ -1034,7 +1040,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
                     // its journal has it (each change with its source and revision).
                     let differ: Vec<&String> =
                         listed.keys().chain(rt.keys()).filter(|uid| listed.get(*uid) != rt.get(*uid)).collect();
-                    let at = *admin.lock().unwrap();
+                    let at = *debug.lock().unwrap();
                     for uid in differ.into_iter().take(3) {
                         last_diff.push_str(&format!(
                             "\ndiffers: {uid}: ListPods {:?}, runtime {:?}",

@@ -3,7 +3,11 @@
 //! restarted as new attempts, removed; pods stopped, removed with and without their
 //! sandbox), while watchers with filters (negative selectors too) stall past the
 //! bookmark interval, disconnect and resume with and without their epoch, on tiny
-//! watch buffers, and plegd itself restarts. Every watcher runs the invariant checker
+//! watch buffers, and plegd itself restarts. Pods change their labels (a new sandbox
+//! with other labels), moving in and out of filtered watchers' selections while those
+//! watchers are away and resume, or list and then watch from the list's revision; the
+//! journal keeps its records in memory or, with a state dir and a tiny memory budget,
+//! replays them from disk. Every watcher runs the invariant checker
 //! (`plegd::watchcheck`) on every message; at the end, with the node quiet, each
 //! watcher's copy equals `ListPods` with its filter.
 //!
@@ -47,6 +51,12 @@ enum Op {
     Stall(usize, u64),
     /// Watcher w drops its stream and resumes, naming its epoch or not.
     Reconnect(usize, bool),
+    /// Watcher w drops its stream and its copy, lists with its filter, and watches
+    /// from the list's revision and epoch.
+    ListThenWatch(usize),
+    /// Pod i gets a new sandbox with label set 0..3: the old one stops, the pod's
+    /// labels change.
+    Relabel(usize, u8),
     /// plegd restarts (a new journal: no state dir).
     RestartPlegd,
     /// Time passes.
@@ -63,6 +73,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..8, any::<bool>()).prop_map(|(p, r)| Op::StopPod(p, r)),
         3 => (0usize..3, 20u64..300).prop_map(|(w, ms)| Op::Stall(w, ms)),
         2 => (0usize..3, any::<bool>()).prop_map(|(w, e)| Op::Reconnect(w, e)),
+        1 => (0usize..3).prop_map(Op::ListThenWatch),
+        2 => (0usize..8, 0u8..3).prop_map(|(p, l)| Op::Relabel(p, l)),
         1 => Just(Op::RestartPlegd),
         3 => (5u64..120).prop_map(Op::Sleep),
     ]
@@ -72,6 +84,7 @@ fn op() -> impl Strategy<Value = Op> {
 enum Command {
     Stall(u64),
     Reconnect(bool),
+    ListThenWatch,
 }
 
 struct Watcher {
@@ -98,8 +111,17 @@ static TOTALS: Totals = Totals {
     published: AtomicU64::new(0),
 };
 
-async fn start_plegd(h: &SimHarness, buffer: usize) -> (plegd::app::Sidecar, CancellationToken, TaskTracker) {
+async fn start_plegd(
+    h: &SimHarness,
+    buffer: usize,
+    durable: bool,
+) -> (plegd::app::Sidecar, CancellationToken, TaskTracker) {
     let mut cfg = plegd::config::RunConfig::for_endpoint(&h.endpoint).unwrap();
+    if durable {
+        // The smallest memory budget: most resumes replay from disk.
+        cfg.journal.state_dir = Some(h.dir.path().join("state"));
+        cfg.journal.memory_budget = 1;
+    }
     cfg.api.socket = h.dir.path().join("api/plegd.sock");
     cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
     cfg.relist_period = Duration::from_millis(50);
@@ -126,6 +148,7 @@ fn spawn_watcher(
     let (c, f, l) = (checker.clone(), filter.clone(), log.clone());
     tracker.spawn(async move {
         let mut name_epoch = true;
+        let mut list_first = false;
         'connect: loop {
             if stop.is_cancelled() {
                 return;
@@ -134,6 +157,20 @@ fn spawn_watcher(
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             };
+            if list_first {
+                list_first = false;
+                let list = match client.list_pods(api::ListPodsRequest { filter: Some(f.clone()) }).await {
+                    Ok(l) => l.into_inner(),
+                    Err(_) => continue,
+                };
+                l.lock().unwrap().push(format!(
+                    "listed {} pods at {} epoch {}",
+                    list.pods.len(),
+                    list.revision,
+                    list.epoch
+                ));
+                c.lock().unwrap().listed(&list.pods, list.revision, list.epoch);
+            }
             let (since, epoch) = {
                 let mut c = c.lock().unwrap();
                 c.reconnect();
@@ -159,6 +196,10 @@ fn spawn_watcher(
                         Some(Command::Stall(ms)) => tokio::time::sleep(Duration::from_millis(ms)).await,
                         Some(Command::Reconnect(with_epoch)) => {
                             name_epoch = with_epoch;
+                            continue 'connect;
+                        }
+                        Some(Command::ListThenWatch) => {
+                            (name_epoch, list_first) = (true, true);
                             continue 'connect;
                         }
                         None => return,
@@ -224,9 +265,9 @@ struct SimPod {
     stopped: bool,
 }
 
-async fn run_schedule(ops: Vec<Op>, selectors: [usize; 3], buffer: usize) -> Result<(), TestCaseError> {
+async fn run_schedule(ops: Vec<Op>, selectors: [usize; 3], buffer: usize, durable: bool) -> Result<(), TestCaseError> {
     let h = SimHarness::start().await;
-    let (mut app, mut app_stop, mut app_tracker) = start_plegd(&h, buffer).await;
+    let (mut app, mut app_stop, mut app_tracker) = start_plegd(&h, buffer, durable).await;
     let socket = format!("unix://{}", h.dir.path().join("api/plegd.sock").display());
     let violations = Arc::new(Mutex::new(Vec::new()));
     let stop = CancellationToken::new();
@@ -249,6 +290,7 @@ async fn run_schedule(ops: Vec<Op>, selectors: [usize; 3], buffer: usize) -> Res
             (Op::Restart(i), n) if n > 0 => Op::Restart(i % n),
             (Op::RemoveDead(i), n) if n > 0 => Op::RemoveDead(i % n),
             (Op::StopPod(i, r), n) if n > 0 => Op::StopPod(i % n, r),
+            (Op::Relabel(i, l), n) if n > 0 => Op::Relabel(i % n, l),
             (op, _) => op,
         };
         match op {
@@ -317,11 +359,25 @@ async fn run_schedule(ops: Vec<Op>, selectors: [usize; 3], buffer: usize) -> Res
             Op::Reconnect(w, with_epoch) => {
                 let _ = watchers[w].tx.send(Command::Reconnect(with_epoch));
             }
+            Op::ListThenWatch(w) => {
+                let _ = watchers[w].tx.send(Command::ListThenWatch);
+            }
+            Op::Relabel(i, l) => {
+                let Some(p) = pods.get_mut(i).filter(|p| !p.stopped) else { continue };
+                let _ = sim.stop_pod_sandbox(&p.sid).await;
+                p.spec.labels.clear();
+                if l > 0 {
+                    p.spec = p.spec.clone().label("app", ["", "web", "db"][l as usize]);
+                }
+                p.spec.attempt += 1;
+                p.sid = sim.run_pod_sandbox(p.spec.run_request()).await.unwrap();
+                p.containers.clear();
+            }
             Op::RestartPlegd => {
                 app_stop.cancel();
                 app_tracker.close();
                 app_tracker.wait().await;
-                (app, app_stop, app_tracker) = start_plegd(&h, buffer).await;
+                (app, app_stop, app_tracker) = start_plegd(&h, buffer, durable).await;
             }
             Op::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
         }
@@ -394,9 +450,10 @@ proptest! {
         // The first watcher is unfiltered: it must see every revision, gap-free.
         selectors in (Just(0usize), 0usize..SELECTORS.len(), 0usize..SELECTORS.len()).prop_map(|(a, b, c)| [a, b, c]),
         buffer in prop_oneof![Just(2usize), Just(4), Just(64), Just(4096)],
+        durable in any::<bool>(),
     ) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        rt.block_on(run_schedule(ops, selectors, buffer))?;
+        rt.block_on(run_schedule(ops, selectors, buffer, durable))?;
         eprintln!(
             "watch property: {} schedules, {} messages, {} events checked (of {} published by the last plegd of each schedule), {} resets so far",
             TOTALS.schedules.load(Ordering::Relaxed),

@@ -85,6 +85,7 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
         "  health          http://{}/healthz   readiness http://{}/readyz",
         sidecar.admin_addr, sidecar.admin_addr
     );
+    eprintln!("  debug           http://{}/debug/pods", sidecar.debug_addr);
     let api = format!("unix://{}", sidecar.api_socket.display());
     eprintln!("  gRPC API        {api}   (try: plegd watch --socket {api})");
     eprintln!(

@@ -16,12 +16,11 @@ pub mod wire;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::UnixListener;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
@@ -100,6 +99,9 @@ pub enum RequestError {
     /// A required field is empty.
     #[error("{0} is required")]
     Missing(&'static str),
+    /// A timestamp whose nanoseconds are not within a second.
+    #[error("min_timestamp.nanos {0} is not within 0..999999999")]
+    Timestamp(i32),
     /// No status newer than asked came in time.
     #[error("no status of pod {uid} newer than {min} within {waited:?}")]
     NotNewer {
@@ -134,7 +136,15 @@ pub struct PodLifecycleService {
     /// health reporter) run.
     tasks: TaskTracker,
     shutdown: CancellationToken,
+    /// Resumes reading from disk at once; more wait their turn.
+    replays: Arc<tokio::sync::Semaphore>,
 }
+
+/// Resumes that read the journal's disk at once. Each holds a read-only connection
+/// (128 KiB of page cache), a decoded page of records and a blocking thread while it
+/// reads; the rest wait, their live events queued (a wait too long overflows their
+/// buffer into a reset, never a gap).
+pub const CONCURRENT_DISK_REPLAYS: usize = 4;
 
 impl PodLifecycleService {
     /// A service over the journal and the cache.
@@ -147,7 +157,8 @@ impl PodLifecycleService {
         shutdown: CancellationToken,
     ) -> Self {
         let tail = Arc::new(wire::EncodedTail::default());
-        Self { journal, cache, cfg: Arc::new(cfg), metrics, tail, tasks, shutdown }
+        let replays = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_DISK_REPLAYS));
+        Self { journal, cache, cfg: Arc::new(cfg), metrics, tail, tasks, shutdown, replays }
     }
 }
 
@@ -216,11 +227,20 @@ impl PodLifecycle for PodLifecycleService {
         let (entry, absent_at) = match r.min_timestamp {
             None => (self.cache.get(&r.pod_uid), None),
             Some(ts) => {
-                let min_wall = crate::model::nanos_to_system(ts.seconds * 1_000_000_000 + i64::from(ts.nanos))
-                    .unwrap_or(SystemTime::UNIX_EPOCH);
-                let min = wall_to_instant(min_wall);
-                match tokio::time::timeout(deadline, self.cache.get_newer_than(&r.pod_uid, min)).await {
-                    Ok(fresh) => (fresh.entry, fresh.absent_at),
+                let min_wall =
+                    crate::clock::from_timestamp(ts.seconds, ts.nanos).ok_or(RequestError::Timestamp(ts.nanos))?;
+                // plegd's clock: a timestamp it answered with maps back to its read
+                // exactly, whatever the system clock did since.
+                let min = crate::clock::instant_of(min_wall);
+                let wait = async {
+                    tokio::select! {
+                        fresh = self.cache.get_newer_than(&r.pod_uid, min) => Some(fresh),
+                        _ = self.shutdown.cancelled() => None,
+                    }
+                };
+                match tokio::time::timeout(deadline, wait).await {
+                    Ok(Some(fresh)) => (fresh.entry, fresh.absent_at),
+                    Ok(None) => return Err(Status::unavailable("plegd is shutting down; ask the next one")),
                     Err(_) => {
                         return Err(RequestError::NotNewer {
                             uid: r.pod_uid,
@@ -238,7 +258,7 @@ impl PodLifecycle for PodLifecycleService {
         let timestamp = entry
             .as_ref()
             .map(|e| global.map_or(e.modified_wall, |g| g.max(e.modified_wall)))
-            .or_else(|| absent_at.map(|at| SystemTime::now() - at.elapsed()))
+            .or_else(|| absent_at.map(crate::clock::wall_of))
             .or(global)
             .map(system_to_timestamp);
         let pod = entry.as_ref().map(|e| match &e.status {
@@ -251,16 +271,6 @@ impl PodLifecycle for PodLifecycleService {
         });
         let not_found = entry.is_none() && (absent_at.is_some() || self.cache.global_timestamp().is_some());
         Ok(Response::new(api::GetPodStatusResponse { pod, timestamp, not_found }))
-    }
-}
-
-/// A wall-clock time as a point on the monotonic clock.
-fn wall_to_instant(t: SystemTime) -> Instant {
-    let now_wall = SystemTime::now();
-    let now = Instant::now();
-    match now_wall.duration_since(t) {
-        Ok(ago) => now.checked_sub(ago).unwrap_or(now - now.elapsed()),
-        Err(ahead) => now + ahead.duration(),
     }
 }
 

@@ -18,7 +18,9 @@ use tonic::Status;
 use super::wire::{EncodedTail, WatchFrame};
 use super::{PodLifecycleService, pod_api, to_filter, watch_event};
 use crate::cache::PodCache;
-use crate::journal::{DiskReplay, Entry, Filter, Journal, Replay, ResetReason, Since, Start, Subscription};
+use crate::journal::{
+    DiskReplay, Entry, Filter, Journal, Replay, ReplayError, ResetReason, Since, Start, Subscription,
+};
 use crate::model::PodStatus;
 use crate::proto::plegd as api;
 
@@ -44,6 +46,8 @@ pub fn open(svc: &PodLifecycleService, r: api::WatchRequest) -> Result<FeedStrea
         last_sent: Instant::now(),
         idle: Box::pin(tokio::time::sleep(svc.cfg.bookmark_interval)),
         burst: 0,
+        replays: svc.replays.clone(),
+        replaying: None,
         _guard: ClientGuard(svc.metrics.watch_clients.clone()),
     };
     Ok(Box::pin(futures_util::stream::unfold(feed, |mut feed| async move {
@@ -78,6 +82,10 @@ struct WatchFeed {
     idle: Pin<Box<tokio::time::Sleep>>,
     /// Live messages since the feed last yielded.
     burst: usize,
+    /// Turns to read the journal's disk (shared by every stream).
+    replays: Arc<tokio::sync::Semaphore>,
+    /// This stream's turn, while its replay reads a page from disk.
+    replaying: Option<tokio::sync::OwnedSemaphorePermit>,
     _guard: ClientGuard,
 }
 
@@ -163,6 +171,7 @@ impl WatchFeed {
     }
 
     fn go_live(&mut self) {
+        self.replaying = None;
         self.phase = Phase::Live;
         self.last_sent = Instant::now();
         self.idle.as_mut().reset(self.last_sent + self.bookmark);
@@ -198,11 +207,18 @@ impl WatchFeed {
                             memory: Some(memory),
                         },
                     };
-                    let refused = sub.reset == Some(ResetReason::RevisionTooOld);
+                    let refused = sub.reset;
                     self.sub = Some(sub);
-                    if refused {
-                        let msg = "the requested revision is no longer kept (or belongs to another plegd process); here is a fresh snapshot";
-                        self.queued = Some(self.reset_at(snapshot_at, ResetReason::RevisionTooOld, msg));
+                    if let Some(reason) = refused {
+                        let msg = match reason {
+                            ResetReason::RuntimeResync => {
+                                "a pod this stream selected changed its labels and left the selection after the requested revision; here is a fresh snapshot"
+                            }
+                            _ => {
+                                "the requested revision is no longer kept (or belongs to another plegd process); here is a fresh snapshot"
+                            }
+                        };
+                        self.queued = Some(self.reset_at(snapshot_at, reason, msg));
                     }
                     if !std::mem::replace(&mut self.announced, true) {
                         // Every stream tells its epoch before anything else.
@@ -230,8 +246,24 @@ impl WatchFeed {
                         return Some(self.tail.frame(&e));
                     }
                     if let Some(mut d) = disk.take() {
-                        // Pages from disk are read off the async threads.
+                        if self.replaying.is_none() {
+                            // Wait for a turn to read a page (few at once, so a crowd of
+                            // resuming clients cannot multiply the readers' memory).
+                            let turn = tokio::select! {
+                                _ = self.shutdown.cancelled() => None,
+                                t = self.replays.clone().acquire_owned() => t.ok(),
+                            };
+                            match turn {
+                                Some(t) => self.replaying = Some(t),
+                                None => {
+                                    self.phase = Phase::Done;
+                                    continue;
+                                }
+                            }
+                        }
+                        // Pages from disk are read off the async threads, a turn each.
                         let read = tokio::task::spawn_blocking(move || d.next_page().map(|p| (p, d))).await;
+                        self.replaying = None;
                         match read {
                             Ok(Ok((Some(p), d))) => {
                                 *page = p.into_iter();
@@ -239,6 +271,8 @@ impl WatchFeed {
                             }
                             Ok(Ok((None, _))) => {}
                             failed => {
+                                self.replaying = None;
+                                let left = matches!(&failed, Ok(Err(ReplayError::LeftSelection { .. })));
                                 let why = match failed {
                                     Ok(Err(e)) => e.to_string(),
                                     Err(e) => e.to_string(),
@@ -247,11 +281,18 @@ impl WatchFeed {
                                 tracing::info!(error = %why, "a replay from disk stopped short; the client starts over");
                                 self.sub = None;
                                 self.phase = Phase::Subscribe(Since::Snapshot);
-                                self.journal.count_reset(ResetReason::RevisionTooOld);
-                                let msg = format!(
-                                    "the rest of the requested revisions is no longer kept ({why}); here is a fresh snapshot"
-                                );
-                                return Some(self.reset(ResetReason::RevisionTooOld, &msg));
+                                let (reason, msg) = if left {
+                                    (ResetReason::RuntimeResync, format!("{why}; here is a fresh snapshot"))
+                                } else {
+                                    (
+                                        ResetReason::RevisionTooOld,
+                                        format!(
+                                            "the rest of the requested revisions is no longer kept ({why}); here is a fresh snapshot"
+                                        ),
+                                    )
+                                };
+                                self.journal.count_reset(reason);
+                                return Some(self.reset(reason, &msg));
                             }
                         }
                         continue;

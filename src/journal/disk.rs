@@ -40,8 +40,9 @@ impl std::fmt::Debug for DiskReplay {
     }
 }
 
-/// Records a replay reads from disk at a time.
-const REPLAY_PAGE: usize = 256;
+/// Records a replay reads from disk at a time (decoded, a page is its own copy, held
+/// until the client took it: 64 busy pods' records are ≈ 0.1 MiB).
+const REPLAY_PAGE: usize = 64;
 
 /// Why a replay from disk stopped short: the client must start over.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +50,15 @@ pub enum ReplayError {
     /// Compaction dropped revisions the replay had yet to send.
     #[error("revision {0} was compacted away during the replay")]
     Compacted(u64),
+    /// A pod the client held left its selection (its labels changed): a replay of the
+    /// matching entries would never remove it.
+    #[error("pod {uid} left the selection at revision {revision}")]
+    LeftSelection {
+        /// The pod.
+        uid: String,
+        /// The entry that changed its labels.
+        revision: u64,
+    },
     /// The disk failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -56,8 +66,15 @@ pub enum ReplayError {
 
 impl DiskReplay {
     /// The next page of matching entries, in order; `None` once the part on disk is
-    /// sent. Blocking: call it off the async threads.
+    /// sent. Blocking: call it off the async threads. The read-only connection lives
+    /// for the call only: a client that stalls between pages holds no reader.
     pub fn next_page(&mut self) -> Result<Option<Vec<Arc<Entry>>>, ReplayError> {
+        let page = self.read_page();
+        self.reader = None;
+        page
+    }
+
+    fn read_page(&mut self) -> Result<Option<Vec<Arc<Entry>>>, ReplayError> {
         loop {
             if self.after + 1 >= self.before {
                 return Ok(None);
@@ -79,6 +96,12 @@ impl DiskReplay {
                 }
                 self.after = s.revision;
                 let entry = Entry::from(s);
+                if self.filter.leaves(&entry) {
+                    return Err(ReplayError::LeftSelection {
+                        uid: entry.event.pod_uid.to_string(),
+                        revision: entry.revision,
+                    });
+                }
                 if self.filter.matches(&entry) {
                     out.push(Arc::new(entry));
                 }
@@ -186,7 +209,7 @@ impl Journal {
         let mut bodies: Vec<(u64, Arc<str>, Vec<u8>)> = inner
             .ring
             .iter()
-            .map(|e| (e.revision, e.event.pod_uid.clone(), record::encode_event(&e.event, &e.meta)))
+            .map(|e| (e.revision, e.event.pod_uid.clone(), record::encode_event(&e.event, &e.meta, e.left.as_deref())))
             .collect();
         bodies.extend(batch.iter().map(|(e, b)| (e.revision, e.event.pod_uid.clone(), b.clone())));
         let writes: Vec<_> = bodies.iter().map(|(r, u, b)| store::Write { revision: *r, uid: u, body: b }).collect();

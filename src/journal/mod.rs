@@ -71,13 +71,22 @@ pub struct Entry {
     pub event: Arc<PodLifecycleEvent>,
     /// The pod it is about, for filters.
     pub meta: Arc<PodMeta>,
+    /// Who the pod was before this event, when the event changed its labels: a watcher
+    /// whose filter matched that and not `meta` saw the pod leave its selection.
+    pub left: Option<Arc<PodMeta>>,
     /// The size of its record, what it counts against the byte budgets.
     pub bytes: usize,
 }
 
 impl From<store::Stored> for Entry {
     fn from(s: store::Stored) -> Self {
-        Self { revision: s.revision, event: Arc::new(s.event), meta: Arc::new(s.meta), bytes: s.bytes }
+        Self {
+            revision: s.revision,
+            event: Arc::new(s.event),
+            meta: Arc::new(s.meta),
+            left: s.left.map(Arc::new),
+            bytes: s.bytes,
+        }
     }
 }
 
@@ -272,6 +281,14 @@ impl Filter {
     pub fn matches(&self, e: &Entry) -> bool {
         (self.types.is_empty() || self.types.contains(&e.event.kind)) && self.matches_pod(&e.meta)
     }
+
+    /// Whether with this entry its pod leaves the selection: it matched before the
+    /// entry changed its labels and no longer does. Its later events, removal included,
+    /// no longer match, so a watcher's copy would keep the pod for good: such a watcher
+    /// gets a reset and a fresh snapshot instead, live or resuming.
+    pub fn leaves(&self, e: &Entry) -> bool {
+        e.left.as_deref().is_some_and(|old| self.matches_pod(old)) && !self.matches_pod(&e.meta)
+    }
 }
 
 fn epoch_now() -> u64 {
@@ -455,17 +472,16 @@ impl Journal {
         // Pods whose view this batch moved, and the identity a pod had before an event
         // that changed it (watchers it matched and no longer does are reset).
         let mut moved: Vec<Arc<str>> = Vec::new();
-        let mut left: Vec<Option<Arc<PodMeta>>> = Vec::with_capacity(events.len());
         for event in events {
             match Self::admit(&mut inner, event) {
-                Some((event, meta, was)) => {
+                Some((event, meta, left)) => {
                     revision += 1;
                     if event.source != EventSource::Reconciler {
                         moved.push(event.pod_uid.clone());
                     }
-                    let body = record::encode_event(&event, &meta);
-                    entries.push((Arc::new(Entry { revision, event: Arc::new(event), meta, bytes: body.len() }), body));
-                    left.push(was);
+                    let body = record::encode_event(&event, &meta, left.as_deref());
+                    let entry = Entry { revision, event: Arc::new(event), meta, left, bytes: body.len() };
+                    entries.push((Arc::new(entry), body));
                     out.push(Some(revision));
                 }
                 None => out.push(None),
@@ -475,9 +491,9 @@ impl Journal {
             return out;
         }
         self.commit(&mut inner, &entries, &moved, revision);
-        for ((entry, _), left) in entries.into_iter().zip(left) {
+        for (entry, _) in entries {
             self.keep(&mut inner, entry.clone());
-            Self::fan_out(&mut inner, &entry, left.as_deref());
+            Self::fan_out(&mut inner, &entry);
         }
         self.shared.revision.store(revision, Ordering::Release);
         self.update_gauges(&inner);
@@ -563,16 +579,13 @@ impl Journal {
         }
     }
 
-    fn fan_out(inner: &mut Inner, entry: &Arc<Entry>, left: Option<&PodMeta>) {
+    fn fan_out(inner: &mut Inner, entry: &Arc<Entry>) {
         inner.subs.retain(|s| {
+            if s.filter.leaves(entry) {
+                s.overflowed.store(LEFT_SELECTION, Ordering::Release);
+                return false;
+            }
             if !s.filter.matches(entry) {
-                if left.is_some_and(|old| s.filter.matches_pod(old)) {
-                    // The pod left this watcher's selection: its later events, removal
-                    // included, no longer match, so its copy would keep the pod for
-                    // good. A reset and a fresh snapshot instead of a silent gap.
-                    s.overflowed.store(LEFT_SELECTION, Ordering::Release);
-                    return false;
-                }
                 return !s.tx.is_closed();
             }
             match s.tx.try_send(entry.clone()) {
@@ -654,8 +667,13 @@ impl Journal {
                     (Disk::Durable(s), Some(_)) => s.oldest(),
                     _ => u64::MAX,
                 };
-                if same_epoch && r <= current && r + 1 >= memory_oldest {
-                    let skip = (r + 1).saturating_sub(memory_oldest) as usize;
+                let skip = (r + 1).saturating_sub(memory_oldest) as usize;
+                let kept = same_epoch && r <= current && r + 1 >= memory_oldest.min(disk_oldest);
+                if kept && inner.ring.iter().skip(skip).any(|e| filter.leaves(e)) {
+                    // A pod the client's copy holds left its selection after `r`: a
+                    // replay of the matching entries would never remove it.
+                    (snapshot(&inner, &filter, current), Some(ResetReason::RuntimeResync))
+                } else if same_epoch && r <= current && r + 1 >= memory_oldest {
                     let memory = inner.ring.iter().skip(skip).filter(|e| filter.matches(e)).cloned().collect();
                     (Start::Replay(Replay { disk: None, memory }), None)
                 } else if same_epoch && r <= current && r + 1 >= disk_oldest {

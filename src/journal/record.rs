@@ -53,6 +53,9 @@ struct StoredEvent {
     pod: Option<StoredPod>,
     #[prost(message, optional, tag = "13")]
     meta: Option<StoredMeta>,
+    /// Who the pod was before this event changed its labels, if it did.
+    #[prost(message, optional, tag = "14")]
+    left: Option<StoredMeta>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -144,8 +147,20 @@ struct StoredView {
     meta: Option<StoredMeta>,
 }
 
-/// Encodes an event with the pod it is about.
-pub fn encode_event(ev: &PodLifecycleEvent, meta: &PodMeta) -> Vec<u8> {
+/// An event read back, with who its pod was after it and, when the event changed the
+/// pod's labels, before it.
+pub struct DecodedEvent {
+    /// The event.
+    pub event: PodLifecycleEvent,
+    /// The pod, for filters.
+    pub meta: PodMeta,
+    /// The pod before this event changed its labels.
+    pub left: Option<PodMeta>,
+}
+
+/// Encodes an event with the pod it is about (and who it was before, when the event
+/// changed its labels).
+pub fn encode_event(ev: &PodLifecycleEvent, meta: &PodMeta, left: Option<&PodMeta>) -> Vec<u8> {
     StoredEvent {
         pod_uid: ev.pod_uid.to_string(),
         pod_namespace: ev.pod_namespace.to_string(),
@@ -160,12 +175,13 @@ pub fn encode_event(ev: &PodLifecycleEvent, meta: &PodMeta) -> Vec<u8> {
         message: ev.message.clone(),
         pod: ev.pod.as_deref().map(stored_pod),
         meta: Some(stored_meta(meta)),
+        left: left.map(stored_meta),
     }
     .encode_to_vec()
 }
 
 /// Decodes an event and the pod it is about.
-pub fn decode_event(bytes: &[u8]) -> Result<(PodLifecycleEvent, PodMeta), RecordError> {
+pub fn decode_event(bytes: &[u8]) -> Result<DecodedEvent, RecordError> {
     let s = StoredEvent::decode(bytes)?;
     let kind: EventType =
         s.kind.parse().map_err(|e: crate::model::event::UnknownEventType| RecordError::Value(e.to_string()))?;
@@ -191,7 +207,7 @@ pub fn decode_event(bytes: &[u8]) -> Result<(PodLifecycleEvent, PodMeta), Record
         pod,
         message: s.message,
     };
-    Ok((ev, meta))
+    Ok(DecodedEvent { event: ev, meta, left: s.left.map(meta_of) })
 }
 
 /// Encodes a pod of the view.

@@ -138,6 +138,8 @@ pub struct Stored {
     pub event: PodLifecycleEvent,
     /// The pod, for filters.
     pub meta: PodMeta,
+    /// The pod before this event changed its labels, if it did.
+    pub left: Option<PodMeta>,
     /// The record's size.
     pub bytes: usize,
 }
@@ -658,9 +660,8 @@ impl Store {
 }
 
 fn decode(path: &Path, revision: u64, body: &[u8]) -> Result<Stored, StoreError> {
-    let (event, meta) =
-        record::decode_event(body).map_err(|source| StoreError::Record { path: path.to_owned(), source })?;
-    Ok(Stored { revision, event, meta, bytes: body.len() })
+    let d = record::decode_event(body).map_err(|source| StoreError::Record { path: path.to_owned(), source })?;
+    Ok(Stored { revision, event: d.event, meta: d.meta, left: d.left, bytes: body.len() })
 }
 
 /// Decodes every `(rev, body)` row a statement gives.
@@ -749,6 +750,9 @@ pub struct Reader {
     path: PathBuf,
 }
 
+/// The page cache of a read-only connection, KiB.
+const READER_CACHE_KIB: i64 = 128;
+
 impl Reader {
     /// A read-only connection to the journal at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
@@ -756,6 +760,9 @@ impl Reader {
             Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
                 .map_err(sql(path))?;
         conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(sql(path))?;
+        // A replay reads forward once: a small page cache does (SQLite's default is
+        // 2 MiB per connection, and every resuming client had its own).
+        conn.pragma_update(None, "cache_size", -READER_CACHE_KIB).map_err(sql(path))?;
         Ok(Self { conn, path: path.to_owned() })
     }
 

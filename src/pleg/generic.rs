@@ -113,6 +113,12 @@ pub struct GenericPleg<R: RuntimeService> {
     hints: PodHints,
     stream: watch::Receiver<StreamState>,
     evented_period: Duration,
+    /// The longest a trusted stream goes unchecked by a full relist.
+    stream_check: Duration,
+    /// Paces reads of single pods that readers wait on.
+    demand_reads: crate::backoff::TokenBucket,
+    /// Pods readers wait on whose read waits for the pace.
+    deferred: std::collections::BTreeSet<String>,
     /// The fingerprint of the listing the records were last set from by a full relist;
     /// cleared when anything else touches the records.
     listed: Option<u64>,
@@ -129,6 +135,17 @@ pub struct GenericPleg<R: RuntimeService> {
 }
 
 type Inspection = (String, Instant, Result<PodStatus, String>);
+
+/// Reads of single pods that waiting readers (`GetPodStatus` with `min_timestamp`) may
+/// cause, a second, beyond a burst of [`DEMAND_READS_BURST`]; more wait their turn or
+/// the next full relist.
+pub const DEMAND_READS_PER_SEC: f64 = 20.0;
+/// See [`DEMAND_READS_PER_SEC`].
+pub const DEMAND_READS_BURST: u32 = 40;
+
+/// The longest a trusted event stream goes unchecked by a full relist, by default: a
+/// change a silent stream hides reaches watchers within this and one relist.
+pub const STREAM_CHECK: Duration = Duration::from_secs(10);
 
 impl<R: RuntimeService> GenericPleg<R> {
     /// A relister that owns the cache's writer and sends events on `events`.
@@ -163,6 +180,9 @@ impl<R: RuntimeService> GenericPleg<R> {
             hints: PodHints::default(),
             stream: watch::channel(StreamState::Disabled).1,
             evented_period: Duration::from_secs(300),
+            stream_check: STREAM_CHECK,
+            demand_reads: crate::backoff::TokenBucket::new(DEMAND_READS_PER_SEC, DEMAND_READS_BURST),
+            deferred: Default::default(),
             listed: None,
             seed: fastrand::u64(..),
             trust: StreamTrust::new(Duration::from_secs(300)),
@@ -195,6 +215,13 @@ impl<R: RuntimeService> GenericPleg<R> {
         self
     }
 
+    /// While a trusted event stream is up, relists fully at least every `period` (see
+    /// [`GenericPleg::period`]); zero leaves it to the safety-net period alone.
+    pub fn with_stream_check(mut self, period: Duration) -> Self {
+        self.stream_check = if period.is_zero() { Duration::MAX } else { period };
+        self
+    }
+
     /// Takes targeted relist requests from `hints`, and relists fully every
     /// `evented_period` instead of the relist period while `stream` is up.
     pub fn with_hints(
@@ -221,9 +248,15 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// relist found changes the stream did not announce. A stream that may split or
     /// drop events (containerd 1.x) never makes full relists slower than the relist
     /// period: its silence proves nothing.
+    ///
+    /// On a trusted stream a full relist still runs every `stream_check` at least: a
+    /// stream that stays connected but stops delivering (a stuck runtime, a CRI proxy)
+    /// hides nothing for longer. When the runtime's listing equals the last full
+    /// relist's, that relist costs its two list calls and a hash; what it finds that the
+    /// stream did not announce is counted as missed, and shortens the period.
     fn period(&self) -> Duration {
         if self.stream.borrow().is_up() && Instant::now() >= self.trust.settle_until && self.trust.complete {
-            self.trust.net_period
+            self.trust.net_period.min(self.stream_check)
         } else {
             self.cfg.period
         }

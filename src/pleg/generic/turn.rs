@@ -68,6 +68,27 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
     }
 
+    /// Adds the pods readers wait on to `batch`, paced: pods the relister has never
+    /// seen are left to the next full relist or their own event (a reader cannot make
+    /// plegd search the runtime for made-up pods), and known ones are read at most
+    /// [`DEMAND_READS_PER_SEC`] a second; the rest wait their turn.
+    fn admit_demand(&mut self, demand: Vec<String>, batch: &mut Vec<(String, Hint)>) {
+        let now = Instant::now();
+        let mut wanted = std::mem::take(&mut self.deferred);
+        wanted.extend(demand);
+        for uid in wanted {
+            let known = self.records.old(&uid).is_some() || self.records.current(&uid).is_some();
+            if batch.iter().any(|(u, _)| *u == uid) || !known {
+                continue;
+            }
+            if self.demand_reads.try_take() {
+                batch.push((uid, Hint::pod_relist(now)));
+            } else {
+                self.deferred.insert(uid);
+            }
+        }
+    }
+
     /// When the next re-read of either book is due.
     fn next_reread(&self) -> Option<Instant> {
         [self.amendable.next_due(), self.deleting.next_due()].into_iter().flatten().min()
@@ -194,12 +215,9 @@ impl<R: RuntimeService> GenericPleg<R> {
                 // (one round trip); otherwise the next full relist, at most a relist
                 // period away, answers them.
                 if self.full_relists_are_slow() {
-                    let now = Instant::now();
-                    for uid in demand {
-                        if !batch.iter().any(|(u, _)| *u == uid) {
-                            batch.push((uid, Hint::pod_relist(now)));
-                        }
-                    }
+                    self.admit_demand(demand, &mut batch);
+                } else {
+                    self.deferred.clear();
                 }
                 if !batch.is_empty() {
                     self.relist_pods(batch).await;
@@ -230,7 +248,8 @@ impl<R: RuntimeService> GenericPleg<R> {
             if self.next_reread().is_some_and(|at| at <= Instant::now()) {
                 self.reread_due().await;
             }
-            let wake = [next_retry, self.next_reread()]
+            let paced = (!self.deferred.is_empty()).then(|| self.demand_reads.next_at());
+            let wake = [next_retry, self.next_reread(), paced]
                 .into_iter()
                 .flatten()
                 .fold(next_full, Instant::min)
