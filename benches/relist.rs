@@ -1,4 +1,4 @@
-//! Relist cost with no changes, at 100 / 1,000 / 10,000 containers (5 per pod): the
+//! Relist cost with no changes, at 100 / 1,000 / 5,000 / 10,000 / 25,000 containers (5 per pod): the
 //! diff alone (group + records + transitions), a whole relist against the in-process
 //! simulated runtime (its list calls included, no socket), and what a relist does with
 //! the listing's bytes (fingerprint, projected decode, full decode).
@@ -56,7 +56,7 @@ fn whole(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     let mut g = c.benchmark_group("relist/whole_no_changes_in_process");
     g.measurement_time(Duration::from_secs(5));
-    for n in [100usize, 1_000, 10_000] {
+    for n in [100usize, 1_000, 5_000, 10_000, 25_000] {
         let sim = populated(&rt, n);
         let (writer, _reader) = cache::new();
         let (tx, mut rx) = tokio::sync::mpsc::channel(1_000_000);
@@ -84,7 +84,7 @@ fn listing(c: &mut Criterion) {
     use prost::Message;
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     let mut g = c.benchmark_group("relist/listing");
-    for n in [100usize, 1_000, 10_000] {
+    for n in [100usize, 1_000, 5_000, 10_000, 25_000] {
         let sim = populated(&rt, n);
         let listing = rt.block_on(sim.list_encoded()).unwrap();
         g.throughput(Throughput::Elements(n as u64));

@@ -131,7 +131,7 @@ pub async fn start_on<R: RuntimeService>(
             })?
     };
     let (events_tx, publisher) = publish::channel(4096, journal.clone(), Some(metrics.events.clone()));
-    let publisher = publisher.with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT));
+    let publisher = publisher.with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT)).priming(health.clone());
     let relist = RelistConfig {
         period: cfg.relist_period,
         concurrency: cfg.inspect_concurrency,

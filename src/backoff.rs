@@ -63,43 +63,6 @@ impl Backoff {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn delays_double_up_to_the_cap_without_jitter() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1)).with_jitter(0.0);
-        let got: Vec<_> = (0..6).map(|_| b.next_delay().as_millis()).collect();
-        assert_eq!(got, vec![100, 200, 400, 800, 1000, 1000]);
-    }
-
-    #[test]
-    fn jitter_stays_within_its_band() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(10)).with_jitter(0.5);
-        for _ in 0..100 {
-            b.reset();
-            let d = b.next_delay();
-            assert!(d >= Duration::from_millis(75) && d <= Duration::from_millis(125), "{d:?}");
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn resets_only_after_a_healthy_period() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(10))
-            .with_jitter(0.0)
-            .with_reset_after(Duration::from_secs(60));
-        b.next_delay();
-        b.next_delay();
-        b.mark_healthy();
-        tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!(b.next_delay(), Duration::from_millis(400), "too short a healthy spell keeps the count");
-        b.mark_healthy();
-        tokio::time::advance(Duration::from_secs(61)).await;
-        assert_eq!(b.next_delay(), Duration::from_millis(100));
-    }
-}
-
 /// A token bucket: `rate` tokens a second, at most `burst` saved up.
 #[derive(Clone, Debug)]
 pub struct TokenBucket {
@@ -137,6 +100,43 @@ impl TokenBucket {
         self.refill();
         let missing = (1.0 - self.tokens).max(0.0);
         self.last + Duration::from_secs_f64(missing / self.rate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_double_up_to_the_cap_without_jitter() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1)).with_jitter(0.0);
+        let got: Vec<_> = (0..6).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(got, vec![100, 200, 400, 800, 1000, 1000]);
+    }
+
+    #[test]
+    fn jitter_stays_within_its_band() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(10)).with_jitter(0.5);
+        for _ in 0..100 {
+            b.reset();
+            let d = b.next_delay();
+            assert!(d >= Duration::from_millis(75) && d <= Duration::from_millis(125), "{d:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resets_only_after_a_healthy_period() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(10))
+            .with_jitter(0.0)
+            .with_reset_after(Duration::from_secs(60));
+        b.next_delay();
+        b.next_delay();
+        b.mark_healthy();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(b.next_delay(), Duration::from_millis(400), "too short a healthy spell keeps the count");
+        b.mark_healthy();
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(b.next_delay(), Duration::from_millis(100));
     }
 }
 

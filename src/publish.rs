@@ -67,7 +67,13 @@ pub struct Publisher {
     rx: mpsc::Receiver<Vec<PodLifecycleEvent>>,
     path: PublishPath,
     beat: Beat,
+    /// Tells when the first full relist is done (its events were sent before).
+    health: Option<crate::pleg::health::PlegHealth>,
 }
+
+/// How often the publisher looks whether the first relist's events are all in, until
+/// they are.
+const PRIMING_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Creates the producer side (bounded: a full channel makes producers wait, it never
 /// drops) and the publisher that appends to `journal`. Each message is the events of
@@ -78,7 +84,7 @@ pub fn channel(
     metrics: Option<EventMetrics>,
 ) -> (mpsc::Sender<Vec<PodLifecycleEvent>>, Publisher) {
     let (tx, rx) = mpsc::channel(capacity);
-    (tx, Publisher { rx, path: PublishPath::new(journal, metrics), beat: Beat::detached("publish") })
+    (tx, Publisher { rx, path: PublishPath::new(journal, metrics), beat: Beat::detached("publish"), health: None })
 }
 
 impl Publisher {
@@ -86,6 +92,22 @@ impl Publisher {
     pub fn with_liveness(mut self, beat: Beat) -> Self {
         self.beat = beat;
         self
+    }
+
+    /// Marks the journal primed once `health` says the first full relist is done and
+    /// every event queued before is appended (the relister sends a relist's events
+    /// before it records the relist).
+    pub fn priming(mut self, health: crate::pleg::health::PlegHealth) -> Self {
+        self.health = Some(health);
+        self
+    }
+
+    fn prime(&mut self) {
+        let done = self.health.as_ref().is_some_and(|h| h.first_relist_done());
+        if done && self.rx.is_empty() {
+            self.path.journal.mark_primed();
+            self.health = None;
+        }
     }
 
     /// The publish path, for the other producers.
@@ -97,9 +119,11 @@ impl Publisher {
     /// publishes what was already queued.
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut beat = beat_timer();
+        let mut priming = tokio::time::interval(PRIMING_CHECK);
         loop {
             tokio::select! {
                 biased;
+                _ = priming.tick(), if self.health.is_some() => self.prime(),
                 ev = self.rx.recv() => match ev {
                     Some(mut batch) => {
                         while batch.len() < BATCH {
@@ -110,6 +134,9 @@ impl Publisher {
                         }
                         self.path.publish_batch(batch);
                         self.beat.beat();
+                        if self.health.is_some() {
+                            self.prime();
+                        }
                     }
                     None => return,
                 },

@@ -187,7 +187,7 @@ impl History {
     /// A history keeping records for `retention` (and the first `boot_window` for
     /// good), at most `max` records outside the boot window.
     pub fn new(retention: Duration, boot_window: Duration, max: usize) -> Self {
-        Self::started_at(SystemTime::now(), retention, boot_window, max)
+        Self::started_at(crate::clock::now(), retention, boot_window, max)
     }
 
     /// A history whose process started at `started`.
@@ -219,7 +219,7 @@ impl History {
         } else {
             self.recent.push_back(Arc::new(r));
         }
-        self.trim(SystemTime::now());
+        self.trim(crate::clock::now());
     }
 
     /// Drops records older than the retention (outside the boot window).
@@ -405,7 +405,7 @@ impl SyncLoop {
         self.seq = seq;
         let ev = LoopEvent { seq, input, follow_up_of };
         let reverse = matches!(&ev.input, LoopInput::Lifecycle(e) if e.event.kind == EventType::ContainerRemoved);
-        let started_at = SystemTime::now();
+        let started_at = crate::clock::now();
         let t0 = Instant::now();
         let mut out = Outbox::default();
         let mut order: Vec<usize> =
@@ -740,6 +740,22 @@ mod tests {
         assert_eq!(all.last().unwrap(), &format!("{}:resync:on-demand", all.len() - 1));
         assert!(all.iter().any(|n| n.ends_with("resync:overflow")), "{all:?}");
         r.shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn records_age_on_plegds_clock_so_a_wall_clock_step_back_cannot_keep_them() {
+        // Paused time moves the monotonic clock and leaves the system's wall clock
+        // where it is: to the history that is a wall clock stepped back by however
+        // long passed. Records must still age out after the retention.
+        crate::clock::start();
+        let hour = Duration::from_secs(3600);
+        let mut h = History::new(2 * hour, Duration::from_secs(1), 1000);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        h.push(record(1, crate::clock::now()));
+        tokio::time::sleep(3 * hour).await;
+        h.push(record(2, crate::clock::now()));
+        let kept: Vec<u64> = h.query(&Query::default()).iter().map(|r| r.seq).collect();
+        assert_eq!(kept, [2], "the record of three hours ago is past the two-hour retention");
     }
 
     fn record(seq: u64, at: SystemTime) -> EventRecord {

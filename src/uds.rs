@@ -83,6 +83,36 @@ pub fn lazy_channel(path: PathBuf) -> tonic::transport::Channel {
     ))
 }
 
+/// The supplementary groups of the process at the other end of a unix socket, as the
+/// kernel recorded them when it connected (`SO_PEERGROUPS`, Linux 4.13).
+#[allow(unsafe_code)]
+pub fn peer_groups(sock: &impl std::os::fd::AsRawFd) -> io::Result<Vec<u32>> {
+    unsafe extern "C" {
+        fn getsockopt(fd: i32, level: i32, name: i32, value: *mut std::ffi::c_void, len: *mut u32) -> i32;
+    }
+    const SOL_SOCKET: i32 = 1;
+    const SO_PEERGROUPS: i32 = 59;
+    const ERANGE: i32 = 34;
+    let mut groups = vec![0u32; 32];
+    loop {
+        let mut len = (groups.len() * 4) as u32;
+        // SAFETY: the buffer holds `len` bytes and outlives the call; the kernel writes at
+        // most `len` bytes and sets `len` to what it wrote (or needs, with ERANGE).
+        let rc =
+            unsafe { getsockopt(sock.as_raw_fd(), SOL_SOCKET, SO_PEERGROUPS, groups.as_mut_ptr().cast(), &mut len) };
+        if rc == 0 {
+            groups.truncate(len as usize / 4);
+            return Ok(groups);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(ERANGE) && len as usize > groups.len() * 4 {
+            groups.resize(len as usize / 4, 0);
+            continue;
+        }
+        return Err(e);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +146,24 @@ mod tests {
         let path = dir.path().join("file");
         std::fs::write(&path, b"x").unwrap();
         assert!(matches!(bind(&path, 0o660).await, Err(UdsError::NotASocket(_))));
+    }
+}
+
+#[cfg(test)]
+mod peer_tests {
+    #[tokio::test]
+    async fn a_peers_supplementary_groups_are_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let _client = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let (server_side, _) = listener.accept().await.unwrap();
+        let mut got = super::peer_groups(&server_side).unwrap();
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find_map(|l| l.strip_prefix("Groups:")).unwrap();
+        let mut want: Vec<u32> = line.split_whitespace().map(|g| g.parse().unwrap()).collect();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want);
     }
 }

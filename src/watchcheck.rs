@@ -124,6 +124,7 @@ impl WatchChecker {
     /// Drops the client's copy and everything it could resume from.
     fn drop_copy(&mut self, phase: Phase) {
         self.phase = phase;
+        self.expect_reset = false;
         self.view.clear();
         self.building.clear();
         self.resume = None;
@@ -134,6 +135,9 @@ impl WatchChecker {
     /// The client opens a new stream (a reconnect): `start` must come first again.
     pub fn reconnect(&mut self) {
         self.phase = Phase::Opening;
+        // What the last stream still owed (a reset after a refused resume) is gone
+        // with it: the new stream answers the new request.
+        self.expect_reset = false;
     }
 
     /// Where the client may resume: `(revision, epoch)`; `None` means "take a snapshot"

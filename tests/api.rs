@@ -298,7 +298,16 @@ async fn a_bad_selector_is_an_invalid_argument_that_names_the_problem() {
 async fn a_peer_not_in_the_allowlist_is_refused_and_counted() {
     let p = start_plegd(|c| c.api.allow_uids = vec![4242]).await;
     let e = p.client().list_pods(api::ListPodsRequest::default()).await.unwrap_err();
-    assert!(matches!(e.code(), Code::Unavailable | Code::Unknown | Code::Internal), "{e:?}");
+    // A refused peer learns why, in gRPC's words, on every call; it is served nothing.
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("--allow-uid") && e.message().contains("uid"), "{e:?}");
+    let mut s = p.client().watch(api::WatchRequest::default()).await;
+    if let Ok(stream) = &mut s {
+        let first = stream.get_mut().message().await;
+        assert!(first.is_err_and(|e| e.code() == Code::PermissionDenied), "a refused peer's Watch sends nothing");
+    } else {
+        assert_eq!(s.unwrap_err().code(), Code::PermissionDenied);
+    }
     let metrics = p.app.metrics.encode();
     assert!(
         metrics.contains("plegd_api_connections_refused_total 1")
@@ -309,6 +318,67 @@ async fn a_peer_not_in_the_allowlist_is_refused_and_counted() {
     let me = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap();
     let p = start_plegd(|c| c.api.allow_uids = vec![me]).await;
     p.client().list_pods(api::ListPodsRequest::default()).await.expect("our own uid is allowed");
+    p.stop().await;
+    // A supplementary group of ours that is neither our uid nor our primary group.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let field = |name: &str| -> Vec<u32> {
+        let line = status.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_default();
+        line.split_whitespace().filter_map(|v| v.parse().ok()).collect()
+    };
+    let primary = field("Gid:")[0];
+    match field("Groups:").into_iter().find(|g| *g != primary) {
+        Some(extra) => {
+            let p = start_plegd(|c| c.api.allow_gids = vec![extra]).await;
+            p.client().list_pods(api::ListPodsRequest::default()).await.expect("a supplementary group is allowed");
+            p.stop().await;
+        }
+        None => eprintln!("this process has no supplementary group besides its primary one"),
+    }
+}
+
+#[tokio::test]
+async fn a_peer_is_allowed_by_a_supplementary_group_and_told_why_when_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    // Another user (nobody) whose primary group is its own and whose supplementary
+    // group is the allowed one, through `plegd pods` as a separate process.
+    let Some(setpriv) = ["/usr/bin/setpriv", "/bin/setpriv"].into_iter().find(|p| std::path::Path::new(p).exists())
+    else {
+        panic!("this test needs setpriv (util-linux) to run a client as another user");
+    };
+    if std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap() != 0 {
+        eprintln!(
+            "not root: cannot run a client as another user; the supplementary-group case is checked only by grpc::tests"
+        );
+        return;
+    }
+    let p = start_plegd(|c| c.api.allow_gids = vec![4242]).await;
+    let sock = p.socket.trim_start_matches("unix://").to_owned();
+    let mut dir = std::path::Path::new(&sock);
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    while let Some(parent) = dir.parent() {
+        if parent == std::path::Path::new("/tmp") || parent == std::path::Path::new("/") {
+            break;
+        }
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        dir = parent;
+    }
+    let run_as = |groups: &str| {
+        let (setpriv, socket) = (setpriv.to_owned(), p.socket.clone());
+        let groups = groups.to_owned();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(setpriv)
+                .args(["--reuid", "65534", "--regid", "65534", "--groups", &groups, "--"])
+                .args([env!("CARGO_BIN_EXE_plegd"), "pods", "--socket", &socket])
+                .output()
+                .unwrap()
+        })
+    };
+    let allowed = run_as("4242").await.unwrap();
+    assert!(allowed.status.success(), "{}", String::from_utf8_lossy(&allowed.stderr));
+    let refused = run_as("4343").await.unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("uid 65534") && err.contains("--allow-gid"), "the refusal says why: {err}");
     p.stop().await;
 }
 
@@ -567,6 +637,48 @@ async fn waiting_readers_cannot_make_plegd_hammer_the_runtime() {
     assert!(reads <= allowed, "500 waits on one pod cost {reads} listings (allowed {allowed})");
     assert!(answered > 0, "and they are answered: {answered}");
     p.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_connects_before_the_first_relist_gets_the_pods_not_an_empty_snapshot() {
+    use plegd::sim::{Fault, FaultAction};
+    let h = support::SimHarness::start().await;
+    for i in 0..3 {
+        h.run_pod(&PodSpec::new("default", &format!("early-{i}")), &[ContainerSpec::new("app")]).await;
+    }
+    // The first listing takes a while: clients arrive before plegd has read anything.
+    h.sim.inject(Fault {
+        method: "ListPodSandbox",
+        target: None,
+        action: FaultAction::Delay(Duration::from_millis(700)),
+        times: Some(1),
+    });
+    let mut cfg = plegd::config::RunConfig::for_endpoint(&h.endpoint).unwrap();
+    cfg.api.socket = h.dir.path().join("api/plegd.sock");
+    let (shutdown, tracker) = (tokio_util::sync::CancellationToken::new(), tokio_util::task::TaskTracker::new());
+    let app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();
+    let socket = format!("unix://{}", cfg.api.socket.display());
+    let mut client = plegd::cli::client::connect(&socket).unwrap();
+    assert!(app.readiness.check().is_err(), "the clients come before the first relist");
+    let listed = client.list_pods(api::ListPodsRequest::default()).await.unwrap().into_inner();
+    assert_eq!(listed.pods.len(), 3, "ListPods waits for the first relist");
+    let mut s = client.watch(api::WatchRequest::default()).await.unwrap().into_inner();
+    let mut snapshots = 0;
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(5), s.message()).await.unwrap().unwrap().unwrap();
+        match m.kind {
+            Some(api::watch_event::Kind::Snapshot(_)) => snapshots += 1,
+            Some(api::watch_event::Kind::Synced(sy)) => {
+                assert_eq!((sy.pods, snapshots), (3, 3), "the snapshot holds the node's pods");
+                break;
+            }
+            _ => {}
+        }
+    }
+    shutdown.cancel();
+    tracker.close();
+    tracker.wait().await;
+    h.stop().await;
 }
 
 #[tokio::test]

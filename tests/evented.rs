@@ -308,7 +308,7 @@ async fn a_container_removed_before_plegd_reads_it_still_dies_with_the_exit_code
     // reads are slowed so that holds whatever the scheduler does: plegd's stream reader
     // has a thread of its own, so the events and a read started by the first of them
     // race otherwise. (A STOPPED still on its way when a read finds the container gone
-    // gives a death without its exit code: README, "A container's last words".)
+    // gives a death without its exit code: docs/pleg-and-stream.md, "A container's last words".)
     slow_reads(&h, Duration::from_millis(400));
     let unseen = h.sim.create_container(pod.create_request(&sid, &ContainerSpec::new("unseen"))).await.unwrap();
     h.sim.start_container(&unseen).await.unwrap();
@@ -481,6 +481,66 @@ async fn a_pod_gone_before_any_read_dies_on_the_full_relists_path_too_with_its_l
         sc.app.journal.pods().iter().all(|p| *p.uid != *pod.uid),
         "the journal's view lets the pod go: {:?}",
         sc.app.journal.pods().iter().map(|p| p.uid.to_string()).collect::<Vec<_>>()
+    );
+    sc.stop().await;
+}
+
+/// Found by the stock-client tests: a pod of two containers, both created, dead and
+/// removed with the pod between two reads, went out as a death carrying the pod, a
+/// removal without it, then the next death carrying it again: a client that drops a
+/// pod on an event without one saw it go, come back and go.
+#[tokio::test]
+async fn a_pod_gone_before_any_read_never_comes_back_after_an_event_that_let_it_go() {
+    let h = SimHarness::start().await;
+    let mut sc = up_sidecar(&h).await;
+    let pod = PodSpec::new("default", "pair").label("app", "pair");
+    h.sim.mute_events(true);
+    let sid = h.sim.run_pod_sandbox(pod.run_request()).await.unwrap();
+    let mut words = Vec::new();
+    for name in ["a", "b"] {
+        let id = h.sim.create_container(pod.create_request(&sid, &ContainerSpec::new(name))).await.unwrap();
+        h.sim.start_container(&id).await.unwrap();
+        assert!(h.sim.exit_container(&id, 1, "Error"));
+        words.push((id.clone(), h.sim.container_status_cri(&id).await.unwrap()));
+    }
+    let sandbox = h.sim.pod_sandbox_status(&sid).await.unwrap();
+    h.sim.remove_pod_sandbox(&sid).await.unwrap();
+    h.sim.mute_events(false);
+    // A full relist under way (slowed) while the events arrive, so that the relister's
+    // next turn takes them together: the events of one read of the pod are what this
+    // checks (words split across turns make a second read, told on its own).
+    slow_reads(&h, Duration::from_millis(300));
+    sc.app.pleg.request_relist();
+    tokio::task::yield_now().await;
+    for (n, (id, last)) in words.iter().enumerate() {
+        h.sim.inject_event(cri::ContainerEventResponse {
+            container_id: id.clone(),
+            container_event_type: cri::ContainerEventType::ContainerStoppedEvent as i32,
+            created_at: 1 + n as i64,
+            pod_sandbox_status: Some(sandbox.clone()),
+            containers_statuses: vec![last.clone()],
+        });
+    }
+    h.sim.inject_event(cri::ContainerEventResponse {
+        container_id: sid.clone(),
+        container_event_type: cri::ContainerEventType::ContainerDeletedEvent as i32,
+        created_at: 9,
+        pod_sandbox_status: None,
+        containers_statuses: vec![],
+    });
+    let mut got = Vec::new();
+    while let Some(e) = sc.next(Duration::from_millis(3000)).await {
+        got.push(e);
+    }
+    h.sim.clear_faults();
+    let mine: Vec<_> = got.iter().filter(|e| *e.pod_uid == *pod.uid).collect();
+    let deaths = mine.iter().filter(|e| e.kind == EventType::ContainerDied && !e.is_sandbox).count();
+    assert_eq!(deaths, 2, "both deaths are told: {mine:#?}");
+    let first_gone = mine.iter().position(|e| e.pod.is_none()).expect("the pod goes");
+    assert!(
+        mine[first_gone..].iter().all(|e| e.pod.is_none()),
+        "after the first event without the pod none carries it: {:?}",
+        mine.iter().map(|e| (e.kind, e.pod.is_some())).collect::<Vec<_>>()
     );
     sc.stop().await;
 }

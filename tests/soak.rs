@@ -6,8 +6,10 @@
 //!   exiting with varied codes, OOM-killed, restarted as new attempts, stopped, removed,
 //!   at `PLEGD_SOAK_RATE` actions/s with bursts;
 //! - injects every fault kind in turn: plegd `kill -9` and SIGTERM (restarted on its
-//!   state dir), the runtime killed and resumed, the event stream cut (simulated runtime
-//!   only: containerd cannot drop a stream without going down);
+//!   state dir), the runtime killed and resumed, the event stream cut, and the event
+//!   stream kept open but silent for 12–25 s while churn goes on (these two on the
+//!   simulated runtime only: containerd cannot drop or mute a stream without going
+//!   down);
 //! - runs watchers that connect, stall, disconnect and resume with and without their
 //!   epoch, some filtered to one namespace, each checked by `watchcheck`, and
 //!   `GetPodStatus(min_timestamp)` callers.
@@ -117,6 +119,23 @@ impl Runtime {
         match self {
             Runtime::Sim { sim, .. } => {
                 sim.drop_event_streams();
+                true
+            }
+            Runtime::Containerd { .. } => false,
+        }
+    }
+
+    /// Keeps the event stream open and says nothing on it for `d` (a CRI proxy that
+    /// forwards nothing looks the same), while the runtime goes on.
+    fn silence(&self, d: Duration) -> bool {
+        match self {
+            Runtime::Sim { sim, .. } => {
+                sim.mute_events(true);
+                let sim = sim.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(d).await;
+                    sim.mute_events(false);
+                });
                 true
             }
             Runtime::Containerd { .. } => false,
@@ -906,6 +925,7 @@ enum Fault {
     PlegdSigterm,
     RuntimeKill,
     StreamCut,
+    StreamSilence,
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -992,7 +1012,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     };
     let rate: f64 = env_or("PLEGD_SOAK_RATE", 4.0);
     let kinds: Vec<Fault> = if runtime.is_sim() {
-        vec![Fault::PlegdKill9, Fault::PlegdSigterm, Fault::RuntimeKill, Fault::StreamCut]
+        vec![Fault::PlegdKill9, Fault::PlegdSigterm, Fault::RuntimeKill, Fault::StreamCut, Fault::StreamSilence]
     } else {
         vec![Fault::PlegdKill9, Fault::PlegdSigterm, Fault::RuntimeKill]
     };
@@ -1004,6 +1024,9 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     let mut sigterm_exits = Vec::new();
     // Every fault: (from, to).
     let mut blind_windows: Vec<(SystemTime, SystemTime)> = Vec::new();
+    // Where the stream stayed up and said nothing: plegd finds changes by its stream
+    // check (every 10 s), then by relists at the relist period.
+    let mut silent_windows: Vec<(SystemTime, SystemTime)> = Vec::new();
     let mut samples: Vec<(f64, f64, f64)> = Vec::new(); // (t, rss MiB, cpu s)
     let mut cpu_base = 0.0;
     let mut quiescent_checks = 0u32;
@@ -1119,13 +1142,19 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
                 Fault::StreamCut => {
                     runtime.cut_stream();
                 }
+                Fault::StreamSilence => {
+                    let d = Duration::from_millis(rng.u64(12_000..25_000));
+                    runtime.silence(d);
+                    silent_windows.push((fault_started, fault_started + d));
+                }
             }
             if matches!(kind, Fault::PlegdKill9 | Fault::PlegdSigterm) {
                 cpu_base += cpu_before;
             }
             fault_order.push(kind);
             *faults.entry(kind).or_default() += 1;
-            blind_windows.push((fault_started, SystemTime::now()));
+            let until = silent_windows.last().filter(|w| w.0 == fault_started).map_or(SystemTime::now(), |w| w.1);
+            blind_windows.push((fault_started, until));
         }
         if now >= next_quiet {
             let label = format!("quiescent point at {:.0} s", t0.elapsed().as_secs_f64());
@@ -1200,11 +1229,17 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
             }
         }
     }
+    // Behind a silent stream, until the stream check finds its first miss (10 s at
+    // most), a life of up to that long is as unseeable.
     let unseeable = |id: &str, t: &TruthContainer| match (t.started_at, t.removed_at) {
         (Some(start), Some(gone)) => {
+            let life = gone.duration_since(start).unwrap_or_default();
             !seen_by_any.contains(id)
-                && gone.duration_since(start).unwrap_or_default() < Duration::from_secs(2)
-                && windows.iter().any(|(from, to)| *from <= start && gone <= *to)
+                && ((life < Duration::from_secs(2) && windows.iter().any(|(from, to)| *from <= start && gone <= *to))
+                    || (life < Duration::from_secs(12)
+                        && silent_windows
+                            .iter()
+                            .any(|(from, to)| *from <= start && gone <= *to + Duration::from_secs(2))))
         }
         _ => false,
     };

@@ -218,7 +218,9 @@ fn spawn_watcher(
                                 continue 'connect;
                             }
                             if let Err(v) = c.observe(&m) {
-                                violations.lock().unwrap().push(format!("{f:?}: {v}"));
+                                let log = l.lock().unwrap();
+                                let recent = log.iter().rev().take(20).rev().cloned().collect::<Vec<_>>().join("\n  ");
+                                violations.lock().unwrap().push(format!("{f:?}: {v}; its last messages:\n  {recent}"));
                             }
                         }
                         _ => {
@@ -377,6 +379,9 @@ async fn run_schedule(ops: Vec<Op>, selectors: [usize; 3], buffer: usize, durabl
                 app_stop.cancel();
                 app_tracker.close();
                 app_tracker.wait().await;
+                // The old journal goes (and with it the state dir's lock) before the
+                // new plegd opens it, as when a process exits.
+                drop(app);
                 (app, app_stop, app_tracker) = start_plegd(&h, buffer, durable).await;
             }
             Op::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,

@@ -1,7 +1,9 @@
 //! The API socket's front door: each accepted connection is screened in a task of its
 //! own (peer credentials against the allowlists, then the HTTP/2 preface within the
 //! handshake timeout) before it reaches the gRPC server, so a stalled or hostile peer
-//! never holds up others.
+//! never holds up others. A peer the allowlists refuse still speaks gRPC: every call it
+//! makes is answered `PERMISSION_DENIED` with the reason ([`Screened`]), and nothing of
+//! the API is served to it.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,35 +17,48 @@ use tokio_util::task::TaskTracker;
 
 use super::{ApiConfig, ApiMetrics};
 
-/// Whether a peer may connect.
-pub fn peer_allowed(cfg: &ApiConfig, uid: u32, gid: u32) -> bool {
+/// Whether a peer may connect: its uid, its primary group or one of its supplementary
+/// groups is allowed (or no list is set).
+pub fn peer_allowed(cfg: &ApiConfig, uid: u32, gid: u32, groups: &[u32]) -> bool {
     (cfg.allow_uids.is_empty() && cfg.allow_gids.is_empty())
         || cfg.allow_uids.contains(&uid)
         || cfg.allow_gids.contains(&gid)
+        || groups.iter().any(|g| cfg.allow_gids.contains(g))
 }
 
 /// The HTTP/2 client preface every gRPC connection starts with.
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Why a connection was turned away before reaching the gRPC server.
+/// Why a peer may not use the API, if it may not.
 fn screen_failure(cfg: &ApiConfig, conn: &UnixStream) -> Option<Refused> {
-    match conn.peer_cred() {
-        Ok(cred) if peer_allowed(cfg, cred.uid(), cred.gid()) => None,
-        Ok(cred) => Some(Refused::Peer { uid: cred.uid(), gid: cred.gid() }),
-        Err(e) => Some(Refused::NoCredentials(e)),
+    let cred = match conn.peer_cred() {
+        Ok(c) => c,
+        Err(e) => return Some(Refused::NoCredentials(e)),
+    };
+    if cfg.allow_uids.is_empty() && cfg.allow_gids.is_empty() {
+        return None;
     }
+    let groups = crate::uds::peer_groups(conn).unwrap_or_default();
+    if peer_allowed(cfg, cred.uid(), cred.gid(), &groups) {
+        return None;
+    }
+    Some(Refused::Peer { uid: cred.uid(), gid: cred.gid(), groups, pid: cred.pid() })
 }
 
 /// Why a connection was turned away before reaching the gRPC server.
 #[derive(Debug, thiserror::Error)]
 pub enum Refused {
     /// The peer is not in the allowlists.
-    #[error("peer uid {uid} gid {gid} not in --allow-uid/--allow-gid")]
+    #[error("peer uid {uid} (gid {gid}, groups {groups:?}) is not in --allow-uid/--allow-gid")]
     Peer {
         /// Its uid.
         uid: u32,
-        /// Its gid.
+        /// Its primary group.
         gid: u32,
+        /// Its supplementary groups.
+        groups: Vec<u32>,
+        /// Its process, when the kernel names it in plegd's PID namespace.
+        pid: Option<i32>,
     },
     /// The kernel gave no credentials.
     #[error("no peer credentials: {0}")]
@@ -64,7 +79,7 @@ pub enum Refused {
 
 /// Reads the HTTP/2 preface (bounded in time, failing fast on anything else) and
 /// returns the connection with the preface put back in front.
-async fn read_preface(mut conn: UnixStream, timeout: Duration) -> Result<Prefaced, Refused> {
+async fn read_preface(mut conn: UnixStream, timeout: Duration, refused: Option<Arc<str>>) -> Result<Prefaced, Refused> {
     use tokio::io::AsyncReadExt;
     let check = async {
         let mut buf = [0u8; 24];
@@ -82,13 +97,23 @@ async fn read_preface(mut conn: UnixStream, timeout: Duration) -> Result<Preface
         Ok(())
     };
     tokio::time::timeout(timeout, check).await.map_err(|_| Refused::Slow(timeout))??;
-    Ok(Prefaced { replayed: 0, inner: conn })
+    Ok(Prefaced { replayed: 0, inner: conn, refused })
 }
 
 /// A connection whose HTTP/2 preface was read for screening; reads replay it first.
 pub struct Prefaced {
     replayed: usize,
     inner: UnixStream,
+    refused: Option<Arc<str>>,
+}
+
+/// What the gRPC services learn of a connection's peer.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    /// Why the allowlists refuse it, if they do.
+    pub refused: Option<Arc<str>>,
+    /// The socket's own connect info.
+    pub uds: <UnixStream as tonic::transport::server::Connected>::ConnectInfo,
 }
 
 impl tokio::io::AsyncRead for Prefaced {
@@ -142,10 +167,43 @@ impl tokio::io::AsyncWrite for Prefaced {
 }
 
 impl tonic::transport::server::Connected for Prefaced {
-    type ConnectInfo = <UnixStream as tonic::transport::server::Connected>::ConnectInfo;
+    type ConnectInfo = Peer;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
+        Peer { refused: self.refused.clone(), uds: self.inner.connect_info() }
+    }
+}
+
+/// Answers every call of a refused peer with `PERMISSION_DENIED` and its reason, and
+/// passes the others' on.
+#[derive(Clone)]
+pub struct Screened<S>(pub S);
+
+impl<S, B, R> tower::Service<axum::http::Request<B>> for Screened<S>
+where
+    S: tower::Service<axum::http::Request<B>, Response = axum::http::Response<R>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    R: Default + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: axum::http::Request<B>) -> Self::Future {
+        let refused = req.extensions().get::<Peer>().and_then(|p| p.refused.clone());
+        match refused {
+            Some(why) => {
+                let status =
+                    tonic::Status::permission_denied(format!("refused by plegd's --allow-uid/--allow-gid: {why}"));
+                Box::pin(std::future::ready(Ok(status.into_http())))
+            }
+            None => Box::pin(self.0.call(req)),
+        }
     }
 }
 
@@ -184,14 +242,22 @@ pub fn incoming(
                     continue;
                 }
             };
-            if let Some(why) = screen_failure(&cfg, &conn) {
-                metrics.refused.inc();
-                tracing::warn!(reason = %why, "refused an API connection");
-                continue;
-            }
+            let refused = match screen_failure(&cfg, &conn) {
+                Some(why @ Refused::Peer { .. }) => {
+                    metrics.refused.inc();
+                    tracing::warn!(reason = %why, peer_pid = ?peer_pid(&why), "refused an API peer; its calls get PERMISSION_DENIED");
+                    Some(Arc::from(why.to_string()))
+                }
+                Some(why) => {
+                    metrics.refused.inc();
+                    tracing::warn!(reason = %why, "refused an API connection");
+                    continue;
+                }
+                None => None,
+            };
             let (tx, timeout, metrics) = (tx.clone(), cfg.handshake_timeout, metrics.clone());
             tasks.spawn(async move {
-                match read_preface(conn, timeout).await {
+                match read_preface(conn, timeout, refused).await {
                     Ok(conn) => {
                         metrics.accepted.inc();
                         let _ = tx.send(Ok(conn)).await;
@@ -202,4 +268,11 @@ pub fn incoming(
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+fn peer_pid(r: &Refused) -> Option<i32> {
+    match r {
+        Refused::Peer { pid, .. } => *pid,
+        _ => None,
+    }
 }

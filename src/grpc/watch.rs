@@ -188,7 +188,20 @@ impl WatchFeed {
             }
             match &mut self.phase {
                 Phase::Done => return None,
-                Phase::Subscribe(since) => {
+                Phase::Subscribe(_) => {
+                    if !self.journal.is_primed() {
+                        // Until plegd's first full relist is in, its view is empty (a
+                        // new journal) or last run's: a snapshot now would tell the
+                        // client of pods plegd has not read yet.
+                        tokio::select! {
+                            _ = self.journal.primed() => {}
+                            _ = self.shutdown.cancelled() => {
+                                self.phase = Phase::Done;
+                                continue;
+                            }
+                        }
+                    }
+                    let Phase::Subscribe(since) = &self.phase else { continue };
                     let mut sub = self.journal.subscribe(*since, self.filter.clone());
                     let resumed = matches!(sub.start, Start::Replay(_));
                     let after = match (&sub.start, since) {

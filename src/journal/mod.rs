@@ -238,6 +238,10 @@ struct Shared {
     dirty: AtomicU64,
     /// The store's settings, to open it again after a failure.
     store_cfg: Option<StoreConfig>,
+    /// Whether the first full relist's events are in: until then the view is empty (a
+    /// new journal) or as plegd last left it, and a snapshot would tell a client of a
+    /// node plegd has not read yet.
+    primed: tokio::sync::watch::Sender<bool>,
 }
 
 /// The journal. Cheap to clone.
@@ -394,6 +398,7 @@ impl Journal {
                 path,
                 dirty: AtomicU64::new(0),
                 store_cfg,
+                primed: tokio::sync::watch::Sender::new(false),
             }),
         }
     }
@@ -417,6 +422,23 @@ impl Journal {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.shared.inner.lock().expect("journal lock")
+    }
+
+    /// Marks the first full relist's events as appended (the publisher does, once they
+    /// are): snapshots wait for it.
+    pub fn mark_primed(&self) {
+        self.shared.primed.send_if_modified(|p| !std::mem::replace(p, true));
+    }
+
+    /// Whether the first full relist's events are in.
+    pub fn is_primed(&self) -> bool {
+        *self.shared.primed.borrow()
+    }
+
+    /// Waits until the first full relist's events are in.
+    pub async fn primed(&self) {
+        let mut rx = self.shared.primed.subscribe();
+        let _ = rx.wait_for(|p| *p).await;
     }
 
     /// The journal's epoch: the same across restarts that keep the state dir.

@@ -22,7 +22,9 @@ use crate::model::event::PodLifecycleEvent;
 
 /// The database's file name in the state dir.
 pub const FILE: &str = "journal.db";
-/// The state dir's lock file: one plegd writes a journal at a time.
+/// A file plegd writes in the state dir as it takes the dir's lock: it shows which
+/// dirs a plegd uses, and a dir plegd cannot write to fails here, with the system's
+/// words (the lock itself is on the directory).
 pub const LOCK_FILE: &str = "plegd.lock";
 /// The layout this version writes; another one is moved aside like a corrupt file.
 const SCHEMA: i64 = 1;
@@ -220,16 +222,20 @@ impl Store {
         Ok((store, loaded))
     }
 
-    /// Takes the state dir's lock (`flock`, released by the kernel when the process
-    /// ends however it ends), or says who holds it.
+    /// Takes the state dir's lock (`flock` on the directory itself, released by the
+    /// kernel when the process ends however it ends), or says it is held. A lock on a
+    /// file in the dir could be deleted from under its holder, and a second plegd would
+    /// then write the same journal; the directory cannot go while the journal is in it.
     fn lock(dir: &Path) -> Result<std::fs::File, StoreError> {
-        let path = dir.join(LOCK_FILE);
-        let file = std::fs::OpenOptions::new()
+        let marker = dir.join(LOCK_FILE);
+        std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(&path)
-            .map_err(|source| StoreError::Io { path: path.clone(), source })?;
+            .open(&marker)
+            .map_err(|source| StoreError::Io { path: marker, source })?;
+        let path = dir.to_owned();
+        let file = std::fs::File::open(dir).map_err(|source| StoreError::Io { path: path.clone(), source })?;
         match file.try_lock() {
             Ok(()) => Ok(file),
             Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked { path }),

@@ -1,5 +1,7 @@
-//! The journal's tests: its guarantees in memory (`basics`, `guarantees`) and on disk
-//! (`durable`).
+//! The journal's tests: its guarantees in memory (`basics`, `guarantees`), on disk
+//! (`durable`), and for filtered resumes when pods leave a selection (`selection`).
+
+mod selection;
 
 mod basics {
     use super::super::*;
@@ -395,7 +397,7 @@ mod durable {
     use super::super::*;
     use crate::model::event::EventSource;
 
-    fn status(uid: &str, app: &str, running: bool) -> Arc<PodStatus> {
+    pub(super) fn status(uid: &str, app: &str, running: bool) -> Arc<PodStatus> {
         let labels: Labels = [("app", app)].into();
         let container = crate::model::ContainerStatus {
             id: format!("c-{uid}"),
@@ -428,7 +430,7 @@ mod durable {
         })
     }
 
-    fn event(uid: &str, kind: EventType, pod: Option<Arc<PodStatus>>) -> PodLifecycleEvent {
+    pub(super) fn event(uid: &str, kind: EventType, pod: Option<Arc<PodStatus>>) -> PodLifecycleEvent {
         PodLifecycleEvent {
             pod_uid: uid.into(),
             pod_namespace: "ns".into(),
@@ -445,7 +447,7 @@ mod durable {
         }
     }
 
-    fn cfg(dir: &std::path::Path) -> JournalConfig {
+    pub(super) fn cfg(dir: &std::path::Path) -> JournalConfig {
         JournalConfig {
             capacity: 100_000,
             client_buffer: 100_000,
@@ -456,7 +458,7 @@ mod durable {
     }
 
     /// Appends `n` events about pods `p0..p9`, alternating starts and deaths.
-    fn churn(j: &Journal, n: usize) {
+    pub(super) fn churn(j: &Journal, n: usize) {
         for i in 0..n {
             let uid = format!("p{}", i % 10);
             let running = i % 2 == 0;
@@ -466,7 +468,7 @@ mod durable {
     }
 
     /// Every entry a replay gives, disk pages first, then memory.
-    fn replay_all(mut sub: Subscription) -> Vec<Arc<Entry>> {
+    pub(super) fn replay_all(mut sub: Subscription) -> Vec<Arc<Entry>> {
         let start = std::mem::replace(&mut sub.start, Start::Replay(Replay::default()));
         let Start::Replay(Replay { disk, memory }) = start else { panic!("a replay, not a snapshot") };
         let mut out = Vec::new();
@@ -477,94 +479,6 @@ mod durable {
         }
         out.extend(memory);
         out
-    }
-
-    /// A filtered client resumes after `r`; the pod it held changed its labels after
-    /// `r` and left its selection. A replay of the matching entries would say nothing
-    /// of the pod (its later events no longer match) and the client would keep it for
-    /// good; it must be reset instead, whether the replay comes from memory or disk.
-    fn resume_after_a_pod_left(memory_budget: u64) -> (Subscription, Result<Vec<Arc<Entry>>, ReplayError>) {
-        let dir = tempfile::tempdir().unwrap();
-        let j = Journal::open(&JournalConfig { memory_budget, ..cfg(dir.path()) }, None).unwrap();
-        j.append(event("a", EventType::ContainerStarted, Some(status("a", "web", true)))).unwrap();
-        let web = Arc::new(Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() });
-        let (listed, at) = j.list(&web);
-        assert_eq!(listed.len(), 1, "ListPods(app=web) holds the pod");
-        // Its sandbox recreated with app=db, then some churn of other pods.
-        j.append(event("a", EventType::ContainerStarted, Some(status("a", "db", true)))).unwrap();
-        churn(&j, 20);
-        let mut sub = j.subscribe(Since::Revision(at, j.epoch()), web);
-        let replayed = match std::mem::replace(&mut sub.start, Start::Replay(Replay::default())) {
-            Start::Replay(Replay { disk, memory }) => {
-                let mut out = Vec::new();
-                let mut err = None;
-                if let Some(mut d) = disk {
-                    loop {
-                        match d.next_page() {
-                            Ok(Some(p)) => out.extend(p),
-                            Ok(None) => break,
-                            Err(e) => {
-                                err = Some(e);
-                                break;
-                            }
-                        }
-                    }
-                }
-                out.extend(memory);
-                match err {
-                    Some(e) => Err(e),
-                    None => Ok(out),
-                }
-            }
-            start @ Start::Snapshot { .. } => {
-                sub.start = start;
-                Ok(Vec::new())
-            }
-        };
-        (sub, replayed)
-    }
-
-    #[test]
-    fn a_filtered_resume_from_memory_is_reset_when_a_pod_left_the_selection() {
-        let (sub, replayed) = resume_after_a_pod_left(8 << 20);
-        assert_eq!(sub.reset, Some(ResetReason::RuntimeResync), "not a replay that ends in a bookmark");
-        let Start::Snapshot { pods, .. } = &sub.start else { panic!("a fresh snapshot follows the reset") };
-        assert!(pods.iter().all(|p| p.uid != "a"), "the snapshot no longer holds the pod");
-        assert!(replayed.unwrap().is_empty());
-    }
-
-    #[test]
-    fn a_filtered_resume_from_disk_stops_with_a_reset_when_a_pod_left_the_selection() {
-        // A memory budget of one record: the label change is replayed from disk.
-        let (sub, replayed) = resume_after_a_pod_left(1);
-        assert_eq!(sub.reset, None, "memory does not hold the change; the disk replay finds it");
-        match replayed {
-            Err(ReplayError::LeftSelection { uid, revision }) => assert_eq!((uid.as_str(), revision), ("a", 2)),
-            other => panic!("the disk replay must stop at the pod's label change, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_resume_whose_filter_still_matches_after_a_label_change_is_a_plain_replay() {
-        let dir = tempfile::tempdir().unwrap();
-        let j = Journal::open(&cfg(dir.path()), None).unwrap();
-        j.append(event("a", EventType::ContainerStarted, Some(status("a", "web", true)))).unwrap();
-        j.append(event("a", EventType::ContainerStarted, Some(status("a", "db", true)))).unwrap();
-        // Unfiltered, and a selector both label sets match: nothing left.
-        for sel in ["", "app"] {
-            let f = Arc::new(Filter { selector: Selector::parse(sel).unwrap(), ..Default::default() });
-            let sub = j.subscribe(Since::Revision(1, j.epoch()), f);
-            assert_eq!(sub.reset, None, "selector {sel:?}");
-            assert_eq!(replay_all(sub).iter().map(|e| e.revision).collect::<Vec<_>>(), [2]);
-        }
-    }
-
-    #[test]
-    fn a_label_change_reads_back_from_disk_with_who_the_pod_was() {
-        let ev = event("a", EventType::ContainerStarted, Some(status("a", "db", true)));
-        let (meta, was) = (PodMeta::of(&status("a", "db", true)), PodMeta::of(&status("a", "web", true)));
-        let back = record::decode_event(&record::encode_event(&ev, &meta, Some(&was))).unwrap();
-        assert_eq!((back.meta, back.left), (meta, Some(was)));
     }
 
     fn same(a: &Entry, b: &Entry) -> bool {
@@ -886,6 +800,25 @@ mod durable {
         exiting.join().unwrap();
         assert_eq!(second.disk_problem(), None);
         assert_eq!((second.epoch(), second.revision()), (epoch, revision), "the journal passed from one to the other");
+    }
+
+    #[test]
+    fn a_second_plegd_is_kept_out_even_when_a_lock_file_is_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = cfg(dir.path());
+        let (first, _) = store::Store::open(store_config(&cfg, dir.path().to_owned()), "boot").unwrap();
+        // What earlier versions locked, deleted by a cleanup script or a person.
+        let _ = std::fs::remove_file(dir.path().join(store::LOCK_FILE));
+        match store::Store::open(store_config(&cfg, dir.path().to_owned()), "boot") {
+            Err(StoreError::Locked { .. }) => {}
+            Err(e) => panic!("another error: {e}"),
+            Ok(_) => panic!("a second writer opened the journal another holds"),
+        }
+        drop(first);
+        assert!(
+            store::Store::open(store_config(&cfg, dir.path().to_owned()), "boot").is_ok(),
+            "free once the first is gone"
+        );
     }
 
     #[test]

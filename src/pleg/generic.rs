@@ -503,6 +503,11 @@ impl<R: RuntimeService> GenericPleg<R> {
             for e in events.iter_mut().filter(|e| e.kind == EventType::ContainerRemoved) {
                 e.pod = None;
             }
+            // Every event that still carries the pod before the first that does not: a
+            // client that drops a pod on an event without one must not see it come
+            // back (a death's pod as it ended) and go again (found by the stock-client
+            // tests: delete, add, delete for one removal).
+            events.sort_by_key(|e| e.pod.is_none());
             if empty_record && events.iter().all(|e| e.pod.is_some()) {
                 // Gone with nothing left to name: a pod plegd last published with no
                 // sandbox and no container (seeded so from the journal's view after a
