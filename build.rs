@@ -5,6 +5,7 @@
 //! - `plegd.v1`'s server alone, into `served/`, with the messages above except
 //!   `WatchEvent`, which the server sends as `grpc::wire::WatchFrame` (a published
 //!   event's shared encoding, byte for byte a `WatchEvent`) through `grpc::wire::Codec`.
+//! - `plegd.v1`'s descriptors (with what they import) for server reflection.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (cri, plegd) = ("runtime/v1/api.proto", "plegd/v1/plegd.proto");
@@ -15,10 +16,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .compile_fds(protox::compile([cri], ["cri-proto"])?)?;
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(false)
-        .compile_fds(protox::compile([plegd], ["cri-proto"])?)?;
+    let plegd_fds = protox::compile([plegd], ["cri-proto"])?;
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out.join("plegd_descriptor.bin"), prost::Message::encode_to_vec(&plegd_fds))?;
+    tonic_prost_build::configure().build_client(true).build_server(false).compile_fds(plegd_fds)?;
     let served = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("served");
     std::fs::create_dir_all(&served)?;
     tonic_prost_build::configure()

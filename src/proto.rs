@@ -11,6 +11,10 @@ pub mod plegd {
     tonic::include_proto!("plegd.v1");
 }
 
+/// `plegd.v1`'s file descriptors, with the files they import: what server reflection
+/// tells clients.
+pub const PLEGD_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/plegd_descriptor.bin"));
+
 /// plegd's API as the server sends it: the generated `PodLifecycle` server over the
 /// messages above, `Watch` yielding `crate::grpc::wire::WatchFrame`.
 pub mod served {

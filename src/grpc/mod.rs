@@ -10,6 +10,7 @@
 //! [`wire::Codec`], `Watch` yielding [`wire::WatchFrame`]s), so the generated server
 //! routes every method; clients decode plain `WatchEvent`s.
 
+pub mod health;
 pub mod incoming;
 pub mod watch;
 pub mod wire;
@@ -85,6 +86,9 @@ pub enum ApiError {
     /// Serving failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
+    /// The descriptors for reflection do not decode (a build fault).
+    #[error("server reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
 }
 
 /// Invalid requests, mapped to `INVALID_ARGUMENT` at the boundary.
@@ -206,7 +210,11 @@ impl PodLifecycle for PodLifecycleService {
     }
 
     async fn list_pods(&self, req: Request<api::ListPodsRequest>) -> Result<Response<api::ListPodsResponse>, Status> {
+        let deadline = grpc_timeout(req.metadata()).unwrap_or(self.cfg.max_wait).min(self.cfg.max_wait);
         let filter = to_filter(req.into_inner().filter, &[])?;
+        if !self.journal.is_primed() && tokio::time::timeout(deadline, self.journal.primed()).await.is_err() {
+            return Err(Status::unavailable("plegd has not completed its first read of the runtime yet; retry"));
+        }
         let (pods, revision) = self.journal.list(&filter);
         Ok(Response::new(api::ListPodsResponse {
             pods: pods.iter().map(|p| pod_api(p, &self.cache)).collect(),
@@ -290,30 +298,23 @@ fn grpc_timeout(md: &tonic::metadata::MetadataMap) -> Option<Duration> {
     })
 }
 
-/// Serves the API on `listener` until shutdown. `ready` reports readiness to the gRPC
-/// health service every second.
+/// Serves the API on `listener` until shutdown: `plegd.v1.PodLifecycle`,
+/// `grpc.health.v1.Health` (answered from `ready` when asked) and server reflection.
 pub async fn serve(
     listener: UnixListener,
     svc: PodLifecycleService,
-    ready: impl Fn() -> bool + Send + 'static,
+    ready: impl Fn() -> bool + Send + Sync + 'static,
     beat: crate::liveness::Beat,
     shutdown: CancellationToken,
 ) -> Result<(), ApiError> {
-    let (reporter, health) = tonic_health::server::health_reporter();
-    let sd = shutdown.clone();
-    svc.tasks.spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tokio::select! {
-                _ = sd.cancelled() => return,
-                _ = tick.tick() => {
-                    let status = if ready() { tonic_health::ServingStatus::Serving } else { tonic_health::ServingStatus::NotServing };
-                    reporter.set_service_status("", status).await;
-                    reporter.set_service_status("plegd.v1.PodLifecycle", status).await;
-                }
-            }
-        }
-    });
+    let health = health::ReadinessHealth::server(std::sync::Arc::new(ready), shutdown.clone());
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::proto::PLEGD_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
     let (cfg, metrics, tasks) = (svc.cfg.clone(), svc.metrics.clone(), svc.tasks.clone());
     let lifecycle = PodLifecycleServer::new(svc).max_decoding_message_size(MAX_REQUEST_BYTES);
     let incoming = incoming::incoming(listener, cfg, metrics, beat, tasks, shutdown.clone());
@@ -322,7 +323,10 @@ pub async fn serve(
         .concurrency_limit_per_connection(256)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .layer(tower::layer::layer_fn(incoming::Screened))
         .add_service(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(lifecycle)
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
         .await;
@@ -354,12 +358,13 @@ mod tests {
             max_wait: Duration::from_secs(1),
             handshake_timeout: Duration::from_secs(1),
         };
-        assert!(incoming::peer_allowed(&cfg, 1000, 1000));
+        assert!(incoming::peer_allowed(&cfg, 1000, 1000, &[]));
         cfg.allow_uids = vec![0];
         cfg.allow_gids = vec![42];
-        assert!(incoming::peer_allowed(&cfg, 0, 1));
-        assert!(incoming::peer_allowed(&cfg, 7, 42));
-        assert!(!incoming::peer_allowed(&cfg, 7, 7));
+        assert!(incoming::peer_allowed(&cfg, 0, 1, &[]));
+        assert!(incoming::peer_allowed(&cfg, 7, 42, &[]));
+        assert!(incoming::peer_allowed(&cfg, 7, 7, &[3, 42]), "a supplementary group counts");
+        assert!(!incoming::peer_allowed(&cfg, 7, 7, &[3]));
     }
 
     #[test]
