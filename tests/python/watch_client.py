@@ -19,9 +19,8 @@ assert rc == 0, "protoc failed"
 sys.path.insert(0, out)
 from plegd.v1 import plegd_pb2, plegd_pb2_grpc  # noqa: E402
 
-# grpc-core sends the socket path as :authority over unix sockets, which Rust's HTTP/2
-# stack (tonic/h2) rejects as malformed; use "localhost" like grpc-go and the kubelet.
-channel = grpc.insecure_channel(f"unix://{socket}", options=[("grpc.default_authority", "localhost")])
+# Default options: grpc-core sends the socket's path as :authority, which plegd accepts.
+channel = grpc.insecure_channel(f"unix://{socket}")
 stub = plegd_pb2_grpc.PodLifecycleStub(channel)
 
 snapshot, events, epoch, synced_rev, revisions = 0, [], 0, 0, []
