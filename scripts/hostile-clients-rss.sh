@@ -7,6 +7,7 @@
 # and its peak and final RSS over the following seconds.
 #
 #   bash scripts/hostile-clients-rss.sh [events=21000] [resumers=60] [watchers=200] [half_open=2000] [seconds=60]
+#   PLEGD_BIN=/path/to/other/plegd bash scripts/hostile-clients-rss.sh …   # the same against another build
 set -euo pipefail
 events=${1:-21000}
 resumers=${2:-60}
@@ -14,8 +15,8 @@ watchers=${3:-200}
 half_open=${4:-2000}
 secs=${5:-60}
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
-bin=$PWD/target/release/plegd
+if [ -z "${PLEGD_BIN:-}" ]; then cargo build --release --quiet; fi
+bin=${PLEGD_BIN:-$PWD/target/release/plegd}   # PLEGD_BIN: another build, to compare
 dir=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; pkill -f "$dir" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
 ulimit -n 65536 2>/dev/null || true
@@ -24,8 +25,8 @@ $bin sim --listen "unix://$dir/cri.sock" --pods 200 --churn-per-sec 200 >/dev/nu
 sim=$!
 while [ ! -S "$dir/cri.sock" ]; do sleep 0.1; done
 $bin run --runtime-endpoint "unix://$dir/cri.sock" --listen "unix://$dir/plegd.sock" \
-  --admin-addr "127.0.0.1:$port" --debug-addr "127.0.0.1:$((port + 1))" --state-dir "$dir/state" \
-  >"$dir/plegd.log" 2>&1 &
+  --admin-addr "127.0.0.1:$port" $($bin run --help | grep -q -- --debug-addr && echo --debug-addr "127.0.0.1:$((port + 1))") \
+  --state-dir "$dir/state" >"$dir/plegd.log" 2>&1 &
 pid=$!
 while [ ! -S "$dir/plegd.sock" ]; do sleep 0.1; done
 rss() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$pid/status"; }
@@ -40,7 +41,7 @@ done
 for _ in $(seq "$watchers"); do
   ( $bin watch --socket "unix://$dir/plegd.sock" -o json | sleep 3600 ) >/dev/null 2>&1 &
 done
-python3 - "$port" "$half_open" "$secs" <<'PY' &
+[ "$half_open" -gt 0 ] && python3 - "$port" "$half_open" "$secs" <<'PY' &
 import socket, sys, time
 port, n, secs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 held = []

@@ -199,6 +199,9 @@ impl HttpMetrics {
 pub struct HttpLimits {
     /// Connections open at once; more are closed as they are accepted.
     pub max_connections: usize,
+    /// Connections open at once from one address: one neighbour cannot take every slot
+    /// and lock the kubelet's probes and Prometheus out.
+    pub per_source: usize,
     /// A request's headers must arrive within this long.
     pub header_read_timeout: Duration,
     /// After this long a connection's keep-alive ends (its request in flight finishes).
@@ -210,12 +213,14 @@ impl HttpLimits {
     /// handful of connections; 256 idle ones cost ≈ 5 MiB.
     pub const ADMIN: Self = Self {
         max_connections: 256,
+        per_source: 16,
         header_read_timeout: Duration::from_secs(5),
         max_connection_age: Duration::from_secs(120),
     };
     /// The debug listener: a person and a script or two.
     pub const DEBUG: Self = Self {
         max_connections: 32,
+        per_source: 16,
         header_read_timeout: Duration::from_secs(5),
         max_connection_age: Duration::from_secs(300),
     };
@@ -254,20 +259,26 @@ impl HttpServer {
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), AdminError> {
         let Self { listener, router, limits, refused } = self;
         let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+        let sources = Sources::default();
         let conns = tokio_util::task::TaskTracker::new();
         loop {
             let accepted = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 a = listener.accept() => a,
             };
-            let stream = match accepted {
-                Ok((s, _)) => s,
+            let (stream, peer) = match accepted {
+                Ok(a) => a,
                 Err(e) => {
                     // EMFILE and friends: wait a little rather than spin.
                     tracing::warn!(error = %e, "accepting an HTTP connection failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
+            };
+            let Some(source) = sources.admit(peer.ip(), limits.per_source) else {
+                refused.inc();
+                tracing::debug!(%peer, cap = limits.per_source, "HTTP connection refused at the per-address cap");
+                continue;
             };
             let Ok(permit) = permits.clone().try_acquire_owned() else {
                 refused.inc();
@@ -276,13 +287,47 @@ impl HttpServer {
             };
             let (router, shutdown) = (router.clone(), shutdown.clone());
             conns.spawn(async move {
-                let _permit = permit;
+                let _held = (permit, source);
                 serve_connection(stream, router, limits, shutdown).await;
             });
         }
         conns.close();
         let _ = tokio::time::timeout(Duration::from_secs(2), conns.wait()).await;
         Ok(())
+    }
+}
+
+/// Connections open per source address.
+#[derive(Clone, Default)]
+struct Sources(Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>);
+
+/// One connection's place in its address's count, given back when dropped.
+struct SourceSlot {
+    sources: Sources,
+    ip: std::net::IpAddr,
+}
+
+impl Sources {
+    fn admit(&self, ip: std::net::IpAddr, cap: usize) -> Option<SourceSlot> {
+        let mut m = self.0.lock().expect("sources lock");
+        let n = m.entry(ip).or_default();
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(SourceSlot { sources: self.clone(), ip })
+    }
+}
+
+impl Drop for SourceSlot {
+    fn drop(&mut self) {
+        let mut m = self.sources.0.lock().expect("sources lock");
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
     }
 }
 

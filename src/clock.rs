@@ -3,12 +3,15 @@
 //! read, a relist's start) maps back to exactly that instant, whatever the system clock
 //! does meanwhile.
 //!
-//! `GetPodStatus` answers with such times and takes them back as `min_timestamp`: a
-//! client that passes back the timestamp it got waits for a strictly newer read, and a
-//! step of the system clock (NTP, a VM resumed, an operator) neither wedges a waiter nor
-//! answers it with a stale status. The price: after a step, these times differ from the
-//! system clock by the step until plegd restarts. A time later than plegd's now (a
-//! client's clock ahead of plegd's) means "newer than now": the next read.
+//! `GetPodStatus` answers with such times and takes them back as `min_timestamp`. A
+//! time is read both ways — on plegd's clock, and on the system clock as it is now —
+//! and the later instant wins, capped at now: a client that passes back a timestamp it
+//! got waits for a strictly newer read, one that passes its own clock's "now" waits for
+//! a read after now, and a step of the system clock (NTP, a VM resumed, an operator)
+//! either way neither wedges a waiter nor answers it with a stale status. The price:
+//! after a step, plegd's times differ from the system clock by the step until plegd
+//! restarts, and a timestamp plegd gave before a backward step waits for a read after
+//! the call rather than after that timestamp.
 
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
@@ -48,19 +51,21 @@ pub fn now() -> SystemTime {
     wall_of(Instant::now())
 }
 
-/// The monotonic instant of a wall time on plegd's clock, the inverse of [`wall_of`]
-/// (exact for times it gave). A time later than now is now; one too far back for the
-/// monotonic clock is its earliest instant plegd can name.
+/// The monotonic instant a waiter for "newer than `t`" waits past: the later of `t`
+/// on plegd's clock (the inverse of [`wall_of`], exact for times it gave) and `t` on
+/// the system clock as it reads now, capped at now. One too far back for the monotonic
+/// clock is the earliest instant plegd can name.
 pub fn instant_of(t: SystemTime) -> Instant {
-    let a = anchor();
-    let now = Instant::now();
-    match t.duration_since(a.wall) {
-        Ok(after) => a.mono.checked_add(after).map_or(now, |i| i.min(now)),
-        Err(before) => {
-            let back = before.duration();
-            a.mono.checked_sub(back).unwrap_or_else(|| earliest(a.mono))
-        }
-    }
+    instant_at(t, anchor().mono, anchor().wall, Instant::now(), SystemTime::now())
+}
+
+/// [`instant_of`] with plegd's anchor and the two clocks' readings given.
+fn instant_at(t: SystemTime, mono: Instant, wall: SystemTime, now: Instant, now_wall: SystemTime) -> Instant {
+    let on = |mono: Instant, wall: SystemTime| match t.duration_since(wall) {
+        Ok(after) => mono.checked_add(after).unwrap_or(now),
+        Err(before) => mono.checked_sub(before.duration()).unwrap_or_else(|| earliest(mono)),
+    };
+    on(mono, wall).max(on(now, now_wall)).min(now)
 }
 
 /// The earliest instant below `from` that the monotonic clock can represent, found by
@@ -121,6 +126,35 @@ mod tests {
 
     fn now_wall_plus(d: Duration) -> SystemTime {
         wall_of(Instant::now()) + d
+    }
+
+    /// The clocks as they read after the system clock stepped by `step` (seconds,
+    /// negative: back) an hour after plegd started.
+    fn stepped(step: i64) -> (Instant, SystemTime, Instant, SystemTime) {
+        let (mono, wall) = (Instant::now(), SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+        let now = mono + Duration::from_secs(3600);
+        let now_wall = if step >= 0 {
+            wall + Duration::from_secs(3600 + step as u64)
+        } else {
+            wall + Duration::from_secs(3600) - Duration::from_secs((-step) as u64)
+        };
+        (mono, wall, now, now_wall)
+    }
+
+    #[test]
+    fn after_a_step_either_way_no_client_is_answered_early_nor_wedged() {
+        for step in [-3600, -5, 0, 5, 3600] {
+            let (mono, wall, now, now_wall) = stepped(step);
+            // A read plegd told 10 minutes ago, passed back.
+            let read = now - Duration::from_secs(600);
+            let told = wall + (read - mono);
+            let at = instant_at(told, mono, wall, now, now_wall);
+            assert!(at >= read, "step {step}: a timestamp passed back waits for a read after it");
+            assert!(at <= now, "step {step}: and never for one after now");
+            // A client's own "now" on the stepped system clock.
+            let at = instant_at(now_wall, mono, wall, now, now_wall);
+            assert_eq!(at, now, "step {step}: the client's now is now, not an hour ago or ahead");
+        }
     }
 
     #[test]

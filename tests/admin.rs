@@ -115,17 +115,25 @@ async fn every_path_answers_and_bad_input_gets_a_clear_status() {
     p.stop().await;
 }
 
+/// A connection to `to` from the loopback address `from` (127.0.0.0/8 is all ours).
+async fn connect_from(from: [u8; 4], to: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let sock = tokio::net::TcpSocket::new_v4()?;
+    sock.bind(std::net::SocketAddr::from((from, 0)))?;
+    sock.connect(to).await
+}
+
 #[tokio::test]
 async fn half_open_requests_are_capped_and_cut_off_and_the_probes_still_answer() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let p = start_plegd(|_| {}).await;
     let a = p.app.admin_addr;
-    let cap = plegd::admin::HttpLimits::ADMIN.max_connections;
-    // A neighbour opens more connections than the cap, each with a request whose
-    // headers never end.
+    let limits = plegd::admin::HttpLimits::ADMIN;
+    // Neighbours on many addresses open more connections than the cap, each with a
+    // request whose headers never end.
     let mut held = Vec::new();
-    for _ in 0..cap + 20 {
-        let mut c = tokio::net::TcpStream::connect(a).await.unwrap();
+    for i in 0..limits.max_connections + 20 {
+        let from = [127, 0, 1, 2 + (i / limits.per_source) as u8];
+        let mut c = connect_from(from, a).await.unwrap();
         c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ").await.unwrap();
         held.push(c);
     }
@@ -140,7 +148,7 @@ async fn half_open_requests_are_capped_and_cut_off_and_the_probes_still_answer()
     }
     assert!(closed >= 20, "{closed} of the last 40 connections were closed at the cap");
     // The header deadline frees every slot; then the probes answer again.
-    let limit = plegd::admin::HttpLimits::ADMIN.header_read_timeout + Duration::from_secs(3);
+    let limit = limits.header_read_timeout + Duration::from_secs(3);
     let t0 = tokio::time::Instant::now();
     let mut open = held.len();
     for c in &mut held {
@@ -161,6 +169,53 @@ async fn half_open_requests_are_capped_and_cut_off_and_the_probes_still_answer()
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or(0.0);
     assert!(refused >= 20.0, "refusals are counted: {refused}");
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn a_neighbour_that_keeps_reconnecting_never_locks_the_probes_out() {
+    use tokio::io::AsyncWriteExt;
+    let p = start_plegd(|_| {}).await;
+    let a = p.app.admin_addr;
+    // One neighbour (one address) opens connections as fast as plegd closes them, each
+    // idle, for ten seconds: more than the header deadline, so slots turn over.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let attacker = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let mut held = std::collections::VecDeque::new();
+            let mut opened = 0u64;
+            while !stop.is_cancelled() {
+                match connect_from([127, 0, 0, 2], a).await {
+                    Ok(mut c) => {
+                        let _ = c.write_all(b"GET /livez HTTP/1.1\r\n").await;
+                        held.push_back(c);
+                        opened += 1;
+                        if held.len() > 400 {
+                            held.pop_front();
+                        }
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                }
+                tokio::task::yield_now().await;
+            }
+            opened
+        }
+    });
+    // The kubelet probes from another address every 200 ms meanwhile.
+    let (mut ok, mut tried) = (0, 0);
+    let t0 = tokio::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        tried += 1;
+        if matches!(support::try_http(a, "GET", "/livez").await, Ok((200, _))) {
+            ok += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.cancel();
+    let opened = attacker.await.unwrap();
+    assert!(opened > plegd::admin::HttpLimits::ADMIN.per_source as u64, "the neighbour opened {opened} connections");
+    assert_eq!(ok, tried, "{ok} of {tried} probes answered while a neighbour kept reconnecting");
     p.stop().await;
 }
 

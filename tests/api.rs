@@ -337,6 +337,30 @@ async fn a_peer_not_in_the_allowlist_is_refused_and_counted() {
 }
 
 #[tokio::test]
+async fn a_refused_peer_cannot_hold_a_connection_open() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let p = start_plegd(|c| c.api.allow_uids = vec![4242]).await;
+    let path = p.socket.trim_start_matches("unix://").to_owned();
+    let mut conn = tokio::net::UnixStream::connect(&path).await.unwrap();
+    // The HTTP/2 preface and an empty SETTINGS frame, then nothing.
+    conn.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").await.unwrap();
+    let t0 = std::time::Instant::now();
+    let mut buf = [0u8; 4096];
+    let closed = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "a refused peer's idle connection stayed open for 20 s");
+    assert!(t0.elapsed() >= Duration::from_secs(5), "not closed before it could read why: {:?}", t0.elapsed());
+    p.stop().await;
+}
+
+#[tokio::test]
 async fn a_peer_is_allowed_by_a_supplementary_group_and_told_why_when_refused() {
     use std::os::unix::fs::PermissionsExt;
     // Another user (nobody) whose primary group is its own and whose supplementary

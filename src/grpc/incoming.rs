@@ -97,14 +97,21 @@ async fn read_preface(mut conn: UnixStream, timeout: Duration, refused: Option<A
         Ok(())
     };
     tokio::time::timeout(timeout, check).await.map_err(|_| Refused::Slow(timeout))??;
-    Ok(Prefaced { replayed: 0, inner: conn, refused })
+    let ends = refused.as_ref().map(|_| Box::pin(tokio::time::sleep(REFUSED_FOR)));
+    Ok(Prefaced { replayed: 0, inner: conn, refused, ends })
 }
+
+/// How long a refused peer's connection stays open: long enough to read the answers
+/// that tell it why, not long enough to hold plegd's memory with idle connections.
+const REFUSED_FOR: Duration = Duration::from_secs(10);
 
 /// A connection whose HTTP/2 preface was read for screening; reads replay it first.
 pub struct Prefaced {
     replayed: usize,
     inner: UnixStream,
     refused: Option<Arc<str>>,
+    /// For a refused peer: when its connection ends (reads see the end of the stream).
+    ends: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// What the gRPC services learn of a connection's peer.
@@ -122,6 +129,11 @@ impl tokio::io::AsyncRead for Prefaced {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
+        if let Some(ends) = self.ends.as_mut()
+            && ends.as_mut().poll(cx).is_ready()
+        {
+            return std::task::Poll::Ready(Ok(()));
+        }
         if self.replayed < PREFACE.len() {
             let rest = &PREFACE[self.replayed..];
             let n = rest.len().min(buf.remaining());
@@ -222,6 +234,8 @@ pub fn incoming(
     tasks.clone().spawn(async move {
         // The API's liveness is its accept loop turning, quiet or busy.
         let mut ticks = crate::liveness::beat_timer();
+        // A peer refused in a loop must not flood the log: the counter has them all.
+        let mut refusals_to_log = crate::backoff::TokenBucket::new(1.0, 10);
         loop {
             let conn = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -245,7 +259,9 @@ pub fn incoming(
             let refused = match screen_failure(&cfg, &conn) {
                 Some(why @ Refused::Peer { .. }) => {
                     metrics.refused.inc();
-                    tracing::warn!(reason = %why, peer_pid = ?peer_pid(&why), "refused an API peer; its calls get PERMISSION_DENIED");
+                    if refusals_to_log.try_take() {
+                        tracing::warn!(reason = %why, peer_pid = ?peer_pid(&why), "refused an API peer; its calls get PERMISSION_DENIED");
+                    }
                     Some(Arc::from(why.to_string()))
                 }
                 Some(why) => {

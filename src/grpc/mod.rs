@@ -212,8 +212,22 @@ impl PodLifecycle for PodLifecycleService {
     async fn list_pods(&self, req: Request<api::ListPodsRequest>) -> Result<Response<api::ListPodsResponse>, Status> {
         let deadline = grpc_timeout(req.metadata()).unwrap_or(self.cfg.max_wait).min(self.cfg.max_wait);
         let filter = to_filter(req.into_inner().filter, &[])?;
-        if !self.journal.is_primed() && tokio::time::timeout(deadline, self.journal.primed()).await.is_err() {
-            return Err(Status::unavailable("plegd has not completed its first read of the runtime yet; retry"));
+        if !self.journal.is_primed() {
+            let primed = async {
+                tokio::select! {
+                    _ = self.journal.primed() => true,
+                    _ = self.shutdown.cancelled() => false,
+                }
+            };
+            match tokio::time::timeout(deadline, primed).await {
+                Ok(true) => {}
+                Ok(false) => return Err(Status::unavailable("plegd is shutting down; ask the next one")),
+                Err(_) => {
+                    return Err(Status::unavailable(
+                        "plegd has not completed its first read of the runtime yet; retry",
+                    ));
+                }
+            }
         }
         let (pods, revision) = self.journal.list(&filter);
         Ok(Response::new(api::ListPodsResponse {

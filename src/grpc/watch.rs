@@ -47,7 +47,6 @@ pub fn open(svc: &PodLifecycleService, r: api::WatchRequest) -> Result<FeedStrea
         idle: Box::pin(tokio::time::sleep(svc.cfg.bookmark_interval)),
         burst: 0,
         replays: svc.replays.clone(),
-        replaying: None,
         _guard: ClientGuard(svc.metrics.watch_clients.clone()),
     };
     Ok(Box::pin(futures_util::stream::unfold(feed, |mut feed| async move {
@@ -82,10 +81,8 @@ struct WatchFeed {
     idle: Pin<Box<tokio::time::Sleep>>,
     /// Live messages since the feed last yielded.
     burst: usize,
-    /// Turns to read the journal's disk (shared by every stream).
+    /// Turns to read a page of the journal's disk (shared by every stream).
     replays: Arc<tokio::sync::Semaphore>,
-    /// This stream's turn, while its replay reads a page from disk.
-    replaying: Option<tokio::sync::OwnedSemaphorePermit>,
     _guard: ClientGuard,
 }
 
@@ -171,7 +168,6 @@ impl WatchFeed {
     }
 
     fn go_live(&mut self) {
-        self.replaying = None;
         self.phase = Phase::Live;
         self.last_sent = Instant::now();
         self.idle.as_mut().reset(self.last_sent + self.bookmark);
@@ -188,21 +184,20 @@ impl WatchFeed {
             }
             match &mut self.phase {
                 Phase::Done => return None,
-                Phase::Subscribe(_) => {
-                    if !self.journal.is_primed() {
+                Phase::Subscribe(since) => {
+                    let mut sub = self.journal.subscribe(*since, self.filter.clone());
+                    if matches!(sub.start, Start::Snapshot { .. }) && !self.journal.is_primed() {
                         // Until plegd's first full relist is in, its view is empty (a
                         // new journal) or last run's: a snapshot now would tell the
-                        // client of pods plegd has not read yet.
+                        // client of pods plegd has not read yet. A resume the journal
+                        // can replay needs no wait.
+                        drop(sub);
                         tokio::select! {
                             _ = self.journal.primed() => {}
-                            _ = self.shutdown.cancelled() => {
-                                self.phase = Phase::Done;
-                                continue;
-                            }
+                            _ = self.shutdown.cancelled() => self.phase = Phase::Done,
                         }
+                        continue;
                     }
-                    let Phase::Subscribe(since) = &self.phase else { continue };
-                    let mut sub = self.journal.subscribe(*since, self.filter.clone());
                     let resumed = matches!(sub.start, Start::Replay(_));
                     let after = match (&sub.start, since) {
                         (Start::Replay(_), Since::Revision(r, _)) => *r,
@@ -259,24 +254,23 @@ impl WatchFeed {
                         return Some(self.tail.frame(&e));
                     }
                     if let Some(mut d) = disk.take() {
-                        if self.replaying.is_none() {
-                            // Wait for a turn to read a page (few at once, so a crowd of
-                            // resuming clients cannot multiply the readers' memory).
-                            let turn = tokio::select! {
-                                _ = self.shutdown.cancelled() => None,
-                                t = self.replays.clone().acquire_owned() => t.ok(),
-                            };
-                            match turn {
-                                Some(t) => self.replaying = Some(t),
-                                None => {
-                                    self.phase = Phase::Done;
-                                    continue;
-                                }
-                            }
-                        }
-                        // Pages from disk are read off the async threads, a turn each.
-                        let read = tokio::task::spawn_blocking(move || d.next_page().map(|p| (p, d))).await;
-                        self.replaying = None;
+                        // Wait for a turn to read a page (few at once, so a crowd of
+                        // resuming clients cannot multiply the readers' memory). The
+                        // turn goes with the read off the async threads and ends with
+                        // it, even when the client leaves meanwhile.
+                        let turn = tokio::select! {
+                            _ = self.shutdown.cancelled() => None,
+                            t = self.replays.clone().acquire_owned() => t.ok(),
+                        };
+                        let Some(turn) = turn else {
+                            self.phase = Phase::Done;
+                            continue;
+                        };
+                        let read = tokio::task::spawn_blocking(move || {
+                            let _turn = turn;
+                            d.next_page().map(|p| (p, d))
+                        })
+                        .await;
                         match read {
                             Ok(Ok((Some(p), d))) => {
                                 *page = p.into_iter();
@@ -284,7 +278,6 @@ impl WatchFeed {
                             }
                             Ok(Ok((None, _))) => {}
                             failed => {
-                                self.replaying = None;
                                 let left = matches!(&failed, Ok(Err(ReplayError::LeftSelection { .. })));
                                 let why = match failed {
                                     Ok(Err(e)) => e.to_string(),

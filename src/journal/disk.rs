@@ -43,6 +43,8 @@ impl std::fmt::Debug for DiskReplay {
 /// Records a replay reads from disk at a time (decoded, a page is its own copy, held
 /// until the client took it: 64 busy pods' records are ≈ 0.1 MiB).
 const REPLAY_PAGE: usize = 64;
+/// Records one read scans at most, matching or not.
+const SCAN_PER_CALL: usize = REPLAY_PAGE * 8;
 
 /// Why a replay from disk stopped short: the client must start over.
 #[derive(Debug, thiserror::Error)]
@@ -65,8 +67,8 @@ pub enum ReplayError {
 }
 
 impl DiskReplay {
-    /// The next page of matching entries, in order; `None` once the part on disk is
-    /// sent. Blocking: call it off the async threads. The read-only connection lives
+    /// The next page of matching entries, in order (maybe empty: the call scanned its
+    /// share of records and none matched); `None` once the part on disk is sent. Blocking: call it off the async threads. The read-only connection lives
     /// for the call only: a client that stalls between pages holds no reader.
     pub fn next_page(&mut self) -> Result<Option<Vec<Arc<Entry>>>, ReplayError> {
         let page = self.read_page();
@@ -75,7 +77,14 @@ impl DiskReplay {
     }
 
     fn read_page(&mut self) -> Result<Option<Vec<Arc<Entry>>>, ReplayError> {
+        // A filter that matches little would scan the whole range in one call: after
+        // this many records the call returns what it has (maybe nothing), so its turn
+        // goes to others and a client that left is noticed.
+        let mut scanned = 0;
         loop {
+            if scanned >= SCAN_PER_CALL {
+                return Ok(Some(Vec::new()));
+            }
             if self.after + 1 >= self.before {
                 return Ok(None);
             }
@@ -89,6 +98,7 @@ impl DiskReplay {
             if page.is_empty() {
                 return Err(ReplayError::Compacted(self.after + 1));
             }
+            scanned += page.len();
             let mut out = Vec::new();
             for s in page {
                 if s.revision != self.after + 1 {

@@ -689,7 +689,7 @@ impl Journal {
                     (Disk::Durable(s), Some(_)) => s.oldest(),
                     _ => u64::MAX,
                 };
-                let skip = (r + 1).saturating_sub(memory_oldest) as usize;
+                let skip = r.saturating_add(1).saturating_sub(memory_oldest) as usize;
                 let kept = same_epoch && r <= current && r + 1 >= memory_oldest.min(disk_oldest);
                 if kept && inner.ring.iter().skip(skip).any(|e| filter.leaves(e)) {
                     // A pod the client's copy holds left its selection after `r`: a

@@ -163,7 +163,7 @@ pub struct Loaded {
 /// The writer's connection.
 pub struct Store {
     /// The state dir's lock, held while the store lives: one writer per journal.
-    _lock: Option<std::fs::File>,
+    _lock: Option<[std::fs::File; 2]>,
     conn: Connection,
     path: PathBuf,
     cfg: StoreConfig,
@@ -226,21 +226,26 @@ impl Store {
     /// kernel when the process ends however it ends), or says it is held. A lock on a
     /// file in the dir could be deleted from under its holder, and a second plegd would
     /// then write the same journal; the directory cannot go while the journal is in it.
-    fn lock(dir: &Path) -> Result<std::fs::File, StoreError> {
+    ///
+    /// The file `plegd.lock` is locked too, first: that is the lock earlier versions
+    /// take, so an upgrade's old and new pods keep each other out.
+    fn lock(dir: &Path) -> Result<[std::fs::File; 2], StoreError> {
+        let take = |file: std::fs::File, path: PathBuf| match file.try_lock() {
+            Ok(()) => Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked { path }),
+            Err(std::fs::TryLockError::Error(source)) => Err(StoreError::Io { path, source }),
+        };
         let marker = dir.join(LOCK_FILE);
-        std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&marker)
-            .map_err(|source| StoreError::Io { path: marker, source })?;
+            .map_err(|source| StoreError::Io { path: marker.clone(), source })?;
+        let file = take(file, marker)?;
         let path = dir.to_owned();
-        let file = std::fs::File::open(dir).map_err(|source| StoreError::Io { path: path.clone(), source })?;
-        match file.try_lock() {
-            Ok(()) => Ok(file),
-            Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked { path }),
-            Err(std::fs::TryLockError::Error(source)) => Err(StoreError::Io { path, source }),
-        }
+        let dir_file = std::fs::File::open(dir).map_err(|source| StoreError::Io { path: path.clone(), source })?;
+        Ok([file, take(dir_file, path)?])
     }
 
     fn open_locked(path: &Path, cfg: &StoreConfig, boot: &str) -> Result<(Self, Loaded), StoreError> {

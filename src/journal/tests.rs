@@ -822,6 +822,22 @@ mod durable {
     }
 
     #[test]
+    fn an_older_plegd_holding_its_lock_file_keeps_a_newer_one_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = cfg(dir.path());
+        // What earlier versions lock: the file alone.
+        let old = std::fs::File::create(dir.path().join(store::LOCK_FILE)).unwrap();
+        old.try_lock().unwrap();
+        match store::Store::open(store_config(&cfg, dir.path().to_owned()), "boot") {
+            Err(StoreError::Locked { .. }) => {}
+            Err(e) => panic!("another error: {e}"),
+            Ok(_) => panic!("a newer plegd opened the journal an older one holds"),
+        }
+        drop(old);
+        assert!(store::Store::open(store_config(&cfg, dir.path().to_owned()), "boot").is_ok());
+    }
+
+    #[test]
     fn a_state_dir_held_past_the_wait_is_left_alone_and_taken_over_once_free() {
         let dir = tempfile::tempdir().unwrap();
         let first = Journal::open(&cfg(dir.path()), None).unwrap();

@@ -152,7 +152,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             Err(e) => (false, format!("an unknown runtime ({e})")),
         };
         if complete {
-            tracing::info!(%runtime, "the runtime's event stream delivers every event to every subscriber; full relists slow down to the safety-net period");
+            tracing::info!(%runtime, "the runtime's event stream delivers every event to every subscriber; full relists slow down to the stream check's period");
         } else {
             tracing::info!(%runtime, "this runtime's event stream may split events between subscribers or drop them; full relists keep the relist period and the stream only makes changes show sooner");
         }
@@ -161,7 +161,10 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.trust.net_period = self.evented_period;
         self.trust.missing = false;
         self.trust.last_miss = None;
-        self.health.set_evented_allowance(if complete { self.evented_period } else { Duration::ZERO });
+        // Full relists run every stream check at least: health allows for that, not
+        // for the safety net's period.
+        let allowance = if complete { self.evented_period.min(self.stream_check) } else { Duration::ZERO };
+        self.health.set_evented_allowance(allowance);
     }
 
     /// Relists fully every period (sliding: from the end of one relist to the start of
@@ -207,6 +210,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             let demand = self.cache.take_demand();
             if full_hint || requested || Instant::now() >= next_full {
                 // Hints and demand taken before this relist starts are covered by it.
+                self.deferred.clear();
                 self.full_relist_logged().await;
                 next_full = Instant::now() + self.period();
                 next_retry = None;
