@@ -209,6 +209,8 @@ impl JournalConfig {
 }
 
 struct Inner {
+    /// The first revision whose record says who its pod was before a label change.
+    left_since: u64,
     ring: VecDeque<Arc<Entry>>,
     ring_bytes: u64,
     view: BTreeMap<Arc<str>, Arc<PodStatus>>,
@@ -384,6 +386,7 @@ impl Journal {
                     metas: BTreeMap::new(),
                     gone_metas: Default::default(),
                     gone_order: VecDeque::new(),
+                    left_since: 1,
                     subs: Vec::new(),
                     next_sub: 0,
                     disk,
@@ -416,6 +419,7 @@ impl Journal {
             inner.ring_bytes += entry.bytes as u64;
             inner.ring.push_back(Arc::new(entry));
         }
+        inner.left_since = loaded.left_since;
         self.shared.revision.store(loaded.revision, Ordering::Release);
         self.update_gauges(&inner);
     }
@@ -691,7 +695,11 @@ impl Journal {
                 };
                 let skip = r.saturating_add(1).saturating_sub(memory_oldest) as usize;
                 let kept = same_epoch && r <= current && r + 1 >= memory_oldest.min(disk_oldest);
-                if kept && inner.ring.iter().skip(skip).any(|e| filter.leaves(e)) {
+                // Records an earlier version wrote do not say who a pod was before its
+                // labels changed: a selector's resume from before they do cannot be
+                // checked for a pod that left, so it starts over.
+                let unchecked = !filter.selector.is_empty() && r.saturating_add(1) < inner.left_since;
+                if kept && (unchecked || inner.ring.iter().skip(skip).any(|e| filter.leaves(e))) {
                     // A pod the client's copy holds left its selection after `r`: a
                     // replay of the matching entries would never remove it.
                     (snapshot(&inner, &filter, current), Some(ResetReason::RuntimeResync))

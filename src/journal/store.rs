@@ -158,6 +158,9 @@ pub struct Loaded {
     pub tail: Vec<Stored>,
     /// Why a new epoch began, when it did: `None` when the journal continues.
     pub new_epoch: Option<String>,
+    /// The first revision whose record says who its pod was before a label change
+    /// (journals written by earlier versions lack it before this one).
+    pub left_since: u64,
 }
 
 /// The writer's connection.
@@ -316,6 +319,7 @@ impl Store {
         let epoch =
             meta("epoch")?.ok_or_else(|| StoreError::Unusable { path: path.to_owned(), reason: "no epoch".into() })?;
         let revision = meta("revision")?.unwrap_or(0) as u64;
+        let left_since = meta("left_since")?;
         let stored_boot: String = conn
             .query_row("SELECT text FROM meta WHERE key = 'boot'", [], |r| r.get(0))
             .optional()
@@ -346,7 +350,19 @@ impl Store {
         store.oldest = oldest.map_or(revision + 1, |o| o as u64);
         store.kept_bytes = kept.unwrap_or(0) as u64;
         let tail = store.read_tail(revision)?;
-        Ok(Some((store, Loaded { epoch, revision, view, tail, new_epoch: new_epoch_reason })))
+        let left_since = match left_since {
+            Some(r) => r as u64,
+            None => {
+                // Written by a version whose records do not say who a pod was before
+                // its labels changed: from the next revision on they do.
+                store
+                    .conn
+                    .execute("INSERT INTO meta(key, value) VALUES ('left_since', ?1)", [revision as i64 + 1])
+                    .map_err(sql(path))?;
+                revision + 1
+            }
+        };
+        Ok(Some((store, Loaded { epoch, revision, view, tail, new_epoch: new_epoch_reason, left_since })))
     }
 
     fn create(path: &Path, cfg: &StoreConfig, boot: &str) -> Result<(Self, Loaded), StoreError> {
@@ -362,7 +378,7 @@ impl Store {
         )
         .map_err(sql(path))?;
         tx.execute(
-            "INSERT INTO meta(key, value) VALUES ('schema', ?1), ('epoch', ?2), ('revision', 0)",
+            "INSERT INTO meta(key, value) VALUES ('schema', ?1), ('epoch', ?2), ('revision', 0), ('left_since', 1)",
             params![SCHEMA, epoch as i64],
         )
         .map_err(sql(path))?;
@@ -377,6 +393,7 @@ impl Store {
                 view: Vec::new(),
                 tail: Vec::new(),
                 new_epoch: Some("no journal on disk yet".into()),
+                left_since: 1,
             },
         ))
     }

@@ -92,3 +92,27 @@ fn a_label_change_reads_back_from_disk_with_who_the_pod_was() {
     let back = record::decode_event(&record::encode_event(&ev, &meta, Some(&was))).unwrap();
     assert_eq!((back.meta, back.left), (meta, Some(was)));
 }
+
+#[test]
+fn a_selectors_resume_into_records_an_earlier_version_wrote_starts_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = Journal::open(&cfg(dir.path()), None).unwrap();
+    churn(&j, 10);
+    let epoch = j.epoch();
+    drop(j);
+    // The journal as an earlier version left it: its records say nothing of who a pod
+    // was before a label change.
+    let db = rusqlite::Connection::open(dir.path().join(store::FILE)).unwrap();
+    db.execute("DELETE FROM meta WHERE key = 'left_since'", []).unwrap();
+    drop(db);
+    let j = Journal::open(&cfg(dir.path()), None).unwrap();
+    assert_eq!(j.epoch(), epoch, "the journal continues");
+    churn(&j, 5);
+    let web = Arc::new(Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() });
+    let sub = j.subscribe(Since::Revision(3, epoch), web.clone());
+    assert_eq!(sub.reset, Some(ResetReason::RuntimeResync), "from before: a pod may have left unseen");
+    let sub = j.subscribe(Since::Revision(11, epoch), web);
+    assert_eq!(sub.reset, None, "from records that say it: a plain replay");
+    let sub = j.subscribe(Since::Revision(3, epoch), Arc::new(Filter::default()));
+    assert_eq!(sub.reset, None, "without a selector nothing can leave");
+}
