@@ -18,7 +18,8 @@ cd "$(dirname "$0")/.."
 if [ -z "${PLEGD_BIN:-}" ]; then cargo build --release --quiet; fi
 bin=${PLEGD_BIN:-$PWD/target/release/plegd}   # PLEGD_BIN: another build, to compare
 dir=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; pkill -f "$dir" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
+sim=
+trap '[ -n "$sim" ] && kill -CONT $sim 2>/dev/null; kill $(jobs -p) 2>/dev/null; pkill -f "$dir" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
 ulimit -n 65536 2>/dev/null || true
 port=$((20000 + RANDOM % 20000))
 $bin sim --listen "unix://$dir/cri.sock" --pods 200 --churn-per-sec 200 >/dev/null 2>&1 &
@@ -36,10 +37,10 @@ kill -STOP $sim   # a quiet runtime from here: what grows is the clients' doing
 sleep 2
 echo "# journal at revision $(rev); plegd RSS before the clients: $(rss) MiB"
 for _ in $(seq "$resumers"); do
-  ( $bin watch --socket "unix://$dir/plegd.sock" --since 1 -o json | sleep 3600 ) >/dev/null 2>&1 &
+  ( $bin watch --socket "unix://$dir/plegd.sock" --since 1 -o json | (exec -a "stall-$dir" sleep 3600) ) >/dev/null 2>&1 &
 done
 for _ in $(seq "$watchers"); do
-  ( $bin watch --socket "unix://$dir/plegd.sock" -o json | sleep 3600 ) >/dev/null 2>&1 &
+  ( $bin watch --socket "unix://$dir/plegd.sock" -o json | (exec -a "stall-$dir" sleep 3600) ) >/dev/null 2>&1 &
 done
 [ "$half_open" -gt 0 ] && python3 - "$port" "$half_open" "$secs" <<'PY' &
 import socket, sys, time
