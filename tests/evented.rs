@@ -33,6 +33,40 @@ fn slow_reads(h: &SimHarness, d: Duration) {
     }
 }
 
+/// What the stream carries when a pod goes (containerd's order): each container's
+/// STOPPED with its last words, then the sandbox's DELETED without a status. Returns the
+/// events plegd publishes until it is quiet for 3 s; clears the faults.
+async fn tell_the_pods_end(
+    h: &SimHarness,
+    sc: &mut support::Sidecar,
+    words: &[(String, cri::ContainerStatus)],
+    sandbox: cri::PodSandboxStatus,
+    sid: &str,
+) -> Vec<plegd::model::event::PodLifecycleEvent> {
+    for (n, (id, last)) in words.iter().enumerate() {
+        h.sim.inject_event(cri::ContainerEventResponse {
+            container_id: id.clone(),
+            container_event_type: cri::ContainerEventType::ContainerStoppedEvent as i32,
+            created_at: 1 + n as i64,
+            pod_sandbox_status: Some(sandbox.clone()),
+            containers_statuses: vec![last.clone()],
+        });
+    }
+    h.sim.inject_event(cri::ContainerEventResponse {
+        container_id: sid.to_owned(),
+        container_event_type: cri::ContainerEventType::ContainerDeletedEvent as i32,
+        created_at: 1 + words.len() as i64,
+        pod_sandbox_status: None,
+        containers_statuses: vec![],
+    });
+    let mut got = Vec::new();
+    while let Some(e) = sc.next(Duration::from_millis(3000)).await {
+        got.push(e);
+    }
+    h.sim.clear_faults();
+    got
+}
+
 #[tokio::test]
 async fn a_started_container_is_published_from_the_stream_within_milliseconds() {
     let h = SimHarness::start().await;
@@ -447,26 +481,8 @@ async fn a_pod_gone_before_any_read_dies_on_the_full_relists_path_too_with_its_l
     tokio::task::yield_now().await;
     // What the stream carried: the container's STOPPED, then the sandbox's DELETED
     // without a status (containerd's order when a pod goes).
-    h.sim.inject_event(cri::ContainerEventResponse {
-        container_id: id.clone(),
-        container_event_type: cri::ContainerEventType::ContainerStoppedEvent as i32,
-        created_at: 1,
-        pod_sandbox_status: Some(sandbox),
-        containers_statuses: vec![last],
-    });
-    h.sim.inject_event(cri::ContainerEventResponse {
-        container_id: sid.clone(),
-        container_event_type: cri::ContainerEventType::ContainerDeletedEvent as i32,
-        created_at: 2,
-        pod_sandbox_status: None,
-        containers_statuses: vec![],
-    });
-    let mut got = Vec::new();
     // Two slowed full relists (each lists sandboxes and containers) come first.
-    while let Some(e) = sc.next(Duration::from_millis(3000)).await {
-        got.push(e);
-    }
-    h.sim.clear_faults();
+    let got = tell_the_pods_end(&h, &mut sc, &[(id.clone(), last)], sandbox, &sid).await;
     let died: Vec<_> = got.iter().filter(|e| e.kind == EventType::ContainerDied && e.container_id == id).collect();
     assert_eq!(died.len(), 1, "{got:#?}");
     assert_eq!(died[0].source, EventSource::Relist, "from the full relist: {got:#?}");
@@ -512,27 +528,7 @@ async fn a_pod_gone_before_any_read_never_comes_back_after_an_event_that_let_it_
     slow_reads(&h, Duration::from_millis(300));
     sc.app.pleg.request_relist();
     tokio::task::yield_now().await;
-    for (n, (id, last)) in words.iter().enumerate() {
-        h.sim.inject_event(cri::ContainerEventResponse {
-            container_id: id.clone(),
-            container_event_type: cri::ContainerEventType::ContainerStoppedEvent as i32,
-            created_at: 1 + n as i64,
-            pod_sandbox_status: Some(sandbox.clone()),
-            containers_statuses: vec![last.clone()],
-        });
-    }
-    h.sim.inject_event(cri::ContainerEventResponse {
-        container_id: sid.clone(),
-        container_event_type: cri::ContainerEventType::ContainerDeletedEvent as i32,
-        created_at: 9,
-        pod_sandbox_status: None,
-        containers_statuses: vec![],
-    });
-    let mut got = Vec::new();
-    while let Some(e) = sc.next(Duration::from_millis(3000)).await {
-        got.push(e);
-    }
-    h.sim.clear_faults();
+    let got = tell_the_pods_end(&h, &mut sc, &words, sandbox, &sid).await;
     let mine: Vec<_> = got.iter().filter(|e| *e.pod_uid == *pod.uid).collect();
     let deaths = mine.iter().filter(|e| e.kind == EventType::ContainerDied && !e.is_sandbox).count();
     assert_eq!(deaths, 2, "both deaths are told: {mine:#?}");
