@@ -73,7 +73,7 @@ pub struct Publisher {
 
 /// How often the publisher looks whether the first relist's events are all in, until
 /// they are.
-const PRIMING_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
+const PRIMING_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Creates the producer side (bounded: a full channel makes producers wait, it never
 /// drops) and the publisher that appends to `journal`. Each message is the events of
