@@ -1,20 +1,18 @@
 //! The journal's tests: its guarantees in memory (`basics`, `guarantees`), on disk
-//! (`durable`), for filtered resumes when pods leave a selection (`selection`), and for
-//! subscribers that stop reading (`stalled`).
+//! (`durable`), and for filtered resumes when pods leave a selection (`selection`).
 
 mod selection;
-mod stalled;
 
 mod basics {
     use super::super::*;
     use crate::model::event::EventSource;
 
-    pub(super) fn status(uid: &str, ns: &str, app: &str) -> Arc<PodStatus> {
+    fn status(uid: &str, ns: &str, app: &str) -> Arc<PodStatus> {
         let labels = [("app".to_string(), app.to_string())].into();
         Arc::new(PodStatus { labels, ..PodStatus::empty(uid, ns, &format!("pod-{uid}")) })
     }
 
-    pub(super) fn event(uid: &str, kind: EventType, pod: Option<Arc<PodStatus>>) -> PodLifecycleEvent {
+    fn event(uid: &str, kind: EventType, pod: Option<Arc<PodStatus>>) -> PodLifecycleEvent {
         PodLifecycleEvent {
             pod_uid: uid.into(),
             pod_namespace: "ns".into(),
@@ -118,12 +116,12 @@ mod basics {
                     j.subscribe(Since::Revision(since_r, 0), filter.clone())
                 });
                 let mut all = Vec::new();
-                while let Some(e) = continuous.try_next() {
+                while let Ok(e) = continuous.rx.try_recv() {
                     all.push(e.revision);
                 }
                 let Start::Replay(replay) = &resumed.start else { panic!("kept revisions resume") };
                 let mut got: Vec<u64> = replay.memory.iter().map(|e| e.revision).collect();
-                while let Some(e) = resumed.try_next() {
+                while let Ok(e) = resumed.rx.try_recv() {
                     got.push(e.revision);
                 }
                 let want: Vec<u64> = all.iter().copied().filter(|r| *r > since_r).collect();
@@ -174,7 +172,7 @@ mod guarantees {
 
     fn drain(s: &mut Subscription) -> Vec<u64> {
         let mut v = Vec::new();
-        while let Some(e) = s.try_next() {
+        while let Ok(e) = s.rx.try_recv() {
             v.push(e.revision);
         }
         v
@@ -343,7 +341,7 @@ mod guarantees {
                     }
                     Step::Read(i) => {
                         let i = i as usize;
-                        while let Some(e) = subs[i].try_next() {
+                        while let Ok(e) = subs[i].rx.try_recv() {
                             got[i].push(e.revision);
                         }
                         if subs[i].overflowed() {
@@ -359,7 +357,7 @@ mod guarantees {
                         if subs[i].overflowed() {
                             continue;
                         }
-                        while let Some(e) = subs[i].try_next() {
+                        while let Ok(e) = subs[i].rx.try_recv() {
                             got[i].push(e.revision);
                         }
                         let last = got[i].last().copied().or(reset_at[i]).unwrap_or(0);
@@ -380,7 +378,7 @@ mod guarantees {
                 if subs[i].overflowed() {
                     continue;
                 }
-                while let Some(e) = subs[i].try_next() {
+                while let Ok(e) = subs[i].rx.try_recv() {
                     got[i].push(e.revision);
                 }
                 let from = reset_at[i].unwrap_or(0);
