@@ -812,6 +812,14 @@ async fn a_client_that_stalls_past_the_bookmark_interval_never_gets_a_bookmark_a
     .await;
     let mut checker = plegd::watchcheck::WatchChecker::new(false);
     let mut s = p.client().watch(api::WatchRequest::default()).await.unwrap().into_inner();
+    // The stream has subscribed once its snapshot is in: the events below follow it.
+    loop {
+        let m = next(&mut s).await;
+        checker.observe(&m).unwrap();
+        if matches!(m.kind, Some(Kind::Synced(_))) {
+            break;
+        }
+    }
     // Big pods, so the transport's window fills and events queue behind it.
     let labels: std::collections::BTreeMap<String, String> =
         (0..40).map(|i| (format!("label-{i}"), "x".repeat(60))).collect();
