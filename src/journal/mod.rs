@@ -547,7 +547,7 @@ impl Journal {
                         Some(m) if m.labels == status.labels && *m.name == *status.name => m.clone(),
                         // A pod's labels are its sandbox's: a status read while no sandbox
                         // is left says nothing of them, and the pod keeps matching the
-                        // filters it matched (found by tests/watch_property.rs).
+                        // filters it matched.
                         Some(m) if status.sandboxes.is_empty() => m.clone(),
                         Some(m) => {
                             // New labels (a new sandbox with the pod's current ones).

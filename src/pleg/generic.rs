@@ -446,11 +446,11 @@ impl<R: RuntimeService> GenericPleg<R> {
                 return None;
             }
         };
-        // Found by the hour-long soak: a read can see a container already removed while
+        // A read can see a container already removed while
         // the stream's STOPPED for it (its exit status) waits in the hints, taken only at
         // the next turn. Take the words of exactly those containers; every other
-        // container's words wait for a read newer than they are. (No waiting for words
-        // still on their way: a version that waited up to 250 ms was withdrawn, issue 20.)
+        // container's words wait for a read newer than they are. (Words still on their
+        // way are not waited for.)
         let unheard = self.last_words.unheard(transitions, status.as_deref());
         if !unheard.is_empty() {
             self.last_words.keep(self.hints.take_last_words_for(&unheard));
@@ -499,21 +499,18 @@ impl<R: RuntimeService> GenericPleg<R> {
         if gone {
             // A pod gone before any read carries the identity the stream gave it (for
             // filters and selectors) on its deaths; its removals carry no pod, so the
-            // journal's view lets it go (found by the soak: an empty ghost in ListPods).
+            // journal's view lets it go.
             for e in events.iter_mut().filter(|e| e.kind == EventType::ContainerRemoved) {
                 e.pod = None;
             }
             // Every event that still carries the pod before the first that does not: a
             // client that drops a pod on an event without one must not see it come
-            // back (a death's pod as it ended) and go again (found by the stock-client
-            // tests: delete, add, delete for one removal).
+            // back (a death's pod as it ended) and go again.
             events.sort_by_key(|e| e.pod.is_none());
             if empty_record && events.iter().all(|e| e.pod.is_some()) {
                 // Gone with nothing left to name: a pod plegd last published with no
                 // sandbox and no container (seeded so from the journal's view after a
-                // restart). A `POD_SYNC` without a pod lets every copy of it go (found
-                // by the hour-long soak on containerd 2.1: an empty ghost in ListPods
-                // through 37 restarts).
+                // restart). A `POD_SYNC` without a pod lets every copy of it go.
                 let empty = Some(Arc::new(PodStatus::empty(uid, &namespace, &name)));
                 let none = std::collections::HashMap::new();
                 for mut e in build_events(uid, &namespace, &name, &[], empty, true, source, &none) {
@@ -721,7 +718,7 @@ impl<R: RuntimeService> GenericPleg<R> {
 /// between the listing and the status reads. The runtime lists a pod only while it has
 /// a sandbox or a container, so the pod is gone; published as a pod with nothing in it,
 /// it would stay in the journal's view (and `ListPods`) until a later read found it gone
-/// — 300 s with the event stream up (found by the hour-long soak on containerd 2.1).
+/// — 300 s with the event stream up.
 fn vanished(status: &PodStatus) -> bool {
     status.sandboxes.is_empty() && status.containers.is_empty()
 }
