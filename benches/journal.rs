@@ -46,7 +46,7 @@ fn fan_out(c: &mut Criterion) {
                     }
                     for sub in &mut s {
                         let mut n = 0;
-                        while sub.rx.try_recv().is_ok() {
+                        while sub.try_next().is_some() {
                             n += 1;
                         }
                         assert_eq!(n, 1000);

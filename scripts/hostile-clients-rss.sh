@@ -8,6 +8,7 @@
 #
 #   bash scripts/hostile-clients-rss.sh [events=21000] [resumers=60] [watchers=200] [half_open=2000] [seconds=60]
 #   PLEGD_BIN=/path/to/other/plegd bash scripts/hostile-clients-rss.sh …   # the same against another build
+#   PLEGD_HOSTILE_CHURN=1 bash scripts/hostile-clients-rss.sh 2000 0 100 0 60  # stalled live watchers under churn
 set -euo pipefail
 events=${1:-21000}
 resumers=${2:-60}
@@ -33,7 +34,9 @@ while [ ! -S "$dir/plegd.sock" ]; do sleep 0.1; done
 rss() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$pid/status"; }
 rev() { curl -s "127.0.0.1:$port/metrics" | awk '/^plegd_journal_revision / {print $2}'; }
 while [ "$(rev)" -lt "$events" ]; do sleep 1; done
-kill -STOP $sim   # a quiet runtime from here: what grows is the clients' doing
+# A quiet runtime from here, so what grows is the clients' doing; PLEGD_HOSTILE_CHURN=1
+# keeps the churn going (what stalled live watchers would hold).
+[ "${PLEGD_HOSTILE_CHURN:-0}" = 1 ] || kill -STOP $sim
 sleep 2
 echo "# journal at revision $(rev); plegd RSS before the clients: $(rss) MiB"
 for _ in $(seq "$resumers"); do

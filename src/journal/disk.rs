@@ -194,7 +194,7 @@ impl Journal {
         inner.epoch = epoch;
         self.shared.epoch.store(epoch, Ordering::Release);
         for s in inner.subs.drain(..) {
-            s.overflowed.store(NEW_EPOCH, Ordering::Release);
+            s.queue.drop_for(NEW_EPOCH);
         }
     }
 

@@ -15,6 +15,7 @@
 
 mod disk;
 mod metrics;
+mod queue;
 pub mod record;
 pub mod store;
 
@@ -24,11 +25,10 @@ pub use metrics::{JournalMetrics, ReasonLabel};
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::labels::Labels;
@@ -153,8 +153,7 @@ pub struct Subscription {
     /// Set when a requested resume was refused.
     pub reset: Option<ResetReason>,
     /// Live entries after the start.
-    pub rx: mpsc::Receiver<Arc<Entry>>,
-    overflowed: Arc<AtomicU8>,
+    queue: Arc<queue::Queue>,
     id: u64,
     journal: Journal,
 }
@@ -171,8 +170,7 @@ const NEW_EPOCH: u8 = 3;
 struct Sub {
     id: u64,
     filter: Arc<Filter>,
-    tx: mpsc::Sender<Arc<Entry>>,
-    overflowed: Arc<AtomicU8>,
+    queue: Arc<queue::Queue>,
 }
 
 /// Entries a pod's timeline shows at most.
@@ -607,20 +605,21 @@ impl Journal {
 
     fn fan_out(inner: &mut Inner, entry: &Arc<Entry>) {
         inner.subs.retain(|s| {
+            if s.queue.is_closed() {
+                return false;
+            }
             if s.filter.leaves(entry) {
-                s.overflowed.store(LEFT_SELECTION, Ordering::Release);
+                s.queue.drop_for(LEFT_SELECTION);
                 return false;
             }
             if !s.filter.matches(entry) {
-                return !s.tx.is_closed();
+                return true;
             }
-            match s.tx.try_send(entry.clone()) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    s.overflowed.store(SLOW, Ordering::Release);
-                    false
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            if s.queue.push(entry.clone()) {
+                true
+            } else {
+                s.queue.drop_for(SLOW);
+                false
             }
         });
     }
@@ -722,17 +721,16 @@ impl Journal {
             }
             Since::Snapshot => (snapshot(&inner, &filter, current), None),
         };
-        let (tx, rx) = mpsc::channel(self.shared.client_buffer);
-        let overflowed = Arc::new(AtomicU8::new(0));
+        let queue = queue::Queue::new(self.shared.client_buffer);
         let id = inner.next_sub;
         inner.next_sub += 1;
-        inner.subs.push(Sub { id, filter, tx, overflowed: overflowed.clone() });
+        inner.subs.push(Sub { id, filter, queue: queue.clone() });
         let epoch = inner.epoch;
         drop(inner);
         if let Some(reason) = reset {
             self.count_reset(reason);
         }
-        Subscription { epoch, start, reset, rx, overflowed, id, journal: self.clone() }
+        Subscription { epoch, start, reset, queue, id, journal: self.clone() }
     }
 
     /// Counts a reset in the metrics.
@@ -768,12 +766,12 @@ impl Subscription {
     /// watched left its selection, or the journal began a new epoch): it must start
     /// over.
     pub fn overflowed(&self) -> bool {
-        self.overflowed.load(Ordering::Acquire) != 0
+        self.queue.dropped() != 0
     }
 
     /// Why the journal dropped this subscriber, if it did.
     pub fn dropped_because(&self) -> Option<ResetReason> {
-        match self.overflowed.load(Ordering::Acquire) {
+        match self.queue.dropped() {
             0 => None,
             LEFT_SELECTION | NEW_EPOCH => Some(ResetReason::RuntimeResync),
             _ => Some(ResetReason::SlowConsumer),
@@ -782,28 +780,31 @@ impl Subscription {
 
     /// Whether the journal dropped this subscriber because it began a new epoch.
     pub fn epoch_changed(&self) -> bool {
-        self.overflowed.load(Ordering::Acquire) == NEW_EPOCH
+        self.queue.dropped() == NEW_EPOCH
     }
 
     /// Whether every entry handed to this subscriber has been taken (and it did not
     /// overflow): with the journal's revision read before, nothing at or below that
     /// revision is still to come.
     pub fn is_drained(&self) -> bool {
-        self.rx.is_empty() && !self.overflowed()
+        self.queue.is_empty() && !self.overflowed()
     }
 
-    /// The next live entry; `None` once the subscriber overflowed (check
-    /// [`Subscription::overflowed`]) and its buffer is drained.
+    /// The next live entry; `None` once the journal dropped the subscriber (check
+    /// [`Subscription::overflowed`]): its entries went with it. Cancel-safe.
     pub async fn next(&mut self) -> Option<Arc<Entry>> {
-        if self.overflowed() {
-            return None;
-        }
-        self.rx.recv().await
+        self.queue.pop().await
+    }
+
+    /// The next live entry if one is queued.
+    pub fn try_next(&mut self) -> Option<Arc<Entry>> {
+        self.queue.try_pop()
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        self.queue.close();
         self.journal.unsubscribe(self.id);
     }
 }

@@ -1,18 +1,20 @@
 //! The journal's tests: its guarantees in memory (`basics`, `guarantees`), on disk
-//! (`durable`), and for filtered resumes when pods leave a selection (`selection`).
+//! (`durable`), for filtered resumes when pods leave a selection (`selection`), and for
+//! subscribers that stop reading (`stalled`).
 
 mod selection;
+mod stalled;
 
 mod basics {
     use super::super::*;
     use crate::model::event::EventSource;
 
-    fn status(uid: &str, ns: &str, app: &str) -> Arc<PodStatus> {
+    pub(super) fn status(uid: &str, ns: &str, app: &str) -> Arc<PodStatus> {
         let labels = [("app".to_string(), app.to_string())].into();
         Arc::new(PodStatus { labels, ..PodStatus::empty(uid, ns, &format!("pod-{uid}")) })
     }
 
-    fn event(uid: &str, kind: EventType, pod: Option<Arc<PodStatus>>) -> PodLifecycleEvent {
+    pub(super) fn event(uid: &str, kind: EventType, pod: Option<Arc<PodStatus>>) -> PodLifecycleEvent {
         PodLifecycleEvent {
             pod_uid: uid.into(),
             pod_namespace: "ns".into(),
@@ -116,12 +118,12 @@ mod basics {
                     j.subscribe(Since::Revision(since_r, 0), filter.clone())
                 });
                 let mut all = Vec::new();
-                while let Ok(e) = continuous.rx.try_recv() {
+                while let Some(e) = continuous.try_next() {
                     all.push(e.revision);
                 }
                 let Start::Replay(replay) = &resumed.start else { panic!("kept revisions resume") };
                 let mut got: Vec<u64> = replay.memory.iter().map(|e| e.revision).collect();
-                while let Ok(e) = resumed.rx.try_recv() {
+                while let Some(e) = resumed.try_next() {
                     got.push(e.revision);
                 }
                 let want: Vec<u64> = all.iter().copied().filter(|r| *r > since_r).collect();
@@ -172,7 +174,7 @@ mod guarantees {
 
     fn drain(s: &mut Subscription) -> Vec<u64> {
         let mut v = Vec::new();
-        while let Ok(e) = s.rx.try_recv() {
+        while let Some(e) = s.try_next() {
             v.push(e.revision);
         }
         v
@@ -341,7 +343,7 @@ mod guarantees {
                     }
                     Step::Read(i) => {
                         let i = i as usize;
-                        while let Ok(e) = subs[i].rx.try_recv() {
+                        while let Some(e) = subs[i].try_next() {
                             got[i].push(e.revision);
                         }
                         if subs[i].overflowed() {
@@ -357,7 +359,7 @@ mod guarantees {
                         if subs[i].overflowed() {
                             continue;
                         }
-                        while let Ok(e) = subs[i].rx.try_recv() {
+                        while let Some(e) = subs[i].try_next() {
                             got[i].push(e.revision);
                         }
                         let last = got[i].last().copied().or(reset_at[i]).unwrap_or(0);
@@ -378,7 +380,7 @@ mod guarantees {
                 if subs[i].overflowed() {
                     continue;
                 }
-                while let Ok(e) = subs[i].rx.try_recv() {
+                while let Some(e) = subs[i].try_next() {
                     got[i].push(e.revision);
                 }
                 let from = reset_at[i].unwrap_or(0);
