@@ -641,7 +641,7 @@ async fn cri_calls() {
                         Prefetched::read(&client, [sid.clone()], [cid.clone()]),
                     )
                     .await;
-                    inspect_prefetched(&client, &listed.unwrap().unwrap(), None, prefetched).await.unwrap()
+                    inspect_prefetched(&client, None, &listed.unwrap().unwrap(), None, prefetched).await.unwrap()
                 })
                 .await,
             );

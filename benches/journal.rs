@@ -109,6 +109,7 @@ fn realistic_pods(n: usize) -> Vec<Arc<PodStatus>> {
                             ("io.kubernetes.pod.terminationGracePeriod", "30"),
                         ]
                         .into(),
+                        ..Default::default()
                     })
                 })
                 .collect();
@@ -135,6 +136,7 @@ fn realistic_pods(n: usize) -> Vec<Arc<PodStatus>> {
                     created_at: 1_795_000_000_000_000_000,
                     ip: format!("10.244.{}.{}", i / 250, i % 250 + 2),
                     additional_ips: Vec::new(),
+                    ..Default::default()
                 }],
                 containers,
                 ..PodStatus::empty(&uid, "shop", &name)

@@ -60,8 +60,12 @@ fn whole(c: &mut Criterion) {
         let sim = populated(&rt, n);
         let (writer, _reader) = cache::new();
         let (tx, mut rx) = tokio::sync::mpsc::channel(1_000_000);
-        let cfg =
-            RelistConfig { period: Duration::from_secs(1), concurrency: 8, inspect_timeout: Duration::from_secs(30) };
+        let cfg = RelistConfig {
+            period: Duration::from_secs(1),
+            concurrency: 8,
+            inspect_timeout: Duration::from_secs(30),
+            ..Default::default()
+        };
         let mut pleg = GenericPleg::new(sim.clone(), writer, tx, PlegHealth::new(Duration::from_secs(180)), None, cfg);
         rt.block_on(pleg.relist()).unwrap();
         while rx.try_recv().is_ok() {}

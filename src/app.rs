@@ -17,6 +17,7 @@ use crate::cri::client::{ClientOptions, CriClient};
 use crate::grpc::{ApiError, PodLifecycleService};
 use crate::journal::{Journal, LOCK_WAIT, StoreError};
 use crate::liveness::{Liveness, QUICK_LOOP_LIMIT};
+use crate::lookup::{ContainerLookup, LookupError};
 use crate::metrics::Registry;
 use crate::pleg::evented::{self, EventedWatcher, Mode, StreamState};
 use crate::pleg::generic::{GenericPleg, PlegHandle, RelistConfig};
@@ -50,6 +51,12 @@ pub enum AppError {
     /// Shutdown came before the sidecar had started (while it waited for the state dir).
     #[error("shut down before it had started")]
     Interrupted,
+    /// The tombstone file in the state dir cannot be opened.
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
+    /// The OTLP export's settings are unusable.
+    #[error(transparent)]
+    Export(#[from] crate::export::ExportError),
 }
 
 impl AppError {
@@ -91,6 +98,8 @@ pub struct Sidecar {
     pub queues: Vec<WorkQueue<String>>,
     /// The relister's targeted-relist requests (from the event stream).
     pub hints: PodHints,
+    /// Containers by id, cgroup id and PID, removed ones too.
+    pub lookup: ContainerLookup,
 }
 
 /// Starts the sidecar's tasks in `tracker` against the CRI runtime at
@@ -130,12 +139,24 @@ pub async fn start_on<R: RuntimeService>(
                 e => AppError::StateDir(e),
             })?
     };
+    // The lookup learns the pods the journal holds, and the tombstones kept beside it.
+    let (lookup, tombstone_writer) = {
+        let (lcfg, lmetrics) = (cfg.lookup.clone(), metrics.lookup.clone());
+        tokio::task::spawn_blocking(move || ContainerLookup::open(lcfg, lmetrics))
+            .await
+            .expect("opening the lookup panicked")?
+    };
+    lookup.seed(&journal.pods());
     let (events_tx, publisher) = publish::channel(4096, journal.clone(), Some(metrics.events.clone()));
-    let publisher = publisher.with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT)).priming(health.clone());
+    let publisher = publisher
+        .with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT))
+        .priming(health.clone())
+        .with_lookup(lookup.clone());
     let relist = RelistConfig {
         period: cfg.relist_period,
         concurrency: cfg.inspect_concurrency,
         inspect_timeout: cfg.inspect_timeout,
+        host: cfg.lookup.host.clone(),
     };
     let hints = PodHints::default();
     let sidecar_hints = hints.clone();
@@ -212,6 +233,13 @@ pub async fn start_on<R: RuntimeService>(
     let (admin_addr, debug_addr) = (admin.local_addr(), debug.local_addr());
 
     spawn(tracker, "publish", publisher.run(shutdown.clone()));
+    if let Some(ecfg) = cfg.export.clone() {
+        let exporter = crate::export::OtlpExporter::new(ecfg, journal.clone(), metrics.export.clone())?;
+        spawn(tracker, "otlp_export", exporter.run(shutdown.clone()));
+    }
+    if let Some(w) = tombstone_writer {
+        spawn(tracker, "tombstones", w.run(shutdown.clone()));
+    }
     let scavenger = crate::memory::Scavenger::new(cfg.memory.clone(), metrics.memory.clone());
     spawn(tracker, "memory_trim", scavenger.run(shutdown.clone()));
     if let Some(checkpointer) = journal.checkpointer() {
@@ -253,7 +281,15 @@ pub async fn start_on<R: RuntimeService>(
         metrics.api.clone(),
         tracker.clone(),
         shutdown.clone(),
-    );
+    )
+    .with_lookup(lookup.clone(), {
+        let (client, host) = (client.clone(), cfg.lookup.host.clone());
+        let reader: crate::grpc::ContainerReader = Arc::new(move |id: String| {
+            let (client, host) = (client.clone(), host.clone());
+            Box::pin(async move { crate::pleg::inspect::read_container(&client, &host, &id).await.ok().flatten() })
+        });
+        Some(reader)
+    });
     let sd = shutdown.clone();
     let ready = readiness.clone();
     let socket = cfg.api.socket.clone();
@@ -286,6 +322,7 @@ pub async fn start_on<R: RuntimeService>(
         sync,
         queues,
         hints: sidecar_hints,
+        lookup,
     })
 }
 
@@ -349,6 +386,10 @@ pub struct Metrics {
     pub memory: crate::memory::MemoryMetrics,
     /// The HTTP listeners' metrics.
     pub http: crate::admin::HttpMetrics,
+    /// The container lookup's metrics (terminations, tombstones).
+    pub lookup: crate::lookup::LookupMetrics,
+    /// The OTLP exporter's metrics.
+    pub export: crate::export::ExportMetrics,
 }
 
 impl Metrics {
@@ -365,7 +406,9 @@ impl Metrics {
         let queues = crate::workqueue::QueueMetrics::register(&mut r);
         let reconcile = crate::reconcile::ReconcileMetrics::register(&mut r);
         let http = crate::admin::HttpMetrics::register(&mut r);
-        Self { registry: Arc::new(r), pleg, cri, events, journal, api, queues, reconcile, memory, http }
+        let lookup = crate::lookup::LookupMetrics::register(&mut r);
+        let export = crate::export::ExportMetrics::register(&mut r);
+        Self { registry: Arc::new(r), pleg, cri, events, journal, api, queues, reconcile, memory, http, lookup, export }
     }
 
     /// The registry in OpenMetrics text format.

@@ -155,6 +155,34 @@ pub struct AdminArgs {
     pub debug_addr: SocketAddr,
 }
 
+/// Flags of the container lookup.
+#[derive(Debug, Args)]
+pub struct LookupArgs {
+    /// How long `GetContainer` still answers for a removed container (tombstones are
+    /// also bounded: 10,000 and 8 MiB, the oldest dropped first).
+    #[arg(long, env = "PLEGD_TOMBSTONE_RETENTION", default_value = "1h", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub tombstone_retention: Duration,
+    /// Where the host's /proc and /sys/fs/cgroup are mounted (for PIDs and cgroup ids;
+    /// the DaemonSet mounts them under /host).
+    #[arg(long, env = "PLEGD_HOST_ROOT", default_value = "/")]
+    pub host_root: PathBuf,
+}
+
+/// Flags of the OTLP export.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// OpenTelemetry Collector to export lifecycle events to, as OTLP log records over
+    /// gRPC (`http://host:4317`); none: no export.
+    #[arg(long, env = "PLEGD_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// A header sent with each export (`name=value`; repeat or comma-separate).
+    #[arg(long, env = "PLEGD_OTLP_HEADER", value_delimiter = ',')]
+    pub otlp_header: Vec<String>,
+    /// `k8s.node.name` of the exported records (default: the host name).
+    #[arg(long, env = "PLEGD_NODE_NAME")]
+    pub node_name: Option<String>,
+}
+
 /// Flags of the process's memory.
 #[derive(Debug, Args)]
 pub struct MemoryArgs {
@@ -205,6 +233,12 @@ pub struct RunArgs {
     /// Admin HTTP.
     #[command(flatten)]
     pub admin: AdminArgs,
+    /// Container lookup.
+    #[command(flatten)]
+    pub lookup: LookupArgs,
+    /// OTLP export.
+    #[command(flatten)]
+    pub export: ExportArgs,
     /// Memory.
     #[command(flatten)]
     pub memory: MemoryArgs,
@@ -260,6 +294,10 @@ pub struct RunConfig {
     pub sync: SyncConfig,
     /// Giving freed heap back.
     pub memory: crate::memory::ScavengerConfig,
+    /// The container lookup and its tombstones.
+    pub lookup: crate::lookup::LookupConfig,
+    /// OTLP export, if on.
+    pub export: Option<crate::export::ExportConfig>,
 }
 
 /// The sync loop's and reconcilers' validated settings.
@@ -328,6 +366,14 @@ impl TryFrom<&RunArgs> for RunConfig {
             journal: journal_config(&a.journal, a.api.watch_buffer)?,
             sync: sync_config(&a.sync)?,
             memory: crate::memory::ScavengerConfig { period: a.memory.memory_trim_period },
+            lookup: crate::lookup::LookupConfig {
+                retention: a.lookup.tombstone_retention,
+                max_tombstones: crate::lookup::MAX_TOMBSTONES,
+                max_bytes: crate::lookup::MAX_TOMBSTONE_BYTES,
+                state_dir: (!a.journal.state_dir.as_os_str().is_empty()).then(|| a.journal.state_dir.clone()),
+                host: crate::host::Host::new(&a.lookup.host_root),
+            },
+            export: export_config(&a.export, &a.journal.state_dir)?,
         })
     }
 }
@@ -381,6 +427,27 @@ fn journal_config(j: &JournalArgs, watch_buffer: usize) -> Result<crate::journal
         state_dir: (!j.state_dir.as_os_str().is_empty()).then(|| j.state_dir.clone()),
         disk_budget: j.journal_disk_budget,
     })
+}
+
+fn export_config(
+    e: &ExportArgs,
+    state_dir: &std::path::Path,
+) -> Result<Option<crate::export::ExportConfig>, ConfigError> {
+    let Some(endpoint) = e.otlp_endpoint.as_deref().filter(|s| !s.is_empty()) else { return Ok(None) };
+    let node = e.node_name.clone().filter(|n| !n.is_empty()).unwrap_or_else(crate::export::host_name);
+    let mut cfg = crate::export::ExportConfig::new(endpoint, &node);
+    cfg.state_dir = (!state_dir.as_os_str().is_empty()).then(|| state_dir.to_owned());
+    for h in &e.otlp_header {
+        let (k, v) = h.split_once('=').ok_or_else(|| invalid("--otlp-header", format!("{h:?} is not name=value")))?;
+        cfg.headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+    }
+    // The endpoint and headers are checked here, at start, not when the first export
+    // is due.
+    cfg.check().map_err(|e| match e {
+        crate::export::ExportError::Endpoint { reason, .. } => invalid("--otlp-endpoint", reason),
+        crate::export::ExportError::Header(h) => invalid("--otlp-header", format!("{h:?} is not a valid header")),
+    })?;
+    Ok(Some(cfg))
 }
 
 /// A state dir; empty is allowed and means none (clap's path parser refuses it).

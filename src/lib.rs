@@ -20,14 +20,15 @@
 //!
 //! 1. leaves: [`proto`], [`backoff`], [`clock`] (plegd's wall clock), [`uds`], [`metrics`],
 //!    [`process`], [`memory`] (freed heap back to the kernel), [`liveness`], [`labels`],
-//!    [`selector`]
+//!    [`selector`], [`host`] (the node's `/proc` and cgroupfs)
 //! 2. [`model`] — pod status and [`model::event`], the lifecycle events
 //! 3. [`cri`] — the runtime calls as a trait, and the tonic client
 //! 4. stores: [`cache`] (the runtime's latest per pod), [`journal`] (events by revision,
-//!    and the pods as of the latest one), [`workqueue`]
+//!    and the pods as of the latest one), [`workqueue`], [`lookup`] (containers by id,
+//!    cgroup id and PID, removed ones too)
 //! 5. [`pleg`] — the relister (the cache's only writer) and the event-stream consumer
 //! 6. pipeline: [`publish`] (the one publish path), [`syncloop`], [`reconcile`]
-//! 7. serving: [`grpc`], [`admin`]
+//! 7. serving: [`grpc`], [`admin`], [`export`] (OTLP to a collector)
 //! 8. [`config`], [`telemetry`]
 //! 9. [`app`] — the one builder: production, tests, benches and the demo call it
 //! 10. [`cli`], [`sim`] (the simulated runtime), [`watchcheck`] (the Watch checker)
@@ -39,10 +40,13 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod cri;
+pub mod export;
 pub mod grpc;
+pub mod host;
 pub mod journal;
 pub mod labels;
 pub mod liveness;
+pub mod lookup;
 pub mod memory;
 pub mod metrics;
 pub mod model;

@@ -63,9 +63,10 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Sim(a) => &a.log,
         Command::Watch(a) => &a.log,
         Command::Pods(a) => &a.log,
+        Command::Get(a) => &a.log,
     };
     let default_level = match cli.command {
-        Command::Demo(_) | Command::Watch(_) | Command::Pods(_) => "warn",
+        Command::Demo(_) | Command::Watch(_) | Command::Pods(_) | Command::Get(_) => "warn",
         _ => "info",
     };
     if let Err(e) = plegd::telemetry::init(log, default_level) {
@@ -136,12 +137,22 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Pods(args) => {
             client_exit(plegd::cli::client::pods(&args.client.socket, args.client.filter(), args.client.output).await)
         }
+        Command::Get(args) => client_exit(plegd::cli::client::get(&args.socket, args.key(), args.output).await),
         Command::Sim(args) => {
             let churn = match cli::churn_config(&args.churn) {
                 Ok(c) => c,
                 Err(e) => return usage(&e.to_string()),
             };
-            match plegd::sim::serve_cli(&args.listen, churn, args.events, &tracker, shutdown.clone()).await {
+            match plegd::sim::serve_cli(
+                &args.listen,
+                churn,
+                args.events,
+                args.host_root.clone(),
+                &tracker,
+                shutdown.clone(),
+            )
+            .await
+            {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("plegd: {e}");

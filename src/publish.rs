@@ -7,6 +7,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::journal::Journal;
+use crate::lookup::ContainerLookup;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -21,12 +22,19 @@ use crate::model::event::PodLifecycleEvent;
 pub struct PublishPath {
     journal: Journal,
     metrics: Option<EventMetrics>,
+    lookup: Option<ContainerLookup>,
 }
 
 impl PublishPath {
     /// A path into `journal`.
     pub fn new(journal: Journal, metrics: Option<EventMetrics>) -> Self {
-        Self { journal, metrics }
+        Self { journal, metrics, lookup: None }
+    }
+
+    /// Also teaches `lookup` what each published event says.
+    pub fn with_lookup(mut self, lookup: ContainerLookup) -> Self {
+        self.lookup = Some(lookup);
+        self
     }
 
     /// Publishes `ev`; its revision, or `None` when the journal refused it (a
@@ -39,6 +47,12 @@ impl PublishPath {
     /// each event's revision, or `None` where the journal refused it.
     pub fn publish_batch(&self, events: Vec<PodLifecycleEvent>) -> Vec<Option<u64>> {
         let counted: Vec<_> = events.iter().map(|ev| (ev.kind, ev.source, ev.runtime_timestamp)).collect();
+        // The lookup learns before the journal's disk write: an agent asking by PID
+        // waits for the runtime's read only. (It skips reconcilers' events, the only
+        // ones the journal may refuse.)
+        if let Some(lookup) = &self.lookup {
+            lookup.observe(&events);
+        }
         let revisions = self.journal.append_batch(events);
         if let Some(m) = &self.metrics {
             let now = std::time::SystemTime::now();
@@ -91,6 +105,12 @@ impl Publisher {
     /// Beats `beat` as it publishes and at least every [`crate::liveness::BEAT_EVERY`].
     pub fn with_liveness(mut self, beat: Beat) -> Self {
         self.beat = beat;
+        self
+    }
+
+    /// Teaches `lookup` what each published event says.
+    pub fn with_lookup(mut self, lookup: crate::lookup::ContainerLookup) -> Self {
+        self.path = self.path.with_lookup(lookup);
         self
     }
 

@@ -458,6 +458,8 @@ async fn plegd_runs_as_the_daemonset_describes_and_its_probes_pass_through_quiet
             "/run/containerd" => containerd_dir.clone(),
             "/run/plegd" => run_dir.clone(),
             "/var/lib/plegd" => state_dir.clone(),
+            // The host's own, read-only: the pod runs on this machine.
+            "/proc" | "/sys/fs/cgroup" => PathBuf::from(hp),
             other => panic!("manifests/daemonset.yaml mounts hostPath {other}, which tests/e2e_pod.rs does not map"),
         }
     };

@@ -169,8 +169,12 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
         let sim = SimRuntime::new();
         let (writer, reader) = cache::new();
         let (tx, mut rx) = tokio::sync::mpsc::channel(1_000_000);
-        let cfg =
-            RelistConfig { period: Duration::from_secs(1), concurrency: 4, inspect_timeout: Duration::from_secs(5) };
+        let cfg = RelistConfig {
+            period: Duration::from_secs(1),
+            concurrency: 4,
+            inspect_timeout: Duration::from_secs(5),
+            ..Default::default()
+        };
         let mut pleg = GenericPleg::new(sim.clone(), writer, tx, PlegHealth::new(Duration::from_secs(180)), None, cfg);
         let mut world = World { sim: sim.clone(), pods: Vec::new(), containers: Vec::new(), attempts: HashMap::new() };
         // What plegd has reported of each id, and each id's pod.

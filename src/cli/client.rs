@@ -256,16 +256,28 @@ pub fn pod_json(p: &api::PodStatus) -> Value {
             "id": s.id, "attempt": s.attempt,
             "state": api::SandboxState::try_from(s.state).map(|x| x.as_str_name()).unwrap_or("?"),
             "created_at": ts_json(&s.created_at), "ip": s.ip, "additional_ips": s.additional_ips,
+            "runtime_handler": s.runtime_handler, "pid": s.pid, "netns_path": s.netns_path,
         })).collect::<Vec<_>>(),
-        "containers": p.containers.iter().map(|c| json!({
-            "id": c.id, "name": c.name, "attempt": c.attempt,
-            "state": api::ContainerState::try_from(c.state).map(|x| x.as_str_name()).unwrap_or("?"),
-            "created_at": ts_json(&c.created_at), "started_at": ts_json(&c.started_at),
-            "finished_at": ts_json(&c.finished_at), "exit_code": c.exit_code, "reason": c.reason,
-            "message": c.message, "image": c.image, "labels": c.labels, "annotations": c.annotations,
-        })).collect::<Vec<_>>(),
+        "containers": p.containers.iter().map(container_json).collect::<Vec<_>>(),
         "observed_at": ts_json(&p.observed_at),
         "error": if p.error.is_empty() { Value::Null } else { Value::String(p.error.clone()) },
+    })
+}
+
+/// A container as JSON.
+pub fn container_json(c: &api::ContainerInfo) -> Value {
+    json!({
+        "id": c.id, "name": c.name, "attempt": c.attempt,
+        "state": api::ContainerState::try_from(c.state).map(|x| x.as_str_name()).unwrap_or("?"),
+        "created_at": ts_json(&c.created_at), "started_at": ts_json(&c.started_at),
+        "finished_at": ts_json(&c.finished_at), "exit_code": c.exit_code, "reason": c.reason,
+        "message": c.message, "image": c.image, "image_ref": c.image_ref, "image_id": c.image_id,
+        "pid": c.pid, "cgroup_path": c.cgroup_path, "cgroup_id": c.cgroup_id,
+        "resources": c.resources.as_ref().map(|r| json!({
+            "cpu_shares": r.cpu_shares, "cpu_quota": r.cpu_quota, "cpu_period": r.cpu_period,
+            "memory_limit_bytes": r.memory_limit_bytes,
+        })),
+        "labels": c.labels, "annotations": c.annotations,
     })
 }
 
@@ -298,6 +310,42 @@ pub fn watch_event_json(ev: &api::WatchEvent) -> Value {
         None => ("unknown", Value::Null),
     };
     json!({ "revision": ev.revision, k: v })
+}
+
+/// `plegd get`: one GetContainer call, printed as lines or JSON.
+pub async fn get(socket: &str, key: api::get_container_request::Key, output: OutputFormat) -> Result<(), ClientError> {
+    let mut client = connect(socket)?;
+    let resp = client.get_container(api::GetContainerRequest { key: Some(key) }).await?.into_inner();
+    let (pod, c) = (resp.pod.unwrap_or_default(), resp.container.unwrap_or_default());
+    let mut out = std::io::stdout().lock();
+    let removed_at = resp.removed_at.as_ref().map(|t| ts_json(&Some(*t)));
+    if output == OutputFormat::Json {
+        let v = json!({
+            "pod": pod_json(&pod),
+            "container": container_json(&c),
+            "removed": resp.removed,
+            "removed_at": removed_at,
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&v).unwrap_or_default())?;
+        return Ok(());
+    }
+    let state = api::ContainerState::try_from(c.state).map(|s| s.as_str_name()).unwrap_or("UNKNOWN");
+    writeln!(out, "pod:        {}/{} ({})", pod.namespace, pod.name, pod.uid)?;
+    writeln!(out, "container:  {} #{} {}", c.name, c.attempt, c.id)?;
+    writeln!(
+        out,
+        "state:      {state}{}",
+        if c.reason.is_empty() { String::new() } else { format!(" ({}, exit {})", c.reason, c.exit_code) }
+    )?;
+    writeln!(out, "image:      {}  {}", c.image, c.image_ref)?;
+    if c.pid != 0 {
+        writeln!(out, "pid:        {}", c.pid)?;
+    }
+    writeln!(out, "cgroup:     {} (id {})", c.cgroup_path, c.cgroup_id)?;
+    if let Some(at) = removed_at {
+        writeln!(out, "removed:    {}", at.as_str().unwrap_or_default())?;
+    }
+    Ok(())
 }
 
 /// `plegd pods`: one ListPods call, printed as a table or JSON.

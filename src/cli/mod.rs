@@ -50,6 +50,45 @@ pub enum Command {
     Watch(WatchArgs),
     /// List the pods a running plegd has cached.
     Pods(PodsArgs),
+    /// Find one container by id, cgroup id or PID, running or recently removed.
+    #[command(visible_alias = "inspect")]
+    Get(GetArgs),
+}
+
+/// `plegd get`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("key").required(true).args(["id", "cgroup_id", "pid"])))]
+pub struct GetArgs {
+    /// plegd's gRPC socket.
+    #[arg(long, env = "PLEGD_SOCKET", default_value = "unix:///run/plegd/plegd.sock")]
+    pub socket: String,
+    /// Container id.
+    #[arg(long)]
+    pub id: Option<String>,
+    /// cgroup id (the cgroup directory's inode, as eBPF tools report it).
+    #[arg(long)]
+    pub cgroup_id: Option<u64>,
+    /// Host PID of any process of the container.
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Output: readable lines, or JSON.
+    #[arg(short = 'o', long, env = "PLEGD_OUTPUT", value_enum, default_value = "text")]
+    pub output: OutputFormat,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+impl GetArgs {
+    /// The request's key.
+    pub fn key(&self) -> crate::proto::plegd::get_container_request::Key {
+        use crate::proto::plegd::get_container_request::Key;
+        match (&self.id, self.cgroup_id, self.pid) {
+            (Some(id), _, _) => Key::ContainerId(id.clone()),
+            (_, Some(cg), _) => Key::CgroupId(cg),
+            (_, _, pid) => Key::Pid(pid.unwrap_or_default()),
+        }
+    }
 }
 
 /// Which plegd to talk to, and which pods.
@@ -188,6 +227,10 @@ pub struct SimArgs {
     /// How GetContainerEvents behaves.
     #[arg(long, env = "PLEGD_SIM_EVENTS", value_enum, default_value = "stream")]
     pub events: EventsMode,
+    /// Write the simulated node's processes and cgroups under this directory (`proc/`,
+    /// `sys/fs/cgroup/`), for `plegd run --host-root` with the same directory.
+    #[arg(long, env = "PLEGD_SIM_HOST_ROOT")]
+    pub host_root: Option<std::path::PathBuf>,
     /// Logging.
     #[command(flatten)]
     pub log: LogArgs,

@@ -275,6 +275,36 @@ impl RuntimeService for CriClient {
         })
     }
 
+    async fn container_status_verbose(
+        &self,
+        id: &str,
+    ) -> Result<(cri::ContainerStatus, super::verbose::ContainerVerbose), CriError> {
+        let id = id.to_owned();
+        let resp = self
+            .unary("ContainerStatus", |mut c, t| async move {
+                c.container_status(request(cri::ContainerStatusRequest { container_id: id, verbose: true }, t)).await
+            })
+            .await?;
+        let verbose = super::verbose::ContainerVerbose::parse(&resp.info);
+        let status = resp.status.ok_or(CriError::Incomplete {
+            method: "ContainerStatus",
+            endpoint: self.endpoint.clone(),
+            field: "status",
+        })?;
+        Ok((status, verbose))
+    }
+
+    async fn pod_sandbox_status_verbose(&self, id: &str) -> Result<super::verbose::SandboxVerbose, CriError> {
+        let id = id.to_owned();
+        let resp = self
+            .unary("PodSandboxStatus", |mut c, t| async move {
+                c.pod_sandbox_status(request(cri::PodSandboxStatusRequest { pod_sandbox_id: id, verbose: true }, t))
+                    .await
+            })
+            .await?;
+        Ok(super::verbose::SandboxVerbose::parse(&resp.info))
+    }
+
     /// Opens the runtime's event stream on a reader of its own: a thread with its own
     /// connection and a single-threaded runtime that only reads the socket and queues
     /// what it reads, so neither plegd's other work nor a stalled consumer ever makes

@@ -5,6 +5,7 @@ pub mod brief;
 pub mod client;
 pub mod metrics;
 pub mod spec;
+pub mod verbose;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -140,6 +141,26 @@ pub trait RuntimeService: Clone + Send + Sync + 'static {
     }
     /// `ContainerStatus` (not verbose).
     fn container_status(&self, id: &str) -> impl Future<Output = Result<cri::ContainerStatus, CriError>> + Send;
+    /// `ContainerStatus` with `verbose`: the status and what the runtime's verbose
+    /// `info` says of its process. A runtime without verbose info answers
+    /// [`verbose::ContainerVerbose::default`].
+    fn container_status_verbose(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<(cri::ContainerStatus, verbose::ContainerVerbose), CriError>> + Send {
+        async move { Ok((self.container_status(id).await?, verbose::ContainerVerbose::default())) }
+    }
+    /// `PodSandboxStatus` with `verbose`: what the runtime's verbose `info` says of the
+    /// sandbox's process and network namespace.
+    fn pod_sandbox_status_verbose(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<verbose::SandboxVerbose, CriError>> + Send {
+        async move {
+            self.pod_sandbox_status(id).await?;
+            Ok(verbose::SandboxVerbose::default())
+        }
+    }
     /// `GetContainerEvents`: resolves once the stream is open.
     fn container_events(&self) -> impl Future<Output = Result<EventStream, CriError>> + Send;
     /// `RemoveContainer`.

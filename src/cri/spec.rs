@@ -125,7 +125,7 @@ impl PodSpec {
                 labels,
                 annotations: c.annotations.clone(),
                 log_path: c.log_path.clone(),
-                linux: None,
+                linux: c.resources.map(|r| cri::LinuxContainerConfig { resources: Some(r), security_context: None }),
             }),
             sandbox_config: Some(self.sandbox_config()),
         }
@@ -147,6 +147,8 @@ pub struct ContainerSpec {
     pub annotations: HashMap<String, String>,
     /// Log path relative to the pod's log directory.
     pub log_path: String,
+    /// CPU and memory as the kubelet derives them from limits.
+    pub resources: Option<cri::LinuxContainerResources>,
 }
 
 impl ContainerSpec {
@@ -159,7 +161,21 @@ impl ContainerSpec {
             command: vec!["sleep".into(), "3600".into()],
             annotations: HashMap::new(),
             log_path: String::new(),
+            resources: None,
         }
+    }
+
+    /// CPU and memory limits, turned into CFS shares, quota and period the way the
+    /// kubelet does (100 ms period).
+    pub fn limits(mut self, cpu_millis: i64, memory_bytes: i64) -> Self {
+        self.resources = Some(cri::LinuxContainerResources {
+            cpu_period: 100_000,
+            cpu_quota: cpu_millis * 100,
+            cpu_shares: (cpu_millis * 1024 / 1000).max(2),
+            memory_limit_in_bytes: memory_bytes,
+            oom_score_adj: 0,
+        });
+        self
     }
 
     /// The next restart attempt of the same container.

@@ -28,6 +28,7 @@ use tonic::{Request, Response, Status};
 
 use crate::cache::PodCache;
 use crate::journal::{Filter, Journal};
+use crate::lookup::{Answer, ContainerLookup, LookupKey};
 use crate::model::event::EventType;
 use crate::model::{PodStatus, system_to_timestamp};
 use crate::proto::plegd as api;
@@ -142,7 +143,27 @@ pub struct PodLifecycleService {
     shutdown: CancellationToken,
     /// Resumes reading from disk at once; more wait their turn.
     replays: Arc<tokio::sync::Semaphore>,
+    /// Containers by id, cgroup id and PID (`GetContainer`).
+    lookup: Option<ContainerLookup>,
+    /// Reads a container the lookup does not know yet.
+    reader: Option<ContainerReader>,
 }
+
+/// Reads one container from the runtime at once, for a `GetContainer` by PID whose
+/// container the relister has not published yet: the pod (identity only) and the
+/// container, or `None`.
+pub type ContainerReader = Arc<
+    dyn Fn(
+            String,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Option<(PodStatus, crate::model::ContainerStatus)>> + Send>,
+        > + Send
+        + Sync,
+>;
+
+/// The longest a `GetContainer` by PID waits for a container the kernel already names
+/// and plegd has not published yet (one it is reading right now).
+pub const LOOKUP_WAIT: Duration = Duration::from_secs(2);
 
 /// Resumes that read the journal's disk at once. Each holds a read-only connection
 /// (128 KiB of page cache), a decoded page of records and a blocking thread while it
@@ -162,7 +183,33 @@ impl PodLifecycleService {
     ) -> Self {
         let tail = Arc::new(wire::EncodedTail::default());
         let replays = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_DISK_REPLAYS));
-        Self { journal, cache, cfg: Arc::new(cfg), metrics, tail, tasks, shutdown, replays }
+        Self { journal, cache, cfg: Arc::new(cfg), metrics, tail, tasks, shutdown, replays, lookup: None, reader: None }
+    }
+
+    /// Answers `GetContainer` from `lookup`, and for a PID whose container the lookup
+    /// does not know yet, from `reader` (the runtime, at once).
+    pub fn with_lookup(mut self, lookup: ContainerLookup, reader: Option<ContainerReader>) -> Self {
+        self.lookup = Some(lookup);
+        self.reader = reader;
+        self
+    }
+
+    /// Waits (within `deadline`) until the journal holds the first relist's pods.
+    async fn primed(&self, deadline: Duration) -> Result<(), Status> {
+        if self.journal.is_primed() {
+            return Ok(());
+        }
+        let primed = async {
+            tokio::select! {
+                _ = self.journal.primed() => true,
+                _ = self.shutdown.cancelled() => false,
+            }
+        };
+        match tokio::time::timeout(deadline, primed).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Status::unavailable("plegd is shutting down; ask the next one")),
+            Err(_) => Err(Status::unavailable("plegd has not completed its first read of the runtime yet; retry")),
+        }
     }
 }
 
@@ -212,23 +259,7 @@ impl PodLifecycle for PodLifecycleService {
     async fn list_pods(&self, req: Request<api::ListPodsRequest>) -> Result<Response<api::ListPodsResponse>, Status> {
         let deadline = grpc_timeout(req.metadata()).unwrap_or(self.cfg.max_wait).min(self.cfg.max_wait);
         let filter = to_filter(req.into_inner().filter, &[])?;
-        if !self.journal.is_primed() {
-            let primed = async {
-                tokio::select! {
-                    _ = self.journal.primed() => true,
-                    _ = self.shutdown.cancelled() => false,
-                }
-            };
-            match tokio::time::timeout(deadline, primed).await {
-                Ok(true) => {}
-                Ok(false) => return Err(Status::unavailable("plegd is shutting down; ask the next one")),
-                Err(_) => {
-                    return Err(Status::unavailable(
-                        "plegd has not completed its first read of the runtime yet; retry",
-                    ));
-                }
-            }
-        }
+        self.primed(deadline).await?;
         let (pods, revision) = self.journal.list(&filter);
         Ok(Response::new(api::ListPodsResponse {
             pods: pods.iter().map(|p| pod_api(p, &self.cache)).collect(),
@@ -293,6 +324,83 @@ impl PodLifecycle for PodLifecycleService {
         });
         let not_found = entry.is_none() && (absent_at.is_some() || self.cache.global_timestamp().is_some());
         Ok(Response::new(api::GetPodStatusResponse { pod, timestamp, not_found }))
+    }
+
+    async fn get_container(
+        &self,
+        req: Request<api::GetContainerRequest>,
+    ) -> Result<Response<api::GetContainerResponse>, Status> {
+        self.find_container(req).await.map(Response::new)
+    }
+}
+
+impl PodLifecycleService {
+    async fn find_container(
+        &self,
+        req: Request<api::GetContainerRequest>,
+    ) -> Result<api::GetContainerResponse, Status> {
+        use api::get_container_request::Key;
+        let deadline = grpc_timeout(req.metadata()).unwrap_or(self.cfg.max_wait).min(self.cfg.max_wait);
+        let key = match req.into_inner().key {
+            Some(Key::ContainerId(id)) if !id.is_empty() => LookupKey::Id(id),
+            Some(Key::CgroupId(cg)) if cg != 0 => LookupKey::CgroupId(cg),
+            Some(Key::Pid(pid)) if pid != 0 => LookupKey::Pid(pid),
+            _ => return Err(RequestError::Missing("one of container_id, cgroup_id and pid (non-zero)").into()),
+        };
+        let Some(lookup) = &self.lookup else {
+            return Err(Status::unimplemented("this server keeps no container lookup"));
+        };
+        self.primed(deadline).await?;
+        let wait = deadline.min(LOOKUP_WAIT);
+        let until = tokio::time::Instant::now() + wait;
+        let mut asked_runtime = false;
+        loop {
+            let learned = lookup.learned();
+            tokio::pin!(learned);
+            learned.as_mut().enable();
+            match lookup.find(&key) {
+                Answer::Found(f) => {
+                    return Ok(api::GetContainerResponse {
+                        pod: Some(pod_api(&f.pod, &self.cache)),
+                        container: Some(f.container.to_api()),
+                        removed: f.removed_at.is_some(),
+                        removed_at: f.removed_at.map(system_to_timestamp),
+                    });
+                }
+                Answer::NotFound(why) => return Err(Status::not_found(why)),
+                Answer::NotYet(id) => {
+                    // The kernel already runs it; the runtime is asked once rather than
+                    // waiting for the relister (which a runtime without an event
+                    // stream leaves to the next relist).
+                    if let Some(read) = self.reader.as_ref().filter(|_| !asked_runtime) {
+                        asked_runtime = true;
+                        let direct = tokio::time::timeout_at(until, read(id.clone())).await.ok().flatten();
+                        if let Some((pod, container)) = direct {
+                            let pod = self.cache.get(&pod.uid).and_then(|e| e.status.clone()).unwrap_or(Arc::new(pod));
+                            return Ok(api::GetContainerResponse {
+                                pod: Some(pod_api(&pod, &self.cache)),
+                                container: Some(container.to_api()),
+                                removed: false,
+                                removed_at: None,
+                            });
+                        }
+                        continue;
+                    }
+                    tokio::select! {
+                        _ = &mut learned => {}
+                        _ = tokio::time::sleep_until(until) => {
+                            return Err(Status::not_found(format!(
+                                "the kernel puts {key:?} in container {id}, which plegd has not published within \
+                                 {wait:?}: a sandbox's pause process, or a container the kubelet did not create"
+                            )));
+                        }
+                        _ = self.shutdown.cancelled() => {
+                            return Err(Status::unavailable("plegd is shutting down; ask the next one"));
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -262,7 +262,8 @@ impl ResetReason {
 }
 
 impl PodMeta {
-    fn of(status: &PodStatus) -> Self {
+    /// Who `status`'s pod is.
+    pub fn of(status: &PodStatus) -> Self {
         Self {
             uid: crate::labels::shared(&status.uid),
             namespace: crate::labels::shared(&status.namespace),
@@ -677,6 +678,19 @@ impl Journal {
             v.drain(..v.len() - TIMELINE_PER_POD);
         }
         (!v.is_empty()).then_some(v)
+    }
+
+    /// The oldest revision the journal still holds, in memory or on disk (the next
+    /// revision when it holds none).
+    pub fn oldest_revision(&self) -> u64 {
+        let inner = self.lock();
+        let current = self.revision();
+        let memory = inner.ring.front().map_or(current + 1, |e| e.revision);
+        let disk = match (&inner.disk, &self.shared.path) {
+            (Disk::Durable(s), Some(_)) => s.oldest(),
+            _ => u64::MAX,
+        };
+        memory.min(disk).min(current + 1)
     }
 
     /// Subscribes atomically: the start (snapshot or replay) and the live entries meet

@@ -11,7 +11,8 @@ use super::PodMeta;
 use crate::labels::{Labels, shared};
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::model::{
-    ContainerState, ContainerStatus, PodStatus, SandboxState, SandboxStatus, nanos_to_system, system_to_nanos,
+    ContainerState, ContainerStatus, PodStatus, Process, Resources, SandboxState, SandboxStatus, nanos_to_system,
+    system_to_nanos,
 };
 
 /// Why a record could not be read back.
@@ -106,6 +107,12 @@ struct StoredSandbox {
     ip: String,
     #[prost(string, repeated, tag = "6")]
     additional_ips: Vec<String>,
+    #[prost(string, tag = "7")]
+    runtime_handler: String,
+    #[prost(uint32, tag = "8")]
+    pid: u32,
+    #[prost(string, tag = "9")]
+    netns_path: String,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -136,6 +143,38 @@ struct StoredContainer {
     labels: std::collections::BTreeMap<String, String>,
     #[prost(btree_map = "string, string", tag = "13")]
     annotations: std::collections::BTreeMap<String, String>,
+    #[prost(string, tag = "14")]
+    image_ref: String,
+    #[prost(string, tag = "15")]
+    image_id: String,
+    #[prost(message, optional, tag = "16")]
+    resources: Option<StoredResources>,
+    #[prost(message, optional, tag = "17")]
+    process: Option<StoredProcess>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct StoredResources {
+    #[prost(int64, tag = "1")]
+    cpu_shares: i64,
+    #[prost(int64, tag = "2")]
+    cpu_quota: i64,
+    #[prost(int64, tag = "3")]
+    cpu_period: i64,
+    #[prost(int64, tag = "4")]
+    memory_limit_bytes: i64,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct StoredProcess {
+    #[prost(uint32, tag = "1")]
+    pid: u32,
+    #[prost(string, tag = "2")]
+    cgroup_path: String,
+    #[prost(uint64, tag = "3")]
+    cgroup_id: u64,
+    #[prost(uint64, tag = "4")]
+    start_ticks: u64,
 }
 
 /// A pod in the journal's view, as the pods table keeps it.
@@ -276,6 +315,9 @@ fn stored_pod(p: &PodStatus) -> StoredPod {
                 created_at: s.created_at,
                 ip: s.ip.clone(),
                 additional_ips: s.additional_ips.clone(),
+                runtime_handler: s.runtime_handler.clone(),
+                pid: s.pid,
+                netns_path: s.netns_path.clone(),
             })
             .collect(),
         containers: p
@@ -300,6 +342,20 @@ fn stored_pod(p: &PodStatus) -> StoredPod {
                 image: c.image.clone(),
                 labels: map(&c.labels),
                 annotations: map(&c.annotations),
+                image_ref: c.image_ref.clone(),
+                image_id: c.image_id.clone(),
+                resources: c.resources.map(|r| StoredResources {
+                    cpu_shares: r.cpu_shares,
+                    cpu_quota: r.cpu_quota,
+                    cpu_period: r.cpu_period,
+                    memory_limit_bytes: r.memory_limit_bytes,
+                }),
+                process: c.process.as_ref().map(|p| StoredProcess {
+                    pid: p.pid,
+                    cgroup_path: p.cgroup_path.clone(),
+                    cgroup_id: p.cgroup_id,
+                    start_ticks: p.start_ticks,
+                }),
             })
             .collect(),
         observed_at: system_to_nanos(p.observed_at),
@@ -324,6 +380,9 @@ fn pod_of(p: StoredPod) -> Result<PodStatus, RecordError> {
                 created_at: s.created_at,
                 ip: s.ip,
                 additional_ips: s.additional_ips,
+                runtime_handler: s.runtime_handler,
+                pid: s.pid,
+                netns_path: s.netns_path,
             })
         })
         .collect::<Result<_, _>>()?;
@@ -352,6 +411,20 @@ fn pod_of(p: StoredPod) -> Result<PodStatus, RecordError> {
                 image: c.image,
                 labels: c.labels.into_iter().collect(),
                 annotations: c.annotations.into_iter().collect(),
+                image_ref: c.image_ref,
+                image_id: c.image_id,
+                resources: c.resources.map(|r| Resources {
+                    cpu_shares: r.cpu_shares,
+                    cpu_quota: r.cpu_quota,
+                    cpu_period: r.cpu_period,
+                    memory_limit_bytes: r.memory_limit_bytes,
+                }),
+                process: c.process.map(|p| Process {
+                    pid: p.pid,
+                    cgroup_path: p.cgroup_path,
+                    cgroup_id: p.cgroup_id,
+                    start_ticks: p.start_ticks,
+                }),
             }))
         })
         .collect::<Result<_, _>>()?;

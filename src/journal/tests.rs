@@ -151,6 +151,7 @@ mod guarantees {
             created_at: 0,
             ip: String::new(),
             additional_ips: vec![],
+            ..Default::default()
         };
         Arc::new(PodStatus { labels, sandboxes: vec![sandbox], ..PodStatus::empty(uid, "ns", &format!("pod-{uid}")) })
     }
@@ -415,6 +416,7 @@ mod durable {
             image: "img".into(),
             labels: labels.clone(),
             annotations: Labels::default(),
+            ..Default::default()
         };
         let sandbox = crate::model::SandboxStatus {
             id: format!("s-{uid}"),
@@ -423,6 +425,7 @@ mod durable {
             created_at: 1,
             ip: "10.0.0.1".into(),
             additional_ips: vec![],
+            ..Default::default()
         };
         Arc::new(PodStatus {
             labels,

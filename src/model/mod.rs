@@ -11,7 +11,7 @@ use crate::labels::Labels;
 use crate::proto::{plegd as api, runtime as cri};
 
 /// A container's state, as the CRI reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ContainerState {
     /// Created, not started.
@@ -21,11 +21,12 @@ pub enum ContainerState {
     /// Exited.
     Exited,
     /// The runtime does not know.
+    #[default]
     Unknown,
 }
 
 /// A sandbox's state, as the CRI reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SandboxState {
     /// The sandbox is up.
@@ -33,11 +34,12 @@ pub enum SandboxState {
     /// The sandbox was stopped or failed.
     NotReady,
     /// A state the CRI does not name (a newer runtime, or a broken one).
+    #[default]
     Unknown,
 }
 
 /// One container of a pod, from `ContainerStatus`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ContainerStatus {
     /// Runtime container id.
     pub id: String,
@@ -64,14 +66,50 @@ pub struct ContainerStatus {
     pub message: String,
     /// Image reference.
     pub image: String,
+    /// The image in use by digest, as the runtime resolved it.
+    pub image_ref: String,
+    /// The image's id on the node.
+    pub image_id: String,
+    /// Resources the runtime applied, where it reports them.
+    pub resources: Option<Resources>,
+    /// Its process and cgroup, read once when plegd first sees it running.
+    pub process: Option<Process>,
     /// Labels.
     pub labels: Labels,
     /// Annotations.
     pub annotations: Labels,
 }
 
+/// A container's Linux resources, as the runtime reports them (0: not set).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Resources {
+    /// CPU shares.
+    pub cpu_shares: i64,
+    /// CFS quota, microseconds per period.
+    pub cpu_quota: i64,
+    /// CFS period, microseconds.
+    pub cpu_period: i64,
+    /// Memory limit, bytes.
+    pub memory_limit_bytes: i64,
+}
+
+/// A container's init process and cgroup, from the runtime's verbose status and the
+/// host's `/proc` and cgroupfs. Kept after the container exits: lookups by PID and
+/// cgroup id still find it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Process {
+    /// Host PID of the init process (0: the runtime did not say).
+    pub pid: u32,
+    /// The cgroup path the runtime set.
+    pub cgroup_path: String,
+    /// The cgroup's id, its directory's inode (0: unknown; see [`crate::host`]).
+    pub cgroup_id: u64,
+    /// The init process's start time, clock ticks after boot (0: unknown).
+    pub start_ticks: u64,
+}
+
 /// One sandbox of a pod, from `PodSandboxStatus`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct SandboxStatus {
     /// Runtime sandbox id.
     pub id: String,
@@ -86,6 +124,12 @@ pub struct SandboxStatus {
     pub ip: String,
     /// Further IPs.
     pub additional_ips: Vec<String>,
+    /// Runtime handler (empty: the default).
+    pub runtime_handler: String,
+    /// Host PID of its process, read once when plegd first sees it ready (0: unknown).
+    pub pid: u32,
+    /// Its network namespace's path.
+    pub netns_path: String,
 }
 
 /// A pod as plegd's cache holds it: the kubelet's `PodStatus`, built from CRI calls.
@@ -164,8 +208,50 @@ impl ContainerStatus {
             reason: s.reason.clone(),
             message: s.message.clone(),
             image: s.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
+            image_ref: s.image_ref.clone(),
+            image_id: s.image_id.clone(),
+            resources: s.resources.as_ref().and_then(|r| r.linux.as_ref()).map(|l| Resources {
+                cpu_shares: l.cpu_shares,
+                cpu_quota: l.cpu_quota,
+                cpu_period: l.cpu_period,
+                memory_limit_bytes: l.memory_limit_in_bytes,
+            }),
+            process: None,
             labels: s.labels.iter().collect(),
             annotations: s.annotations.iter().collect(),
+        }
+    }
+}
+
+impl ContainerStatus {
+    /// The API message.
+    pub fn to_api(&self) -> api::ContainerInfo {
+        let process = self.process.clone().unwrap_or_default();
+        api::ContainerInfo {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            attempt: self.attempt,
+            state: self.state.to_api() as i32,
+            created_at: nanos_to_timestamp(self.created_at),
+            started_at: nanos_to_timestamp(self.started_at),
+            finished_at: nanos_to_timestamp(self.finished_at),
+            exit_code: self.exit_code,
+            reason: self.reason.clone(),
+            message: self.message.clone(),
+            image: self.image.clone(),
+            labels: self.labels.to_map(),
+            annotations: self.annotations.to_map(),
+            pid: if self.state == ContainerState::Running { process.pid } else { 0 },
+            cgroup_path: process.cgroup_path,
+            cgroup_id: process.cgroup_id,
+            image_ref: self.image_ref.clone(),
+            image_id: self.image_id.clone(),
+            resources: self.resources.map(|r| api::ContainerResources {
+                cpu_shares: r.cpu_shares,
+                cpu_quota: r.cpu_quota,
+                cpu_period: r.cpu_period,
+                memory_limit_bytes: r.memory_limit_bytes,
+            }),
         }
     }
 }
@@ -182,6 +268,9 @@ impl SandboxStatus {
             created_at: s.created_at,
             ip: net.ip,
             additional_ips: net.additional_ips.into_iter().map(|p| p.ip).collect(),
+            runtime_handler: s.runtime_handler.clone(),
+            pid: 0,
+            netns_path: String::new(),
         }
     }
 }
@@ -233,27 +322,12 @@ impl PodStatus {
                     created_at: nanos_to_timestamp(s.created_at),
                     ip: s.ip.clone(),
                     additional_ips: s.additional_ips.clone(),
+                    runtime_handler: s.runtime_handler.clone(),
+                    pid: if s.state == SandboxState::Ready { s.pid } else { 0 },
+                    netns_path: s.netns_path.clone(),
                 })
                 .collect(),
-            containers: self
-                .containers
-                .iter()
-                .map(|c| api::ContainerInfo {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    attempt: c.attempt,
-                    state: c.state.to_api() as i32,
-                    created_at: nanos_to_timestamp(c.created_at),
-                    started_at: nanos_to_timestamp(c.started_at),
-                    finished_at: nanos_to_timestamp(c.finished_at),
-                    exit_code: c.exit_code,
-                    reason: c.reason.clone(),
-                    message: c.message.clone(),
-                    image: c.image.clone(),
-                    labels: c.labels.to_map(),
-                    annotations: c.annotations.to_map(),
-                })
-                .collect(),
+            containers: self.containers.iter().map(|c| c.to_api()).collect(),
             observed_at: Some(system_to_timestamp(self.observed_at)),
             error: error.unwrap_or_default().to_owned(),
         }

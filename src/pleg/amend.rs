@@ -226,6 +226,7 @@ mod tests {
                 image: String::new(),
                 labels: Default::default(),
                 annotations: Default::default(),
+                ..Default::default()
             }));
         }
         p

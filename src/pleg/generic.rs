@@ -38,11 +38,18 @@ pub struct RelistConfig {
     /// Longest time one pod's inspection may take; past it the pod is retried at the
     /// next relist and the relist goes on.
     pub inspect_timeout: Duration,
+    /// Where the host's `/proc` and cgroupfs are, for a new container's PID and cgroup.
+    pub host: crate::host::Host,
 }
 
 impl Default for RelistConfig {
     fn default() -> Self {
-        Self { period: Duration::from_secs(1), concurrency: 8, inspect_timeout: Duration::from_secs(5) }
+        Self {
+            period: Duration::from_secs(1),
+            concurrency: 8,
+            inspect_timeout: Duration::from_secs(5),
+            host: crate::host::Host::default(),
+        }
     }
 }
 
@@ -327,7 +334,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             self.records.changed(&also).into_iter().filter(|(uid, t)| !t.is_empty() || also.contains(uid)).collect();
         self.unread.clear();
         let seeded = std::mem::take(&mut self.seeded);
-        let inspections = self.inspect_all(work.keys()).await;
+        let inspections = self.inspect_all(work.keys(), &seeded).await;
         outcome.inspected = inspections.len();
 
         let mut needs_reinspect = HashSet::new();
@@ -540,27 +547,35 @@ impl<R: RuntimeService> GenericPleg<R> {
     }
 
     /// Inspects the listed pods among `uids` concurrently; pods not listed any more
-    /// are left out (they are gone).
-    async fn inspect_all<'a>(&self, uids: impl Iterator<Item = &'a String>) -> Vec<Inspection> {
+    /// are left out (they are gone). A pod the cache does not hold yet is read against
+    /// what the journal last said of it (`seeded`): what was read once (a container's
+    /// process) is not read again after a restart.
+    async fn inspect_all<'a>(
+        &self,
+        uids: impl Iterator<Item = &'a String>,
+        seeded: &std::collections::HashMap<String, Arc<PodStatus>>,
+    ) -> Vec<Inspection> {
         let reader = self.cache.reader();
         let jobs: Vec<(String, RuntimePod, Option<Arc<PodStatus>>)> = uids
             .filter_map(|uid| {
                 let pod = self.records.current(uid)?.clone();
-                Some((uid.clone(), pod, reader.get(uid).and_then(|e| e.status.clone())))
+                let previous = reader.get(uid).and_then(|e| e.status.clone()).or_else(|| seeded.get(uid).cloned());
+                Some((uid.clone(), pod, previous))
             })
             .collect();
         let timeout = self.cfg.inspect_timeout;
+        let host = &self.cfg.host;
         futures_util::stream::iter(jobs)
             .map(|(uid, pod, previous)| {
                 let runtime = self.runtime.clone();
                 async move {
                     let at = Instant::now();
-                    let res =
-                        match tokio::time::timeout(timeout, inspect_pod(&runtime, &pod, previous.as_deref())).await {
-                            Ok(Ok(status)) => Ok(status),
-                            Ok(Err(e)) => Err(e.to_string()),
-                            Err(_) => Err(format!("inspecting pod {uid} took longer than {timeout:?}")),
-                        };
+                    let read = inspect_pod(&runtime, Some(host), &pod, previous.as_deref());
+                    let res = match tokio::time::timeout(timeout, read).await {
+                        Ok(Ok(status)) => Ok(status),
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Err(_) => Err(format!("inspecting pod {uid} took longer than {timeout:?}")),
+                    };
                     (uid, at, res)
                 }
             })
@@ -610,6 +625,8 @@ impl<R: RuntimeService> GenericPleg<R> {
             })
             .collect();
         let timeout = self.cfg.inspect_timeout;
+        let host = self.cfg.host.clone();
+        let host = &host;
         let mut outcome = RelistOutcome::default();
         // In chunks, so a burst of dirty pods publishes as it goes rather than after
         // the slowest of hundreds of reads.
@@ -634,7 +651,8 @@ impl<R: RuntimeService> GenericPleg<R> {
                                 None => Ok(None),
                                 Some(pod) => {
                                     let status =
-                                        inspect_prefetched(&runtime, &pod, previous.as_deref(), prefetched).await;
+                                        inspect_prefetched(&runtime, Some(host), &pod, previous.as_deref(), prefetched)
+                                            .await;
                                     Ok(Some((pod, at, status)))
                                 }
                             }

@@ -9,8 +9,9 @@ use futures_util::future::join_all;
 use super::PlegState;
 use super::records::{RuntimeContainer, RuntimePod};
 use crate::cri::{CriError, RuntimeService};
+use crate::host::Host;
 use crate::labels::Labels;
-use crate::model::{ContainerState, ContainerStatus, PodStatus, SandboxState, SandboxStatus};
+use crate::model::{ContainerState, ContainerStatus, PodStatus, Process, SandboxState, SandboxStatus};
 use crate::proto::runtime as cri;
 
 /// Statuses read before the listing they belong to came back: a targeted relist asks
@@ -86,10 +87,11 @@ fn usable<T>(
 /// containers and labels that read the same again are shared, not copied.
 pub async fn inspect_pod<R: RuntimeService>(
     runtime: &R,
+    host: Option<&Host>,
     pod: &RuntimePod,
     previous: Option<&PodStatus>,
 ) -> Result<PodStatus, CriError> {
-    inspect_prefetched(runtime, pod, previous, Prefetched::none()).await
+    inspect_prefetched(runtime, host, pod, previous, Prefetched::none()).await
 }
 
 /// As [`inspect_pod`], using the statuses already read where they match the listing
@@ -97,6 +99,7 @@ pub async fn inspect_pod<R: RuntimeService>(
 /// forgotten never comes back.
 pub async fn inspect_prefetched<R: RuntimeService>(
     runtime: &R,
+    host: Option<&Host>,
     pod: &RuntimePod,
     previous: Option<&PodStatus>,
     mut prefetched: Prefetched,
@@ -135,14 +138,22 @@ pub async fn inspect_prefetched<R: RuntimeService>(
             Err(e) => return Err(e),
         }
     }
-    let mut containers = Vec::with_capacity(pod.containers.len());
+    let mut fresh = Vec::with_capacity(pod.containers.len());
     for res in container_results {
         match res {
-            Ok(st) => containers.push(share_unchanged(ContainerStatus::from_cri(&st), previous)),
+            Ok(st) => fresh.push(ContainerStatus::from_cri(&st)),
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
         }
     }
+    if let Some(host) = host {
+        futures_util::future::join(
+            enrich_containers(runtime, host, &mut fresh, previous),
+            enrich_sandboxes(runtime, &mut sandboxes, previous),
+        )
+        .await;
+    }
+    let mut containers: Vec<_> = fresh.into_iter().map(|c| share_unchanged(c, previous)).collect();
     sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
     containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
     let (name, namespace, labels, annotations, ips) = match &newest {
@@ -177,6 +188,108 @@ pub async fn inspect_prefetched<R: RuntimeService>(
         containers,
         observed_at,
     })
+}
+
+/// Gives each container its process: the previous status's where it had one, else
+/// what the runtime's verbose status and the host say — once per container (a runtime that names no PID gives an empty process, not asked again).
+/// A failed verbose read leaves it for the next read of the pod.
+async fn enrich_containers<R: RuntimeService>(
+    runtime: &R,
+    host: &Host,
+    containers: &mut [ContainerStatus],
+    previous: Option<&PodStatus>,
+) {
+    let mut ask = Vec::new();
+    for (i, c) in containers.iter_mut().enumerate() {
+        let known = previous.and_then(|p| p.containers.iter().find(|o| o.id == c.id)).and_then(|o| o.process.clone());
+        match known {
+            Some(p) => c.process = Some(p),
+            // A container seen first after it exited still has the PID and cgroup it
+            // ran with (a lookup by them finds it), read without the host's word.
+            None if c.state != ContainerState::Created => ask.push(i),
+            None => {}
+        }
+    }
+    let reads = join_all(ask.iter().map(|&i| runtime.container_status_verbose(&containers[i].id))).await;
+    for (i, read) in ask.into_iter().zip(reads) {
+        match read {
+            Ok((_, verbose)) => {
+                let running = containers[i].state == ContainerState::Running;
+                containers[i].process = Some(process_of(host, &verbose, running));
+            }
+            Err(e) => {
+                tracing::debug!(container = %containers[i].id, error = %e, "verbose status failed; asked again at the next read")
+            }
+        }
+    }
+}
+
+/// A container's process from its verbose status and the host: the cgroup the kernel
+/// shows for the PID (any cgroup driver), else the one the spec names. The host is
+/// asked only while the container runs: after, the PID may be another process's.
+fn process_of(host: &Host, v: &crate::cri::verbose::ContainerVerbose, running: bool) -> Process {
+    let seen = if running { host.process(v.pid) } else { None };
+    let cgroup_id = seen
+        .as_ref()
+        .and_then(|p| p.cgroup_id)
+        .or_else(|| crate::host::cgroup_path_of(&v.cgroups_path).and_then(|c| host.cgroup_id(&c)));
+    Process {
+        pid: v.pid,
+        cgroup_path: v.cgroups_path.clone(),
+        cgroup_id: cgroup_id.unwrap_or(0),
+        start_ticks: seen.and_then(|p| p.start_ticks).unwrap_or(0),
+    }
+}
+
+/// Gives each ready sandbox its PID and network namespace: the previous status's, or
+/// the runtime's verbose status once.
+async fn enrich_sandboxes<R: RuntimeService>(
+    runtime: &R,
+    sandboxes: &mut [SandboxStatus],
+    previous: Option<&PodStatus>,
+) {
+    let mut ask = Vec::new();
+    for (i, s) in sandboxes.iter_mut().enumerate() {
+        let known = previous
+            .and_then(|p| p.sandboxes.iter().find(|o| o.id == s.id))
+            .filter(|o| o.pid != 0 || !o.netns_path.is_empty());
+        match known {
+            Some(o) => (s.pid, s.netns_path) = (o.pid, o.netns_path.clone()),
+            None if s.state == SandboxState::Ready => ask.push(i),
+            None => {}
+        }
+    }
+    let reads = join_all(ask.iter().map(|&i| runtime.pod_sandbox_status_verbose(&sandboxes[i].id))).await;
+    for (i, read) in ask.into_iter().zip(reads) {
+        if let Ok(v) = read {
+            (sandboxes[i].pid, sandboxes[i].netns_path) = (v.pid, v.netns_path);
+        }
+    }
+}
+
+/// One container read from the runtime at once (verbose: with its process), and the
+/// pod it belongs to by its kubelet labels (uid, namespace, name): for a lookup that
+/// cannot wait for the relister. `None` when the runtime does not know it or it is not
+/// a pod's container.
+pub async fn read_container<R: RuntimeService>(
+    runtime: &R,
+    host: &Host,
+    id: &str,
+) -> Result<Option<(PodStatus, ContainerStatus)>, CriError> {
+    use crate::cri::spec::{POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL};
+    let (st, verbose) = match runtime.container_status_verbose(id).await {
+        Ok(read) => read,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let label = |k: &str| st.labels.get(k).cloned().unwrap_or_default();
+    let uid = label(POD_UID_LABEL);
+    if uid.is_empty() {
+        return Ok(None);
+    }
+    let mut c = ContainerStatus::from_cri(&st);
+    c.process = Some(process_of(host, &verbose, c.state == ContainerState::Running));
+    Ok(Some((PodStatus::empty(&uid, &label(POD_NAMESPACE_LABEL), &label(POD_NAME_LABEL)), c)))
 }
 
 /// `fresh`, or the previous status's copy of the same container when it reads the same.
@@ -279,7 +392,7 @@ pub async fn read_all<R: RuntimeService>(runtime: &R, concurrency: usize) -> Res
     let (sandboxes, containers) = list_everything(runtime).await?;
     let pods = super::records::group_pods(sandboxes, containers);
     let mut out: Vec<PodStatus> = futures_util::stream::iter(pods.into_values())
-        .map(|p| async move { inspect_pod(runtime, &p, None).await })
+        .map(|p| async move { inspect_pod(runtime, None, &p, None).await })
         .buffer_unordered(concurrency.max(1))
         .collect::<Vec<_>>()
         .await
@@ -323,7 +436,8 @@ mod tests {
             times: None,
         });
         let listed = list_pod(&sim, &pod.uid, &[sid].into()).await.unwrap().expect("the pod is listed");
-        let status = inspect_prefetched(&sim, &listed, None, prefetched).await.expect("inspection");
+        let status =
+            inspect_prefetched(&sim, Some(&Host::default()), &listed, None, prefetched).await.expect("inspection");
         let state = |id: &str| status.containers.iter().find(|c| c.id == id).map(|c| c.state);
         assert_eq!(state(&ids[0]), Some(ContainerState::Running));
         assert_eq!(state(&ids[1]), Some(ContainerState::Exited));
@@ -346,7 +460,8 @@ mod tests {
         }
         let prefetched = Prefetched::read(&sim, [sid.clone()], ids.clone()).await;
         let listed = list_pod(&sim, &pod.uid, &[sid].into()).await.unwrap().expect("the pod is listed");
-        let status = inspect_prefetched(&sim, &listed, None, prefetched).await.expect("inspection");
+        let status =
+            inspect_prefetched(&sim, Some(&Host::default()), &listed, None, prefetched).await.expect("inspection");
         let found: Vec<&str> = status.containers.iter().map(|c| c.id.as_str()).collect();
         assert_eq!(found, vec![ids[0].as_str()]);
     }
@@ -357,16 +472,16 @@ mod tests {
         let pod = PodSpec::new("ns", "p").label("app", "web");
         let (sid, ids) = running_pod(&sim, &pod, &["a", "b"]).await;
         let listed = list_pod(&sim, &pod.uid, &[sid.clone()].into()).await.unwrap().expect("the pod is listed");
-        let first = inspect_pod(&sim, &listed, None).await.expect("inspection");
+        let first = inspect_pod(&sim, Some(&Host::default()), &listed, None).await.expect("inspection");
         assert!(sim.exit_container(&ids[1], 1, "Error"));
-        let second = inspect_pod(&sim, &listed, Some(&first)).await.expect("inspection");
+        let second = inspect_pod(&sim, Some(&Host::default()), &listed, Some(&first)).await.expect("inspection");
         let of = |s: &PodStatus, id: &str| s.containers.iter().find(|c| c.id == id).cloned().expect("listed");
         assert!(Arc::ptr_eq(&of(&first, &ids[0]), &of(&second, &ids[0])), "`a` did not change");
         assert!(!Arc::ptr_eq(&of(&first, &ids[1]), &of(&second, &ids[1])), "`b` exited");
         assert_eq!(of(&second, &ids[1]).state, ContainerState::Exited);
         assert_eq!(second.labels, first.labels);
         // Without a previous status nothing is shared, and the result is the same.
-        let alone = inspect_pod(&sim, &listed, None).await.expect("inspection");
+        let alone = inspect_pod(&sim, Some(&Host::default()), &listed, None).await.expect("inspection");
         assert!(!Arc::ptr_eq(&of(&alone, &ids[0]), &of(&second, &ids[0])));
         assert_eq!(alone.containers, second.containers);
     }

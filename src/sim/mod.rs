@@ -7,11 +7,14 @@
 
 pub mod churn;
 mod fault;
+pub mod host;
 mod on_its_own;
+mod records;
 mod runtime;
 pub mod server;
 
 pub use fault::{Fault, FaultAction};
+use records::{Container, Sandbox};
 pub use server::{SimError, serve_cli};
 
 use std::collections::{HashMap, HashSet};
@@ -79,6 +82,8 @@ struct Inner {
     /// containerd 2.x's order in `RemovePodSandbox`: set, the sandbox's
     /// `CONTAINER_DELETED` goes out first and the sandbox leaves the store this long after.
     removal_lag: Mutex<Option<std::time::Duration>>,
+    /// The simulated node's processes and cgroups.
+    host: Arc<Mutex<host::SimHost>>,
 }
 
 /// Events a stream's queue holds under containerd 2.x's delivery before the runtime's
@@ -91,37 +96,6 @@ struct State {
     sandboxes: HashMap<String, Sandbox>,
     containers: HashMap<String, Container>,
     names: HashSet<String>,
-}
-
-struct Sandbox {
-    seq: u64,
-    id: String,
-    metadata: cri::PodSandboxMetadata,
-    state: cri::PodSandboxState,
-    created_at: i64,
-    labels: HashMap<String, String>,
-    annotations: HashMap<String, String>,
-    runtime_handler: String,
-    name: String,
-}
-
-struct Container {
-    seq: u64,
-    id: String,
-    sandbox_id: String,
-    metadata: cri::ContainerMetadata,
-    image: String,
-    state: cri::ContainerState,
-    created_at: i64,
-    started_at: i64,
-    finished_at: i64,
-    exit_code: i32,
-    reason: String,
-    labels: HashMap<String, String>,
-    annotations: HashMap<String, String>,
-    log_path: String,
-    name: String,
-    exit_at: Option<Instant>,
 }
 
 fn now_nanos() -> i64 {
@@ -157,82 +131,6 @@ fn resolve<'a, T>(map: &'a HashMap<String, T>, id: &str) -> Option<&'a String> {
 
 fn labels_match(labels: &HashMap<String, String>, selector: &HashMap<String, String>) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
-
-impl Sandbox {
-    fn status(&self) -> cri::PodSandboxStatus {
-        cri::PodSandboxStatus {
-            id: self.id.clone(),
-            metadata: Some(self.metadata.clone()),
-            state: self.state as i32,
-            created_at: self.created_at,
-            network: Some(cri::PodSandboxNetworkStatus::default()),
-            labels: self.labels.clone(),
-            annotations: self.annotations.clone(),
-            runtime_handler: self.runtime_handler.clone(),
-        }
-    }
-
-    fn listed(&self) -> cri::PodSandbox {
-        cri::PodSandbox {
-            id: self.id.clone(),
-            metadata: Some(self.metadata.clone()),
-            state: self.state as i32,
-            created_at: self.created_at,
-            labels: self.labels.clone(),
-            annotations: self.annotations.clone(),
-            runtime_handler: self.runtime_handler.clone(),
-        }
-    }
-}
-
-impl Container {
-    fn status(&self) -> cri::ContainerStatus {
-        cri::ContainerStatus {
-            id: self.id.clone(),
-            metadata: Some(self.metadata.clone()),
-            state: self.state as i32,
-            created_at: self.created_at,
-            started_at: self.started_at,
-            finished_at: self.finished_at,
-            exit_code: self.exit_code,
-            image: Some(cri::ImageSpec { image: self.image.clone(), annotations: HashMap::new() }),
-            image_ref: self.image.clone(),
-            reason: self.reason.clone(),
-            message: String::new(),
-            labels: self.labels.clone(),
-            annotations: self.annotations.clone(),
-            log_path: self.log_path.clone(),
-        }
-    }
-
-    fn listed(&self) -> cri::Container {
-        cri::Container {
-            id: self.id.clone(),
-            pod_sandbox_id: self.sandbox_id.clone(),
-            metadata: Some(self.metadata.clone()),
-            image: Some(cri::ImageSpec { image: self.image.clone(), annotations: HashMap::new() }),
-            image_ref: self.image.clone(),
-            state: self.state as i32,
-            created_at: self.created_at,
-            labels: self.labels.clone(),
-            annotations: self.annotations.clone(),
-        }
-    }
-
-    /// Marks the container exited; returns whether it was running (an event is due).
-    fn exit(&mut self, code: i32, reason: &str) -> bool {
-        let running =
-            matches!(self.state, cri::ContainerState::ContainerRunning | cri::ContainerState::ContainerUnknown);
-        if running {
-            self.state = cri::ContainerState::ContainerExited;
-            self.finished_at = now_nanos();
-            self.exit_code = code;
-            self.reason = reason.to_owned();
-            self.exit_at = None;
-        }
-        running
-    }
 }
 
 impl State {
@@ -276,6 +174,7 @@ impl State {
             && sb.state == cri::PodSandboxState::SandboxReady
         {
             sb.state = cri::PodSandboxState::SandboxNotready;
+            sb.host.lock().expect("sim host lock").exit(&sb.process, &sb.cgroups_path);
             events.push(self.event(sandbox_id, cri::ContainerEventType::ContainerStoppedEvent, sandbox_id));
         }
         events
@@ -305,8 +204,15 @@ impl SimRuntime {
                 blocking: std::sync::atomic::AtomicBool::new(false),
                 queues: Mutex::new(Vec::new()),
                 removal_lag: Mutex::new(Some(std::time::Duration::ZERO)),
+                host: Arc::new(Mutex::new(host::SimHost::new(None))),
             }),
         }
+    }
+
+    /// Writes the simulated node's processes and cgroups under `root` from now on
+    /// (see [`host`]).
+    pub fn set_host_root(&self, root: std::path::PathBuf) {
+        *self.inner.host.lock().expect("sim host lock") = host::SimHost::new(Some(root));
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -501,6 +407,8 @@ impl SimRuntime {
                 )));
             }
             let seq = s.next_seq();
+            let cgroups_path = host::SimHost::cgroups_path(&md.uid, &id);
+            let process = self.inner.host.lock().expect("sim host lock").spawn(&cgroups_path);
             s.sandboxes.insert(
                 id.clone(),
                 Sandbox {
@@ -513,6 +421,9 @@ impl SimRuntime {
                     annotations: config.annotations,
                     runtime_handler: req.runtime_handler,
                     name,
+                    process,
+                    cgroups_path,
+                    host: self.inner.host.clone(),
                 },
             );
             let events = vec![
@@ -574,10 +485,18 @@ impl SimRuntime {
 
     /// `PodSandboxStatus`.
     pub async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus, Status> {
+        Ok(self.pod_sandbox_status_verbose(id).await?.0)
+    }
+
+    /// `PodSandboxStatus` with `verbose`: the status and containerd's `info` map.
+    pub async fn pod_sandbox_status_verbose(
+        &self,
+        id: &str,
+    ) -> Result<(cri::PodSandboxStatus, HashMap<String, String>), Status> {
         self.fault("PodSandboxStatus", id).await?;
         let s = self.state();
         let key = resolve(&s.sandboxes, id).ok_or_else(|| sandbox_not_found(id))?;
-        Ok(s.sandboxes[key].status())
+        Ok((s.sandboxes[key].status(), s.sandboxes[key].info()))
     }
 
     /// `ListPodSandbox`, oldest first.
@@ -623,6 +542,7 @@ impl SimRuntime {
                 )));
             };
             let sb = &s.sandboxes[&sid];
+            let pod_uid = sb.metadata.uid.clone();
             if sb.state != cri::PodSandboxState::SandboxReady {
                 return Err(Status::unknown(format!("sandbox container \"{sid}\" is not running")));
             }
@@ -654,6 +574,10 @@ impl SimRuntime {
                     log_path: config.log_path,
                     name,
                     exit_at: None,
+                    resources: config.linux.and_then(|l| l.resources),
+                    process: host::SimProcess::default(),
+                    cgroups_path: host::SimHost::cgroups_path(&pod_uid, &id),
+                    host: self.inner.host.clone(),
                 },
             );
             let ev = s.event(&id, cri::ContainerEventType::ContainerCreatedEvent, &sid);
@@ -683,6 +607,7 @@ impl SimRuntime {
             }
             c.state = cri::ContainerState::ContainerRunning;
             c.started_at = now_nanos();
+            c.process = c.host.lock().expect("sim host lock").spawn(&c.cgroups_path);
             let exit_after = c.annotations.get(EXIT_AFTER).and_then(|v| humantime::parse_duration(v).ok());
             if let Some(d) = exit_after {
                 c.exit_at = Some(Instant::now() + d);
@@ -772,10 +697,18 @@ impl SimRuntime {
 
     /// `ContainerStatus`.
     pub async fn container_status_cri(&self, id: &str) -> Result<cri::ContainerStatus, Status> {
+        Ok(self.container_status_verbose_cri(id).await?.0)
+    }
+
+    /// `ContainerStatus` with `verbose`: the status and containerd's `info` map.
+    pub async fn container_status_verbose_cri(
+        &self,
+        id: &str,
+    ) -> Result<(cri::ContainerStatus, HashMap<String, String>), Status> {
         self.fault("ContainerStatus", id).await?;
         let s = self.state();
         let key = resolve(&s.containers, id).ok_or_else(|| container_not_found(id))?;
-        Ok(s.containers[key].status())
+        Ok((s.containers[key].status(), s.containers[key].info()))
     }
 
     /// `GetContainerEvents`, per the events mode.

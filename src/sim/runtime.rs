@@ -32,6 +32,19 @@ impl RuntimeService for SimRuntime {
         self.container_status_cri(id).await.map_err(call_err("ContainerStatus"))
     }
 
+    async fn container_status_verbose(
+        &self,
+        id: &str,
+    ) -> Result<(cri::ContainerStatus, crate::cri::verbose::ContainerVerbose), CriError> {
+        let (status, info) = self.container_status_verbose_cri(id).await.map_err(call_err("ContainerStatus"))?;
+        Ok((status, crate::cri::verbose::ContainerVerbose::parse(&info)))
+    }
+
+    async fn pod_sandbox_status_verbose(&self, id: &str) -> Result<crate::cri::verbose::SandboxVerbose, CriError> {
+        let (_, info) = SimRuntime::pod_sandbox_status_verbose(self, id).await.map_err(call_err("PodSandboxStatus"))?;
+        Ok(crate::cri::verbose::SandboxVerbose::parse(&info))
+    }
+
     async fn container_events(&self) -> Result<EventStream, CriError> {
         let s = self.events().await.map_err(call_err("GetContainerEvents"))?;
         Ok(s.map(|r| r.map_err(call_err("GetContainerEvents"))).boxed())

@@ -84,8 +84,10 @@ impl RuntimeService for SimService {
         &self,
         r: Request<cri::PodSandboxStatusRequest>,
     ) -> Result<Response<cri::PodSandboxStatusResponse>, Status> {
-        let status = self.sim.pod_sandbox_status(&r.into_inner().pod_sandbox_id).await?;
-        Ok(Response::new(cri::PodSandboxStatusResponse { status: Some(status), ..Default::default() }))
+        let r = r.into_inner();
+        let (status, info) = self.sim.pod_sandbox_status_verbose(&r.pod_sandbox_id).await?;
+        let info = if r.verbose { info } else { Default::default() };
+        Ok(Response::new(cri::PodSandboxStatusResponse { status: Some(status), info, ..Default::default() }))
     }
 
     async fn list_pod_sandbox(
@@ -140,8 +142,10 @@ impl RuntimeService for SimService {
         &self,
         r: Request<cri::ContainerStatusRequest>,
     ) -> Result<Response<cri::ContainerStatusResponse>, Status> {
-        let status = self.sim.container_status_cri(&r.into_inner().container_id).await?;
-        Ok(Response::new(cri::ContainerStatusResponse { status: Some(status), ..Default::default() }))
+        let r = r.into_inner();
+        let (status, info) = self.sim.container_status_verbose_cri(&r.container_id).await?;
+        let info = if r.verbose { info } else { Default::default() };
+        Ok(Response::new(cri::ContainerStatusResponse { status: Some(status), info }))
     }
 
     async fn status(&self, _: Request<cri::StatusRequest>) -> Result<Response<cri::StatusResponse>, Status> {
@@ -170,6 +174,7 @@ pub async fn serve_cli(
     listen: &str,
     churn: super::churn::ChurnConfig,
     events: super::EventsMode,
+    host_root: Option<std::path::PathBuf>,
     tracker: &tokio_util::task::TaskTracker,
     shutdown: CancellationToken,
 ) -> Result<(), SimError> {
@@ -177,6 +182,9 @@ pub async fn serve_cli(
     let listener = crate::uds::bind(&path, 0o660).await?;
     let sim = SimRuntime::new();
     sim.set_events_mode(events);
+    if let Some(root) = host_root {
+        sim.set_host_root(root);
+    }
     tracing::info!(socket = %path.display(), pods = churn.pods, churn_per_sec = churn.churn_per_sec, "simulated runtime serving");
     tracker.spawn(super::churn::Churn::new(sim.clone(), churn).run(shutdown.clone()));
     if let Err(e) = serve(sim, listener, shutdown.clone()).await {

@@ -10,6 +10,7 @@
 #   containerd.sh kill V               kills containerd only (containers keep running)
 #   containerd.sh resume V             starts containerd again on the same root and socket
 #   containerd.sh import V FILE NAME   imports an OCI archive (scripts/build-image.sh) as NAME
+#   containerd.sh ctr V ARGS...        runs ctr against containerd V (namespace k8s.io)
 set -euo pipefail
 
 E2E=${PLEGD_E2E_ROOT:-/var/tmp/plegd-e2e}
@@ -97,6 +98,9 @@ manifest = {
     "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer_digest, "size": len(layer_data)}],
 }
 manifest_digest, manifest_data = blob(json.dumps(manifest).encode())
+# The workload also by digest, as a pulled image has it: the runtime's image_ref is
+# then the repository digest (`repo@sha256:…`), not the bare image id.
+names = names + [names[-1].rsplit(":", 1)[0] + "@" + manifest_digest]
 index = {"schemaVersion": 2, "manifests": [
     {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest_digest, "size": len(manifest_data),
      "platform": {"architecture": "amd64", "os": "linux"},
@@ -211,5 +215,6 @@ case "${1:-}" in
   kill) kill_daemon "${2:?version}" ;;
   resume) launch "${2:?version}"; echo "unix://$(run_dir "$2")/containerd.sock" ;;
   import) import_image "${2:?version}" "${3:?archive}" "${4:?image name}" ;;
+  ctr) v=${2:?version}; shift 2; PATH="$(bin_dir "$v"):$PATH" ctr --address "$(run_dir "$v")/containerd.sock" -n k8s.io "$@" ;;
   *) die "usage: $0 install|image|start V|stop V|kill V|resume V|import V FILE NAME" ;;
 esac

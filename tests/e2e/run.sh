@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 CTL="$PWD/tests/e2e/containerd.sh"
 [ "$(id -u)" = 0 ] || { echo "tests/e2e/run.sh: needs root to run containerd" >&2; exit 1; }
 "$CTL" install
-cargo test --locked --test e2e_containerd --test e2e_pod --test soak --no-run
+cargo test --locked --test e2e_containerd --test e2e_lookup --test e2e_pod --test soak --no-run
 pod_versions=${PLEGD_E2E_POD_VERSIONS-2.1}
 if [ -n "$pod_versions" ] && [ -z "${PLEGD_E2E_IMAGE:-}" ]; then
   echo "== plegd's image (scripts/build-image.sh)"
@@ -36,6 +36,15 @@ for v in ${PLEGD_E2E_VERSIONS:-1.6 1.7 2.1}; do
   [ "$rc" = 0 ] || failed+=("$v")
   passed() { grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed" "$1" | awk '{s += $4} END {print s + 0}'; }
   ran=$(passed "/tmp/plegd-e2e-$v.log")
+  echo "== containerd $v: container lookup"
+  set +e
+  PLEGD_E2E_ENDPOINT=$endpoint PLEGD_E2E_VERSION=$v PLEGD_E2E_CTL=$CTL \
+    cargo test --locked --test e2e_lookup -- --ignored --test-threads=1 --nocapture "$@" 2>&1 \
+    | tee "/tmp/plegd-e2e-lookup-$v.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  [ "$rc" = 0 ] || failed+=("$v (lookup)")
+  ran=$((ran + $(passed "/tmp/plegd-e2e-lookup-$v.log")))
   if [[ " $pod_versions " == *" $v "* ]]; then
     echo "== containerd $v: plegd as a pod"
     set +e

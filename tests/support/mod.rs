@@ -146,7 +146,8 @@ pub fn pleg(client: CriClient, inspect_timeout: Duration) -> PlegUnderTest {
     let (writer, cache) = cache::new();
     let (tx, events) = mpsc::channel(100_000);
     let health = PlegHealth::new(Duration::from_secs(180));
-    let cfg = RelistConfig { period: Duration::from_millis(100), concurrency: 4, inspect_timeout };
+    let cfg =
+        RelistConfig { period: Duration::from_millis(100), concurrency: 4, inspect_timeout, ..Default::default() };
     let pleg = GenericPleg::new(client, writer, tx, health.clone(), None, cfg);
     PlegUnderTest { pleg, cache, events, health }
 }

@@ -391,20 +391,33 @@ func (x *PodFilter) GetLabelSelector() string {
 }
 
 type ContainerInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Attempt       uint32                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	State         ContainerState         `protobuf:"varint,4,opt,name=state,proto3,enum=plegd.v1.ContainerState" json:"state,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,8,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Reason        string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
-	Message       string                 `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
-	Image         string                 `protobuf:"bytes,11,opt,name=image,proto3" json:"image,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Annotations   map[string]string      `protobuf:"bytes,13,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Attempt     uint32                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	State       ContainerState         `protobuf:"varint,4,opt,name=state,proto3,enum=plegd.v1.ContainerState" json:"state,omitempty"`
+	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	StartedAt   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	ExitCode    int32                  `protobuf:"varint,8,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Reason      string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message     string                 `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
+	Image       string                 `protobuf:"bytes,11,opt,name=image,proto3" json:"image,omitempty"`
+	Labels      map[string]string      `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Annotations map[string]string      `protobuf:"bytes,13,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Host PID of the container's init process while it runs (0 otherwise, or when the
+	// runtime does not say).
+	Pid uint32 `protobuf:"varint,14,opt,name=pid,proto3" json:"pid,omitempty"`
+	// The cgroup path the runtime set (cgroupfs path or systemd slice:prefix:name).
+	CgroupPath string `protobuf:"bytes,15,opt,name=cgroup_path,json=cgroupPath,proto3" json:"cgroup_path,omitempty"`
+	// The cgroup v2 id (the directory's inode) where plegd can read the host's cgroupfs.
+	CgroupId uint64 `protobuf:"varint,16,opt,name=cgroup_id,json=cgroupId,proto3" json:"cgroup_id,omitempty"`
+	// The image in use by digest (repo@sha256:...), as the runtime resolved it.
+	ImageRef string `protobuf:"bytes,17,opt,name=image_ref,json=imageRef,proto3" json:"image_ref,omitempty"`
+	// The image's id on the node.
+	ImageId string `protobuf:"bytes,18,opt,name=image_id,json=imageId,proto3" json:"image_id,omitempty"`
+	// The resources the runtime applied, where it reports them.
+	Resources     *ContainerResources `protobuf:"bytes,19,opt,name=resources,proto3" json:"resources,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -530,6 +543,117 @@ func (x *ContainerInfo) GetAnnotations() map[string]string {
 	return nil
 }
 
+func (x *ContainerInfo) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *ContainerInfo) GetCgroupPath() string {
+	if x != nil {
+		return x.CgroupPath
+	}
+	return ""
+}
+
+func (x *ContainerInfo) GetCgroupId() uint64 {
+	if x != nil {
+		return x.CgroupId
+	}
+	return 0
+}
+
+func (x *ContainerInfo) GetImageRef() string {
+	if x != nil {
+		return x.ImageRef
+	}
+	return ""
+}
+
+func (x *ContainerInfo) GetImageId() string {
+	if x != nil {
+		return x.ImageId
+	}
+	return ""
+}
+
+func (x *ContainerInfo) GetResources() *ContainerResources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+// Linux resources of a container, as the runtime reports them (0: not set).
+type ContainerResources struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	CpuShares        int64                  `protobuf:"varint,1,opt,name=cpu_shares,json=cpuShares,proto3" json:"cpu_shares,omitempty"`
+	CpuQuota         int64                  `protobuf:"varint,2,opt,name=cpu_quota,json=cpuQuota,proto3" json:"cpu_quota,omitempty"`
+	CpuPeriod        int64                  `protobuf:"varint,3,opt,name=cpu_period,json=cpuPeriod,proto3" json:"cpu_period,omitempty"`
+	MemoryLimitBytes int64                  `protobuf:"varint,4,opt,name=memory_limit_bytes,json=memoryLimitBytes,proto3" json:"memory_limit_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ContainerResources) Reset() {
+	*x = ContainerResources{}
+	mi := &file_plegd_v1_plegd_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContainerResources) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContainerResources) ProtoMessage() {}
+
+func (x *ContainerResources) ProtoReflect() protoreflect.Message {
+	mi := &file_plegd_v1_plegd_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContainerResources.ProtoReflect.Descriptor instead.
+func (*ContainerResources) Descriptor() ([]byte, []int) {
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ContainerResources) GetCpuShares() int64 {
+	if x != nil {
+		return x.CpuShares
+	}
+	return 0
+}
+
+func (x *ContainerResources) GetCpuQuota() int64 {
+	if x != nil {
+		return x.CpuQuota
+	}
+	return 0
+}
+
+func (x *ContainerResources) GetCpuPeriod() int64 {
+	if x != nil {
+		return x.CpuPeriod
+	}
+	return 0
+}
+
+func (x *ContainerResources) GetMemoryLimitBytes() int64 {
+	if x != nil {
+		return x.MemoryLimitBytes
+	}
+	return 0
+}
+
 type SandboxInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -538,13 +662,19 @@ type SandboxInfo struct {
 	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	Ip            string                 `protobuf:"bytes,5,opt,name=ip,proto3" json:"ip,omitempty"`
 	AdditionalIps []string               `protobuf:"bytes,6,rep,name=additional_ips,json=additionalIps,proto3" json:"additional_ips,omitempty"`
+	// The runtime handler (RuntimeClass) the sandbox runs with; empty: the default.
+	RuntimeHandler string `protobuf:"bytes,7,opt,name=runtime_handler,json=runtimeHandler,proto3" json:"runtime_handler,omitempty"`
+	// Host PID of the sandbox's process (the pause container) while it is ready.
+	Pid uint32 `protobuf:"varint,8,opt,name=pid,proto3" json:"pid,omitempty"`
+	// The network namespace's path (empty with host networking or when not reported).
+	NetnsPath     string `protobuf:"bytes,9,opt,name=netns_path,json=netnsPath,proto3" json:"netns_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SandboxInfo) Reset() {
 	*x = SandboxInfo{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[2]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +686,7 @@ func (x *SandboxInfo) String() string {
 func (*SandboxInfo) ProtoMessage() {}
 
 func (x *SandboxInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[2]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +699,7 @@ func (x *SandboxInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxInfo.ProtoReflect.Descriptor instead.
 func (*SandboxInfo) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{2}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SandboxInfo) GetId() string {
@@ -614,6 +744,27 @@ func (x *SandboxInfo) GetAdditionalIps() []string {
 	return nil
 }
 
+func (x *SandboxInfo) GetRuntimeHandler() string {
+	if x != nil {
+		return x.RuntimeHandler
+	}
+	return ""
+}
+
+func (x *SandboxInfo) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *SandboxInfo) GetNetnsPath() string {
+	if x != nil {
+		return x.NetnsPath
+	}
+	return ""
+}
+
 // A pod as plegd's cache holds it.
 type PodStatus struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -637,7 +788,7 @@ type PodStatus struct {
 
 func (x *PodStatus) Reset() {
 	*x = PodStatus{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[3]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +800,7 @@ func (x *PodStatus) String() string {
 func (*PodStatus) ProtoMessage() {}
 
 func (x *PodStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[3]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +813,7 @@ func (x *PodStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodStatus.ProtoReflect.Descriptor instead.
 func (*PodStatus) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{3}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PodStatus) GetUid() string {
@@ -760,7 +911,7 @@ type LifecycleEvent struct {
 
 func (x *LifecycleEvent) Reset() {
 	*x = LifecycleEvent{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[4]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +923,7 @@ func (x *LifecycleEvent) String() string {
 func (*LifecycleEvent) ProtoMessage() {}
 
 func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[4]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +936,7 @@ func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleEvent.ProtoReflect.Descriptor instead.
 func (*LifecycleEvent) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{4}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LifecycleEvent) GetPodUid() string {
@@ -888,7 +1039,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[5]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1051,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[5]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1064,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{5}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WatchRequest) GetSinceRevision() uint64 {
@@ -956,7 +1107,7 @@ type Synced struct {
 
 func (x *Synced) Reset() {
 	*x = Synced{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[6]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1119,7 @@ func (x *Synced) String() string {
 func (*Synced) ProtoMessage() {}
 
 func (x *Synced) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[6]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1132,7 @@ func (x *Synced) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Synced.ProtoReflect.Descriptor instead.
 func (*Synced) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{6}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Synced) GetEpoch() uint64 {
@@ -1008,7 +1159,7 @@ type Reset struct {
 
 func (x *Reset) Reset() {
 	*x = Reset{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[7]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1171,7 @@ func (x *Reset) String() string {
 func (*Reset) ProtoMessage() {}
 
 func (x *Reset) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[7]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1184,7 @@ func (x *Reset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reset.ProtoReflect.Descriptor instead.
 func (*Reset) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{7}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Reset) GetReason() ResetReason {
@@ -1058,7 +1209,7 @@ type Bookmark struct {
 
 func (x *Bookmark) Reset() {
 	*x = Bookmark{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[8]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1221,7 @@ func (x *Bookmark) String() string {
 func (*Bookmark) ProtoMessage() {}
 
 func (x *Bookmark) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[8]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1234,7 @@ func (x *Bookmark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bookmark.ProtoReflect.Descriptor instead.
 func (*Bookmark) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{8}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{9}
 }
 
 // The first message of every Watch stream, resumed or not: which journal the revisions
@@ -1101,7 +1252,7 @@ type StreamStart struct {
 
 func (x *StreamStart) Reset() {
 	*x = StreamStart{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[9]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1264,7 @@ func (x *StreamStart) String() string {
 func (*StreamStart) ProtoMessage() {}
 
 func (x *StreamStart) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[9]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1277,7 @@ func (x *StreamStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamStart.ProtoReflect.Descriptor instead.
 func (*StreamStart) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{9}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StreamStart) GetEpoch() uint64 {
@@ -1161,7 +1312,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[10]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1324,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[10]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1337,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{10}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchEvent) GetRevision() uint64 {
@@ -1306,7 +1457,7 @@ type ListPodsRequest struct {
 
 func (x *ListPodsRequest) Reset() {
 	*x = ListPodsRequest{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[11]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1469,7 @@ func (x *ListPodsRequest) String() string {
 func (*ListPodsRequest) ProtoMessage() {}
 
 func (x *ListPodsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[11]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1482,7 @@ func (x *ListPodsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPodsRequest.ProtoReflect.Descriptor instead.
 func (*ListPodsRequest) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{11}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListPodsRequest) GetFilter() *PodFilter {
@@ -1352,7 +1503,7 @@ type ListPodsResponse struct {
 
 func (x *ListPodsResponse) Reset() {
 	*x = ListPodsResponse{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[12]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1515,7 @@ func (x *ListPodsResponse) String() string {
 func (*ListPodsResponse) ProtoMessage() {}
 
 func (x *ListPodsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[12]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1528,7 @@ func (x *ListPodsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPodsResponse.ProtoReflect.Descriptor instead.
 func (*ListPodsResponse) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{12}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListPodsResponse) GetPods() []*PodStatus {
@@ -1412,7 +1563,7 @@ type GetPodStatusRequest struct {
 
 func (x *GetPodStatusRequest) Reset() {
 	*x = GetPodStatusRequest{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[13]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1575,7 @@ func (x *GetPodStatusRequest) String() string {
 func (*GetPodStatusRequest) ProtoMessage() {}
 
 func (x *GetPodStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[13]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1588,7 @@ func (x *GetPodStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPodStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetPodStatusRequest) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{13}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetPodStatusRequest) GetPodUid() string {
@@ -1470,7 +1621,7 @@ type GetPodStatusResponse struct {
 
 func (x *GetPodStatusResponse) Reset() {
 	*x = GetPodStatusResponse{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[14]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1633,7 @@ func (x *GetPodStatusResponse) String() string {
 func (*GetPodStatusResponse) ProtoMessage() {}
 
 func (x *GetPodStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[14]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1646,7 @@ func (x *GetPodStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPodStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetPodStatusResponse) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{14}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetPodStatusResponse) GetPod() *PodStatus {
@@ -1519,6 +1670,178 @@ func (x *GetPodStatusResponse) GetNotFound() bool {
 	return false
 }
 
+type GetContainerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one.
+	//
+	// Types that are valid to be assigned to Key:
+	//
+	//	*GetContainerRequest_ContainerId
+	//	*GetContainerRequest_CgroupId
+	//	*GetContainerRequest_Pid
+	Key           isGetContainerRequest_Key `protobuf_oneof:"key"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetContainerRequest) Reset() {
+	*x = GetContainerRequest{}
+	mi := &file_plegd_v1_plegd_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetContainerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetContainerRequest) ProtoMessage() {}
+
+func (x *GetContainerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plegd_v1_plegd_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetContainerRequest.ProtoReflect.Descriptor instead.
+func (*GetContainerRequest) Descriptor() ([]byte, []int) {
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetContainerRequest) GetKey() isGetContainerRequest_Key {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *GetContainerRequest) GetContainerId() string {
+	if x != nil {
+		if x, ok := x.Key.(*GetContainerRequest_ContainerId); ok {
+			return x.ContainerId
+		}
+	}
+	return ""
+}
+
+func (x *GetContainerRequest) GetCgroupId() uint64 {
+	if x != nil {
+		if x, ok := x.Key.(*GetContainerRequest_CgroupId); ok {
+			return x.CgroupId
+		}
+	}
+	return 0
+}
+
+func (x *GetContainerRequest) GetPid() uint32 {
+	if x != nil {
+		if x, ok := x.Key.(*GetContainerRequest_Pid); ok {
+			return x.Pid
+		}
+	}
+	return 0
+}
+
+type isGetContainerRequest_Key interface {
+	isGetContainerRequest_Key()
+}
+
+type GetContainerRequest_ContainerId struct {
+	ContainerId string `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3,oneof"`
+}
+
+type GetContainerRequest_CgroupId struct {
+	CgroupId uint64 `protobuf:"varint,2,opt,name=cgroup_id,json=cgroupId,proto3,oneof"`
+}
+
+type GetContainerRequest_Pid struct {
+	// Any process of the container, not only its init process.
+	Pid uint32 `protobuf:"varint,3,opt,name=pid,proto3,oneof"`
+}
+
+func (*GetContainerRequest_ContainerId) isGetContainerRequest_Key() {}
+
+func (*GetContainerRequest_CgroupId) isGetContainerRequest_Key() {}
+
+func (*GetContainerRequest_Pid) isGetContainerRequest_Key() {}
+
+type GetContainerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pod as plegd last saw it with the container.
+	Pod *PodStatus `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	// The container's last status.
+	Container *ContainerInfo `protobuf:"bytes,2,opt,name=container,proto3" json:"container,omitempty"`
+	// The container no longer exists; `removed_at` says when plegd saw it go.
+	Removed       bool                   `protobuf:"varint,3,opt,name=removed,proto3" json:"removed,omitempty"`
+	RemovedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=removed_at,json=removedAt,proto3" json:"removed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetContainerResponse) Reset() {
+	*x = GetContainerResponse{}
+	mi := &file_plegd_v1_plegd_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetContainerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetContainerResponse) ProtoMessage() {}
+
+func (x *GetContainerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plegd_v1_plegd_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetContainerResponse.ProtoReflect.Descriptor instead.
+func (*GetContainerResponse) Descriptor() ([]byte, []int) {
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetContainerResponse) GetPod() *PodStatus {
+	if x != nil {
+		return x.Pod
+	}
+	return nil
+}
+
+func (x *GetContainerResponse) GetContainer() *ContainerInfo {
+	if x != nil {
+		return x.Container
+	}
+	return nil
+}
+
+func (x *GetContainerResponse) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
+func (x *GetContainerResponse) GetRemovedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RemovedAt
+	}
+	return nil
+}
+
 var File_plegd_v1_plegd_proto protoreflect.FileDescriptor
 
 const file_plegd_v1_plegd_proto_rawDesc = "" +
@@ -1528,7 +1851,7 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\apod_uid\x18\x02 \x01(\tR\x06podUid\x12\x19\n" +
 	"\bpod_name\x18\x03 \x01(\tR\apodName\x12%\n" +
-	"\x0elabel_selector\x18\x04 \x01(\tR\rlabelSelector\"\x99\x05\n" +
+	"\x0elabel_selector\x18\x04 \x01(\tR\rlabelSelector\"\xdd\x06\n" +
 	"\rContainerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -1546,13 +1869,27 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	" \x01(\tR\amessage\x12\x14\n" +
 	"\x05image\x18\v \x01(\tR\x05image\x12;\n" +
 	"\x06labels\x18\f \x03(\v2#.plegd.v1.ContainerInfo.LabelsEntryR\x06labels\x12J\n" +
-	"\vannotations\x18\r \x03(\v2(.plegd.v1.ContainerInfo.AnnotationsEntryR\vannotations\x1a9\n" +
+	"\vannotations\x18\r \x03(\v2(.plegd.v1.ContainerInfo.AnnotationsEntryR\vannotations\x12\x10\n" +
+	"\x03pid\x18\x0e \x01(\rR\x03pid\x12\x1f\n" +
+	"\vcgroup_path\x18\x0f \x01(\tR\n" +
+	"cgroupPath\x12\x1b\n" +
+	"\tcgroup_id\x18\x10 \x01(\x04R\bcgroupId\x12\x1b\n" +
+	"\timage_ref\x18\x11 \x01(\tR\bimageRef\x12\x19\n" +
+	"\bimage_id\x18\x12 \x01(\tR\aimageId\x12:\n" +
+	"\tresources\x18\x13 \x01(\v2\x1c.plegd.v1.ContainerResourcesR\tresources\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd7\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\x01\n" +
+	"\x12ContainerResources\x12\x1d\n" +
+	"\n" +
+	"cpu_shares\x18\x01 \x01(\x03R\tcpuShares\x12\x1b\n" +
+	"\tcpu_quota\x18\x02 \x01(\x03R\bcpuQuota\x12\x1d\n" +
+	"\n" +
+	"cpu_period\x18\x03 \x01(\x03R\tcpuPeriod\x12,\n" +
+	"\x12memory_limit_bytes\x18\x04 \x01(\x03R\x10memoryLimitBytes\"\xb1\x02\n" +
 	"\vSandboxInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12,\n" +
@@ -1560,7 +1897,11 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x0e\n" +
 	"\x02ip\x18\x05 \x01(\tR\x02ip\x12%\n" +
-	"\x0eadditional_ips\x18\x06 \x03(\tR\radditionalIps\"\x9e\x04\n" +
+	"\x0eadditional_ips\x18\x06 \x03(\tR\radditionalIps\x12'\n" +
+	"\x0fruntime_handler\x18\a \x01(\tR\x0eruntimeHandler\x12\x10\n" +
+	"\x03pid\x18\b \x01(\rR\x03pid\x12\x1d\n" +
+	"\n" +
+	"netns_path\x18\t \x01(\tR\tnetnsPath\"\x9e\x04\n" +
 	"\tPodStatus\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -1636,7 +1977,18 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\x14GetPodStatusResponse\x12%\n" +
 	"\x03pod\x18\x01 \x01(\v2\x13.plegd.v1.PodStatusR\x03pod\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x1b\n" +
-	"\tnot_found\x18\x03 \x01(\bR\bnotFound*\xc9\x01\n" +
+	"\tnot_found\x18\x03 \x01(\bR\bnotFound\"t\n" +
+	"\x13GetContainerRequest\x12#\n" +
+	"\fcontainer_id\x18\x01 \x01(\tH\x00R\vcontainerId\x12\x1d\n" +
+	"\tcgroup_id\x18\x02 \x01(\x04H\x00R\bcgroupId\x12\x12\n" +
+	"\x03pid\x18\x03 \x01(\rH\x00R\x03pidB\x05\n" +
+	"\x03key\"\xc9\x01\n" +
+	"\x14GetContainerResponse\x12%\n" +
+	"\x03pod\x18\x01 \x01(\v2\x13.plegd.v1.PodStatusR\x03pod\x125\n" +
+	"\tcontainer\x18\x02 \x01(\v2\x17.plegd.v1.ContainerInfoR\tcontainer\x12\x18\n" +
+	"\aremoved\x18\x03 \x01(\bR\aremoved\x129\n" +
+	"\n" +
+	"removed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tremovedAt*\xc9\x01\n" +
 	"\x12LifecycleEventType\x12$\n" +
 	" LIFECYCLE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CONTAINER_STARTED\x10\x01\x12\x12\n" +
@@ -1670,11 +2022,12 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SANDBOX_STATE_READY\x10\x01\x12\x1a\n" +
-	"\x16SANDBOX_STATE_NOTREADY\x10\x022\xd9\x01\n" +
+	"\x16SANDBOX_STATE_NOTREADY\x10\x022\xa8\x02\n" +
 	"\fPodLifecycle\x127\n" +
 	"\x05Watch\x12\x16.plegd.v1.WatchRequest\x1a\x14.plegd.v1.WatchEvent0\x01\x12A\n" +
 	"\bListPods\x12\x19.plegd.v1.ListPodsRequest\x1a\x1a.plegd.v1.ListPodsResponse\x12M\n" +
-	"\fGetPodStatus\x12\x1d.plegd.v1.GetPodStatusRequest\x1a\x1e.plegd.v1.GetPodStatusResponseB3Z1github.com/plegd/plegd/clients/go/plegdv1;plegdv1b\x06proto3"
+	"\fGetPodStatus\x12\x1d.plegd.v1.GetPodStatusRequest\x1a\x1e.plegd.v1.GetPodStatusResponse\x12M\n" +
+	"\fGetContainer\x12\x1d.plegd.v1.GetContainerRequest\x1a\x1e.plegd.v1.GetContainerResponseB3Z1github.com/plegd/plegd/clients/go/plegdv1;plegdv1b\x06proto3"
 
 var (
 	file_plegd_v1_plegd_proto_rawDescOnce sync.Once
@@ -1689,7 +2042,7 @@ func file_plegd_v1_plegd_proto_rawDescGZIP() []byte {
 }
 
 var file_plegd_v1_plegd_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_plegd_v1_plegd_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_plegd_v1_plegd_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_plegd_v1_plegd_proto_goTypes = []any{
 	(LifecycleEventType)(0),       // 0: plegd.v1.LifecycleEventType
 	(EventSource)(0),              // 1: plegd.v1.EventSource
@@ -1698,69 +2051,78 @@ var file_plegd_v1_plegd_proto_goTypes = []any{
 	(SandboxState)(0),             // 4: plegd.v1.SandboxState
 	(*PodFilter)(nil),             // 5: plegd.v1.PodFilter
 	(*ContainerInfo)(nil),         // 6: plegd.v1.ContainerInfo
-	(*SandboxInfo)(nil),           // 7: plegd.v1.SandboxInfo
-	(*PodStatus)(nil),             // 8: plegd.v1.PodStatus
-	(*LifecycleEvent)(nil),        // 9: plegd.v1.LifecycleEvent
-	(*WatchRequest)(nil),          // 10: plegd.v1.WatchRequest
-	(*Synced)(nil),                // 11: plegd.v1.Synced
-	(*Reset)(nil),                 // 12: plegd.v1.Reset
-	(*Bookmark)(nil),              // 13: plegd.v1.Bookmark
-	(*StreamStart)(nil),           // 14: plegd.v1.StreamStart
-	(*WatchEvent)(nil),            // 15: plegd.v1.WatchEvent
-	(*ListPodsRequest)(nil),       // 16: plegd.v1.ListPodsRequest
-	(*ListPodsResponse)(nil),      // 17: plegd.v1.ListPodsResponse
-	(*GetPodStatusRequest)(nil),   // 18: plegd.v1.GetPodStatusRequest
-	(*GetPodStatusResponse)(nil),  // 19: plegd.v1.GetPodStatusResponse
-	nil,                           // 20: plegd.v1.ContainerInfo.LabelsEntry
-	nil,                           // 21: plegd.v1.ContainerInfo.AnnotationsEntry
-	nil,                           // 22: plegd.v1.PodStatus.LabelsEntry
-	nil,                           // 23: plegd.v1.PodStatus.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*ContainerResources)(nil),    // 7: plegd.v1.ContainerResources
+	(*SandboxInfo)(nil),           // 8: plegd.v1.SandboxInfo
+	(*PodStatus)(nil),             // 9: plegd.v1.PodStatus
+	(*LifecycleEvent)(nil),        // 10: plegd.v1.LifecycleEvent
+	(*WatchRequest)(nil),          // 11: plegd.v1.WatchRequest
+	(*Synced)(nil),                // 12: plegd.v1.Synced
+	(*Reset)(nil),                 // 13: plegd.v1.Reset
+	(*Bookmark)(nil),              // 14: plegd.v1.Bookmark
+	(*StreamStart)(nil),           // 15: plegd.v1.StreamStart
+	(*WatchEvent)(nil),            // 16: plegd.v1.WatchEvent
+	(*ListPodsRequest)(nil),       // 17: plegd.v1.ListPodsRequest
+	(*ListPodsResponse)(nil),      // 18: plegd.v1.ListPodsResponse
+	(*GetPodStatusRequest)(nil),   // 19: plegd.v1.GetPodStatusRequest
+	(*GetPodStatusResponse)(nil),  // 20: plegd.v1.GetPodStatusResponse
+	(*GetContainerRequest)(nil),   // 21: plegd.v1.GetContainerRequest
+	(*GetContainerResponse)(nil),  // 22: plegd.v1.GetContainerResponse
+	nil,                           // 23: plegd.v1.ContainerInfo.LabelsEntry
+	nil,                           // 24: plegd.v1.ContainerInfo.AnnotationsEntry
+	nil,                           // 25: plegd.v1.PodStatus.LabelsEntry
+	nil,                           // 26: plegd.v1.PodStatus.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
 }
 var file_plegd_v1_plegd_proto_depIdxs = []int32{
 	3,  // 0: plegd.v1.ContainerInfo.state:type_name -> plegd.v1.ContainerState
-	24, // 1: plegd.v1.ContainerInfo.created_at:type_name -> google.protobuf.Timestamp
-	24, // 2: plegd.v1.ContainerInfo.started_at:type_name -> google.protobuf.Timestamp
-	24, // 3: plegd.v1.ContainerInfo.finished_at:type_name -> google.protobuf.Timestamp
-	20, // 4: plegd.v1.ContainerInfo.labels:type_name -> plegd.v1.ContainerInfo.LabelsEntry
-	21, // 5: plegd.v1.ContainerInfo.annotations:type_name -> plegd.v1.ContainerInfo.AnnotationsEntry
-	4,  // 6: plegd.v1.SandboxInfo.state:type_name -> plegd.v1.SandboxState
-	24, // 7: plegd.v1.SandboxInfo.created_at:type_name -> google.protobuf.Timestamp
-	22, // 8: plegd.v1.PodStatus.labels:type_name -> plegd.v1.PodStatus.LabelsEntry
-	23, // 9: plegd.v1.PodStatus.annotations:type_name -> plegd.v1.PodStatus.AnnotationsEntry
-	7,  // 10: plegd.v1.PodStatus.sandboxes:type_name -> plegd.v1.SandboxInfo
-	6,  // 11: plegd.v1.PodStatus.containers:type_name -> plegd.v1.ContainerInfo
-	24, // 12: plegd.v1.PodStatus.observed_at:type_name -> google.protobuf.Timestamp
-	0,  // 13: plegd.v1.LifecycleEvent.type:type_name -> plegd.v1.LifecycleEventType
-	1,  // 14: plegd.v1.LifecycleEvent.source:type_name -> plegd.v1.EventSource
-	24, // 15: plegd.v1.LifecycleEvent.observed_at:type_name -> google.protobuf.Timestamp
-	24, // 16: plegd.v1.LifecycleEvent.runtime_timestamp:type_name -> google.protobuf.Timestamp
-	8,  // 17: plegd.v1.LifecycleEvent.pod:type_name -> plegd.v1.PodStatus
-	5,  // 18: plegd.v1.WatchRequest.filter:type_name -> plegd.v1.PodFilter
-	0,  // 19: plegd.v1.WatchRequest.types:type_name -> plegd.v1.LifecycleEventType
-	2,  // 20: plegd.v1.Reset.reason:type_name -> plegd.v1.ResetReason
-	8,  // 21: plegd.v1.WatchEvent.snapshot:type_name -> plegd.v1.PodStatus
-	11, // 22: plegd.v1.WatchEvent.synced:type_name -> plegd.v1.Synced
-	9,  // 23: plegd.v1.WatchEvent.event:type_name -> plegd.v1.LifecycleEvent
-	12, // 24: plegd.v1.WatchEvent.reset:type_name -> plegd.v1.Reset
-	13, // 25: plegd.v1.WatchEvent.bookmark:type_name -> plegd.v1.Bookmark
-	14, // 26: plegd.v1.WatchEvent.start:type_name -> plegd.v1.StreamStart
-	5,  // 27: plegd.v1.ListPodsRequest.filter:type_name -> plegd.v1.PodFilter
-	8,  // 28: plegd.v1.ListPodsResponse.pods:type_name -> plegd.v1.PodStatus
-	24, // 29: plegd.v1.GetPodStatusRequest.min_timestamp:type_name -> google.protobuf.Timestamp
-	8,  // 30: plegd.v1.GetPodStatusResponse.pod:type_name -> plegd.v1.PodStatus
-	24, // 31: plegd.v1.GetPodStatusResponse.timestamp:type_name -> google.protobuf.Timestamp
-	10, // 32: plegd.v1.PodLifecycle.Watch:input_type -> plegd.v1.WatchRequest
-	16, // 33: plegd.v1.PodLifecycle.ListPods:input_type -> plegd.v1.ListPodsRequest
-	18, // 34: plegd.v1.PodLifecycle.GetPodStatus:input_type -> plegd.v1.GetPodStatusRequest
-	15, // 35: plegd.v1.PodLifecycle.Watch:output_type -> plegd.v1.WatchEvent
-	17, // 36: plegd.v1.PodLifecycle.ListPods:output_type -> plegd.v1.ListPodsResponse
-	19, // 37: plegd.v1.PodLifecycle.GetPodStatus:output_type -> plegd.v1.GetPodStatusResponse
-	35, // [35:38] is the sub-list for method output_type
-	32, // [32:35] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	27, // 1: plegd.v1.ContainerInfo.created_at:type_name -> google.protobuf.Timestamp
+	27, // 2: plegd.v1.ContainerInfo.started_at:type_name -> google.protobuf.Timestamp
+	27, // 3: plegd.v1.ContainerInfo.finished_at:type_name -> google.protobuf.Timestamp
+	23, // 4: plegd.v1.ContainerInfo.labels:type_name -> plegd.v1.ContainerInfo.LabelsEntry
+	24, // 5: plegd.v1.ContainerInfo.annotations:type_name -> plegd.v1.ContainerInfo.AnnotationsEntry
+	7,  // 6: plegd.v1.ContainerInfo.resources:type_name -> plegd.v1.ContainerResources
+	4,  // 7: plegd.v1.SandboxInfo.state:type_name -> plegd.v1.SandboxState
+	27, // 8: plegd.v1.SandboxInfo.created_at:type_name -> google.protobuf.Timestamp
+	25, // 9: plegd.v1.PodStatus.labels:type_name -> plegd.v1.PodStatus.LabelsEntry
+	26, // 10: plegd.v1.PodStatus.annotations:type_name -> plegd.v1.PodStatus.AnnotationsEntry
+	8,  // 11: plegd.v1.PodStatus.sandboxes:type_name -> plegd.v1.SandboxInfo
+	6,  // 12: plegd.v1.PodStatus.containers:type_name -> plegd.v1.ContainerInfo
+	27, // 13: plegd.v1.PodStatus.observed_at:type_name -> google.protobuf.Timestamp
+	0,  // 14: plegd.v1.LifecycleEvent.type:type_name -> plegd.v1.LifecycleEventType
+	1,  // 15: plegd.v1.LifecycleEvent.source:type_name -> plegd.v1.EventSource
+	27, // 16: plegd.v1.LifecycleEvent.observed_at:type_name -> google.protobuf.Timestamp
+	27, // 17: plegd.v1.LifecycleEvent.runtime_timestamp:type_name -> google.protobuf.Timestamp
+	9,  // 18: plegd.v1.LifecycleEvent.pod:type_name -> plegd.v1.PodStatus
+	5,  // 19: plegd.v1.WatchRequest.filter:type_name -> plegd.v1.PodFilter
+	0,  // 20: plegd.v1.WatchRequest.types:type_name -> plegd.v1.LifecycleEventType
+	2,  // 21: plegd.v1.Reset.reason:type_name -> plegd.v1.ResetReason
+	9,  // 22: plegd.v1.WatchEvent.snapshot:type_name -> plegd.v1.PodStatus
+	12, // 23: plegd.v1.WatchEvent.synced:type_name -> plegd.v1.Synced
+	10, // 24: plegd.v1.WatchEvent.event:type_name -> plegd.v1.LifecycleEvent
+	13, // 25: plegd.v1.WatchEvent.reset:type_name -> plegd.v1.Reset
+	14, // 26: plegd.v1.WatchEvent.bookmark:type_name -> plegd.v1.Bookmark
+	15, // 27: plegd.v1.WatchEvent.start:type_name -> plegd.v1.StreamStart
+	5,  // 28: plegd.v1.ListPodsRequest.filter:type_name -> plegd.v1.PodFilter
+	9,  // 29: plegd.v1.ListPodsResponse.pods:type_name -> plegd.v1.PodStatus
+	27, // 30: plegd.v1.GetPodStatusRequest.min_timestamp:type_name -> google.protobuf.Timestamp
+	9,  // 31: plegd.v1.GetPodStatusResponse.pod:type_name -> plegd.v1.PodStatus
+	27, // 32: plegd.v1.GetPodStatusResponse.timestamp:type_name -> google.protobuf.Timestamp
+	9,  // 33: plegd.v1.GetContainerResponse.pod:type_name -> plegd.v1.PodStatus
+	6,  // 34: plegd.v1.GetContainerResponse.container:type_name -> plegd.v1.ContainerInfo
+	27, // 35: plegd.v1.GetContainerResponse.removed_at:type_name -> google.protobuf.Timestamp
+	11, // 36: plegd.v1.PodLifecycle.Watch:input_type -> plegd.v1.WatchRequest
+	17, // 37: plegd.v1.PodLifecycle.ListPods:input_type -> plegd.v1.ListPodsRequest
+	19, // 38: plegd.v1.PodLifecycle.GetPodStatus:input_type -> plegd.v1.GetPodStatusRequest
+	21, // 39: plegd.v1.PodLifecycle.GetContainer:input_type -> plegd.v1.GetContainerRequest
+	16, // 40: plegd.v1.PodLifecycle.Watch:output_type -> plegd.v1.WatchEvent
+	18, // 41: plegd.v1.PodLifecycle.ListPods:output_type -> plegd.v1.ListPodsResponse
+	20, // 42: plegd.v1.PodLifecycle.GetPodStatus:output_type -> plegd.v1.GetPodStatusResponse
+	22, // 43: plegd.v1.PodLifecycle.GetContainer:output_type -> plegd.v1.GetContainerResponse
+	40, // [40:44] is the sub-list for method output_type
+	36, // [36:40] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_plegd_v1_plegd_proto_init() }
@@ -1768,7 +2130,7 @@ func file_plegd_v1_plegd_proto_init() {
 	if File_plegd_v1_plegd_proto != nil {
 		return
 	}
-	file_plegd_v1_plegd_proto_msgTypes[10].OneofWrappers = []any{
+	file_plegd_v1_plegd_proto_msgTypes[11].OneofWrappers = []any{
 		(*WatchEvent_Snapshot)(nil),
 		(*WatchEvent_Synced)(nil),
 		(*WatchEvent_Event)(nil),
@@ -1776,13 +2138,18 @@ func file_plegd_v1_plegd_proto_init() {
 		(*WatchEvent_Bookmark)(nil),
 		(*WatchEvent_Start)(nil),
 	}
+	file_plegd_v1_plegd_proto_msgTypes[16].OneofWrappers = []any{
+		(*GetContainerRequest_ContainerId)(nil),
+		(*GetContainerRequest_CgroupId)(nil),
+		(*GetContainerRequest_Pid)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plegd_v1_plegd_proto_rawDesc), len(file_plegd_v1_plegd_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

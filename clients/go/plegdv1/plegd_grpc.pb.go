@@ -25,6 +25,7 @@ const (
 	PodLifecycle_Watch_FullMethodName        = "/plegd.v1.PodLifecycle/Watch"
 	PodLifecycle_ListPods_FullMethodName     = "/plegd.v1.PodLifecycle/ListPods"
 	PodLifecycle_GetPodStatus_FullMethodName = "/plegd.v1.PodLifecycle/GetPodStatus"
+	PodLifecycle_GetContainer_FullMethodName = "/plegd.v1.PodLifecycle/GetContainer"
 )
 
 // PodLifecycleClient is the client API for PodLifecycle service.
@@ -40,6 +41,9 @@ type PodLifecycleClient interface {
 	ListPods(ctx context.Context, in *ListPodsRequest, opts ...grpc.CallOption) (*ListPodsResponse, error)
 	// One pod's cached status; with min_timestamp, waits for a newer one.
 	GetPodStatus(ctx context.Context, in *GetPodStatusRequest, opts ...grpc.CallOption) (*GetPodStatusResponse, error)
+	// One container by id, cgroup id or PID: running, or removed within the
+	// tombstone retention. NOT_FOUND (with a sentence saying why) otherwise.
+	GetContainer(ctx context.Context, in *GetContainerRequest, opts ...grpc.CallOption) (*GetContainerResponse, error)
 }
 
 type podLifecycleClient struct {
@@ -89,6 +93,16 @@ func (c *podLifecycleClient) GetPodStatus(ctx context.Context, in *GetPodStatusR
 	return out, nil
 }
 
+func (c *podLifecycleClient) GetContainer(ctx context.Context, in *GetContainerRequest, opts ...grpc.CallOption) (*GetContainerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetContainerResponse)
+	err := c.cc.Invoke(ctx, PodLifecycle_GetContainer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PodLifecycleServer is the server API for PodLifecycle service.
 // All implementations must embed UnimplementedPodLifecycleServer
 // for forward compatibility.
@@ -102,6 +116,9 @@ type PodLifecycleServer interface {
 	ListPods(context.Context, *ListPodsRequest) (*ListPodsResponse, error)
 	// One pod's cached status; with min_timestamp, waits for a newer one.
 	GetPodStatus(context.Context, *GetPodStatusRequest) (*GetPodStatusResponse, error)
+	// One container by id, cgroup id or PID: running, or removed within the
+	// tombstone retention. NOT_FOUND (with a sentence saying why) otherwise.
+	GetContainer(context.Context, *GetContainerRequest) (*GetContainerResponse, error)
 	mustEmbedUnimplementedPodLifecycleServer()
 }
 
@@ -120,6 +137,9 @@ func (UnimplementedPodLifecycleServer) ListPods(context.Context, *ListPodsReques
 }
 func (UnimplementedPodLifecycleServer) GetPodStatus(context.Context, *GetPodStatusRequest) (*GetPodStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPodStatus not implemented")
+}
+func (UnimplementedPodLifecycleServer) GetContainer(context.Context, *GetContainerRequest) (*GetContainerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetContainer not implemented")
 }
 func (UnimplementedPodLifecycleServer) mustEmbedUnimplementedPodLifecycleServer() {}
 func (UnimplementedPodLifecycleServer) testEmbeddedByValue()                      {}
@@ -189,6 +209,24 @@ func _PodLifecycle_GetPodStatus_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PodLifecycle_GetContainer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetContainerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PodLifecycleServer).GetContainer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PodLifecycle_GetContainer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PodLifecycleServer).GetContainer(ctx, req.(*GetContainerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PodLifecycle_ServiceDesc is the grpc.ServiceDesc for PodLifecycle service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -203,6 +241,10 @@ var PodLifecycle_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPodStatus",
 			Handler:    _PodLifecycle_GetPodStatus_Handler,
+		},
+		{
+			MethodName: "GetContainer",
+			Handler:    _PodLifecycle_GetContainer_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

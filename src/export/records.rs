@@ -1,0 +1,236 @@
+//! A journal entry as an OTLP log record that is an event: `EventName` names the change
+//! (`k8s.container.died`), the attributes use the OpenTelemetry semantic conventions
+//! where they exist (`k8s.pod.uid`, `container.id`, `k8s.container.restart_count`, the
+//! pod's labels as `k8s.pod.label.<key>`, …), the record's time is the runtime's time of
+//! the change, and `log.record.uid` (node/epoch/revision) lets a backend drop the
+//! duplicates at-least-once delivery may send.
+
+use super::otlp::{AnyValue, ArrayValue, KeyValue, LogRecord, any_value::Value};
+use crate::journal::Entry;
+use crate::model::event::EventType;
+use crate::model::{ContainerState, system_to_nanos};
+
+/// The event name of a change.
+pub fn event_name(kind: EventType, is_sandbox: bool) -> &'static str {
+    match (kind, is_sandbox) {
+        (EventType::ContainerStarted, false) => "k8s.container.started",
+        (EventType::ContainerDied, false) => "k8s.container.died",
+        (EventType::ContainerRemoved, false) => "k8s.container.removed",
+        (EventType::ContainerChanged, false) => "k8s.container.changed",
+        (EventType::ContainerStarted, true) => "k8s.pod.sandbox.started",
+        (EventType::ContainerDied, true) => "k8s.pod.sandbox.died",
+        (EventType::ContainerRemoved, true) => "k8s.pod.sandbox.removed",
+        (EventType::ContainerChanged, true) => "k8s.pod.sandbox.changed",
+        (EventType::PodSync, _) => "k8s.pod.synced",
+        (EventType::CrashLoop, _) => "k8s.container.crash_loop",
+        (EventType::CrashLoopCleared, _) => "k8s.container.crash_loop_cleared",
+    }
+}
+
+/// `key` = string.
+pub fn kv(key: &str, value: impl Into<String>) -> KeyValue {
+    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(Value::StringValue(value.into())) }) }
+}
+
+/// `key` = integer.
+pub fn kv_int(key: &str, value: i64) -> KeyValue {
+    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(Value::IntValue(value)) }) }
+}
+
+fn kv_list(key: &str, values: Vec<String>) -> KeyValue {
+    let values = values.into_iter().map(|v| AnyValue { value: Some(Value::StringValue(v)) }).collect();
+    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(Value::ArrayValue(ArrayValue { values })) }) }
+}
+
+/// INFO and WARN, the two severities plegd's events have.
+const INFO: (i32, &str) = (9, "INFO");
+const WARN: (i32, &str) = (13, "WARN");
+
+/// The record for `entry` of `epoch`, on `node`.
+pub fn log_record(entry: &Entry, epoch: u64, node: &str) -> LogRecord {
+    let ev = &entry.event;
+    let container = ev.pod.as_ref().and_then(|p| p.containers.iter().find(|c| c.id == ev.container_id));
+    let mut attrs = vec![
+        kv("log.record.uid", format!("{node}/{epoch}/{}", entry.revision)),
+        kv("k8s.pod.uid", &*ev.pod_uid),
+        kv("k8s.pod.name", &*ev.pod_name),
+        kv("k8s.namespace.name", &*ev.pod_namespace),
+        kv("plegd.event.type", ev.kind.as_str()),
+        kv("plegd.source", ev.source.as_str()),
+        kv_int("plegd.revision", entry.revision as i64),
+        kv_int("plegd.epoch", epoch as i64),
+    ];
+    if !ev.container_id.is_empty() {
+        attrs.push(kv("container.id", &ev.container_id));
+    }
+    if !ev.container_name.is_empty() {
+        attrs.push(kv("k8s.container.name", &*ev.container_name));
+    }
+    for (k, v) in entry.meta.labels.iter() {
+        attrs.push(kv(&format!("k8s.pod.label.{k}"), v));
+    }
+    let mut severity = INFO;
+    let mut body = format!("{} {}/{}", ev.kind.as_str(), ev.pod_namespace, ev.pod_name);
+    if !ev.container_name.is_empty() {
+        body.push_str(&format!(" container {}", ev.container_name));
+    }
+    if let Some(c) = container {
+        attrs.push(kv_int("k8s.container.restart_count", i64::from(c.attempt)));
+        if !c.image.is_empty() {
+            attrs.push(kv("container.image.name", &c.image));
+        }
+        if c.image_ref.contains('@') {
+            attrs.push(kv_list("container.image.repo_digests", vec![c.image_ref.clone()]));
+        }
+        if !c.image_id.is_empty() {
+            attrs.push(kv("container.image.id", &c.image_id));
+        }
+        if c.state == ContainerState::Exited && ev.kind == EventType::ContainerDied {
+            if !c.reason.is_empty() {
+                attrs.push(kv("k8s.container.status.last_terminated_reason", &c.reason));
+            }
+            attrs.push(kv_int("process.exit.code", i64::from(c.exit_code)));
+            body.push_str(&format!(": exit {}", c.exit_code));
+            if !c.reason.is_empty() {
+                body.push_str(&format!(" ({})", c.reason));
+            }
+            if c.exit_code != 0 || c.reason == "OOMKilled" {
+                severity = WARN;
+            }
+        }
+    }
+    if ev.kind == EventType::CrashLoop {
+        severity = WARN;
+    }
+    if !ev.message.is_empty() {
+        body.push_str(&format!(" — {}", ev.message));
+    }
+    let observed = system_to_nanos(ev.observed_at).max(0) as u64;
+    LogRecord {
+        time_unix_nano: ev.runtime_timestamp.map_or(observed, |t| system_to_nanos(t).max(0) as u64),
+        observed_time_unix_nano: observed,
+        severity_number: severity.0,
+        severity_text: severity.1.into(),
+        body: Some(AnyValue { value: Some(Value::StringValue(body)) }),
+        attributes: attrs,
+        event_name: event_name(ev.kind, ev.is_sandbox).into(),
+    }
+}
+
+/// Revisions the exporter could not send (`from..=to`, or every one from `from` on when
+/// the end is unknown): one record that says which and why.
+pub fn lost_record(node: &str, epoch: u64, from: u64, to: Option<u64>, why: &str) -> LogRecord {
+    let now = system_to_nanos(std::time::SystemTime::now()).max(0) as u64;
+    let range = to.map_or_else(|| format!("{from}.."), |to| format!("{from}..={to}"));
+    let mut attributes = vec![
+        kv("log.record.uid", format!("{node}/{epoch}/lost/{range}")),
+        kv_int("plegd.lost.from", from as i64),
+        kv_int("plegd.epoch", epoch as i64),
+        kv("plegd.lost.reason", why),
+    ];
+    if let Some(to) = to {
+        attributes.push(kv_int("plegd.lost.to", to as i64));
+    }
+    LogRecord {
+        time_unix_nano: now,
+        observed_time_unix_nano: now,
+        severity_number: WARN.0,
+        severity_text: WARN.1.into(),
+        body: Some(AnyValue {
+            value: Some(Value::StringValue(format!(
+                "plegd on {node} could not export revisions {range} of epoch {epoch}: {why}"
+            ))),
+        }),
+        attributes,
+        event_name: "plegd.export.lost".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::journal::PodMeta;
+    use crate::model::event::{EventSource, PodLifecycleEvent};
+    use crate::model::{ContainerStatus, PodStatus};
+
+    fn attr<'a>(r: &'a LogRecord, key: &str) -> Option<&'a Value> {
+        r.attributes.iter().find(|a| a.key == key).and_then(|a| a.value.as_ref()?.value.as_ref())
+    }
+
+    #[test]
+    fn an_oom_kill_is_a_warning_event_with_the_conventions_attributes() {
+        let c = ContainerStatus {
+            id: "c1".into(),
+            name: "app".into(),
+            attempt: 3,
+            state: ContainerState::Exited,
+            exit_code: 137,
+            reason: "OOMKilled".into(),
+            image: "reg/app:1".into(),
+            image_ref: "reg/app@sha256:ab".into(),
+            ..Default::default()
+        };
+        let mut pod = PodStatus::empty("u1", "shop", "web-0");
+        pod.labels = [("app", "web")].into();
+        pod.containers = vec![Arc::new(c)];
+        let when = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let ev = PodLifecycleEvent {
+            pod_uid: "u1".into(),
+            pod_namespace: "shop".into(),
+            pod_name: "web-0".into(),
+            kind: EventType::ContainerDied,
+            container_id: "c1".into(),
+            container_name: "app".into(),
+            is_sandbox: false,
+            source: EventSource::CriEvent,
+            observed_at: when + Duration::from_millis(3),
+            runtime_timestamp: Some(when),
+            pod: Some(Arc::new(pod.clone())),
+            message: String::new(),
+        };
+        let entry =
+            Entry { revision: 42, event: Arc::new(ev), meta: Arc::new(PodMeta::of(&pod)), left: None, bytes: 0 };
+        let r = log_record(&entry, 7, "node-a");
+        assert_eq!(r.event_name, "k8s.container.died");
+        assert_eq!((r.severity_number, r.severity_text.as_str()), (13, "WARN"));
+        assert_eq!(r.time_unix_nano, 1_800_000_000_000_000_000);
+        assert_eq!(r.observed_time_unix_nano, 1_800_000_000_003_000_000);
+        let s = |k| match attr(&r, k) {
+            Some(Value::StringValue(s)) => s.clone(),
+            other => panic!("{k}: {other:?}"),
+        };
+        assert_eq!(s("log.record.uid"), "node-a/7/42");
+        assert_eq!(s("k8s.pod.uid"), "u1");
+        assert_eq!(s("k8s.namespace.name"), "shop");
+        assert_eq!(s("k8s.container.name"), "app");
+        assert_eq!(s("container.id"), "c1");
+        assert_eq!(s("k8s.container.status.last_terminated_reason"), "OOMKilled");
+        assert_eq!(s("k8s.pod.label.app"), "web");
+        assert_eq!(attr(&r, "process.exit.code"), Some(&Value::IntValue(137)));
+        assert_eq!(attr(&r, "k8s.container.restart_count"), Some(&Value::IntValue(3)));
+    }
+
+    #[test]
+    fn every_event_type_has_a_name_without_dynamic_parts() {
+        for kind in [
+            EventType::ContainerStarted,
+            EventType::ContainerDied,
+            EventType::ContainerRemoved,
+            EventType::ContainerChanged,
+            EventType::PodSync,
+            EventType::CrashLoop,
+            EventType::CrashLoopCleared,
+        ] {
+            for sandbox in [false, true] {
+                let n = event_name(kind, sandbox);
+                assert!(
+                    n.starts_with("k8s.") && n.chars().all(|c| c.is_ascii_lowercase() || c == '.' || c == '_'),
+                    "{n}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,260 @@
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
+use crate::model::{ContainerState, ContainerStatus, PodStatus, Process};
+
+fn container(id: &str, state: ContainerState, pid: u32, cgroup_id: u64, started_at: i64) -> Arc<ContainerStatus> {
+    Arc::new(ContainerStatus {
+        id: id.into(),
+        name: format!("n-{id}"),
+        state,
+        started_at,
+        reason: if state == ContainerState::Exited { "OOMKilled".into() } else { String::new() },
+        process: (pid != 0).then(|| Process { pid, cgroup_path: format!("/cg/{id}"), cgroup_id, start_ticks: 0 }),
+        ..Default::default()
+    })
+}
+
+fn pod(uid: &str, containers: Vec<Arc<ContainerStatus>>) -> Arc<PodStatus> {
+    Arc::new(PodStatus { containers, ..PodStatus::empty(uid, "ns", &format!("pod-{uid}")) })
+}
+
+fn event(uid: &str, kind: EventType, id: &str, status: Option<Arc<PodStatus>>) -> PodLifecycleEvent {
+    PodLifecycleEvent {
+        pod_uid: uid.into(),
+        pod_namespace: "ns".into(),
+        pod_name: format!("pod-{uid}").into(),
+        kind,
+        container_id: id.into(),
+        container_name: "".into(),
+        is_sandbox: false,
+        source: EventSource::Relist,
+        observed_at: SystemTime::now(),
+        runtime_timestamp: None,
+        pod: status,
+        message: String::new(),
+    }
+}
+
+fn lookup(retention: Duration) -> ContainerLookup {
+    let mut cfg = LookupConfig::in_memory(retention);
+    // A root with no processes in it: PIDs are answered from what plegd saw.
+    cfg.host = Host::new("/nonexistent-host-root");
+    ContainerLookup::open(cfg, LookupMetrics::default()).unwrap().0
+}
+
+fn found(a: Answer) -> Found {
+    match a {
+        Answer::Found(f) => f,
+        other => panic!("expected a container, got {other:?}"),
+    }
+}
+
+fn not_found(a: Answer) -> String {
+    match a {
+        Answer::NotFound(why) => why,
+        other => panic!("expected not found, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_removed_container_is_found_by_id_cgroup_and_pid_until_the_retention_ends() {
+    let l = lookup(Duration::from_secs(3600));
+    let running = pod("u", vec![container("c1", ContainerState::Running, 4242, 99, 10)]);
+    l.observe([&event("u", EventType::ContainerStarted, "c1", Some(running))]);
+    assert!(found(l.find(&LookupKey::Pid(4242))).removed_at.is_none());
+    let gone = pod("u", vec![]);
+    l.observe([&event("u", EventType::ContainerRemoved, "c1", Some(gone))]);
+    for key in [LookupKey::Id("c1".into()), LookupKey::CgroupId(99), LookupKey::Pid(4242)] {
+        let f = found(l.find(&key));
+        assert_eq!(f.container.id, "c1", "{key:?}");
+        assert!(f.removed_at.is_some(), "{key:?}");
+        assert_eq!(f.pod.uid, "u");
+    }
+    assert_eq!(l.tombstones(), 1);
+
+    let short = lookup(Duration::ZERO);
+    short.observe([&event(
+        "u",
+        EventType::ContainerStarted,
+        "c1",
+        Some(pod("u", vec![container("c1", ContainerState::Running, 1, 2, 1)])),
+    )]);
+    short.observe([&event("u", EventType::PodSync, "", None)]);
+    std::thread::sleep(Duration::from_millis(5));
+    short.observe(std::iter::empty());
+    let why = not_found(short.find(&LookupKey::Id("c1".into())));
+    assert!(why.contains("--tombstone-retention"), "{why}");
+}
+
+#[test]
+fn a_reused_pid_answers_the_container_that_has_it_now() {
+    let l = lookup(Duration::from_secs(3600));
+    let a = pod("u1", vec![container("a", ContainerState::Running, 500, 1, 10)]);
+    l.observe([&event("u1", EventType::ContainerStarted, "a", Some(a))]);
+    l.observe([&event(
+        "u1",
+        EventType::ContainerDied,
+        "a",
+        Some(pod("u1", vec![container("a", ContainerState::Exited, 500, 1, 10)])),
+    )]);
+    let b = pod("u2", vec![container("b", ContainerState::Running, 500, 2, 20)]);
+    l.observe([&event("u2", EventType::ContainerStarted, "b", Some(b))]);
+    assert_eq!(found(l.find(&LookupKey::Pid(500))).container.id, "b");
+    l.observe([&event("u1", EventType::PodSync, "", None)]);
+    assert_eq!(found(l.find(&LookupKey::Pid(500))).container.id, "b", "a's tombstone does not take the PID back");
+}
+
+#[test]
+fn a_live_pid_belongs_to_the_container_its_cgroup_names_never_to_an_earlier_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    cfg.host = Host::new(dir.path());
+    let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+    let old = "a".repeat(64);
+    l.observe([&event(
+        "u1",
+        EventType::ContainerStarted,
+        &old,
+        Some(pod("u1", vec![container(&old, ContainerState::Running, 600, 1, 10)])),
+    )]);
+    l.observe([&event("u1", EventType::PodSync, "", None)]);
+    // PID 600 now runs outside any container.
+    std::fs::create_dir_all(dir.path().join("proc/600")).unwrap();
+    std::fs::write(dir.path().join("proc/600/cgroup"), "0::/user.slice/session-1.scope\n").unwrap();
+    let why = not_found(l.find(&LookupKey::Pid(600)));
+    assert!(why.contains("user.slice"), "{why}");
+    // PID 600 now runs in a container plegd has not published yet.
+    let new = "b".repeat(64);
+    std::fs::write(dir.path().join("proc/600/cgroup"), format!("0::/kubepods.slice/cri-containerd-{new}.scope\n"))
+        .unwrap();
+    match l.find(&LookupKey::Pid(600)) {
+        Answer::NotYet(id) => assert_eq!(id, new),
+        other => panic!("expected to wait for {new}, got {other:?}"),
+    }
+    // The process is gone: the newest container that had the PID answers.
+    std::fs::remove_dir_all(dir.path().join("proc/600")).unwrap();
+    assert_eq!(found(l.find(&LookupKey::Pid(600))).container.id, old);
+}
+
+#[test]
+fn each_death_is_counted_once_with_the_runtimes_reason_and_a_seeded_death_not_again() {
+    let l = lookup(Duration::from_secs(3600));
+    let died = pod("u", vec![container("c", ContainerState::Exited, 7, 0, 1)]);
+    l.seed(&[pod("u", vec![container("old", ContainerState::Exited, 0, 0, 1)])]);
+    l.observe([&event(
+        "u",
+        EventType::ContainerDied,
+        "old",
+        Some(pod("u", vec![container("old", ContainerState::Exited, 0, 0, 1)])),
+    )]);
+    l.observe([&event("u", EventType::ContainerDied, "c", Some(died.clone()))]);
+    l.observe([&event("u", EventType::ContainerDied, "c", Some(died))]);
+    let oom = l
+        .metrics
+        .terminations
+        .get_or_create(&TerminationLabels { namespace: "ns".into(), reason: "OOMKilled".into() })
+        .get();
+    assert_eq!(oom, 1, "c once; old was counted by the plegd that saw it die");
+    // A running container that vanishes died with no word from the runtime.
+    l.observe([&event(
+        "u",
+        EventType::ContainerStarted,
+        "r",
+        Some(pod("u", vec![container("r", ContainerState::Running, 8, 0, 2)])),
+    )]);
+    l.observe([&event("u", EventType::ContainerDied, "r", None)]);
+    let unknown = l
+        .metrics
+        .terminations
+        .get_or_create(&TerminationLabels { namespace: "ns".into(), reason: "Unknown".into() })
+        .get();
+    assert_eq!(unknown, 1);
+}
+
+#[test]
+fn tombstones_survive_a_restart_through_the_state_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = || {
+        let mut c = LookupConfig::in_memory(Duration::from_secs(3600));
+        c.state_dir = Some(dir.path().to_owned());
+        c.host = Host::new("/nonexistent-host-root");
+        c
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (l, writer) = ContainerLookup::open(cfg(), LookupMetrics::default()).unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(writer.unwrap().run(shutdown.clone()));
+        l.observe([&event(
+            "u",
+            EventType::ContainerStarted,
+            "c",
+            Some(pod("u", vec![container("c", ContainerState::Running, 9, 3, 1)])),
+        )]);
+        l.observe([&event("u", EventType::PodSync, "", None)]);
+        shutdown.cancel();
+        task.await.unwrap();
+    });
+    let (again, _) = ContainerLookup::open(cfg(), LookupMetrics::default()).unwrap();
+    let f = found(again.find(&LookupKey::CgroupId(3)));
+    assert_eq!((f.container.id.as_str(), f.pod.name.as_str()), ("c", "pod-u"));
+    assert!(f.removed_at.is_some());
+}
+
+proptest! {
+    /// Whatever happens to containers, the tombstones stay within their bounds, every
+    /// live container is found by id, and an id is never both live and a tombstone.
+    #[test]
+    fn tombstones_stay_bounded_and_live_containers_are_always_found(
+        steps in proptest::collection::vec((0u8..6, 0u8..4, any::<bool>()), 1..120),
+        max in 1usize..6,
+    ) {
+        let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+        cfg.max_tombstones = max;
+        cfg.host = Host::new("/nonexistent-host-root");
+        let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+        let mut pods: std::collections::BTreeMap<u8, Vec<Arc<ContainerStatus>>> = Default::default();
+        let mut next = 0u32;
+        for (p, action, flag) in steps {
+            let uid = format!("u{p}");
+            let cs = pods.entry(p).or_default();
+            match action {
+                0 => { next += 1; cs.push(container(&format!("c{next}"), ContainerState::Running, next % 7 + 1, u64::from(next), i64::from(next))); }
+                1 if !cs.is_empty() => {
+                    cs.remove(0);
+                }
+                2 if !cs.is_empty() => {
+                    let mut d = ContainerStatus::clone(&cs[0]);
+                    d.state = ContainerState::Exited;
+                    cs[0] = Arc::new(d);
+                }
+                _ => {}
+            }
+            let ev = if action == 3 && flag {
+                pods.remove(&p);
+                event(&uid, EventType::PodSync, "", None)
+            } else {
+                event(&uid, EventType::PodSync, "", Some(pod(&uid, pods[&p].clone())))
+            };
+            l.observe([&ev]);
+            let ix = l.lock();
+            prop_assert!(ix.tombs.len() <= max);
+            prop_assert_eq!(ix.order.len(), ix.tombs.len());
+            for id in ix.tombs.keys() {
+                prop_assert!(!ix.live.contains_key(id));
+            }
+            drop(ix);
+            for cs in pods.values() {
+                for c in cs {
+                    let f = match l.find(&LookupKey::Id(c.id.clone())) { Answer::Found(f) => f, other => panic!("{other:?}") };
+                    prop_assert!(f.removed_at.is_none());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! Removed containers on disk (`tombstones.sqlite` in the state dir), so a lookup still
+//! answers for them after plegd restarts. One row per container: its id, when it was
+//! removed, and the pod as it last held it (a journal view record). The in-memory index
+//! is the truth while plegd runs; this file follows it, written off the publish path
+//! by [`TombstoneWriter::run`].
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use rusqlite::{Connection, params};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::model::{nanos_to_system, system_to_nanos};
+
+/// File name in the state dir.
+pub const FILE: &str = "tombstones.sqlite";
+
+/// Failures of the tombstone file.
+#[derive(Debug, thiserror::Error)]
+pub enum TombstoneError {
+    /// SQLite failed.
+    #[error("tombstones {path}: {source}")]
+    Sql {
+        /// The file.
+        path: PathBuf,
+        /// What SQLite said.
+        source: rusqlite::Error,
+    },
+}
+
+/// A change of the file.
+#[derive(Debug)]
+pub enum TombstoneOp {
+    /// A container was removed.
+    Put {
+        /// Container id.
+        id: String,
+        /// When.
+        removed_at: SystemTime,
+        /// Its record (`journal::record::encode_view`).
+        record: Vec<u8>,
+    },
+    /// A tombstone left the index (expired or evicted).
+    Delete(String),
+}
+
+/// A tombstone read back.
+#[derive(Debug)]
+pub struct StoredTombstone {
+    /// Container id.
+    pub id: String,
+    /// When it was removed.
+    pub removed_at: SystemTime,
+    /// Its record.
+    pub record: Vec<u8>,
+}
+
+/// The open file.
+pub struct TombstoneStore {
+    conn: Connection,
+    path: PathBuf,
+}
+
+fn sql(path: &Path) -> impl Fn(rusqlite::Error) -> TombstoneError + '_ {
+    move |source| TombstoneError::Sql { path: path.to_owned(), source }
+}
+
+impl TombstoneStore {
+    /// Opens (or creates) the file in `dir`. A file that does not open as a tombstone
+    /// file is set aside (`.corrupt`) and a new one started: tombstones are a
+    /// convenience for lookups, never worth refusing to start over.
+    pub fn open(dir: &Path) -> Result<Self, TombstoneError> {
+        let path = dir.join(FILE);
+        match Self::open_at(&path) {
+            Ok(s) => Ok(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "the tombstone file does not open; setting it aside and starting a new one");
+                let aside = path.with_extension("sqlite.corrupt");
+                let _ = std::fs::rename(&path, &aside);
+                for ext in ["sqlite-wal", "sqlite-shm"] {
+                    let _ = std::fs::remove_file(path.with_extension(ext));
+                }
+                Self::open_at(&path)
+            }
+        }
+    }
+
+    fn open_at(path: &Path) -> Result<Self, TombstoneError> {
+        let conn = Connection::open(path).map_err(sql(path))?;
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-128;
+             CREATE TABLE IF NOT EXISTS tombstones (
+                 id TEXT PRIMARY KEY, removed_at INTEGER NOT NULL, record BLOB NOT NULL);",
+        )
+        .map_err(sql(path))?;
+        let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(sql(path))?;
+        if check != "ok" {
+            return Err(TombstoneError::Sql {
+                path: path.to_owned(),
+                source: rusqlite::Error::InvalidParameterName(format!("quick_check: {check}")),
+            });
+        }
+        Ok(Self { conn, path: path.to_owned() })
+    }
+
+    /// The tombstones removed at or after `since`, oldest first.
+    pub fn load(&self, since: SystemTime) -> Result<Vec<StoredTombstone>, TombstoneError> {
+        let path = &self.path;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, removed_at, record FROM tombstones WHERE removed_at >= ?1 ORDER BY removed_at")
+            .map_err(sql(path))?;
+        let rows = stmt
+            .query_map(params![system_to_nanos(since)], |r| {
+                Ok(StoredTombstone {
+                    id: r.get(0)?,
+                    removed_at: nanos_to_system(r.get(1)?).unwrap_or(std::time::UNIX_EPOCH),
+                    record: r.get(2)?,
+                })
+            })
+            .map_err(sql(path))?;
+        rows.collect::<Result<_, _>>().map_err(sql(path))
+    }
+
+    /// Applies changes in one transaction, and drops rows removed before `expired`.
+    pub fn apply(&mut self, ops: &[TombstoneOp], expired: SystemTime) -> Result<(), TombstoneError> {
+        let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(sql(&path))?;
+        for op in ops {
+            match op {
+                TombstoneOp::Put { id, removed_at, record } => tx.execute(
+                    "INSERT OR REPLACE INTO tombstones (id, removed_at, record) VALUES (?1, ?2, ?3)",
+                    params![id, system_to_nanos(*removed_at), record],
+                ),
+                TombstoneOp::Delete(id) => tx.execute("DELETE FROM tombstones WHERE id = ?1", params![id]),
+            }
+            .map_err(sql(&path))?;
+        }
+        tx.execute("DELETE FROM tombstones WHERE removed_at < ?1", params![system_to_nanos(expired)])
+            .map_err(sql(&path))?;
+        tx.commit().map_err(sql(&path))
+    }
+}
+
+/// Changes queued for the file at most; beyond, a change is dropped from the file (not
+/// from the index) and counted in the log: a disk that slow loses tombstones across a
+/// restart, never events or memory.
+pub const QUEUE: usize = 4096;
+
+/// Writes the index's changes to the file.
+pub struct TombstoneWriter {
+    pub(super) store: TombstoneStore,
+    pub(super) rx: mpsc::Receiver<TombstoneOp>,
+    pub(super) retention: Duration,
+}
+
+impl TombstoneWriter {
+    /// Writes until shutdown, a batch per wake-up, then what is left.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut store = Some(self.store);
+        loop {
+            let first = tokio::select! {
+                op = self.rx.recv() => op,
+                _ = shutdown.cancelled() => None,
+            };
+            let mut ops: Vec<_> = first.into_iter().collect();
+            while let Ok(op) = self.rx.try_recv() {
+                ops.push(op);
+            }
+            if ops.is_empty() {
+                break;
+            }
+            let retention = self.retention;
+            let Some(mut s) = store.take() else { break };
+            let res = tokio::task::spawn_blocking(move || {
+                let expired = SystemTime::now().checked_sub(retention).unwrap_or(std::time::UNIX_EPOCH);
+                let r = s.apply(&ops, expired);
+                (s, r)
+            })
+            .await;
+            match res {
+                Ok((s, r)) => {
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "writing tombstones failed; they stay in memory until plegd stops");
+                    }
+                    store = Some(s);
+                }
+                Err(_) => break,
+            }
+        }
+        // Whatever arrived after the shutdown began.
+        if let Some(mut s) = store {
+            let ops: Vec<_> = std::iter::from_fn(|| self.rx.try_recv().ok()).collect();
+            if !ops.is_empty() {
+                let expired = SystemTime::now().checked_sub(self.retention).unwrap_or(std::time::UNIX_EPOCH);
+                if let Err(e) = s.apply(&ops, expired) {
+                    tracing::warn!(error = %e, "writing the last tombstones failed");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tombstones_come_back_after_a_reopen_and_expired_ones_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = SystemTime::now();
+        let old = now - Duration::from_secs(7200);
+        {
+            let mut s = TombstoneStore::open(dir.path()).unwrap();
+            let ops = vec![
+                TombstoneOp::Put { id: "a".into(), removed_at: old, record: vec![1] },
+                TombstoneOp::Put { id: "b".into(), removed_at: now, record: vec![2, 3] },
+                TombstoneOp::Put { id: "c".into(), removed_at: now, record: vec![4] },
+                TombstoneOp::Delete("c".into()),
+            ];
+            s.apply(&ops, std::time::UNIX_EPOCH).unwrap();
+        }
+        let s = TombstoneStore::open(dir.path()).unwrap();
+        let back = s.load(now - Duration::from_secs(3600)).unwrap();
+        assert_eq!(back.len(), 1, "a is too old, c was deleted");
+        assert_eq!(back[0].id, "b");
+        assert_eq!(back[0].record, vec![2, 3]);
+        assert_eq!(s.load(std::time::UNIX_EPOCH).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_tombstone_file_is_set_aside_and_a_new_one_started() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE), b"this is not sqlite, not at all, not even close").unwrap();
+        let s = TombstoneStore::open(dir.path()).expect("a new file");
+        assert!(s.load(std::time::UNIX_EPOCH).unwrap().is_empty());
+        assert!(dir.path().join("tombstones.sqlite.corrupt").exists());
+    }
+}

@@ -1,0 +1,367 @@
+//! The container lookup against a real containerd (1.6, 1.7, 2.1), on this machine's
+//! kernel: a running container's PID is its init process and its cgroup id the inode
+//! of the cgroup `/proc/PID/cgroup` names; its image digest is the one containerd's
+//! `ctr` reports; an OOM kill counts once under `OOMKilled`; a removed container is
+//! found by id, cgroup id and PID until the retention ends. Also measures how soon
+//! `GetContainer(pid)` answers after `StartContainer` returns.
+//! Run by `tests/e2e/run.sh` (it starts containerd and sets `PLEGD_E2E_*`).
+
+mod support;
+
+use std::os::unix::fs::MetadataExt;
+use std::process::Command;
+use std::time::Duration;
+
+use plegd::cri::client::{ClientOptions, CriClient};
+use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::proto::plegd as api;
+use plegd::proto::plegd::get_container_request::Key;
+use plegd::proto::runtime as cri;
+use tokio::time::Instant;
+
+struct Env {
+    endpoint: String,
+    version: String,
+    ctl: String,
+}
+
+fn env() -> Env {
+    let get = |k: &str| {
+        std::env::var(k).unwrap_or_else(|_| {
+            panic!(
+                "\n\n*** {k} is not set: this end-to-end test needs a real containerd: run tests/e2e/run.sh \
+                 (it installs and starts containerd 1.6, 1.7 and 2.1). It cannot run without it. ***\n"
+            )
+        })
+    };
+    Env { endpoint: get("PLEGD_E2E_ENDPOINT"), version: get("PLEGD_E2E_VERSION"), ctl: get("PLEGD_E2E_CTL") }
+}
+
+struct Plegd {
+    app: plegd::app::Sidecar,
+    socket: String,
+    shutdown: tokio_util::sync::CancellationToken,
+    tracker: tokio_util::task::TaskTracker,
+}
+
+impl Env {
+    fn cri(&self) -> CriClient {
+        let opts = ClientOptions {
+            timeout: Duration::from_secs(10),
+            backoff_initial: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(500),
+        };
+        CriClient::new(&self.endpoint, opts, None).unwrap()
+    }
+
+    async fn plegd(&self, state: &std::path::Path, retention: Duration) -> Plegd {
+        let mut cfg = plegd::config::RunConfig::for_endpoint(&self.endpoint).unwrap();
+        cfg.api.socket = state.join("plegd.sock");
+        cfg.runtime_request_timeout = Duration::from_secs(10);
+        cfg.journal.state_dir = Some(state.to_owned());
+        cfg.lookup.state_dir = Some(state.to_owned());
+        cfg.lookup.retention = retention;
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let tracker = tokio_util::task::TaskTracker::new();
+        let app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while app.readiness.check().is_err() {
+            assert!(Instant::now() < deadline, "not ready: {:?}", app.readiness.check());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Plegd { app, socket: format!("unix://{}", cfg.api.socket.display()), shutdown, tracker }
+    }
+
+    /// The manifest digest `ctr images ls` shows for `name`.
+    fn ctr_digest(&self, name: &str) -> String {
+        let out = Command::new(&self.ctl).args(["ctr", &self.version, "images", "ls"]).output().unwrap();
+        assert!(out.status.success(), "ctr images ls: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .and_then(|l| l.split_whitespace().find(|w| w.starts_with("sha256:")))
+            .unwrap_or_else(|| panic!("{name} not in ctr's list:\n{text}"))
+            .to_owned()
+    }
+}
+
+impl Plegd {
+    async fn get(&self, key: Key) -> Result<api::GetContainerResponse, tonic::Status> {
+        let mut c = plegd::cli::client::connect(&self.socket).unwrap();
+        c.get_container(api::GetContainerRequest { key: Some(key) }).await.map(|r| r.into_inner())
+    }
+
+    async fn until(&self, key: Key, ok: impl Fn(&api::GetContainerResponse) -> bool) -> api::GetContainerResponse {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = self.get(key.clone()).await
+                && ok(&r)
+            {
+                return r;
+            }
+            assert!(Instant::now() < deadline, "GetContainer({key:?}) never answered as expected");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn terminations(&self, namespace: &str, reason: &str) -> u64 {
+        let (_, body) = support::http(self.app.admin_addr, "GET", "/metrics").await;
+        let needle = format!("plegd_container_terminations_total{{namespace=\"{namespace}\",reason=\"{reason}\"}} ");
+        body.lines().find_map(|l| l.strip_prefix(&needle)).map_or(0, |v| v.trim().parse().unwrap())
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
+
+async fn run_pod(c: &CriClient, pod: &PodSpec) -> String {
+    c.raw().run_pod_sandbox(pod.run_request()).await.expect("RunPodSandbox").into_inner().pod_sandbox_id
+}
+
+async fn create(c: &CriClient, pod: &PodSpec, sid: &str, spec: &ContainerSpec) -> String {
+    c.raw().create_container(pod.create_request(sid, spec)).await.expect("CreateContainer").into_inner().container_id
+}
+
+async fn start(c: &CriClient, id: &str) {
+    c.raw().start_container(cri::StartContainerRequest { container_id: id.into() }).await.expect("StartContainer");
+}
+
+async fn remove_pod(c: &CriClient, sid: &str) {
+    let mut raw = c.raw();
+    raw.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sid.into() }).await.expect("StopPodSandbox");
+    raw.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sid.into() })
+        .await
+        .expect("RemovePodSandbox");
+}
+
+/// The cgroup `/proc/PID/cgroup` names, and its directory: the unified hierarchy's
+/// where the process sits below its root (cgroup v2, or a hybrid host like this
+/// machine), else the memory hierarchy's (v1).
+fn proc_cgroup(pid: u32) -> (String, String) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    if let Some(path) = text.lines().find_map(|l| l.strip_prefix("0::")).filter(|p| *p != "/") {
+        let unified = if std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            "/sys/fs/cgroup"
+        } else {
+            "/sys/fs/cgroup/unified"
+        };
+        return (path.to_owned(), format!("{unified}{path}"));
+    }
+    let path = text
+        .lines()
+        .find_map(|l| l.split(':').nth(1).filter(|c| c.split(',').any(|c| c == "memory")).map(|_| l))
+        .and_then(|l| l.splitn(3, ':').nth(2))
+        .expect("a memory line")
+        .to_owned();
+    (path.clone(), format!("/sys/fs/cgroup/memory{path}"))
+}
+
+/// The PID of the process whose cgroup names container `id` (what an agent sees in the
+/// kernel).
+fn pid_in_kernel(id: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cg = std::fs::read_to_string(e.path().join("cgroup")).ok()?;
+        cg.contains(id).then_some(pid)
+    })
+}
+
+fn figure(line: &str) {
+    use std::io::Write;
+    println!("FIGURE {line}");
+    if let Ok(path) = std::env::var("PLEGD_E2E_FIGURES") {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+        writeln!(f, "{line}").unwrap();
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn a_running_container_has_its_kernel_pid_cgroup_id_and_containerds_image_digest() {
+    let env = env();
+    let state = tempfile::tempdir().unwrap();
+    let p = env.plegd(state.path(), Duration::from_secs(3600)).await;
+    let c = env.cri();
+    let pod = PodSpec::new("e2e-lookup", "facts");
+    let sid = run_pod(&c, &pod).await;
+    let id = create(&c, &pod, &sid, &ContainerSpec::new("main").limits(250, 64 << 20)).await;
+    start(&c, &id).await;
+    let r = p.until(Key::ContainerId(id.clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+    let ci = r.container.clone().unwrap();
+
+    // The PID is the container's init process (busybox sleep), in the cgroup it names.
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", ci.pid)).unwrap();
+    assert!(cmdline.starts_with(b"sleep\0"), "PID {} runs {:?}", ci.pid, String::from_utf8_lossy(&cmdline));
+    let (cgroup, dir) = proc_cgroup(ci.pid);
+    assert!(cgroup.contains(&id), "{cgroup}");
+    let ino = std::fs::metadata(&dir).unwrap().ino();
+    assert_eq!(ci.cgroup_id, ino, "the cgroup id is the inode of {cgroup}");
+    assert!(!ci.cgroup_path.is_empty(), "the runtime's cgroupsPath");
+    // The image by digest, as containerd resolved it.
+    let digest = env.ctr_digest("docker.io/library/busybox:latest");
+    assert_eq!(ci.image_ref, format!("docker.io/library/busybox@{digest}"), "containerd {}", env.version);
+    // Resources, where the runtime reports them (containerd ≥ 1.7).
+    if env.version != "1.6" {
+        let res = ci.resources.expect("resources");
+        assert_eq!((res.cpu_quota, res.cpu_period, res.memory_limit_bytes), (25_000, 100_000, 64 << 20));
+    }
+    let sandbox = &r.pod.as_ref().unwrap().sandboxes[0];
+    assert!(sandbox.pid != 0, "{sandbox:?}");
+    for key in [Key::Pid(ci.pid), Key::CgroupId(ino)] {
+        assert_eq!(p.get(key.clone()).await.unwrap().container.unwrap().id, id, "{key:?}");
+    }
+    // What reading a container's process costs: a verbose status against a plain one,
+    // alternated, 50 each.
+    use plegd::cri::RuntimeService;
+    let (mut plain, mut verbose) = (Vec::new(), Vec::new());
+    for _ in 0..50 {
+        let t = Instant::now();
+        c.container_status(&id).await.unwrap();
+        plain.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        c.container_status_verbose(&id).await.unwrap();
+        verbose.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    figure(&format!(
+        "containerd {}: ContainerStatus median {:.2} ms plain, {:.2} ms verbose (50 each, alternated)",
+        env.version,
+        median(&mut plain),
+        median(&mut verbose)
+    ));
+    figure(&format!(
+        "containerd {}: container {} pid {} cgroup {cgroup} (id {ino}) image_ref {} sandbox netns {:?}",
+        env.version,
+        &id[..12],
+        ci.pid,
+        ci.image_ref,
+        sandbox.netns_path
+    ));
+    remove_pod(&c, &sid).await;
+    p.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn get_container_by_pid_answers_soon_after_start_container_returns() {
+    let env = env();
+    let state = tempfile::tempdir().unwrap();
+    let p = env.plegd(state.path(), Duration::from_secs(3600)).await;
+    let c = env.cri();
+    let pod = PodSpec::new("e2e-lookup", "latency");
+    let sid = run_pod(&c, &pod).await;
+    let (mut total, mut answer) = (Vec::new(), Vec::new());
+    // An agent keeps its connection.
+    let mut agent = plegd::cli::client::connect(&p.socket).unwrap();
+    agent.list_pods(api::ListPodsRequest::default()).await.unwrap();
+    for i in 0..40 {
+        let id = create(&c, &pod, &sid, &ContainerSpec::new(&format!("c{i}"))).await;
+        start(&c, &id).await;
+        let returned = Instant::now();
+        // What an agent does: it sees a new PID in the kernel and asks at once.
+        let pid = pid_in_kernel(&id).expect("the container's process is in the kernel once StartContainer returns");
+        let asked = Instant::now();
+        let r = agent
+            .get_container(api::GetContainerRequest { key: Some(Key::Pid(pid)) })
+            .await
+            .unwrap_or_else(|e| panic!("GetContainer(pid {pid}): {e}"))
+            .into_inner();
+        let done = Instant::now();
+        assert_eq!(r.container.unwrap().id, id);
+        total.push((done - returned).as_secs_f64() * 1e3);
+        answer.push((done - asked).as_secs_f64() * 1e3);
+    }
+    let pct = |v: &mut Vec<f64>, q: f64| {
+        v.sort_by(f64::total_cmp);
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    };
+    figure(&format!(
+        "containerd {}: StartContainer returned -> GetContainer(pid) answered, 40 starts: p50 {:.1} ms, p99 {:.1} ms \
+         (of which the call itself p50 {:.1} ms, p99 {:.1} ms; the rest is the test finding the PID in /proc)",
+        env.version,
+        pct(&mut total, 0.5),
+        pct(&mut total, 0.99),
+        pct(&mut answer, 0.5),
+        pct(&mut answer, 0.99)
+    ));
+    remove_pod(&c, &sid).await;
+    p.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn an_oom_killed_container_counts_once_under_oomkilled_across_plegds_restart() {
+    let env = env();
+    let state = tempfile::tempdir().unwrap();
+    let p = env.plegd(state.path(), Duration::from_secs(3600)).await;
+    let c = env.cri();
+    let pod = PodSpec::new("e2e-oom", "hungry");
+    let sid = run_pod(&c, &pod).await;
+    // A shell that doubles a string until the cgroup's 16 MiB run out.
+    let mut spec = ContainerSpec::new("eater").limits(500, 16 << 20);
+    spec.command = vec!["sh".into(), "-c".into(), "x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done".into()];
+    let id = create(&c, &pod, &sid, &spec).await;
+    start(&c, &id).await;
+    let dead = p
+        .until(Key::ContainerId(id.clone()), |r| {
+            r.container.as_ref().is_some_and(|c| c.state == api::ContainerState::Exited as i32)
+        })
+        .await;
+    assert_eq!(dead.container.as_ref().unwrap().reason, "OOMKilled", "containerd {}", env.version);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.terminations("e2e-oom", "OOMKilled").await < 1 {
+        assert!(Instant::now() < deadline, "the OOM kill was never counted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    p.app.pleg.request_relist();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(p.terminations("e2e-oom", "OOMKilled").await, 1, "once, whatever relists follow");
+    p.stop().await;
+    let p = env.plegd(state.path(), Duration::from_secs(3600)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(p.terminations("e2e-oom", "OOMKilled").await, 0, "not again after plegd's restart");
+    remove_pod(&c, &sid).await;
+    p.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run tests/e2e/run.sh"]
+async fn a_removed_container_is_found_by_id_cgroup_and_pid_until_the_retention_ends() {
+    let env = env();
+    let state = tempfile::tempdir().unwrap();
+    let p = env.plegd(state.path(), Duration::from_secs(4)).await;
+    let c = env.cri();
+    let pod = PodSpec::new("e2e-lookup", "brief");
+    let sid = run_pod(&c, &pod).await;
+    let id = create(&c, &pod, &sid, &ContainerSpec::new("main")).await;
+    start(&c, &id).await;
+    let live = p.until(Key::ContainerId(id.clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+    let ci = live.container.unwrap();
+    remove_pod(&c, &sid).await;
+    p.until(Key::ContainerId(id.clone()), |r| r.removed).await;
+    for key in [Key::ContainerId(id.clone()), Key::CgroupId(ci.cgroup_id), Key::Pid(ci.pid)] {
+        let r = p.get(key.clone()).await.unwrap_or_else(|e| panic!("{key:?} after removal: {e}"));
+        assert!(r.removed, "{key:?}");
+        assert_eq!(r.container.unwrap().id, id);
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let e = loop {
+        match p.get(Key::ContainerId(id.clone())).await {
+            Err(e) => break e,
+            Ok(_) => {
+                assert!(Instant::now() < deadline, "the tombstone outlived its retention");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    assert!(e.message().contains("--tombstone-retention"), "{}", e.message());
+    p.stop().await;
+}

@@ -1,0 +1,257 @@
+//! `GetContainer`: an agent holding a PID, a cgroup id or a container id finds the pod
+//! and the container — while it runs and after it is gone, across plegd's restart,
+//! never through a PID another process has taken since — on a simulated node whose
+//! `/proc` and cgroupfs are files under a temporary `--host-root`.
+
+mod support;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::proto::plegd as api;
+use plegd::proto::plegd::get_container_request::Key;
+use support::{Plegd, start_plegd, start_plegd_on};
+
+fn tune(state: PathBuf, root: PathBuf, retention: Duration) -> impl FnOnce(&mut plegd::config::RunConfig) + Clone {
+    move |c| {
+        c.journal.state_dir = Some(state.clone());
+        c.lookup.state_dir = Some(state);
+        c.lookup.host = plegd::host::Host::new(root);
+        c.lookup.retention = retention;
+    }
+}
+
+async fn get(p: &Plegd, key: Key) -> Result<api::GetContainerResponse, tonic::Status> {
+    p.client().get_container(api::GetContainerRequest { key: Some(key) }).await.map(|r| r.into_inner())
+}
+
+/// The PID and cgroup id of a container, as the simulated node's files show them.
+fn kernel_view(root: &Path, resp: &api::GetContainerResponse) -> (u32, u64) {
+    let c = resp.container.as_ref().unwrap();
+    let cgroup = std::fs::read_to_string(root.join(format!("proc/{}/cgroup", c.pid))).unwrap();
+    let path = cgroup.trim().strip_prefix("0::").unwrap().to_owned();
+    let ino = std::fs::metadata(root.join("sys/fs/cgroup").join(path.trim_start_matches('/'))).unwrap().ino();
+    (c.pid, ino)
+}
+
+/// Waits until `GetContainer(key)` answers with a container that satisfies `ok`.
+async fn until(p: &Plegd, key: Key, ok: impl Fn(&api::GetContainerResponse) -> bool) -> api::GetContainerResponse {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(r) = get(p, key.clone()).await
+            && ok(&r)
+        {
+            return r;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "GetContainer({key:?}) never answered as expected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_is_found_by_id_cgroup_id_and_pid_running_removed_and_after_plegds_restart() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let t = tune(state.path().into(), root.path().into(), Duration::from_secs(3600));
+    let p = start_plegd(t.clone()).await;
+    p.h.sim.set_host_root(root.path().into());
+    let pod = PodSpec::new("shop", "web").label("app", "web");
+    let (_, ids) = p.h.run_pod(&pod, &[ContainerSpec::new("main").limits(500, 256 << 20)]).await;
+    let id = ids[0].clone();
+
+    let live = until(&p, Key::ContainerId(id.clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+    let c = live.container.clone().unwrap();
+    let (pid, cgroup_id) = kernel_view(root.path(), &live);
+    assert_eq!(c.cgroup_id, cgroup_id, "the cgroup id is the cgroup directory's inode");
+    assert!(c.cgroup_path.ends_with(&format!("cri-containerd:{id}")), "{}", c.cgroup_path);
+    assert!(c.image_ref.starts_with("docker.io/library/busybox@sha256:"), "{}", c.image_ref);
+    assert!(c.image_id.starts_with("sha256:"));
+    let r = c.resources.expect("resources");
+    assert_eq!((r.cpu_quota, r.cpu_period, r.cpu_shares, r.memory_limit_bytes), (50_000, 100_000, 512, 256 << 20));
+    let sandbox = &live.pod.as_ref().unwrap().sandboxes[0];
+    assert!(sandbox.pid != 0 && sandbox.netns_path.starts_with("/var/run/netns/"), "{sandbox:?}");
+    for key in [Key::Pid(pid), Key::CgroupId(cgroup_id)] {
+        let r = get(&p, key.clone()).await.unwrap();
+        assert_eq!(r.container.unwrap().id, id, "{key:?}");
+        assert_eq!(r.pod.unwrap().name, "web");
+        assert!(!r.removed);
+    }
+
+    p.h.stop_container(&id).await;
+    p.h.remove_container(&id).await;
+    let gone = until(&p, Key::ContainerId(id.clone()), |r| r.removed).await;
+    assert!(gone.removed_at.is_some());
+    assert_eq!(gone.container.as_ref().unwrap().pid, 0, "no PID once it does not run");
+    for key in [Key::Pid(pid), Key::CgroupId(cgroup_id)] {
+        let r = get(&p, key.clone()).await.unwrap();
+        assert_eq!((r.container.unwrap().id.as_str(), r.removed), (id.as_str(), true), "{key:?}");
+    }
+
+    // plegd restarts: the removed container is still found, from the state dir.
+    let h = p.stop_plegd().await;
+    let p = start_plegd_on(h, t).await;
+    for key in [Key::ContainerId(id.clone()), Key::Pid(pid), Key::CgroupId(cgroup_id)] {
+        let r = get(&p, key.clone()).await.unwrap_or_else(|e| panic!("{key:?} after the restart: {e}"));
+        assert_eq!((r.container.unwrap().id.as_str(), r.removed), (id.as_str(), true), "{key:?}");
+        assert_eq!(r.pod.unwrap().namespace, "shop");
+    }
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_pid_is_never_attributed_to_the_container_that_had_it_before() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = start_plegd(tune(state.path().into(), root.path().into(), Duration::from_secs(3600))).await;
+    p.h.sim.set_host_root(root.path().into());
+    let pod = PodSpec::new("ns", "first");
+    let (sid, ids) = p.h.run_pod(&pod, &[ContainerSpec::new("a")]).await;
+    let first = until(&p, Key::ContainerId(ids[0].clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+    let pid = first.container.unwrap().pid;
+    p.h.stop_container(&ids[0]).await;
+    p.h.remove_container(&ids[0]).await;
+    until(&p, Key::ContainerId(ids[0].clone()), |r| r.removed).await;
+
+    // The simulated node hands the freed PID to the next process: a new container.
+    let second = p.h.start_container(&pod, &sid, &ContainerSpec::new("b")).await;
+    let r = until(&p, Key::Pid(pid), |r| r.container.as_ref().is_some_and(|c| c.id == second)).await;
+    assert!(!r.removed);
+
+    // It goes too, and the PID is taken by a process outside any container.
+    p.h.stop_container(&second).await;
+    p.h.remove_container(&second).await;
+    until(&p, Key::ContainerId(second.clone()), |r| r.removed).await;
+    let proc_dir = root.path().join(format!("proc/{pid}"));
+    std::fs::create_dir_all(&proc_dir).unwrap();
+    std::fs::write(proc_dir.join("cgroup"), "0::/system.slice/sshd.service\n").unwrap();
+    std::fs::write(
+        proc_dir.join("stat"),
+        format!("{pid} (sshd) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99999999 0 0\n"),
+    )
+    .unwrap();
+    let e = get(&p, Key::Pid(pid)).await.expect_err("the PID is not a container's any more");
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    assert!(e.message().contains("sshd.service"), "{}", e.message());
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_retention_a_removed_container_is_not_found_and_the_answer_says_why() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = start_plegd(tune(state.path().into(), root.path().into(), Duration::from_secs(1))).await;
+    let (sid, ids) = p.h.run_pod(&PodSpec::new("ns", "brief"), &[ContainerSpec::new("a")]).await;
+    until(&p, Key::ContainerId(ids[0].clone()), |r| !r.removed).await;
+    p.h.stop_pod(&sid).await;
+    p.h.remove_pod(&sid).await;
+    until(&p, Key::ContainerId(ids[0].clone()), |r| r.removed).await;
+    // Nothing else happens on the node: the retention alone ends the tombstone.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let e = loop {
+        match get(&p, Key::ContainerId(ids[0].clone())).await {
+            Err(e) => break e,
+            Ok(_) => {
+                assert!(tokio::time::Instant::now() < deadline, "the tombstone outlived its retention");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    assert!(e.message().contains("--tombstone-retention"), "{}", e.message());
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_lookups_get_a_clear_error_and_change_nothing() {
+    let p = start_plegd(|_| {}).await;
+    for (req, code) in [
+        (api::GetContainerRequest { key: None }, tonic::Code::InvalidArgument),
+        (api::GetContainerRequest { key: Some(Key::ContainerId(String::new())) }, tonic::Code::InvalidArgument),
+        (api::GetContainerRequest { key: Some(Key::Pid(0)) }, tonic::Code::InvalidArgument),
+        (api::GetContainerRequest { key: Some(Key::CgroupId(0)) }, tonic::Code::InvalidArgument),
+        (api::GetContainerRequest { key: Some(Key::ContainerId("nope".into())) }, tonic::Code::NotFound),
+        (api::GetContainerRequest { key: Some(Key::CgroupId(12345)) }, tonic::Code::NotFound),
+    ] {
+        let e = p.client().get_container(req.clone()).await.expect_err("an error");
+        assert_eq!(e.code(), code, "{req:?}: {}", e.message());
+        assert!(!e.message().is_empty());
+    }
+    p.stop().await;
+}
+
+/// `plegd_container_terminations_total{namespace,reason}` as the admin port shows it.
+async fn terminations(p: &Plegd, reason: &str) -> u64 {
+    let (_, body) = support::http(p.app.admin_addr, "GET", "/metrics").await;
+    let needle = format!("plegd_container_terminations_total{{namespace=\"ns\",reason=\"{reason}\"}} ");
+    body.lines().find_map(|l| l.strip_prefix(&needle)).map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oom_kill_is_counted_once_under_its_reason_and_not_again_after_plegds_restart() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let t = tune(state.path().into(), root.path().into(), Duration::from_secs(3600));
+    let p = start_plegd(t.clone()).await;
+    let (_, ids) =
+        p.h.run_pod(&PodSpec::new("ns", "hungry"), &[ContainerSpec::new("a"), ContainerSpec::new("b")]).await;
+    until(&p, Key::ContainerId(ids[1].clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+    assert!(p.h.sim.exit_container(&ids[0], 137, "OOMKilled"));
+    assert!(p.h.sim.exit_container(&ids[1], 1, "Error"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while terminations(&p, "OOMKilled").await < 1 || terminations(&p, "Error").await < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "the deaths were never counted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A full relist reads both dead containers again: still once each.
+    p.app.pleg.request_relist();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!((terminations(&p, "OOMKilled").await, terminations(&p, "Error").await), (1, 1));
+
+    let h = p.stop_plegd().await;
+    let p = start_plegd_on(h, t).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        (terminations(&p, "OOMKilled").await, terminations(&p, "Error").await),
+        (0, 0),
+        "the restarted plegd does not count deaths the last one counted"
+    );
+    p.stop().await;
+}
+
+/// The PID whose cgroup names container `id` on the simulated node.
+fn pid_in(root: &Path, id: &str) -> u32 {
+    std::fs::read_dir(root.join("proc"))
+        .unwrap()
+        .flatten()
+        .find_map(|e| {
+            let cg = std::fs::read_to_string(e.path().join("cgroup")).ok()?;
+            cg.contains(id).then(|| e.file_name().to_str()?.parse().ok()).flatten()
+        })
+        .expect("the container's process")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pid_plegd_has_not_read_yet_is_answered_at_once_from_the_runtime() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let base = tune(state.path().into(), root.path().into(), Duration::from_secs(3600));
+    // No event stream and a relist a minute away: only the lookup's own read can answer.
+    let p = start_plegd(move |c| {
+        base(c);
+        c.mode = plegd::pleg::evented::Mode::Generic;
+        c.relist_period = Duration::from_secs(60);
+        c.relist_threshold = Duration::from_secs(180);
+    })
+    .await;
+    p.h.sim.set_host_root(root.path().into());
+    let pod = PodSpec::new("ns", "fresh");
+    let (_, ids) = p.h.run_pod(&pod, &[ContainerSpec::new("main")]).await;
+    let pid = pid_in(root.path(), &ids[0]);
+    let asked = std::time::Instant::now();
+    let r = get(&p, Key::Pid(pid)).await.expect("answered from the runtime");
+    assert!(asked.elapsed() < Duration::from_secs(1), "took {:?}", asked.elapsed());
+    let c = r.container.unwrap();
+    assert_eq!((c.id.as_str(), c.pid, c.state), (ids[0].as_str(), pid, api::ContainerState::Running as i32));
+    let pod = r.pod.unwrap();
+    assert_eq!((pod.namespace.as_str(), pod.name.as_str()), ("ns", "fresh"));
+    assert!(p.app.journal.pods().iter().all(|p| p.name != "fresh"), "the relister has not read the pod yet");
+    p.stop().await;
+}

@@ -1,0 +1,382 @@
+//! OTLP export against a collector that misbehaves on purpose: an in-process OTLP logs
+//! service that accepts, rejects part of a batch, throttles with `RetryInfo`, refuses,
+//! or is not there at all. Every revision reaches it at least once with the exact
+//! attributes, a partial success is counted and not retried, a collector that is away
+//! costs nothing but lag, a restart resumes from the cursor, and revisions the journal
+//! dropped before export are named in one record. (A real OpenTelemetry Collector and
+//! `kill -9`: `tests/otlp/run.sh`.)
+
+mod support;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::export::otlp::{
+    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse, LogRecord, any_value::Value,
+};
+use support::{Plegd, start_plegd, start_plegd_on};
+use tonic::codegen::{Body, BoxFuture, Service, StdError, http};
+
+/// What the collector answers to the next exports (then: accept).
+#[derive(Clone, Debug)]
+enum Reply {
+    Accept,
+    Partial(i64),
+    Fail(tonic::Code),
+    Throttle(Duration),
+}
+
+#[derive(Default)]
+struct Seen {
+    records: Vec<LogRecord>,
+    requests: Vec<Instant>,
+    script: VecDeque<Reply>,
+}
+
+#[derive(Clone, Default)]
+struct Collector(Arc<Mutex<Seen>>);
+
+struct Export(Collector);
+
+impl tonic::server::UnaryService<ExportLogsServiceRequest> for Export {
+    type Response = ExportLogsServiceResponse;
+    type Future = BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
+
+    fn call(&mut self, req: tonic::Request<ExportLogsServiceRequest>) -> Self::Future {
+        let seen = self.0.0.clone();
+        Box::pin(async move {
+            let mut s = seen.lock().unwrap();
+            s.requests.push(Instant::now());
+            let reply = s.script.pop_front().unwrap_or(Reply::Accept);
+            let records: Vec<LogRecord> = req
+                .into_inner()
+                .resource_logs
+                .into_iter()
+                .flat_map(|r| r.scope_logs)
+                .flat_map(|s| s.log_records)
+                .collect();
+            match reply {
+                Reply::Accept => {
+                    s.records.extend(records);
+                    Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
+                }
+                Reply::Partial(n) => {
+                    s.records.extend(records.into_iter().skip(n as usize));
+                    Ok(tonic::Response::new(ExportLogsServiceResponse {
+                        partial_success: Some(ExportLogsPartialSuccess {
+                            rejected_log_records: n,
+                            error_message: "too old".into(),
+                        }),
+                    }))
+                }
+                Reply::Fail(code) => Err(tonic::Status::new(code, "scripted failure")),
+                Reply::Throttle(d) => Err(throttle(d)),
+            }
+        })
+    }
+}
+
+/// RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo` of `d`.
+fn throttle(d: Duration) -> tonic::Status {
+    use prost::Message;
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct RetryInfo {
+        #[prost(message, optional, tag = "1")]
+        retry_delay: Option<prost_types::Duration>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct RpcStatus {
+        #[prost(int32, tag = "1")]
+        code: i32,
+        #[prost(string, tag = "2")]
+        message: String,
+        #[prost(message, repeated, tag = "3")]
+        details: Vec<prost_types::Any>,
+    }
+    let info = RetryInfo { retry_delay: Some(prost_types::Duration { seconds: d.as_secs() as i64, nanos: 0 }) };
+    let st = RpcStatus {
+        code: tonic::Code::ResourceExhausted as i32,
+        message: "throttled".into(),
+        details: vec![prost_types::Any {
+            type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+            value: info.encode_to_vec(),
+        }],
+    };
+    tonic::Status::with_details(tonic::Code::ResourceExhausted, "throttled", st.encode_to_vec().into())
+}
+
+impl<B> Service<http::Request<B>> for Collector
+where
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let me = self.clone();
+        Box::pin(async move {
+            let codec = tonic_prost::ProstCodec::<ExportLogsServiceResponse, ExportLogsServiceRequest>::default();
+            Ok(tonic::server::Grpc::new(codec).unary(Export(me), req).await)
+        })
+    }
+}
+
+impl tonic::server::NamedService for Collector {
+    const NAME: &'static str = "opentelemetry.proto.collector.logs.v1.LogsService";
+}
+
+impl Collector {
+    /// Serves on a free port until `stop`; returns its `http://` endpoint.
+    async fn serve(&self, stop: tokio_util::sync::CancellationToken) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        self.serve_on(listener, stop);
+        format!("http://{addr}")
+    }
+
+    fn serve_on(&self, listener: tokio::net::TcpListener, stop: tokio_util::sync::CancellationToken) {
+        let svc = self.clone();
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    stop.cancelled(),
+                )
+                .await
+                .unwrap();
+        });
+    }
+
+    fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.0.lock().unwrap().script.extend(replies);
+    }
+
+    /// Records received per `log.record.uid`.
+    fn uids(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for r in &self.0.lock().unwrap().records {
+            *out.entry(string_attr(r, "log.record.uid").unwrap_or_default()).or_insert(0) += 1;
+        }
+        out
+    }
+
+    fn records(&self) -> Vec<LogRecord> {
+        self.0.lock().unwrap().records.clone()
+    }
+}
+
+fn string_attr(r: &LogRecord, key: &str) -> Option<String> {
+    r.attributes.iter().find(|a| a.key == key).and_then(|a| match a.value.as_ref()?.value.as_ref()? {
+        Value::StringValue(s) => Some(s.clone()),
+        Value::IntValue(i) => Some(i.to_string()),
+        _ => None,
+    })
+}
+
+fn export_to(
+    endpoint: String,
+    state: Option<std::path::PathBuf>,
+) -> impl FnOnce(&mut plegd::config::RunConfig) + Clone {
+    move |c| {
+        let mut e = plegd::export::ExportConfig::new(&endpoint, "node-t");
+        e.state_dir = state.clone();
+        e.linger = Duration::from_millis(50);
+        e.batch = 16;
+        e.backoff_initial = Duration::from_millis(100);
+        e.backoff_max = Duration::from_millis(400);
+        c.export = Some(e);
+        c.journal.state_dir = state;
+    }
+}
+
+/// Waits until the collector holds every revision 1..=journal's of this node and epoch.
+async fn all_in(p: &Plegd, c: &Collector, within: Duration) -> u64 {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let (rev, epoch) = (p.app.journal.revision(), p.app.journal.epoch());
+        let uids = c.uids();
+        let missing: Vec<u64> = (1..=rev).filter(|r| !uids.contains_key(&format!("node-t/{epoch}/{r}"))).collect();
+        if rev > 0 && missing.is_empty() {
+            return rev;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "revisions never exported: {:?} (of {rev})",
+            &missing[..missing.len().min(20)]
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn metric(p: &Plegd, name: &str) -> f64 {
+    let (_, body) = support::http(p.app.admin_addr, "GET", "/metrics").await;
+    body.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+async fn churn(p: &Plegd, n: usize, tag: &str) {
+    for i in 0..n {
+        let pod = PodSpec::new("otlp", &format!("{tag}-{i}")).label("app", "web");
+        let (sid, _) =
+            p.h.run_pod(&pod, &[ContainerSpec::new("main").exits_after(Duration::from_millis(100), 3)]).await;
+        if i % 2 == 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            p.h.stop_pod(&sid).await;
+            p.h.remove_pod(&sid).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_revision_reaches_the_collector_with_the_attributes_of_its_event() {
+    let c = Collector::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let endpoint = c.serve(stop.clone()).await;
+    let p = start_plegd(export_to(endpoint, None)).await;
+    churn(&p, 6, "a").await;
+    let rev = all_in(&p, &c, Duration::from_secs(20)).await;
+    assert!(rev >= 20, "churn made {rev} revisions");
+    // Each record says what its journal entry says.
+    let records = c.records();
+    let died: Vec<_> = records.iter().filter(|r| r.event_name == "k8s.container.died").collect();
+    assert!(!died.is_empty());
+    for r in &died {
+        assert_eq!(string_attr(r, "k8s.namespace.name").as_deref(), Some("otlp"));
+        assert_eq!(string_attr(r, "k8s.pod.label.app").as_deref(), Some("web"));
+        assert_eq!(string_attr(r, "k8s.container.name").as_deref(), Some("main"));
+        assert!(string_attr(r, "container.id").is_some_and(|id| id.len() == 64));
+        assert!(r.time_unix_nano > 0 && r.time_unix_nano <= r.observed_time_unix_nano);
+        let exit = string_attr(r, "process.exit.code").unwrap();
+        assert!(exit == "3" || exit == "137", "{exit}");
+    }
+    assert_eq!(metric(&p, "plegd_otlp_lag_revisions").await, 0.0);
+    assert!(metric(&p, "plegd_otlp_exported_records_total").await >= rev as f64);
+    p.stop().await;
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_success_is_counted_and_not_retried_and_throttling_waits_as_told() {
+    let c = Collector::default();
+    c.script([Reply::Partial(2), Reply::Throttle(Duration::from_secs(1)), Reply::Fail(tonic::Code::Unavailable)]);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let endpoint = c.serve(stop.clone()).await;
+    let p = start_plegd(export_to(endpoint, None)).await;
+    churn(&p, 4, "b").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while metric(&p, "plegd_otlp_lag_revisions").await > 0.0 || p.app.journal.revision() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the export never caught up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(metric(&p, "plegd_otlp_rejected_records_total").await, 2.0);
+    // The two rejected records were not sent again; everything else arrived.
+    let uids = c.uids();
+    let epoch = p.app.journal.epoch();
+    let missing: Vec<u64> =
+        (1..=p.app.journal.revision()).filter(|r| !uids.contains_key(&format!("node-t/{epoch}/{r}"))).collect();
+    assert_eq!(missing, vec![1, 2], "exactly the rejected ones are missing");
+    // The throttled request was retried after the delay the collector asked for.
+    let at = c.0.lock().unwrap().requests.clone();
+    assert!(at[2] - at[1] >= Duration::from_millis(950), "retried after {:?}", at[2] - at[1]);
+    assert_eq!(metric(&p, "plegd_otlp_failed_requests_total").await, 2.0);
+    p.stop().await;
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_away_costs_lag_only_and_a_restart_resumes_from_the_cursor() {
+    let state = tempfile::tempdir().unwrap();
+    // A port nobody listens on yet.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let endpoint = format!("http://{addr}");
+    let p = start_plegd(export_to(endpoint.clone(), Some(state.path().into()))).await;
+    churn(&p, 6, "c").await;
+    // The journal and the watchers go on; the exporter only falls behind.
+    let mut watch = p.client().watch(plegd::proto::plegd::WatchRequest::default()).await.unwrap().into_inner();
+    assert!(watch.message().await.unwrap().is_some());
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let lag = metric(&p, "plegd_otlp_lag_revisions").await;
+    assert!(lag >= 20.0, "lag {lag}");
+    assert!(metric(&p, "plegd_otlp_failed_requests_total").await >= 1.0);
+
+    // The collector comes; everything arrives.
+    let c = Collector::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    c.serve_on(tokio::net::TcpListener::bind(addr).await.unwrap(), stop.clone());
+    let first = all_in(&p, &c, Duration::from_secs(20)).await;
+
+    // plegd restarts (its state dir kept): it goes on from its cursor.
+    let h = p.stop_plegd().await;
+    let before = c.records().len();
+    let p = start_plegd_on(h, export_to(endpoint, Some(state.path().into()))).await;
+    churn(&p, 2, "d").await;
+    let last = all_in(&p, &c, Duration::from_secs(20)).await;
+    assert!(last > first);
+    let again: Vec<_> = c.records()[before..]
+        .iter()
+        .filter_map(|r| string_attr(r, "plegd.revision")?.parse::<u64>().ok())
+        .filter(|r| *r <= first)
+        .collect();
+    assert!(again.is_empty(), "a clean restart sends nothing twice: {again:?}");
+    p.stop().await;
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revisions_the_journal_dropped_before_export_are_named_in_one_record_and_counted() {
+    let state = tempfile::tempdir().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let endpoint = format!("http://{addr}");
+    let small = {
+        let base = export_to(endpoint, Some(state.path().into()));
+        move |c: &mut plegd::config::RunConfig| {
+            base(c);
+            // The journal keeps 10 events; the exporter's live buffer, 4.
+            c.journal.capacity = 10;
+            c.journal.client_buffer = 4;
+        }
+    };
+    let p = start_plegd(small).await;
+    churn(&p, 6, "e").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rev = p.app.journal.revision();
+    let oldest = p.app.journal.oldest_revision();
+    assert!(oldest > 1, "the journal kept everything ({oldest}); make more churn");
+    let c = Collector::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    c.serve_on(tokio::net::TcpListener::bind(addr).await.unwrap(), stop.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while metric(&p, "plegd_otlp_lag_revisions").await > 0.0 {
+        assert!(tokio::time::Instant::now() < deadline, "the export never caught up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lost: Vec<_> = c.records().into_iter().filter(|r| r.event_name == "plegd.export.lost").collect();
+    assert_eq!(lost.len(), 1, "one record names the gap");
+    let (from, to) =
+        (string_attr(&lost[0], "plegd.lost.from").unwrap(), string_attr(&lost[0], "plegd.lost.to").unwrap());
+    let (from, to): (u64, u64) = (from.parse().unwrap(), to.parse().unwrap());
+    assert!(from <= to && to + 1 >= oldest && to < rev, "lost {from}..={to}, journal kept {oldest}..={rev}");
+    assert_eq!(metric(&p, "plegd_otlp_lost_revisions_total").await, (to - from + 1) as f64);
+    // Everything before and after the gap arrived: the gap is exactly what it names.
+    let uids = c.uids();
+    let epoch = p.app.journal.epoch();
+    let has = |r: u64| uids.contains_key(&format!("node-t/{epoch}/{r}"));
+    assert!((1..from).all(has), "before the gap");
+    assert!((from..=to).all(|r| !has(r)), "the gap");
+    assert!((to + 1..=p.app.journal.revision()).all(has), "after the gap");
+    p.stop().await;
+    stop.cancel();
+}
