@@ -10,13 +10,19 @@ use std::path::{Path, PathBuf};
 
 /// Bottom to top. A module may import its own layer and the ones before it.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("leaves", &["proto", "backoff", "clock", "uds", "metrics", "process", "memory", "liveness", "labels", "selector"]),
+    (
+        "leaves",
+        &[
+            "proto", "backoff", "clock", "uds", "metrics", "process", "memory", "liveness", "labels", "selector",
+            "runlog",
+        ],
+    ),
     ("model", &["model"]),
     ("cri", &["cri"]),
     ("stores", &["cache", "journal", "workqueue"]),
     ("pleg", &["pleg"]),
     ("pipeline", &["publish", "syncloop", "reconcile"]),
-    ("serving", &["grpc", "admin"]),
+    ("serving", &["grpc", "pages", "admin"]),
     ("config", &["config", "telemetry"]),
     ("wiring", &["app"]),
     ("cli", &["cli", "sim", "watchcheck"]),
