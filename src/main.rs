@@ -141,7 +141,12 @@ async fn run(cli: Cli) -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return usage(&e.to_string()),
             };
-            match plegd::sim::serve_cli(&args.listen, churn, args.events, &tracker, shutdown.clone()).await {
+            let served = if args.trouble {
+                plegd::cli::trouble::serve(&args.listen, churn, args.events, &tracker, shutdown.clone()).await
+            } else {
+                plegd::sim::serve_cli(&args.listen, churn, args.events, &tracker, shutdown.clone()).await
+            };
+            match served {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("plegd: {e}");

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod demo;
+pub mod trouble;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -188,6 +189,10 @@ pub struct SimArgs {
     /// How GetContainerEvents behaves.
     #[arg(long, env = "PLEGD_SIM_EVENTS", value_enum, default_value = "stream")]
     pub events: EventsMode,
+    /// Adds pods in trouble to the churn: shop/checkout crash-loops, batch/indexer is
+    /// OOM-killed, default/hostile carries markup in its labels (for the pages' tests).
+    #[arg(long, env = "PLEGD_SIM_TROUBLE")]
+    pub trouble: bool,
     /// Logging.
     #[command(flatten)]
     pub log: LogArgs,
