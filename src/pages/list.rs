@@ -215,7 +215,13 @@ pub fn row(p: &PodStatus, error: Option<&str>, now: SystemTime) -> PodRow {
         uid: p.uid.clone(),
         namespace: p.namespace.clone(),
         name: p.name.clone(),
-        labels: p.labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        // The kubelet's own labels repeat the pod's name, namespace and uid.
+        labels: p
+            .labels
+            .iter()
+            .filter(|(k, _)| !k.starts_with("io.kubernetes.pod."))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         created: p.sandboxes.last().and_then(|s| nanos_to_system(s.created_at)),
         containers,
         ready: p.sandboxes.first().is_some_and(|s| s.state == crate::model::SandboxState::Ready),
@@ -323,7 +329,7 @@ pub fn render(
     let oom = rows.iter().flat_map(|r| &r.containers).filter(|c| c.oom).count();
     let _ = write!(
         s,
-        "<p class=\"summary muted\">{} of {total} pods · {looping} containers crash-looping · {oom} OOM-killed · as of {}</p>",
+        "<p class=\"summary muted\">{} of {total} pods · crash-looping containers: {looping} · OOM-killed: {oom} · as of {}</p>",
         rows.len(),
         esc(&super::html::time(now))
     );

@@ -72,8 +72,12 @@ async fn index(State(s): State<Arc<PagesState>>, Query(mut params): Query<Vec<(S
     }
     let since = token(&s);
     let now = SystemTime::now();
-    let pods: Vec<_> =
-        s.cache.snapshot().iter().filter_map(|e| e.status.as_ref().map(|p| (p.clone(), e.error.as_deref().map(str::to_string)))).collect();
+    let pods: Vec<_> = s
+        .cache
+        .snapshot()
+        .iter()
+        .filter_map(|e| e.status.as_ref().map(|p| (p.clone(), e.error.as_deref().map(str::to_string))))
+        .collect();
     let mut namespaces: Vec<String> = pods.iter().map(|(p, _)| p.namespace.clone()).collect();
     namespaces.sort();
     namespaces.dedup();

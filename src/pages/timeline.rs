@@ -614,8 +614,15 @@ pub fn render(uid: &str, epoch: u64, t: &Timeline<'_>, since: &str, now: SystemT
         last.map(|e| (e.event.pod_namespace.to_string(), e.event.pod_name.to_string())).unwrap_or_default();
     let mut s = format!("<main data-since=\"{}\" data-revision=\"{}\">", esc(since), last.map_or(0, |e| e.revision));
     let _ = write!(s, "<h1>{}/{}</h1>", esc(&ns), esc(&name));
-    let labels: Vec<String> =
-        pod.map(|p| p.labels.iter().map(|(k, v)| format!("{}={}", esc(k), esc(v))).collect()).unwrap_or_default();
+    let labels: Vec<String> = pod
+        .map(|p| {
+            p.labels
+                .iter()
+                .filter(|(k, _)| !k.starts_with("io.kubernetes.pod."))
+                .map(|(k, v)| format!("{}={}", esc(k), esc(v)))
+                .collect()
+        })
+        .unwrap_or_default();
     let _ = write!(
         s,
         "<p class=\"muted\">uid <code>{}</code> · {} events · journal epoch {epoch} · last revision {}{}</p>",
