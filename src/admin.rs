@@ -151,6 +151,8 @@ pub struct AdminState {
     pub runtime_view: RuntimeView,
     /// Paces the debug requests that make plegd work.
     pub work: Arc<WorkLimiter>,
+    /// plegd's starts and the outages it saw (the pod pages draw them).
+    pub runlog: crate::runlog::RunLog,
 }
 
 /// Reads every pod from the runtime afresh.
@@ -367,8 +369,13 @@ pub fn admin_router(state: Arc<AdminState>) -> Router {
         .with_state(state)
 }
 
-/// The debug router (`--debug-addr`).
+/// The debug router (`--debug-addr`): the debug API and the pages for people.
 pub fn debug_router(state: Arc<AdminState>) -> Router {
+    let pages = crate::pages::PagesState {
+        cache: state.cache.clone(),
+        journal: state.journal.clone(),
+        runlog: state.runlog.clone(),
+    };
     Router::new()
         .route("/debug/pods", get(debug_pods))
         .route("/debug/pods/{uid}/timeline", get(debug_timeline))
@@ -377,16 +384,21 @@ pub fn debug_router(state: Arc<AdminState>) -> Router {
         .route("/debug/resync", axum::routing::post(debug_resync))
         .fallback(debug_not_found)
         .with_state(state)
+        .merge(crate::pages::router(pages))
 }
 
 async fn admin_not_found(uri: axum::http::Uri) -> Response {
     let paths = "/metrics /livez /healthz /readyz";
-    let more = if uri.path().starts_with("/debug") { " (the debug API is on --debug-addr)" } else { "" };
+    let more = if uri.path().starts_with("/debug") || uri.path() == "/" || uri.path().starts_with("/pods/") {
+        " (the debug API and the pages are on --debug-addr)"
+    } else {
+        ""
+    };
     (StatusCode::NOT_FOUND, format!("no such path {}; try {paths}{more}\n", uri.path())).into_response()
 }
 
 async fn debug_not_found(uri: axum::http::Uri) -> Response {
-    let paths = "/debug/pods /debug/pods/{uid}/timeline /debug/events /debug/queue POST:/debug/resync";
+    let paths = "/ /pods/{uid} /debug/pods /debug/pods/{uid}/timeline /debug/events /debug/queue POST:/debug/resync";
     (StatusCode::NOT_FOUND, format!("no such path {}; try {paths}\n", uri.path())).into_response()
 }
 

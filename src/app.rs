@@ -25,6 +25,7 @@ use crate::pleg::health::PlegHealth;
 use crate::pleg::hints::PodHints;
 use crate::publish;
 use crate::reconcile::{Controller, CrashLoop, Enqueue, Gc, GcMode, Publish, Reconciler};
+use crate::runlog::{Mark, MarkKind, RunLog};
 use crate::syncloop::{History, SyncLoop, SyncLoopHandle};
 use crate::uds::UdsError;
 use crate::workqueue::WorkQueue;
@@ -147,6 +148,18 @@ pub async fn start_on<R: RuntimeService>(
             .expect("opening the lookup panicked")?
     };
     lookup.seed(&journal.pods());
+    // plegd's own starts and the outages it sees, kept beside the journal.
+    let runlog = {
+        let dir = cfg.journal.state_dir.clone();
+        let detail = format!("plegd {} pid {} mode {:?}", env!("CARGO_PKG_VERSION"), std::process::id(), cfg.mode);
+        tokio::task::spawn_blocking(move || {
+            let log = RunLog::open(dir.as_deref());
+            log.record(Mark::now(MarkKind::Start, detail));
+            log
+        })
+        .await
+        .expect("opening the run log panicked")
+    };
     let (events_tx, publisher) = publish::channel(4096, journal.clone(), Some(metrics.events.clone()));
     let publisher = publisher
         .with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT))
@@ -222,6 +235,7 @@ pub async fn start_on<R: RuntimeService>(
             })
         },
         work: Default::default(),
+        runlog: runlog.clone(),
     };
     let admin_state = Arc::new(admin_state);
     let admin = HttpServer::bind(cfg.admin_addr, crate::admin::admin_router(admin_state.clone()), HttpLimits::ADMIN)
@@ -253,6 +267,7 @@ pub async fn start_on<R: RuntimeService>(
                 .with_liveness(liveness.register("event stream", QUICK_LOOP_LIMIT));
         spawn(tracker, "event_stream", watcher.run(shutdown.clone()));
     }
+    spawn(tracker, "run_log", keep_run_log(runlog, state_rx.clone(), health.clone(), shutdown.clone()));
     spawn(tracker, "relist", pleg.run(shutdown.clone()));
     spawn(tracker, "sync_loop", sync_loop.run(shutdown.clone()));
     for c in controllers {
@@ -333,6 +348,61 @@ where
     F: std::future::Future<Output = ()> + Send + 'static,
 {
     tracker.spawn(fut.instrument(tracing::info_span!("task", name)));
+}
+
+/// Records in the run log what the pages draw beside the pods: the event stream's
+/// changes of state, relists failing and recovering, and plegd's stop.
+async fn keep_run_log(
+    log: RunLog,
+    mut stream: tokio::sync::watch::Receiver<StreamState>,
+    health: PlegHealth,
+    shutdown: CancellationToken,
+) {
+    let record = |m: Mark| {
+        let log = log.clone();
+        async move {
+            let _ = tokio::task::spawn_blocking(move || log.record(m)).await;
+        }
+    };
+    let mut last_stream: Option<&'static str> = None;
+    let mut failing = false;
+    let mut stream_open = true;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let state = *stream.borrow_and_update();
+        let word = match state {
+            StreamState::Up => Some("up"),
+            StreamState::Down => Some("down"),
+            StreamState::NoStream | StreamState::Disabled => Some(state.as_str()),
+            StreamState::Starting | StreamState::Connecting => None,
+        };
+        if let Some(w) = word
+            && last_stream != Some(w)
+        {
+            record(Mark::now(MarkKind::Stream, w)).await;
+            last_stream = Some(w);
+        }
+        match (health.last_error(), failing) {
+            (Some(e), false) => {
+                record(Mark::now(MarkKind::RuntimeDown, e)).await;
+                failing = true;
+            }
+            (None, true) => {
+                record(Mark::now(MarkKind::RuntimeUp, "")).await;
+                failing = false;
+            }
+            _ => {}
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                record(Mark::now(MarkKind::Stop, "")).await;
+                return;
+            }
+            changed = stream.changed(), if stream_open => stream_open = changed.is_ok(),
+            _ = tick.tick() => {}
+        }
+    }
 }
 
 /// Logs the runtime's name and version once it answers; until then says, once, that

@@ -20,7 +20,8 @@
 //!
 //! 1. leaves: [`proto`], [`backoff`], [`clock`] (plegd's wall clock), [`uds`], [`metrics`],
 //!    [`process`], [`memory`] (freed heap back to the kernel), [`liveness`], [`labels`],
-//!    [`selector`], [`host`] (the node's `/proc` and cgroupfs)
+//!    [`selector`], [`host`] (the node's `/proc` and cgroupfs), [`runlog`] (plegd's own starts
+//!    and the outages it saw)
 //! 2. [`model`] — pod status and [`model::event`], the lifecycle events
 //! 3. [`cri`] — the runtime calls as a trait, and the tonic client
 //! 4. stores: [`cache`] (the runtime's latest per pod), [`journal`] (events by revision,
@@ -28,7 +29,8 @@
 //!    cgroup id and PID, removed ones too)
 //! 5. [`pleg`] — the relister (the cache's only writer) and the event-stream consumer
 //! 6. pipeline: [`publish`] (the one publish path), [`syncloop`], [`reconcile`]
-//! 7. serving: [`grpc`], [`admin`], [`export`] (OTLP to a collector)
+//! 7. serving: [`grpc`], [`admin`], [`pages`] (HTML for people, on the debug listener), [`export`]
+//!    (OTLP to a collector)
 //! 8. [`config`], [`telemetry`]
 //! 9. [`app`] — the one builder: production, tests, benches and the demo call it
 //! 10. [`cli`], [`sim`] (the simulated runtime), [`watchcheck`] (the Watch checker)
@@ -50,11 +52,13 @@ pub mod lookup;
 pub mod memory;
 pub mod metrics;
 pub mod model;
+pub mod pages;
 pub mod pleg;
 pub mod process;
 pub mod proto;
 pub mod publish;
 pub mod reconcile;
+pub mod runlog;
 pub mod selector;
 pub mod sim;
 pub mod syncloop;

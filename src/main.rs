@@ -143,16 +143,13 @@ async fn run(cli: Cli) -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return usage(&e.to_string()),
             };
-            match plegd::sim::serve_cli(
-                &args.listen,
-                churn,
-                args.events,
-                args.host_root.clone(),
-                &tracker,
-                shutdown.clone(),
-            )
-            .await
-            {
+            let served = if args.trouble {
+                plegd::cli::trouble::serve(&args.listen, churn, args.events, &tracker, shutdown.clone()).await
+            } else {
+                let root = args.host_root.clone();
+                plegd::sim::serve_cli(&args.listen, churn, args.events, root, &tracker, shutdown.clone()).await
+            };
+            match served {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("plegd: {e}");

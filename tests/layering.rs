@@ -12,14 +12,17 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "leaves",
-        &["proto", "backoff", "clock", "uds", "metrics", "process", "memory", "liveness", "labels", "selector", "host"],
+        &[
+            "proto", "backoff", "clock", "uds", "metrics", "process", "memory", "liveness", "labels", "selector",
+            "host", "runlog",
+        ],
     ),
     ("model", &["model"]),
     ("cri", &["cri"]),
     ("stores", &["cache", "journal", "workqueue", "lookup"]),
     ("pleg", &["pleg"]),
     ("pipeline", &["publish", "syncloop", "reconcile"]),
-    ("serving", &["grpc", "admin", "export"]),
+    ("serving", &["grpc", "pages", "admin", "export"]),
     ("config", &["config", "telemetry"]),
     ("wiring", &["app"]),
     ("cli", &["cli", "sim", "watchcheck"]),

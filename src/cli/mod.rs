@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod demo;
+pub mod trouble;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -231,6 +232,10 @@ pub struct SimArgs {
     /// `sys/fs/cgroup/`), for `plegd run --host-root` with the same directory.
     #[arg(long, env = "PLEGD_SIM_HOST_ROOT")]
     pub host_root: Option<std::path::PathBuf>,
+    /// Adds pods in trouble to the churn: shop/checkout crash-loops, batch/indexer is
+    /// OOM-killed, default/hostile carries markup in its labels (for the pages' tests).
+    #[arg(long, env = "PLEGD_SIM_TROUBLE")]
+    pub trouble: bool,
     /// Logging.
     #[command(flatten)]
     pub log: LogArgs,
