@@ -638,7 +638,7 @@ async fn cri_calls() {
                 ms(async {
                     let (listed, prefetched) = futures_util::future::join(
                         list_pod(&client, &uid, &known),
-                        Prefetched::read(&client, [sid.clone()], [cid.clone()]),
+                        Prefetched::read(&client, [sid.clone()], [cid.clone()], None),
                     )
                     .await;
                     inspect_prefetched(&client, None, &listed.unwrap().unwrap(), None, prefetched).await.unwrap()

@@ -228,10 +228,12 @@ pub async fn start_on<R: RuntimeService>(
         cache: cache.clone(),
         journal: journal.clone(),
         runtime_view: {
-            let (client, n) = (client.clone(), cfg.inspect_concurrency);
+            let (client, n, host) = (client.clone(), cfg.inspect_concurrency, cfg.lookup.host.clone());
             Arc::new(move || {
-                let client = client.clone();
-                Box::pin(async move { crate::pleg::inspect::read_all(&client, n).await.map_err(|e| e.to_string()) })
+                let (client, host) = (client.clone(), host.clone());
+                Box::pin(
+                    async move { crate::pleg::inspect::read_all(&client, &host, n).await.map_err(|e| e.to_string()) },
+                )
             })
         },
         work: Default::default(),

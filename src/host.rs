@@ -55,6 +55,12 @@ impl Host {
         self.root.join("proc").join(pid.to_string()).join(file)
     }
 
+    /// Whether the host's processes are visible here (its `/proc`, with PID 1 in it):
+    /// only then does "no such process" mean the process is gone.
+    pub fn sees_processes(&self) -> bool {
+        self.root.join("proc/1/stat").exists()
+    }
+
     /// The process with this PID now, or `None` when there is none (or `/proc` is not
     /// readable).
     pub fn process(&self, pid: u32) -> Option<HostProcess> {

@@ -166,11 +166,7 @@ impl Manifest {
             args: strings(&c["args"]),
             env: c["env"]
                 .as_sequence()
-                .map(|s| {
-                    s.iter()
-                        .map(|e| (e["name"].as_str().unwrap().to_owned(), e["value"].as_str().unwrap().to_owned()))
-                        .collect()
-                })
+                .map(|s| s.iter().map(|e| (e["name"].as_str().unwrap().to_owned(), env_value(e))).collect())
                 .unwrap_or_default(),
             mounts,
             liveness: probe(&c["livenessProbe"]),
@@ -430,6 +426,20 @@ async fn start_container(c: &CriClient, pod: &PodSpec, sid: &str, spec: &Contain
         raw.create_container(pod.create_request(sid, spec)).await.expect("CreateContainer").into_inner().container_id;
     raw.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");
     id
+}
+
+/// An env entry's value as the kubelet would give it: a literal, or from the downward
+/// API (this test's node is "e2e-node").
+fn env_value(e: &serde_yaml::Value) -> String {
+    if let Some(v) = e["value"].as_str() {
+        return v.to_owned();
+    }
+    match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+        Some("spec.nodeName") => "e2e-node".into(),
+        other => {
+            panic!("manifests/daemonset.yaml env {:?} from {other:?}, which tests/e2e_pod.rs does not map", e["name"])
+        }
+    }
 }
 
 #[tokio::test]

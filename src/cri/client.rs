@@ -294,7 +294,10 @@ impl RuntimeService for CriClient {
         Ok((status, verbose))
     }
 
-    async fn pod_sandbox_status_verbose(&self, id: &str) -> Result<super::verbose::SandboxVerbose, CriError> {
+    async fn pod_sandbox_status_verbose(
+        &self,
+        id: &str,
+    ) -> Result<(cri::PodSandboxStatus, super::verbose::SandboxVerbose), CriError> {
         let id = id.to_owned();
         let resp = self
             .unary("PodSandboxStatus", |mut c, t| async move {
@@ -302,7 +305,13 @@ impl RuntimeService for CriClient {
                     .await
             })
             .await?;
-        Ok(super::verbose::SandboxVerbose::parse(&resp.info))
+        let verbose = super::verbose::SandboxVerbose::parse(&resp.info);
+        let status = resp.status.ok_or(CriError::Incomplete {
+            method: "PodSandboxStatus",
+            endpoint: self.endpoint.clone(),
+            field: "status",
+        })?;
+        Ok((status, verbose))
     }
 
     /// Opens the runtime's event stream on a reader of its own: a thread with its own

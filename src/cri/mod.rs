@@ -150,16 +150,13 @@ pub trait RuntimeService: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<(cri::ContainerStatus, verbose::ContainerVerbose), CriError>> + Send {
         async move { Ok((self.container_status(id).await?, verbose::ContainerVerbose::default())) }
     }
-    /// `PodSandboxStatus` with `verbose`: what the runtime's verbose `info` says of the
-    /// sandbox's process and network namespace.
+    /// `PodSandboxStatus` with `verbose`: the status and what the runtime's verbose
+    /// `info` says of the sandbox's process and network namespace.
     fn pod_sandbox_status_verbose(
         &self,
         id: &str,
-    ) -> impl Future<Output = Result<verbose::SandboxVerbose, CriError>> + Send {
-        async move {
-            self.pod_sandbox_status(id).await?;
-            Ok(verbose::SandboxVerbose::default())
-        }
+    ) -> impl Future<Output = Result<(cri::PodSandboxStatus, verbose::SandboxVerbose), CriError>> + Send {
+        async move { Ok((self.pod_sandbox_status(id).await?, verbose::SandboxVerbose::default())) }
     }
     /// `GetContainerEvents`: resolves once the stream is open.
     fn container_events(&self) -> impl Future<Output = Result<EventStream, CriError>> + Send;

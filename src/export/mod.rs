@@ -185,6 +185,8 @@ struct Batch {
     /// Event records (the lost-revisions record is not one).
     events: u64,
     upto: Cursor,
+    /// The first event record's revision (0: none).
+    first_revision: u64,
     oldest_observed: Option<SystemTime>,
 }
 
@@ -241,10 +243,20 @@ impl OtlpExporter {
             // A new cursor: everything the journal holds.
             None => (Cursor { epoch, revision: oldest.saturating_sub(1) }, None),
             Some(c) if c.epoch != epoch => {
-                // How many of the old epoch's revisions followed the cursor is unknown.
-                let why = format!("the journal began epoch {epoch} (its state was lost or reset)");
-                let rec = records::lost_record(node, c.epoch, c.revision + 1, None, &why);
-                (Cursor { epoch, revision: oldest.saturating_sub(1) }, Some((rec, 0)))
+                // A new epoch continues the revisions (a reboot, a failed disk): what the
+                // old one held after the cursor, up to the new one's oldest, is gone.
+                // Revisions that started over leave the end unknown.
+                let why = format!("the journal began epoch {epoch} (a reboot or a failed disk took them)");
+                let from = c.revision + 1;
+                let next = Cursor { epoch, revision: oldest.saturating_sub(1) };
+                if oldest == from {
+                    // Everything the old epoch published was exported.
+                    return (next, None);
+                }
+                let to = oldest.checked_sub(1).filter(|to| *to >= from);
+                let rec = records::lost_record(node, c.epoch, from, to, &why);
+                let count = to.map_or(0, |to| to - from + 1);
+                (next, Some((rec, count)))
             }
             Some(c) if c.revision + 1 < oldest => {
                 let (from, to) = (c.revision + 1, oldest - 1);
@@ -266,7 +278,7 @@ impl OtlpExporter {
         tracing::warn!(count, "revisions were lost before export; sending a record that says so");
         self.metrics.lost.inc_by(count);
         let upto = cursor.expect("set");
-        let batch = Batch { records: vec![rec], events: 0, upto, oldest_observed: None };
+        let batch = Batch { records: vec![rec], events: 0, upto, first_revision: 0, oldest_observed: None };
         self.deliver(batch, cursor, sd).await
     }
 
@@ -278,7 +290,7 @@ impl OtlpExporter {
         let replay = match std::mem::replace(&mut sub.start, Start::Replay(Default::default())) {
             Start::Replay(r) => r,
             // Compacted or a new epoch between the check and the subscription.
-            Start::Snapshot { .. } => return Follow::Again,
+            Start::Snapshot { .. } => return self.pause(sd).await,
         };
         let mut pending: Vec<Arc<Entry>> = Vec::new();
         if let Some(mut disk) = replay.disk {
@@ -299,7 +311,10 @@ impl OtlpExporter {
                     Ok(Ok((None, _))) => break,
                     Ok(Err(e)) => {
                         tracing::info!(error = %e, "the export's replay from disk stopped; starting again from the cursor");
-                        return self.flush(pending, epoch, cursor, sd).await;
+                        if let Follow::Shutdown = self.flush(pending, epoch, cursor, sd).await {
+                            return Follow::Shutdown;
+                        }
+                        return self.pause(sd).await;
                     }
                     Err(_) => return Follow::Shutdown,
                 }
@@ -359,6 +374,14 @@ impl OtlpExporter {
         }
     }
 
+    /// Waits a moment before reading again after a read that could not go on.
+    async fn pause(&self, sd: &CancellationToken) -> Follow {
+        tokio::select! {
+            _ = tokio::time::sleep(self.cfg.backoff_initial) => Follow::Again,
+            _ = sd.cancelled() => Follow::Shutdown,
+        }
+    }
+
     /// Delivers what is pending (once), then starts over.
     async fn flush(
         &self,
@@ -381,6 +404,7 @@ impl OtlpExporter {
             records: entries.iter().map(|e| records::log_record(e, epoch, &self.cfg.node)).collect(),
             events: entries.len() as u64,
             upto,
+            first_revision: entries.first().map_or(0, |e| e.revision),
             oldest_observed: entries.first().map(|e| e.event.observed_at),
         }
     }
@@ -432,7 +456,7 @@ impl OtlpExporter {
                 }
                 Outcome::Retry { after, error } => {
                     self.metrics.failed.inc();
-                    let delay = after.unwrap_or(backoff);
+                    let delay = after.map_or(backoff, |a| a.max(self.cfg.backoff_initial));
                     if attempt == 1 || attempt.is_power_of_two() {
                         tracing::warn!(%error, attempt, ?delay, "OTLP export failed; retrying");
                     }
@@ -446,6 +470,22 @@ impl OtlpExporter {
                     self.metrics.failed.inc();
                     self.metrics.dropped.inc_by(batch.events);
                     tracing::error!(%error, records = batch.events, "OTLP export refused for good; the batch is dropped and counted");
+                    if batch.events > 0 && batch.first_revision > 0 {
+                        // Named, once, in a record of its own (best effort: the same
+                        // collector may refuse it too).
+                        let why = format!("the collector refused them for good ({error})");
+                        let first = batch.first_revision;
+                        let rec = records::lost_record(
+                            &self.cfg.node,
+                            batch.upto.epoch,
+                            first,
+                            Some(batch.upto.revision),
+                            &why,
+                        );
+                        let mut one = req.clone();
+                        one.resource_logs[0].scope_logs[0].log_records = vec![rec];
+                        let _ = otlp::export(self.channel.clone(), &self.headers, one, self.cfg.timeout).await;
+                    }
                     break;
                 }
             }

@@ -263,6 +263,14 @@ pub async fn export(
             }
             _ => Outcome::Accepted,
         },
+        // A status the client made from a broken connection (the collector killed
+        // mid-request) carries its cause; the server's own statuses do not.
+        Err(status)
+            if matches!(status.code(), tonic::Code::Unknown | tonic::Code::Internal)
+                && std::error::Error::source(&status).is_some() =>
+        {
+            Outcome::Retry { after: None, error: format!("transport: {status}") }
+        }
         Err(status) => classify(&status),
     }
 }

@@ -227,7 +227,8 @@ mod tests {
             for sandbox in [false, true] {
                 let n = event_name(kind, sandbox);
                 assert!(
-                    n.starts_with("k8s.") && n.chars().all(|c| c.is_ascii_lowercase() || c == '.' || c == '_'),
+                    n.starts_with("k8s.")
+                        && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '_'),
                     "{n}"
                 );
             }

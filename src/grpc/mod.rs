@@ -353,7 +353,6 @@ impl PodLifecycleService {
         self.primed(deadline).await?;
         let wait = deadline.min(LOOKUP_WAIT);
         let until = tokio::time::Instant::now() + wait;
-        let mut asked_runtime = false;
         loop {
             let learned = lookup.learned();
             tokio::pin!(learned);
@@ -372,19 +371,21 @@ impl PodLifecycleService {
                     // The kernel already runs it; the runtime is asked once rather than
                     // waiting for the relister (which a runtime without an event
                     // stream leaves to the next relist).
-                    if let Some(read) = self.reader.as_ref().filter(|_| !asked_runtime) {
-                        asked_runtime = true;
+                    if let Some(read) = &self.reader {
                         let direct = tokio::time::timeout_at(until, read(id.clone())).await.ok().flatten();
-                        if let Some((pod, container)) = direct {
-                            let pod = self.cache.get(&pod.uid).and_then(|e| e.status.clone()).unwrap_or(Arc::new(pod));
-                            return Ok(api::GetContainerResponse {
-                                pod: Some(pod_api(&pod, &self.cache)),
-                                container: Some(container.to_api()),
-                                removed: false,
-                                removed_at: None,
-                            });
-                        }
-                        continue;
+                        let Some((pod, container)) = direct else {
+                            return Err(Status::not_found(format!(
+                                "the kernel puts {key:?} in container {id}, which the runtime does not know as a \
+                                 pod's container: a sandbox's pause process, or a container the kubelet did not create"
+                            )));
+                        };
+                        let pod = self.cache.get(&pod.uid).and_then(|e| e.status.clone()).unwrap_or(Arc::new(pod));
+                        return Ok(api::GetContainerResponse {
+                            pod: Some(pod_api(&pod, &self.cache)),
+                            container: Some(container.to_api()),
+                            removed: false,
+                            removed_at: None,
+                        });
                     }
                     tokio::select! {
                         _ = &mut learned => {}

@@ -225,6 +225,7 @@ impl ContainerLookup {
     /// Learns the pods as the journal holds them at start. Their dead containers'
     /// deaths were counted by the plegd that saw them.
     pub fn seed(&self, pods: &[Arc<PodStatus>]) {
+        let mut ops = Vec::new();
         let mut ix = self.lock();
         for pod in pods {
             for c in &pod.containers {
@@ -232,9 +233,10 @@ impl ContainerLookup {
                     ix.counted.insert(c.id.clone());
                 }
             }
-            ix.learn(pod);
+            ix.learn(pod, &mut ops);
         }
         drop(ix);
+        self.send(ops);
         self.learned.notify_waiters();
     }
 
@@ -252,7 +254,7 @@ impl ContainerLookup {
                     self.count_death(&mut ix, ev);
                 }
                 let gone = match &ev.pod {
-                    Some(status) => ix.learn(status),
+                    Some(status) => ix.learn(status, &mut ops),
                     None => ix.pods.remove(&ev.pod_uid).unwrap_or_default(),
                 };
                 for id in gone {
@@ -297,6 +299,12 @@ impl ContainerLookup {
     /// Resolves `key`. Tombstones past the retention are dropped first, so a quiet
     /// node answers as the retention says.
     pub fn find(&self, key: &LookupKey) -> Answer {
+        // The kernel is asked before the index is locked: reading /proc may wait on the
+        // kernel's cgroup locks, the publish path must not.
+        let process = match key {
+            LookupKey::Pid(pid) => self.cfg.host.process(*pid),
+            _ => None,
+        };
         let mut ops = Vec::new();
         let mut ix = self.lock();
         ix.expire(SystemTime::now(), &self.cfg, &mut ops);
@@ -311,13 +319,12 @@ impl ContainerLookup {
                 Some(f) => Answer::Found(f),
                 None => Answer::NotFound(self.unknown(&format!("a container with cgroup id {cg}"))),
             },
-            LookupKey::Pid(pid) => self.find_pid(&ix, *pid),
+            LookupKey::Pid(pid) => self.find_pid(&ix, *pid, process),
         }
     }
 
-    fn find_pid(&self, ix: &Index, pid: u32) -> Answer {
-        let host = &self.cfg.host;
-        match host.process(pid) {
+    fn find_pid(&self, ix: &Index, pid: u32, process: Option<crate::host::HostProcess>) -> Answer {
+        match process {
             Some(process) => {
                 // A live process: the kernel says whose it is.
                 if let Some(id) = process.cgroup.as_deref().and_then(container_id_in) {
@@ -340,13 +347,20 @@ impl ContainerLookup {
                 }
             }
             None => {
-                // No such process now (or no view of the host's processes): a running
-                // container the runtime gave this PID, else the newest that had it.
+                // No such process now: a running container the runtime gave this PID,
+                // else the newest that had it. Without a view of the host's processes
+                // the PID may have been reused since: only a running container answers.
                 let uses = ix.by_pid.get(&pid).map(Vec::as_slice).unwrap_or_default();
                 let mut found: Vec<Found> = uses.iter().filter_map(|u| ix.get(&u.id)).collect();
-                found.sort_by_key(|f| (f.container.state == ContainerState::Running, f.container.started_at));
+                let running = |f: &Found| f.container.state == ContainerState::Running && f.removed_at.is_none();
+                found.sort_by_key(|f| (running(f), f.container.started_at));
                 match found.pop() {
-                    Some(f) => Answer::Found(f),
+                    Some(f) if running(&f) || self.cfg.host.sees_processes() => Answer::Found(f),
+                    Some(_) => Answer::NotFound(format!(
+                        "no container runs with PID {pid}, and plegd cannot see the host's processes \
+                         (--host-root {}) to rule out that the PID was reused since one did",
+                        self.cfg.host.root().display()
+                    )),
                     None => Answer::NotFound(self.unknown(&format!("a container with PID {pid}"))),
                 }
             }
@@ -387,16 +401,29 @@ impl Index {
     }
 
     /// Learns a pod's status; returns the ids of its containers that left it.
-    fn learn(&mut self, status: &Arc<PodStatus>) -> Vec<String> {
+    fn learn(&mut self, status: &Arc<PodStatus>, ops: &mut Vec<TombstoneOp>) -> Vec<String> {
         let uid = crate::labels::shared(&status.uid);
         let ids: Vec<String> = status.containers.iter().map(|c| c.id.clone()).collect();
         for c in &status.containers {
-            self.index_keys(c);
-            // A container back from a tombstone (a status read late) is live again.
-            if self.tombs.contains_key(&c.id) {
-                self.drop_tomb(&c.id);
+            // A container back from a tombstone (an event that carries its last status
+            // after another one's buried it) is live again, its keys and count kept.
+            if let Some(t) = self.tombs.remove(&c.id) {
+                self.tomb_bytes -= t.bytes;
+                self.order.retain(|o| o != &c.id);
+                ops.push(TombstoneOp::Delete(c.id.clone()));
+                self.live.insert(c.id.clone(), Live { pod: t.found.pod, container: t.found.container });
             }
-            self.live.insert(c.id.clone(), Live { pod: status.clone(), container: c.clone() });
+            self.index_keys(c);
+            // A status that does not carry the process (a final status the runtime's
+            // event stream gave) keeps the one learned before: its PID and cgroup id
+            // still find it once it is gone.
+            let container = match self.live.get(&c.id).and_then(|l| l.container.process.clone()) {
+                Some(p) if c.process.is_none() => {
+                    Arc::new(ContainerStatus { process: Some(p), ..ContainerStatus::clone(c) })
+                }
+                _ => c.clone(),
+            };
+            self.live.insert(c.id.clone(), Live { pod: status.clone(), container });
         }
         let before = self.pods.insert(uid, ids.clone()).unwrap_or_default();
         before.into_iter().filter(|id| !ids.contains(id)).collect()
@@ -419,7 +446,12 @@ impl Index {
 
     /// Makes a live container a tombstone.
     fn bury(&mut self, id: &str, removed_at: SystemTime, ops: &mut Vec<TombstoneOp>) {
-        let Some(live) = self.live.remove(id) else { return };
+        let Some(mut live) = self.live.remove(id) else { return };
+        if live.container.state == ContainerState::Running {
+            // It vanished while running: how it ended is unknown.
+            live.container =
+                Arc::new(ContainerStatus { state: ContainerState::Unknown, ..ContainerStatus::clone(&live.container) });
+        }
         let mut pod = PodStatus::clone(&live.pod);
         pod.containers = vec![live.container.clone()];
         let record = encode_view(&pod, &PodMeta::of(&pod));
@@ -439,9 +471,14 @@ impl Index {
 
     /// Forgets a tombstone and what points at it.
     fn drop_tomb(&mut self, id: &str) {
+        self.order.retain(|o| o != id);
+        self.forget_tomb(id);
+    }
+
+    /// Forgets a tombstone no longer in `order`.
+    fn forget_tomb(&mut self, id: &str) {
         let Some(t) = self.tombs.remove(id) else { return };
         self.tomb_bytes -= t.bytes;
-        self.order.retain(|o| o != id);
         if !self.live.contains_key(id) {
             self.forget_keys(id, &t.found.container);
         }
@@ -471,7 +508,8 @@ impl Index {
             if !expired && self.tombs.len() <= cfg.max_tombstones && self.tomb_bytes <= cfg.max_bytes {
                 break;
             }
-            self.drop_tomb(&id);
+            self.order.pop_front();
+            self.forget_tomb(&id);
             ops.push(TombstoneOp::Delete(id));
         }
     }

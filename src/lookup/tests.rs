@@ -40,10 +40,18 @@ fn event(uid: &str, kind: EventType, id: &str, status: Option<Arc<PodStatus>>) -
     }
 }
 
+/// A host root whose only process is init: any other PID has no process.
+fn empty_host() -> std::path::PathBuf {
+    let root = tempfile::tempdir().unwrap().keep();
+    std::fs::create_dir_all(root.join("proc/1")).unwrap();
+    std::fs::write(root.join("proc/1/stat"), "1 (init) S 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0 0\n").unwrap();
+    std::fs::write(root.join("proc/1/cgroup"), "0::/init.scope\n").unwrap();
+    root
+}
+
 fn lookup(retention: Duration) -> ContainerLookup {
     let mut cfg = LookupConfig::in_memory(retention);
-    // A root with no processes in it: PIDs are answered from what plegd saw.
-    cfg.host = Host::new("/nonexistent-host-root");
+    cfg.host = Host::new(empty_host());
     ContainerLookup::open(cfg, LookupMetrics::default()).unwrap().0
 }
 
@@ -111,9 +119,9 @@ fn a_reused_pid_answers_the_container_that_has_it_now() {
 
 #[test]
 fn a_live_pid_belongs_to_the_container_its_cgroup_names_never_to_an_earlier_one() {
-    let dir = tempfile::tempdir().unwrap();
+    let root = empty_host();
     let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
-    cfg.host = Host::new(dir.path());
+    cfg.host = Host::new(&root);
     let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
     let old = "a".repeat(64);
     l.observe([&event(
@@ -124,20 +132,19 @@ fn a_live_pid_belongs_to_the_container_its_cgroup_names_never_to_an_earlier_one(
     )]);
     l.observe([&event("u1", EventType::PodSync, "", None)]);
     // PID 600 now runs outside any container.
-    std::fs::create_dir_all(dir.path().join("proc/600")).unwrap();
-    std::fs::write(dir.path().join("proc/600/cgroup"), "0::/user.slice/session-1.scope\n").unwrap();
+    std::fs::create_dir_all(root.join("proc/600")).unwrap();
+    std::fs::write(root.join("proc/600/cgroup"), "0::/user.slice/session-1.scope\n").unwrap();
     let why = not_found(l.find(&LookupKey::Pid(600)));
     assert!(why.contains("user.slice"), "{why}");
     // PID 600 now runs in a container plegd has not published yet.
     let new = "b".repeat(64);
-    std::fs::write(dir.path().join("proc/600/cgroup"), format!("0::/kubepods.slice/cri-containerd-{new}.scope\n"))
-        .unwrap();
+    std::fs::write(root.join("proc/600/cgroup"), format!("0::/kubepods.slice/cri-containerd-{new}.scope\n")).unwrap();
     match l.find(&LookupKey::Pid(600)) {
         Answer::NotYet(id) => assert_eq!(id, new),
         other => panic!("expected to wait for {new}, got {other:?}"),
     }
     // The process is gone: the newest container that had the PID answers.
-    std::fs::remove_dir_all(dir.path().join("proc/600")).unwrap();
+    std::fs::remove_dir_all(root.join("proc/600")).unwrap();
     assert_eq!(found(l.find(&LookupKey::Pid(600))).container.id, old);
 }
 
@@ -204,6 +211,61 @@ fn tombstones_survive_a_restart_through_the_state_dir() {
     let f = found(again.find(&LookupKey::CgroupId(3)));
     assert_eq!((f.container.id.as_str(), f.pod.name.as_str()), ("c", "pod-u"));
     assert!(f.removed_at.is_some());
+}
+
+#[test]
+fn containers_of_a_pod_deleted_between_reads_keep_their_keys_and_are_counted_once() {
+    let l = lookup(Duration::from_secs(3600));
+    let c1 = container("c1", ContainerState::Running, 101, 11, 1);
+    let c2 = container("c2", ContainerState::Running, 102, 12, 2);
+    l.observe([&event("u", EventType::ContainerStarted, "c1", Some(pod("u", vec![c1, c2])))]);
+    // The pod is gone before plegd reads it: each death carries only its container.
+    let d1 = container("c1", ContainerState::Exited, 101, 11, 1);
+    let d2 = container("c2", ContainerState::Exited, 102, 12, 2);
+    l.observe([
+        &event("u", EventType::ContainerDied, "c1", Some(pod("u", vec![d1]))),
+        &event("u", EventType::ContainerDied, "c2", Some(pod("u", vec![d2.clone()]))),
+        &event("u", EventType::ContainerRemoved, "c1", Some(pod("u", vec![]))),
+        &event("u", EventType::ContainerRemoved, "c2", Some(pod("u", vec![]))),
+        &event("u", EventType::PodSync, "", None),
+    ]);
+    for (key, id) in [
+        (LookupKey::Pid(101), "c1"),
+        (LookupKey::Pid(102), "c2"),
+        (LookupKey::CgroupId(11), "c1"),
+        (LookupKey::CgroupId(12), "c2"),
+    ] {
+        let f = found(l.find(&key));
+        assert_eq!((f.container.id.as_str(), f.removed_at.is_some()), (id, true), "{key:?}");
+    }
+    // The same death heard again (another source) is not counted again.
+    l.observe([&event("u", EventType::ContainerDied, "c2", Some(pod("u", vec![d2])))]);
+    let oom = l
+        .metrics
+        .terminations
+        .get_or_create(&TerminationLabels { namespace: "ns".into(), reason: "OOMKilled".into() })
+        .get();
+    assert_eq!(oom, 2);
+}
+
+#[test]
+fn without_the_hosts_processes_a_removed_containers_pid_is_not_claimed() {
+    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    cfg.host = Host::new("/nonexistent-host-root");
+    let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+    l.observe([&event(
+        "u",
+        EventType::ContainerStarted,
+        "a",
+        Some(pod("u", vec![container("a", ContainerState::Running, 700, 0, 1)])),
+    )]);
+    assert_eq!(found(l.find(&LookupKey::Pid(700))).container.id, "a", "running: the runtime's word stands");
+    l.observe([&event("u", EventType::PodSync, "", None)]);
+    let why = not_found(l.find(&LookupKey::Pid(700)));
+    assert!(why.contains("reused"), "{why}");
+    // By id it is still found, and not shown as running.
+    let f = found(l.find(&LookupKey::Id("a".into())));
+    assert_ne!(f.container.state, ContainerState::Running);
 }
 
 proptest! {

@@ -644,7 +644,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                             // the listing: one round trip unless the listing shows more.
                             let (listed, prefetched) = futures_util::future::join(
                                 list_pod(&runtime, &uid, &known),
-                                Prefetched::read(&runtime, known.iter().cloned(), containers),
+                                Prefetched::read(&runtime, known.iter().cloned(), containers, previous.as_deref()),
                             )
                             .await;
                             match listed? {

@@ -25,31 +25,80 @@ pub struct Prefetched {
     pub sandboxes: HashMap<String, Result<cri::PodSandboxStatus, CriError>>,
     /// Container statuses by id.
     pub containers: HashMap<String, Result<cri::ContainerStatus, CriError>>,
+    /// What the verbose statuses said of the sandboxes' and containers' processes: a
+    /// new container's process costs no round trip of its own.
+    pub verbose: Verbose,
+}
+
+/// Verbose facts read ahead, by id.
+#[derive(Debug, Default)]
+pub struct Verbose {
+    /// Containers'.
+    pub containers: HashMap<String, crate::cri::verbose::ContainerVerbose>,
+    /// Sandboxes'.
+    pub sandboxes: HashMap<String, crate::cri::verbose::SandboxVerbose>,
 }
 
 impl Prefetched {
-    /// Reads the statuses of these sandboxes and containers, all at once.
+    /// Reads the statuses of these sandboxes and containers, all at once; verbose for
+    /// those whose process `previous` does not hold yet.
     pub async fn read<R: RuntimeService>(
         runtime: &R,
         sandboxes: impl IntoIterator<Item = String>,
         containers: impl IntoIterator<Item = String>,
+        previous: Option<&PodStatus>,
     ) -> Self {
         let observed_at = SystemTime::now();
+        let sandbox_known = |id: &str| {
+            previous.is_some_and(|p| p.sandboxes.iter().any(|o| o.id == id && (o.pid != 0 || !o.netns_path.is_empty())))
+        };
+        let container_known =
+            |id: &str| previous.is_some_and(|p| p.containers.iter().any(|o| o.id == id && o.process.is_some()));
         let sandbox_reads = join_all(sandboxes.into_iter().map(|id| async move {
-            let res = runtime.pod_sandbox_status(&id).await;
+            let res = if sandbox_known(&id) {
+                runtime.pod_sandbox_status(&id).await.map(|st| (st, Default::default()))
+            } else {
+                runtime.pod_sandbox_status_verbose(&id).await
+            };
             (id, res)
         }));
         let container_reads = join_all(containers.into_iter().map(|id| async move {
-            let res = runtime.container_status(&id).await;
+            let res = if container_known(&id) {
+                runtime.container_status(&id).await.map(|st| (st, Default::default()))
+            } else {
+                runtime.container_status_verbose(&id).await
+            };
             (id, res)
         }));
-        let (sandboxes, containers) = futures_util::future::join(sandbox_reads, container_reads).await;
-        Self { observed_at, sandboxes: sandboxes.into_iter().collect(), containers: containers.into_iter().collect() }
+        let (sandbox_reads, container_reads) = futures_util::future::join(sandbox_reads, container_reads).await;
+        let mut verbose = Verbose::default();
+        let mut sandboxes = HashMap::new();
+        for (id, res) in sandbox_reads {
+            let st = res.map(|(st, v)| {
+                verbose.sandboxes.insert(id.clone(), v);
+                st
+            });
+            sandboxes.insert(id, st);
+        }
+        let mut containers = HashMap::new();
+        for (id, res) in container_reads {
+            let st = res.map(|(st, v)| {
+                verbose.containers.insert(id.clone(), v);
+                st
+            });
+            containers.insert(id, st);
+        }
+        Self { observed_at, sandboxes, containers, verbose }
     }
 
     /// No statuses read ahead: everything the listing shows is read.
     pub fn none() -> Self {
-        Self { observed_at: SystemTime::now(), sandboxes: HashMap::new(), containers: HashMap::new() }
+        Self {
+            observed_at: SystemTime::now(),
+            sandboxes: HashMap::new(),
+            containers: HashMap::new(),
+            verbose: Verbose::default(),
+        }
     }
 
     /// A prefetched sandbox status the listing can use (see [`usable`]).
@@ -105,24 +154,74 @@ pub async fn inspect_prefetched<R: RuntimeService>(
     mut prefetched: Prefetched,
 ) -> Result<PodStatus, CriError> {
     let observed_at = prefetched.observed_at;
+    let verbose = std::mem::take(&mut prefetched.verbose);
     let sandbox_reads: Vec<_> = pod.sandboxes.iter().map(|s| (s, prefetched.sandbox(s))).collect();
     let container_reads: Vec<_> = pod.containers.iter().map(|c| (c, prefetched.container(c))).collect();
-    // Every status call still needed, at once: one round trip instead of one per object.
+    // What a verbose read ahead said stands only with its status: one read in another
+    // state than the listing's (a container read while still created) is read again.
+    let mut verbose = verbose;
+    for (s, pre) in &sandbox_reads {
+        if pre.is_none() {
+            verbose.sandboxes.remove(&s.id);
+        }
+    }
+    for (c, pre) in &container_reads {
+        if pre.is_none() {
+            verbose.containers.remove(&c.id);
+        }
+    }
+    // Every status call still needed, at once: one round trip instead of one per object
+    // (verbose when processes are read: a new object's process costs no call of its own).
+    let knows_sandbox = |id: &str| {
+        previous.is_some_and(|p| p.sandboxes.iter().any(|o| o.id == id && (o.pid != 0 || !o.netns_path.is_empty())))
+    };
+    let knows_container =
+        |id: &str| previous.is_some_and(|p| p.containers.iter().any(|o| o.id == id && o.process.is_some()));
     let (sandbox_results, container_results) = futures_util::future::join(
         join_all(sandbox_reads.into_iter().map(|(s, pre)| async move {
             match pre {
-                Some(res) => res,
-                None => runtime.pod_sandbox_status(&s.id).await,
+                Some(res) => (res, None),
+                None if host.is_some() && !knows_sandbox(&s.id) => {
+                    match runtime.pod_sandbox_status_verbose(&s.id).await {
+                        Ok((st, v)) => (Ok(st), Some((s.id.clone(), v))),
+                        Err(e) => (Err(e), None),
+                    }
+                }
+                None => (runtime.pod_sandbox_status(&s.id).await, None),
             }
         })),
         join_all(container_reads.into_iter().map(|(c, pre)| async move {
             match pre {
-                Some(res) => res,
-                None => runtime.container_status(&c.id).await,
+                Some(res) => (res, None),
+                None if host.is_some() && !knows_container(&c.id) => {
+                    match runtime.container_status_verbose(&c.id).await {
+                        Ok((st, v)) => (Ok(st), Some((c.id.clone(), v))),
+                        Err(e) => (Err(e), None),
+                    }
+                }
+                None => (runtime.container_status(&c.id).await, None),
             }
         })),
     )
     .await;
+    let sandbox_results: Vec<_> = sandbox_results
+        .into_iter()
+        .map(|(res, v)| {
+            if let Some((id, v)) = v {
+                verbose.sandboxes.insert(id, v);
+            }
+            res
+        })
+        .collect();
+    let container_results: Vec<_> = container_results
+        .into_iter()
+        .map(|(res, v)| {
+            if let Some((id, v)) = v {
+                verbose.containers.insert(id, v);
+            }
+            res
+        })
+        .collect();
     let mut sandboxes = Vec::with_capacity(pod.sandboxes.len());
     let mut newest = None;
     for res in sandbox_results {
@@ -148,8 +247,8 @@ pub async fn inspect_prefetched<R: RuntimeService>(
     }
     if let Some(host) = host {
         futures_util::future::join(
-            enrich_containers(runtime, host, &mut fresh, previous),
-            enrich_sandboxes(runtime, &mut sandboxes, previous),
+            enrich_containers(runtime, host, &mut fresh, previous, &verbose.containers),
+            enrich_sandboxes(runtime, &mut sandboxes, previous, &verbose.sandboxes),
         )
         .await;
     }
@@ -198,12 +297,18 @@ async fn enrich_containers<R: RuntimeService>(
     host: &Host,
     containers: &mut [ContainerStatus],
     previous: Option<&PodStatus>,
+    read_ahead: &HashMap<String, crate::cri::verbose::ContainerVerbose>,
 ) {
     let mut ask = Vec::new();
     for (i, c) in containers.iter_mut().enumerate() {
         let known = previous.and_then(|p| p.containers.iter().find(|o| o.id == c.id)).and_then(|o| o.process.clone());
         match known {
             Some(p) => c.process = Some(p),
+            None if c.state != ContainerState::Created
+                && read_ahead.get(&c.id).is_some_and(|v| v.pid != 0 || c.state != ContainerState::Running) =>
+            {
+                c.process = Some(process_of(host, &c.id, &read_ahead[&c.id], c.state == ContainerState::Running));
+            }
             // A container seen first after it exited still has the PID and cgroup it
             // ran with (a lookup by them finds it), read without the host's word.
             None if c.state != ContainerState::Created => ask.push(i),
@@ -213,9 +318,11 @@ async fn enrich_containers<R: RuntimeService>(
     let reads = join_all(ask.iter().map(|&i| runtime.container_status_verbose(&containers[i].id))).await;
     for (i, read) in ask.into_iter().zip(reads) {
         match read {
+            // A running container the runtime gives no PID yet: asked again next time.
+            Ok((_, verbose)) if verbose.pid == 0 && containers[i].state == ContainerState::Running => {}
             Ok((_, verbose)) => {
                 let running = containers[i].state == ContainerState::Running;
-                containers[i].process = Some(process_of(host, &verbose, running));
+                containers[i].process = Some(process_of(host, &containers[i].id, &verbose, running));
             }
             Err(e) => {
                 tracing::debug!(container = %containers[i].id, error = %e, "verbose status failed; asked again at the next read")
@@ -227,8 +334,11 @@ async fn enrich_containers<R: RuntimeService>(
 /// A container's process from its verbose status and the host: the cgroup the kernel
 /// shows for the PID (any cgroup driver), else the one the spec names. The host is
 /// asked only while the container runs: after, the PID may be another process's.
-fn process_of(host: &Host, v: &crate::cri::verbose::ContainerVerbose, running: bool) -> Process {
-    let seen = if running { host.process(v.pid) } else { None };
+fn process_of(host: &Host, id: &str, v: &crate::cri::verbose::ContainerVerbose, running: bool) -> Process {
+    // The process is the container's only if the kernel puts it in the container's
+    // cgroup: a PID reused since the runtime's answer is another process's.
+    let seen = if running { host.process(v.pid) } else { None }
+        .filter(|p| p.cgroup.as_deref().and_then(crate::host::container_id_in).is_none_or(|named| named == id));
     let cgroup_id = seen
         .as_ref()
         .and_then(|p| p.cgroup_id)
@@ -247,6 +357,7 @@ async fn enrich_sandboxes<R: RuntimeService>(
     runtime: &R,
     sandboxes: &mut [SandboxStatus],
     previous: Option<&PodStatus>,
+    read_ahead: &HashMap<String, crate::cri::verbose::SandboxVerbose>,
 ) {
     let mut ask = Vec::new();
     for (i, s) in sandboxes.iter_mut().enumerate() {
@@ -255,13 +366,17 @@ async fn enrich_sandboxes<R: RuntimeService>(
             .filter(|o| o.pid != 0 || !o.netns_path.is_empty());
         match known {
             Some(o) => (s.pid, s.netns_path) = (o.pid, o.netns_path.clone()),
+            None if s.state == SandboxState::Ready && read_ahead.contains_key(&s.id) => {
+                let v = &read_ahead[&s.id];
+                (s.pid, s.netns_path) = (v.pid, v.netns_path.clone());
+            }
             None if s.state == SandboxState::Ready => ask.push(i),
             None => {}
         }
     }
     let reads = join_all(ask.iter().map(|&i| runtime.pod_sandbox_status_verbose(&sandboxes[i].id))).await;
     for (i, read) in ask.into_iter().zip(reads) {
-        if let Ok(v) = read {
+        if let Ok((_, v)) = read {
             (sandboxes[i].pid, sandboxes[i].netns_path) = (v.pid, v.netns_path);
         }
     }
@@ -288,7 +403,7 @@ pub async fn read_container<R: RuntimeService>(
         return Ok(None);
     }
     let mut c = ContainerStatus::from_cri(&st);
-    c.process = Some(process_of(host, &verbose, c.state == ContainerState::Running));
+    c.process = Some(process_of(host, &c.id, &verbose, c.state == ContainerState::Running));
     Ok(Some((PodStatus::empty(&uid, &label(POD_NAMESPACE_LABEL), &label(POD_NAME_LABEL)), c)))
 }
 
@@ -385,14 +500,19 @@ pub async fn decode_listing<R: RuntimeService>(
     Ok((runtime.list_pod_sandboxes(None).await?, runtime.list_containers(None).await?))
 }
 
-/// Reads every pod from the runtime afresh (list, group, inspect each), the way a
-/// relist would, without touching the cache: `/debug/pods?view=runtime`.
-pub async fn read_all<R: RuntimeService>(runtime: &R, concurrency: usize) -> Result<Vec<PodStatus>, CriError> {
+/// Reads every pod from the runtime afresh (list, group, inspect each, processes
+/// included), the way a relist would, without touching the cache:
+/// `/debug/pods?view=runtime`.
+pub async fn read_all<R: RuntimeService>(
+    runtime: &R,
+    host: &Host,
+    concurrency: usize,
+) -> Result<Vec<PodStatus>, CriError> {
     use futures_util::StreamExt;
     let (sandboxes, containers) = list_everything(runtime).await?;
     let pods = super::records::group_pods(sandboxes, containers);
     let mut out: Vec<PodStatus> = futures_util::stream::iter(pods.into_values())
-        .map(|p| async move { inspect_pod(runtime, None, &p, None).await })
+        .map(|p| async move { inspect_pod(runtime, Some(host), &p, None).await })
         .buffer_unordered(concurrency.max(1))
         .collect::<Vec<_>>()
         .await
@@ -425,7 +545,7 @@ mod tests {
         let sim = SimRuntime::new();
         let pod = PodSpec::new("ns", "p");
         let (sid, ids) = running_pod(&sim, &pod, &["a", "b"]).await;
-        let prefetched = Prefetched::read(&sim, [sid.clone()], ids.clone()).await;
+        let prefetched = Prefetched::read(&sim, [sid.clone()], ids.clone(), None).await;
         // `b` exits after its status was read: the listing is newer than that status.
         assert!(sim.exit_container(&ids[1], 3, "Error"));
         // Reading `a` again would fail, so it must come from the prefetch.
@@ -458,7 +578,7 @@ mod tests {
                 times: Some(1),
             });
         }
-        let prefetched = Prefetched::read(&sim, [sid.clone()], ids.clone()).await;
+        let prefetched = Prefetched::read(&sim, [sid.clone()], ids.clone(), None).await;
         let listed = list_pod(&sim, &pod.uid, &[sid].into()).await.unwrap().expect("the pod is listed");
         let status =
             inspect_prefetched(&sim, Some(&Host::default()), &listed, None, prefetched).await.expect("inspection");

@@ -39,6 +39,11 @@ impl SimHost {
             let base = root.join("sys/fs/cgroup");
             let _ = std::fs::create_dir_all(&base);
             let _ = std::fs::write(base.join("cgroup.controllers"), "cpuset cpu io memory pids\n");
+            // The node's init, outside every pod.
+            let init = root.join("proc/1");
+            let _ = std::fs::create_dir_all(&init);
+            let _ = std::fs::write(init.join("cgroup"), "0::/init.scope\n");
+            let _ = std::fs::write(init.join("stat"), "1 (init) S 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0 0\n");
         }
         Self { root, next: FIRST_PID, freed: BTreeSet::new(), ticks: 1000 }
     }

@@ -40,9 +40,13 @@ impl RuntimeService for SimRuntime {
         Ok((status, crate::cri::verbose::ContainerVerbose::parse(&info)))
     }
 
-    async fn pod_sandbox_status_verbose(&self, id: &str) -> Result<crate::cri::verbose::SandboxVerbose, CriError> {
-        let (_, info) = SimRuntime::pod_sandbox_status_verbose(self, id).await.map_err(call_err("PodSandboxStatus"))?;
-        Ok(crate::cri::verbose::SandboxVerbose::parse(&info))
+    async fn pod_sandbox_status_verbose(
+        &self,
+        id: &str,
+    ) -> Result<(cri::PodSandboxStatus, crate::cri::verbose::SandboxVerbose), CriError> {
+        let (st, info) =
+            SimRuntime::pod_sandbox_status_verbose(self, id).await.map_err(call_err("PodSandboxStatus"))?;
+        Ok((st, crate::cri::verbose::SandboxVerbose::parse(&info)))
     }
 
     async fn container_events(&self) -> Result<EventStream, CriError> {
