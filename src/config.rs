@@ -178,6 +178,10 @@ pub struct ExportArgs {
     /// A header sent with each export (`name=value`; repeat or comma-separate).
     #[arg(long, env = "PLEGD_OTLP_HEADER", value_delimiter = ',')]
     pub otlp_header: Vec<String>,
+    /// PEM file of the CAs an https:// collector's certificate must chain to (default:
+    /// the public web's roots, built in).
+    #[arg(long, env = "PLEGD_OTLP_CA_FILE")]
+    pub otlp_ca_file: Option<PathBuf>,
     /// `k8s.node.name` of the exported records (default: the host name).
     #[arg(long, env = "PLEGD_NODE_NAME")]
     pub node_name: Option<String>,
@@ -437,6 +441,13 @@ fn export_config(
     let node = e.node_name.clone().filter(|n| !n.is_empty()).unwrap_or_else(crate::export::host_name);
     let mut cfg = crate::export::ExportConfig::new(endpoint, &node);
     cfg.state_dir = (!state_dir.as_os_str().is_empty()).then(|| state_dir.to_owned());
+    if let Some(path) = &e.otlp_ca_file {
+        let pem = std::fs::read(path).map_err(|err| invalid("--otlp-ca-file", format!("{}: {err}", path.display())))?;
+        if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+            return Err(invalid("--otlp-ca-file", format!("{} holds no PEM certificate", path.display())));
+        }
+        cfg.ca_pem = Some(pem);
+    }
     for h in &e.otlp_header {
         let (k, v) = h.split_once('=').ok_or_else(|| invalid("--otlp-header", format!("{h:?} is not name=value")))?;
         cfg.headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
@@ -580,5 +591,31 @@ mod tests {
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn otlp_settings_are_checked_at_start_and_a_bad_one_names_its_flag() {
+        assert!(run_args(&[]).unwrap().export.is_none(), "off unless asked");
+        let on =
+            run_args(&["--otlp-endpoint", "http://10.0.0.1:4317", "--node-name", "n1", "--otlp-header", "X-Key=abc"])
+                .unwrap()
+                .export
+                .expect("on");
+        assert_eq!((on.node.as_str(), on.headers.clone()), ("n1", vec![("x-key".to_string(), "abc".to_string())]));
+        assert!(run_args(&["--otlp-endpoint", "https://collector.example:4317"]).is_ok());
+        let dir = tempfile::tempdir().unwrap();
+        let not_pem = dir.path().join("ca.txt");
+        std::fs::write(&not_pem, "hello").unwrap();
+        for (args, flag) in [
+            (vec!["--otlp-endpoint", "ftp://x:1"], "--otlp-endpoint"),
+            (vec!["--otlp-endpoint", "not a url"], "--otlp-endpoint"),
+            (vec!["--otlp-endpoint", "http://x:1", "--otlp-header", "novalue"], "--otlp-header"),
+            (vec!["--otlp-endpoint", "http://x:1", "--otlp-header", "bad key=v"], "--otlp-header"),
+            (vec!["--otlp-endpoint", "https://x:1", "--otlp-ca-file", "/nonexistent/ca.pem"], "--otlp-ca-file"),
+            (vec!["--otlp-endpoint", "https://x:1", "--otlp-ca-file", not_pem.to_str().unwrap()], "--otlp-ca-file"),
+        ] {
+            let e = run_args(&args).unwrap_err();
+            assert!(e.contains(flag), "{args:?}: {e}");
+        }
     }
 }

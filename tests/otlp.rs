@@ -380,3 +380,82 @@ async fn revisions_the_journal_dropped_before_export_are_named_in_one_record_and
     p.stop().await;
     stop.cancel();
 }
+
+/// A CA and a certificate for `localhost` / 127.0.0.1 signed by it, made with openssl.
+fn certificates(dir: &std::path::Path) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().unwrap_or_else(|e| {
+            panic!("\n\n*** this test needs the openssl command line (Debian: openssl): {e} ***\n")
+        });
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &["-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=plegd test CA"],
+    ]
+    .concat());
+    run(&[&["req"][..], &ec, &["-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=localhost"]].concat());
+    std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+    ]);
+    let read = |f: &str| std::fs::read(dir.join(f)).unwrap();
+    (read("ca.pem"), read("srv.pem"), read("srv.key"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_collector_gets_every_revision_when_its_ca_is_given_and_none_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificates(dir.path());
+    let c = Collector::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let svc = c.clone();
+    let tls = tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(cert, key));
+    let sd = stop.clone();
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .tls_config(tls)
+            .unwrap()
+            .add_service(svc)
+            .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), sd.cancelled())
+            .await
+            .unwrap();
+    });
+    let endpoint = format!("https://localhost:{port}");
+
+    // Without the CA (the public roots only) the collector is not trusted: nothing is sent.
+    let untrusted = start_plegd(export_to(endpoint.clone(), None)).await;
+    churn(&untrusted, 2, "u").await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(metric(&untrusted, "plegd_otlp_failed_requests_total").await >= 1.0);
+    assert!(c.records().is_empty(), "nothing reaches a collector whose certificate is not trusted");
+    untrusted.stop().await;
+
+    let trusted = start_plegd(move |cfg: &mut plegd::config::RunConfig| {
+        export_to(endpoint, None)(cfg);
+        cfg.export.as_mut().unwrap().ca_pem = Some(ca);
+    })
+    .await;
+    churn(&trusted, 3, "t").await;
+    all_in(&trusted, &c, Duration::from_secs(20)).await;
+    trusted.stop().await;
+    stop.cancel();
+}

@@ -36,6 +36,9 @@ pub struct ExportConfig {
     pub endpoint: String,
     /// Headers sent with each export (vendor endpoints' keys).
     pub headers: Vec<(String, String)>,
+    /// PEM certificates of the CAs an `https://` collector's certificate is checked
+    /// against; none: the public web's roots (webpki-roots, built in).
+    pub ca_pem: Option<Vec<u8>>,
     /// `k8s.node.name` of the records.
     pub node: String,
     /// Where the cursor is kept; `None`: memory only.
@@ -61,9 +64,8 @@ impl ExportConfig {
         let bad = |reason: &str| ExportError::Endpoint { endpoint: self.endpoint.clone(), reason: reason.into() };
         let uri: tonic::codegen::http::Uri = self.endpoint.parse().map_err(|_| bad("not a URL"))?;
         match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => return Err(bad("TLS is not built in; export to a node-local collector over http://")),
-            _ => return Err(bad("expected http://host:port (OTLP over gRPC)")),
+            Some("http") | Some("https") => {}
+            _ => return Err(bad("expected http://host:port or https://host:port (OTLP over gRPC)")),
         }
         if uri.host().is_none() {
             return Err(bad("no host"));
@@ -85,6 +87,7 @@ impl ExportConfig {
         Self {
             endpoint: endpoint.into(),
             headers: Vec::new(),
+            ca_pem: None,
             node: node.into(),
             state_dir: None,
             batch: 512,
@@ -195,10 +198,22 @@ impl OtlpExporter {
     /// lazily: a collector that is not up yet is not an error).
     pub fn new(cfg: ExportConfig, journal: Journal, metrics: ExportMetrics) -> Result<Self, ExportError> {
         let (uri, headers) = cfg.check()?;
-        let channel = tonic::transport::Endpoint::from(uri)
+        let tls = (uri.scheme_str() == Some("https")).then(|| {
+            let tls = tonic::transport::ClientTlsConfig::new().domain_name(uri.host().unwrap_or_default());
+            match &cfg.ca_pem {
+                Some(pem) => tls.ca_certificate(tonic::transport::Certificate::from_pem(pem)),
+                None => tls.with_webpki_roots(),
+            }
+        });
+        let mut endpoint = tonic::transport::Endpoint::from(uri)
             .connect_timeout(Duration::from_secs(5))
-            .tcp_keepalive(Some(Duration::from_secs(30)))
-            .connect_lazy();
+            .tcp_keepalive(Some(Duration::from_secs(30)));
+        if let Some(tls) = tls {
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| ExportError::Endpoint { endpoint: cfg.endpoint.clone(), reason: format!("TLS: {e}") })?;
+        }
+        let channel = endpoint.connect_lazy();
         let resource = otlp::Resource {
             attributes: vec![
                 records::kv("service.name", "plegd"),
