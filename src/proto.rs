@@ -14,9 +14,3 @@ pub mod plegd {
 /// `plegd.v1`'s file descriptors, with the files they import: what server reflection
 /// tells clients.
 pub const PLEGD_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/plegd_descriptor.bin"));
-
-/// plegd's API as the server sends it: the generated `PodLifecycle` server over the
-/// messages above, `Watch` yielding `crate::grpc::wire::WatchFrame`.
-pub mod served {
-    include!(concat!(env!("OUT_DIR"), "/served/plegd.v1.rs"));
-}

@@ -12,6 +12,7 @@
 
 pub mod health;
 pub mod incoming;
+pub mod served;
 pub mod watch;
 pub mod wire;
 
@@ -32,8 +33,8 @@ use crate::lookup::{Answer, ContainerLookup, LookupKey};
 use crate::model::event::EventType;
 use crate::model::{PodStatus, system_to_timestamp};
 use crate::proto::plegd as api;
-use crate::proto::served::pod_lifecycle_server::{PodLifecycle, PodLifecycleServer};
 use crate::selector::Selector;
+use served::pod_lifecycle_server::{PodLifecycle, PodLifecycleServer};
 
 /// Largest request accepted (requests are small; this stops abuse, not users).
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
