@@ -266,8 +266,6 @@ pub struct ConfigError {
 pub struct RunConfig {
     /// CRI endpoint, `unix:///…`.
     pub runtime_endpoint: String,
-    /// Its socket path.
-    pub runtime_socket: PathBuf,
     /// Deadline of each CRI call.
     pub runtime_request_timeout: Duration,
     /// PLEG mode.
@@ -347,7 +345,6 @@ impl TryFrom<&RunArgs> for RunConfig {
         }
         Ok(Self {
             runtime_endpoint: format!("unix://{}", runtime_socket.display()),
-            runtime_socket,
             runtime_request_timeout: positive("--runtime-request-timeout", a.runtime.runtime_request_timeout)?,
             mode: a.pleg.mode,
             relist_period,
