@@ -410,7 +410,9 @@ type ContainerInfo struct {
 	Pid uint32 `protobuf:"varint,14,opt,name=pid,proto3" json:"pid,omitempty"`
 	// The cgroup path the runtime set (cgroupfs path or systemd slice:prefix:name).
 	CgroupPath string `protobuf:"bytes,15,opt,name=cgroup_path,json=cgroupPath,proto3" json:"cgroup_path,omitempty"`
-	// The cgroup v2 id (the directory's inode) where plegd can read the host's cgroupfs.
+	// The cgroup's id (its directory's inode) where plegd can read the host's cgroupfs:
+	// the unified hierarchy's on cgroup v2 (what bpf_get_current_cgroup_id reports), the
+	// memory hierarchy's on a cgroup v1 host.
 	CgroupId uint64 `protobuf:"varint,16,opt,name=cgroup_id,json=cgroupId,proto3" json:"cgroup_id,omitempty"`
 	// The image in use by digest (repo@sha256:...), as the runtime resolved it.
 	ImageRef string `protobuf:"bytes,17,opt,name=image_ref,json=imageRef,proto3" json:"image_ref,omitempty"`
