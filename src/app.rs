@@ -229,11 +229,13 @@ pub async fn start_on<R: RuntimeService>(
         journal: journal.clone(),
         runtime_view: {
             let (client, n, host) = (client.clone(), cfg.inspect_concurrency, cfg.lookup.host.clone());
+            let cache = cache.clone();
             Arc::new(move || {
-                let (client, host) = (client.clone(), host.clone());
-                Box::pin(
-                    async move { crate::pleg::inspect::read_all(&client, &host, n).await.map_err(|e| e.to_string()) },
-                )
+                let (client, host, cache) = (client.clone(), host.clone(), cache.clone());
+                Box::pin(async move {
+                    let previous = move |uid: &str| cache.get(uid).and_then(|e| e.status.clone());
+                    crate::pleg::inspect::read_all(&client, &host, n, &previous).await.map_err(|e| e.to_string())
+                })
             })
         },
         work: Default::default(),

@@ -500,19 +500,24 @@ pub async fn decode_listing<R: RuntimeService>(
     Ok((runtime.list_pod_sandboxes(None).await?, runtime.list_containers(None).await?))
 }
 
-/// Reads every pod from the runtime afresh (list, group, inspect each, processes
-/// included), the way a relist would, without touching the cache:
-/// `/debug/pods?view=runtime`.
+/// Reads every pod from the runtime afresh (list, group, inspect each), the way a
+/// relist would, without touching the cache: `/debug/pods?view=runtime`. What plegd
+/// reads once per container (its process) comes from `previous` (the cache) where it
+/// has it, as the relister carries it: a container that has exited no longer says.
 pub async fn read_all<R: RuntimeService>(
     runtime: &R,
     host: &Host,
     concurrency: usize,
+    previous: &(dyn Fn(&str) -> Option<Arc<PodStatus>> + Send + Sync),
 ) -> Result<Vec<PodStatus>, CriError> {
     use futures_util::StreamExt;
     let (sandboxes, containers) = list_everything(runtime).await?;
     let pods = super::records::group_pods(sandboxes, containers);
     let mut out: Vec<PodStatus> = futures_util::stream::iter(pods.into_values())
-        .map(|p| async move { inspect_pod(runtime, Some(host), &p, None).await })
+        .map(|p| async move {
+            let before = previous(&p.uid);
+            inspect_pod(runtime, Some(host), &p, before.as_deref()).await
+        })
         .buffer_unordered(concurrency.max(1))
         .collect::<Vec<_>>()
         .await
