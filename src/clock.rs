@@ -68,8 +68,8 @@ fn instant_at(t: SystemTime, mono: Instant, wall: SystemTime, now: Instant, now_
     on(mono, wall).max(on(now, now_wall)).min(now)
 }
 
-/// The earliest instant below `from` that the monotonic clock can represent, found by
-/// halving (it is bounded by the time since boot).
+/// The earliest instant below `from` that the monotonic clock can represent, searched
+/// by halving (it is bounded by the time since boot).
 fn earliest(from: Instant) -> Instant {
     let mut step = Duration::from_secs(1 << 40);
     let mut at = from;

@@ -424,10 +424,9 @@ mod tests {
 
     #[test]
     fn a_stream_that_breaks_between_its_start_and_synced_resumes_with_a_snapshot() {
-        // Found by tests/watch_property.rs: a client asked to resume after 3 of a
-        // journal that plegd lost; the new plegd opened with a snapshot (resumed false)
-        // and the stream broke before `synced`. Resuming after 3 of the new epoch
-        // would have been a silent gap.
+        // A client asks to resume after 3 of a journal that plegd lost; the new plegd
+        // opens with a snapshot (resumed false) and the stream breaks before `synced`.
+        // Resuming after 3 of the new epoch would be a silent gap.
         let mut c = WatchChecker::new(false);
         for m in [start(7, false, 0), synced(3, 7, 0)] {
             c.observe(&m).unwrap();
@@ -493,8 +492,8 @@ mod tests {
 
     #[test]
     fn a_reset_may_bring_another_journal_and_its_synced_names_it() {
-        // Found by tests/disk_full.rs: the disk filled, plegd went on in a new epoch in
-        // memory and told the stream with a reset and a fresh snapshot.
+        // The disk filled, plegd went on in a new epoch in memory and told the stream
+        // with a reset and a fresh snapshot.
         let mut c = WatchChecker::new(false);
         for m in [start(7, false, 0), synced(4, 7, 0), event(5, "a"), msg(5, Kind::Reset(api::Reset::default()))] {
             c.observe(&m).unwrap();

@@ -256,8 +256,8 @@ fn the_demo_shows_lifecycle_events_and_exits_zero() {
 
 #[test]
 fn a_log_filter_lets_debug_and_trace_lines_through_and_the_default_keeps_them_out() {
-    // Found by a soak run with `RUST_LOG=plegd=debug` whose log held no debug line: the
-    // subscriber's own INFO cap sat below the filter.
+    // The subscriber's own level cap must not sit below the filter: `RUST_LOG=plegd=debug`
+    // must give debug lines.
     let demo = ["demo", "--duration", "1s", "--pods", "2", "--relist-period", "200ms"];
     let traced = plegd(&[&demo[..], &["--log-level", "plegd=trace"]].concat());
     let stderr = String::from_utf8_lossy(&traced.stderr);

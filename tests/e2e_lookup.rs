@@ -2,7 +2,7 @@
 //! kernel: a running container's PID is its init process and its cgroup id the inode
 //! of the cgroup `/proc/PID/cgroup` names; its image digest is the one containerd's
 //! `ctr` reports; an OOM kill counts once under `OOMKilled`; a removed container is
-//! found by id, cgroup id and PID until the retention ends. Also measures how soon
+//! looked up by id, cgroup id and PID until the retention ends. Also measures how soon
 //! `GetContainer(pid)` answers after `StartContainer` returns.
 //! Run by `tests/e2e/run.sh` (it starts containerd and sets `PLEGD_E2E_*`).
 

@@ -275,7 +275,7 @@ async fn the_runtime_going_away_and_coming_back_reconnects_and_repairs() {
     sc.wait_stream(Duration::from_secs(10), |s| s == StreamState::Up).await;
     let died = sc.next(Duration::from_secs(5)).await.expect("the repair relist reports the death");
     assert_eq!((died.kind, died.container_id.as_str()), (EventType::ContainerDied, ids[0].as_str()));
-    assert_eq!(died.source, EventSource::Relist, "found by the relist that follows the reconnect");
+    assert_eq!(died.source, EventSource::Relist, "seen by the relist that follows the reconnect");
     back.stop().await;
     sc.stop().await;
 }
@@ -324,9 +324,9 @@ async fn a_change_without_an_event_right_after_a_reconnect_is_found_by_the_settl
     sc.stop().await;
 }
 
-/// Found by the soak (tests/soak.rs): a container that exits and is removed before
-/// plegd reads its pod died with no exit code (the pod it carried no longer had it),
-/// and one started, stopped and removed between two reads never died at all. The
+/// A container that exits and is removed before plegd reads its pod must die with its
+/// exit code (the pod read no longer has it), and one started, stopped and removed
+/// between two reads must die at all. The
 /// runtime's STOPPED event carries the container's final status; plegd keeps it until
 /// a read settles the pod.
 #[tokio::test]
@@ -377,9 +377,8 @@ async fn a_container_removed_before_plegd_reads_it_still_dies_with_the_exit_code
     sc.stop().await;
 }
 
-/// Found by the soak: a pod created, run and removed between two reads of plegd (a
-/// kubelet's burst) reported nothing, though its container died with an exit code the
-/// runtime's stream carried.
+/// A pod created, run and removed between two reads of plegd (a kubelet's burst) must
+/// report its container's death with the exit code the runtime's stream carried.
 #[tokio::test]
 async fn a_pod_whose_whole_life_falls_between_two_reads_still_reports_its_containers_death() {
     let h = SimHarness::start().await;

@@ -513,9 +513,9 @@ mod backlog_tests {
         assert_eq!(fresh.push(), None, "within the limit");
     }
 
-    /// Found by running plegd as a pod (tests/e2e_pod.rs): on a quiet node the stream
-    /// was closed as "fell behind" at the first burst of two events, because the stall
-    /// was measured from the last take, minutes before, not from when events began to wait.
+    /// On a quiet node the first burst of events must not close the stream as "fell
+    /// behind": a stall is measured from when events began to wait, not from the last
+    /// take minutes before.
     #[test]
     fn a_burst_after_a_long_quiet_is_not_a_stall() {
         let b = backlog(Duration::from_secs(3600));

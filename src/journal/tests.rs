@@ -208,9 +208,8 @@ mod guarantees {
 
     #[test]
     fn a_pod_read_after_its_sandbox_went_keeps_matching_by_its_labels() {
-        // Found by tests/watch_property.rs: with the sandbox removed first, the pod's
-        // next status has no sandbox and no labels; its later events must still reach
-        // the filters it matched.
+        // With the sandbox removed first, the pod's next status has no sandbox and no
+        // labels; its later events must still reach the filters it matched.
         let j = Journal::new(100, 100, None);
         let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
         let mut sub = j.subscribe(Since::Snapshot, Arc::new(web.clone()));
@@ -244,8 +243,8 @@ mod guarantees {
 
     #[tokio::test]
     async fn a_pod_whose_new_labels_leave_a_watchers_selection_resets_that_watcher() {
-        // Found by review: with the pod's later events (its removal too) no longer
-        // matching, the watcher's copy would have kept the pod for good.
+        // With the pod's later events (its removal too) no longer matching, the
+        // watcher's copy would otherwise keep the pod for good.
         let j = Journal::new(100, 100, None);
         let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
         let db = Filter { selector: Selector::parse("app=db").unwrap(), ..Default::default() };
@@ -617,9 +616,9 @@ mod durable {
 
     #[test]
     fn a_view_that_fills_the_disk_budget_still_leaves_the_events_a_quarter_of_it() {
-        // Found by review: counting the view (one record per pod, which compaction
-        // cannot shrink) in the file's use, a node whose pods alone fill the budget
-        // compacted the disk to a single revision: no resume across a restart.
+        // Were the view (one record per pod, which compaction cannot shrink) counted in
+        // the file's use, a node whose pods alone fill the budget would compact the
+        // disk to a single revision: no resume across a restart.
         let dir = tempfile::tempdir().unwrap();
         let mut c = cfg(dir.path());
         c.memory_budget = 64 << 10;

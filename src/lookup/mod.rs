@@ -1,4 +1,4 @@
-//! The container lookup: every container plegd has published, found by container id,
+//! The container lookup: every container plegd has published, looked up by container id,
 //! cgroup id or PID — while it exists, and for `--tombstone-retention` after it was
 //! removed (a tombstone: the pod and the container as plegd last saw them). Tombstones
 //! are bounded in count and bytes, oldest dropped first, and kept in the state dir so a

@@ -270,7 +270,7 @@ fn without_the_hosts_processes_a_removed_containers_pid_is_not_claimed() {
 
 proptest! {
     /// Whatever happens to containers, the tombstones stay within their bounds, every
-    /// live container is found by id, and an id is never both live and a tombstone.
+    /// live container is looked up by id, and an id is never both live and a tombstone.
     #[test]
     fn tombstones_stay_bounded_and_live_containers_are_always_found(
         steps in proptest::collection::vec((0u8..6, 0u8..4, any::<bool>()), 1..120),

@@ -6,8 +6,8 @@
 //! (a read that fails is retried and not counted), and reads its pod in full only when
 //! the word changed, so an amendment reaches the cache and the watchers (a `POD_SYNC`
 //! carrying the amended status) instead of staying unseen until the pod's next event.
-//! Found by the hour-long soak on containerd 2.1: one death said 255 "Unknown" while the
-//! runtime later said 255 "OOMKilled". Owned by the relister; bounded by count, and only
+//! (containerd 2.1 can first say 255 "Unknown" of a death it later says was
+//! "OOMKilled".) Owned by the relister; bounded by count, and only
 //! a word lost in the last ten minutes (by the runtime's finish time) is followed, so a
 //! restart of plegd does not follow a node's old lost containers again.
 

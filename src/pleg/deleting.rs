@@ -7,9 +7,9 @@
 //! 100 s; a read that fails is retried and not counted), and reads its pod in full once
 //! it is gone: the pod's
 //! removal reaches the cache and the watchers then, not at the next full relist (five
-//! minutes apart while the stream is trusted). Found by the hour-long soak on
-//! containerd 2.1: a pod with no container that the runtime no longer listed stayed in
-//! `ListPods`. Owned by the relister; bounded by count.
+//! minutes apart while the stream is trusted), so a pod with no container that the
+//! runtime no longer lists does not stay in `ListPods`. Owned by the relister; bounded
+//! by count.
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -71,7 +71,7 @@ impl StreamTrust {
         }
     }
 
-    /// Notes the changes among `events` (found by a read of the runtime that started at
+    /// Notes the changes among `events` (seen by a read of the runtime that started at
     /// `listed`, not by an event) as suspected misses of the stream; returns how many.
     pub(super) fn suspect(&mut self, uid: &str, events: &[PodLifecycleEvent], listed: Instant) -> usize {
         let Some(up_since) = self.up_since else { return 0 };
