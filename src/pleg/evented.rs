@@ -183,7 +183,7 @@ impl<R: RuntimeService> EventedWatcher<R> {
                         .find(|c| c.id == ev.container_id && c.state == cri::ContainerState::ContainerExited as i32)
                     && let Some(sandbox) = sandbox
                 {
-                    self.hints.last_words(sandbox, last.clone());
+                    self.hints.final_statuses(sandbox, last.clone());
                 }
                 if ev.container_event_type == cri::ContainerEventType::ContainerDeletedEvent as i32
                     && let Some(sandbox) = sandbox

@@ -1,7 +1,7 @@
 //! The GenericPLEG relister: list, diff against committed pod records, inspect the
 //! pods that changed, write the cache (its only writer), and emit lifecycle events.
 
-mod turn;
+mod run_loop;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -11,16 +11,16 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::amend::Amendable;
-use super::deleting::Deleting;
+use super::deleted_sandboxes::DeletedSandboxes;
 use super::evented::StreamState;
+use super::final_statuses::FinalStatuses;
 use super::health::PlegHealth;
 use super::hints::{Hint, PodHints};
 use super::inspect::{Prefetched, inspect_pod, inspect_prefetched, list_pod};
-use super::last_words::LastWords;
+use super::lost_exits::LostExits;
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
-use super::trust::StreamTrust;
+use super::stream_trust::StreamTrust;
 use super::{PlegState, build_events, same_status};
 use crate::cache::CacheWriter;
 use crate::cri::{CriError, RuntimeService};
@@ -134,11 +134,11 @@ pub struct GenericPleg<R: RuntimeService> {
     /// What the relister knows of the event stream it is paired with.
     trust: StreamTrust,
     /// Stopped containers' final statuses from the stream, until a read settles them.
-    last_words: LastWords,
+    final_statuses: FinalStatuses,
     /// Containers read with an exit status the runtime lost, read again for a while.
-    amendable: Amendable,
+    lost_exits: LostExits,
     /// Sandboxes the runtime said deleted, read again until a read finds them gone.
-    deleting: Deleting,
+    deleted_sandboxes: DeletedSandboxes,
 }
 
 type Inspection = (String, Instant, Result<PodStatus, String>);
@@ -193,9 +193,9 @@ impl<R: RuntimeService> GenericPleg<R> {
             listed: None,
             seed: fastrand::u64(..),
             trust: StreamTrust::new(Duration::from_secs(300)),
-            last_words: LastWords::default(),
-            amendable: Amendable::default(),
-            deleting: Deleting::default(),
+            final_statuses: FinalStatuses::default(),
+            lost_exits: LostExits::default(),
+            deleted_sandboxes: DeletedSandboxes::default(),
         }
     }
 
@@ -313,7 +313,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         if fingerprint.is_some()
             && fingerprint == self.listed
             && self.reinspect.is_empty()
-            && self.last_words.is_empty()
+            && self.final_statuses.is_empty()
         {
             self.finish(start, start_wall);
             return Ok(RelistOutcome { pods: self.records.len(), unchanged: true, ..Default::default() });
@@ -329,7 +329,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         // Pods with transitions, or whose last inspection failed, or with a stopped
         // container's last words to settle.
         let mut also: HashSet<String> = self.reinspect.union(&self.unread).cloned().collect();
-        also.extend(self.last_words.pods().cloned());
+        also.extend(self.final_statuses.pods().cloned());
         let work: BTreeMap<String, Vec<Transition>> =
             self.records.changed(&also).into_iter().filter(|(uid, t)| !t.is_empty() || also.contains(uid)).collect();
         self.unread.clear();
@@ -369,7 +369,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         // pods the records never knew that are gone (their whole life fell between two
         // reads): those die and go now, with the runtime's exit status.
         let gone: std::collections::BTreeSet<String> = self
-            .last_words
+            .final_statuses
             .pods()
             .filter(|uid| !self.reinspect.contains(*uid) && self.records.current(uid).is_none())
             .cloned()
@@ -381,7 +381,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             }
         }
         let reinspect = &self.reinspect;
-        self.last_words.retain_pods(|uid| reinspect.contains(uid));
+        self.final_statuses.retain_pods(|uid| reinspect.contains(uid));
         self.listed = fingerprint;
         self.count_states();
         self.finish(start, start_wall);
@@ -458,15 +458,15 @@ impl<R: RuntimeService> GenericPleg<R> {
         // the next turn. Take the words of exactly those containers; every other
         // container's words wait for a read newer than they are. (Words still on their
         // way are not waited for.)
-        let unheard = self.last_words.unheard(transitions, status.as_deref());
+        let unheard = self.final_statuses.unheard(transitions, status.as_deref());
         if !unheard.is_empty() {
-            self.last_words.keep(self.hints.take_last_words_for(&unheard));
+            self.final_statuses.keep(self.hints.take_final_statuses_for(&unheard));
         }
         let (mut namespace, mut name) = self.records.pod_name(uid);
         let mut status = status;
         if namespace.is_empty()
             && name.is_empty()
-            && let Some(w) = self.last_words.identity(uid)
+            && let Some(w) = self.final_statuses.identity(uid)
         {
             // A pod the records never knew, gone before it was read: its name and labels
             // are the ones the runtime's event gave (a label selector must find it).
@@ -475,11 +475,11 @@ impl<R: RuntimeService> GenericPleg<R> {
                 status = Some(Arc::new(PodStatus { labels: w.2.clone(), ..PodStatus::empty(uid, &namespace, &name) }));
             }
         }
-        self.amendable.note(uid, status.as_deref());
+        self.lost_exits.note(uid, status.as_deref());
         // A sandbox said deleted is still there if the listing or the statuses have it
         // (a status read NotFound while the listing still had it: still there).
         let records = &self.records;
-        self.deleting.note(uid, |id| {
+        self.deleted_sandboxes.note(uid, |id| {
             records.current(uid).is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
                 || status.as_ref().is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
         });
@@ -488,8 +488,8 @@ impl<R: RuntimeService> GenericPleg<R> {
         // published it, with no sandbox and no container.
         let empty_record = old.is_some_and(|p| p.sandboxes.is_empty() && p.containers.is_empty());
         let known = |id: &str| old.is_some_and(|p| p.state_of(id) != PlegState::NonExistent);
-        let super::last_words::Settled { words: last_words, unseen } =
-            self.last_words.settle(uid, transitions, status.as_deref(), known);
+        let super::final_statuses::Settled { words: final_statuses, unseen } =
+            self.final_statuses.settle(uid, transitions, status.as_deref(), known);
         self.records.commit(uid);
         let with_unseen;
         let transitions = if unseen.is_empty() {
@@ -502,7 +502,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             with_unseen = [rest, unseen, sandbox_end].concat();
             &with_unseen[..]
         };
-        let mut events = build_events(uid, &namespace, &name, transitions, status, sync, source, &last_words);
+        let mut events = build_events(uid, &namespace, &name, transitions, status, sync, source, &final_statuses);
         if gone {
             // A pod gone before any read carries the identity the stream gave it (for
             // filters and selectors) on its deaths; its removals carry no pod, so the

@@ -43,7 +43,7 @@ impl Hint {
 
 /// A stopped container's final status from the stream: its pod's UID, metadata and
 /// labels, and the status.
-pub type LastWords = (
+pub type FinalStatus = (
     String,
     crate::proto::runtime::PodSandboxMetadata,
     std::collections::HashMap<String, String>,
@@ -64,7 +64,7 @@ pub struct Pending {
     pub recovered: bool,
     /// The final status the runtime's stream carried for containers that stopped, by
     /// pod UID: a container removed before plegd reads it still dies with its exit code.
-    pub last_words: Vec<LastWords>,
+    pub final_statuses: Vec<FinalStatus>,
     /// Sandboxes (pod UID, sandbox id) the stream said deleted.
     pub deleted_sandboxes: Vec<(String, String)>,
 }
@@ -109,7 +109,7 @@ impl PodHints {
 
     /// Keeps the final status the stream carried for a container that stopped, with its
     /// pod's metadata (the pod is marked dirty by [`PodHints::pod`] as well).
-    pub fn last_words(
+    pub fn final_statuses(
         &self,
         sandbox: &crate::proto::runtime::PodSandboxStatus,
         status: crate::proto::runtime::ContainerStatus,
@@ -117,7 +117,7 @@ impl PodHints {
         let Some(meta) = &sandbox.metadata else { return };
         let mut inner = self.inner.lock().expect("hints lock");
         // Bounded like the dirty set: a container's words replace its earlier ones.
-        let words = &mut inner.pending.last_words;
+        let words = &mut inner.pending.final_statuses;
         words.retain(|w| w.3.id != status.id);
         if words.len() < MAX_PENDING_WORDS {
             words.push((meta.uid.clone(), meta.clone(), sandbox.labels.clone(), status));
@@ -127,11 +127,11 @@ impl PodHints {
     /// Takes the words pending for the containers `ids` only: a read that found them
     /// gone settles them now. Every other container's words wait for a read that comes
     /// after them (matched against an older read they would be wrong).
-    pub fn take_last_words_for(&self, ids: &[String]) -> Vec<LastWords> {
+    pub fn take_final_statuses_for(&self, ids: &[String]) -> Vec<FinalStatus> {
         let mut inner = self.inner.lock().expect("hints lock");
         let (mine, rest) =
-            std::mem::take(&mut inner.pending.last_words).into_iter().partition(|w| ids.contains(&w.3.id));
-        inner.pending.last_words = rest;
+            std::mem::take(&mut inner.pending.final_statuses).into_iter().partition(|w| ids.contains(&w.3.id));
+        inner.pending.final_statuses = rest;
         mine
     }
 

@@ -2,17 +2,17 @@
 //! CRI event stream's hints and the GenericPLEG relister (the cache's only writer).
 //! It produces [`crate::model::event::PodLifecycleEvent`]s.
 
-mod amend;
-mod deleting;
+mod deleted_sandboxes;
 pub mod evented;
+mod final_statuses;
 pub mod generic;
 pub mod health;
 pub mod hints;
 pub mod inspect;
-mod last_words;
+mod lost_exits;
 pub mod metrics;
 pub mod records;
-mod trust;
+mod stream_trust;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -89,7 +89,7 @@ pub fn same_status(a: &PodStatus, b: &PodStatus) -> bool {
 /// pod refreshed without a transition gets one `POD_SYNC` when `sync` is set (it was
 /// re-inspected after a failure, or its status changed in another way).
 ///
-/// `last_words` holds the final status the runtime's stream carried for containers the
+/// `final_statuses` holds the final status the runtime's stream carried for containers the
 /// fresh status no longer has (removed before plegd read them): their
 /// `CONTAINER_DIED` carries the pod with that container as it ended — exit code, reason,
 /// finish time — rather than a pod without it.
@@ -102,7 +102,7 @@ pub fn build_events(
     status: Option<Arc<PodStatus>>,
     sync: bool,
     source: EventSource,
-    last_words: &std::collections::HashMap<String, crate::model::ContainerStatus>,
+    final_statuses: &std::collections::HashMap<String, crate::model::ContainerStatus>,
 ) -> Vec<PodLifecycleEvent> {
     let observed_at = SystemTime::now();
     let (uid, namespace, name) = (
@@ -136,7 +136,7 @@ pub fn build_events(
             let gone = !t.is_sandbox && status.as_deref().is_none_or(|s| s.containers.iter().all(|c| c.id != t.id));
             if t.kind == EventType::ContainerDied
                 && gone
-                && let Some(last) = last_words.get(&t.id)
+                && let Some(last) = final_statuses.get(&t.id)
             {
                 let mut pod = status.as_deref().cloned().unwrap_or_else(|| PodStatus::empty(&uid, &namespace, &name));
                 pod.containers.insert(0, Arc::new(last.clone()));

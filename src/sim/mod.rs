@@ -8,10 +8,10 @@
 pub mod churn;
 mod fault;
 pub mod host;
-mod on_its_own;
 mod records;
 mod runtime;
 pub mod server;
+mod unprompted;
 
 pub use fault::{Fault, FaultAction};
 use records::{Container, Sandbox};

@@ -40,16 +40,16 @@ pub(super) struct Settled {
 
 /// The relister's book of last words.
 #[derive(Default)]
-pub(super) struct LastWords {
+pub(super) struct FinalStatuses {
     words: HashMap<String, Words>,
     /// Containers reported removed lately: words that arrive after the removal (a
     /// runtime replaying what a broken stream missed) must not make them die twice.
     removed: (VecDeque<(Instant, String)>, HashSet<String>),
 }
 
-impl LastWords {
+impl FinalStatuses {
     /// Keeps the words the stream carried since the last take; drops stale ones.
-    pub fn keep(&mut self, incoming: Vec<super::hints::LastWords>) {
+    pub fn keep(&mut self, incoming: Vec<super::hints::FinalStatus>) {
         let now = Instant::now();
         for (uid, meta, labels, status) in incoming {
             let status = ContainerStatus::from_cri(&status);

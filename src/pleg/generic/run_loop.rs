@@ -13,10 +13,10 @@ use super::GenericPleg;
 use crate::cri::RuntimeService;
 use crate::liveness::BEAT_EVERY;
 use crate::model::event::EventSource;
-use crate::pleg::amend::Reread;
 use crate::pleg::evented::StreamState;
 use crate::pleg::hints::Hint;
-use crate::pleg::trust::SETTLE;
+use crate::pleg::lost_exits::Reread;
+use crate::pleg::stream_trust::SETTLE;
 
 impl<R: RuntimeService> GenericPleg<R> {
     /// Reads again what is due in the relister's two books: each container whose exit
@@ -25,8 +25,8 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// pods of those that changed or are gone are read in full, which sends the amended
     /// status or the removal.
     async fn reread_due(&mut self) {
-        let lost = self.amendable.due().into_iter().map(|(id, uid)| (false, id, uid));
-        let deleted = self.deleting.due().into_iter().map(|(id, uid)| (true, id, uid));
+        let lost = self.lost_exits.due().into_iter().map(|(id, uid)| (false, id, uid));
+        let deleted = self.deleted_sandboxes.due().into_iter().map(|(id, uid)| (true, id, uid));
         let timeout = self.cfg.inspect_timeout;
         let reads: Vec<(bool, String, String, Reread)> = futures_util::stream::iter(lost.chain(deleted))
             .map(|(sandbox, id, uid)| {
@@ -34,7 +34,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 async move {
                     let found = if sandbox {
                         match tokio::time::timeout(timeout, runtime.pod_sandbox_status(&id)).await {
-                            Ok(answer) => crate::pleg::deleting::reread_of(answer),
+                            Ok(answer) => crate::pleg::deleted_sandboxes::reread_of(answer),
                             Err(_) => Reread::Failed,
                         }
                     } else {
@@ -54,9 +54,9 @@ impl<R: RuntimeService> GenericPleg<R> {
         for (sandbox, id, uid, found) in reads {
             if sandbox {
                 tracing::debug!(sandbox = %id, pod = %uid, ?found, "sandbox said deleted, read again");
-                self.deleting.read(&id, found);
+                self.deleted_sandboxes.read(&id, found);
             } else {
-                self.amendable.read(&id, found);
+                self.lost_exits.read(&id, found);
             }
             if found == Reread::Changed {
                 pods.insert(uid);
@@ -91,7 +91,7 @@ impl<R: RuntimeService> GenericPleg<R> {
 
     /// When the next re-read of either book is due.
     fn next_reread(&self) -> Option<Instant> {
-        [self.amendable.next_due(), self.deleting.next_due()].into_iter().flatten().min()
+        [self.lost_exits.next_due(), self.deleted_sandboxes.next_due()].into_iter().flatten().min()
     }
 
     /// Turns pending hints into a batch of pods; container-only hints are resolved
@@ -189,14 +189,14 @@ impl<R: RuntimeService> GenericPleg<R> {
         loop {
             self.beat.beat();
             let mut pending = self.hints.take();
-            self.last_words.keep(std::mem::take(&mut pending.last_words));
+            self.final_statuses.keep(std::mem::take(&mut pending.final_statuses));
             for (uid, id) in std::mem::take(&mut pending.deleted_sandboxes) {
-                self.deleting.said(&uid, &id);
+                self.deleted_sandboxes.said(&uid, &id);
             }
             // The stream announced these pods' removal (a sandbox's CONTAINER_DELETED):
             // whichever read finds them gone, it finds no miss of the stream.
             let now = Instant::now();
-            for uid in self.deleting.uids() {
+            for uid in self.deleted_sandboxes.uids() {
                 self.trust.announced.insert(uid.to_owned(), now);
             }
             if pending.recovered {

@@ -136,11 +136,11 @@ const PACE: Pace = Pace { first: FIRST, reads: READS, max_doubling: 5, recent: R
 
 /// The containers whose lost exit status the relister reads again.
 #[derive(Default)]
-pub(super) struct Amendable {
+pub(super) struct LostExits {
     by_id: HashMap<String, Rereads>,
 }
 
-impl Amendable {
+impl LostExits {
     /// Takes in a read of pod `uid` (`None`: the pod is gone): its containers read with a
     /// word lost lately are followed from now on, unless already; the ones that are not
     /// lost any more (amended, or gone) are let go.
@@ -237,7 +237,7 @@ mod tests {
     }
 
     /// Plays a relister that re-reads what is due and gets `answer` for each.
-    async fn reread_times(a: &mut Amendable, mut answer: impl FnMut(u32) -> Reread) -> Vec<u64> {
+    async fn reread_times(a: &mut LostExits, mut answer: impl FnMut(u32) -> Reread) -> Vec<u64> {
         let start = Instant::now();
         let mut reads = Vec::new();
         let mut n = 0;
@@ -254,7 +254,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lost_exit_status_is_read_again_six_times_over_about_a_minute_then_let_be() {
-        let mut a = Amendable::default();
+        let mut a = LostExits::default();
         a.note("p", Some(&lost_pod("p", "c")));
         assert_eq!(reread_times(&mut a, |_| Reread::Same).await, [1, 3, 7, 15, 31, 63]);
         assert!(a.due().is_empty());
@@ -270,13 +270,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn failed_re_reads_are_retried_and_not_counted_and_given_up_after_ten_minutes() {
-        let mut a = Amendable::default();
+        let mut a = LostExits::default();
         a.note("p", Some(&lost_pod("p", "c")));
         // The runtime is down for the first three tries.
         let times = reread_times(&mut a, |n| if n < 3 { Reread::Failed } else { Reread::Same }).await;
         assert_eq!(times, [1, 2, 4, 8, 10, 14, 22, 38, 70], "three retries backing off, then six counted reads");
         // Down for good: retried, backing off to every 32 s, then given up.
-        let mut a = Amendable::default();
+        let mut a = LostExits::default();
         a.note("p", Some(&lost_pod("p", "c")));
         let times = reread_times(&mut a, |_| Reread::Failed).await;
         assert_eq!(&times[..7], [1, 2, 4, 8, 16, 32, 64]);
@@ -287,7 +287,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn only_a_lately_lost_word_is_followed_and_an_amendment_or_a_removal_ends_it() {
-        let mut a = Amendable::default();
+        let mut a = LostExits::default();
         let others = [
             ("oom", ContainerState::Exited, 255, "OOMKilled"),
             ("err", ContainerState::Exited, 1, "Error"),
@@ -346,7 +346,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_book_is_bounded_and_lets_the_done_then_the_oldest_go() {
-        let mut a = Amendable::default();
+        let mut a = LostExits::default();
         a.note("done", Some(&lost_pod("done", "done")));
         reread_times(&mut a, |_| Reread::Same).await;
         for i in 0..MAX {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::amend::{Pace, Reread, Rereads, due_now, earliest};
+use super::lost_exits::{Pace, Reread, Rereads, due_now, earliest};
 use crate::cri::CriError;
 use crate::proto::runtime as cri;
 
@@ -46,11 +46,11 @@ const PACE: Pace = Pace { first: FIRST, reads: READS, max_doubling: 8, recent: R
 
 /// The sandboxes said deleted, until a read finds them gone.
 #[derive(Default)]
-pub(super) struct Deleting {
+pub(super) struct DeletedSandboxes {
     by_id: HashMap<String, Rereads>,
 }
 
-impl Deleting {
+impl DeletedSandboxes {
     /// The runtime said sandbox `id` of pod `uid` deleted (its `CONTAINER_DELETED`): it
     /// is read again [`FIRST`] from now unless a read of the pod finds it gone before
     /// (the read the event prompts, usually). Scheduled here, not by that read: a full
@@ -128,7 +128,7 @@ mod tests {
 
     /// Plays a relister that re-reads what is due and gets `answer` for each; the
     /// times of the reads, in milliseconds from the start.
-    async fn reread_times(d: &mut Deleting, mut answer: impl FnMut(u32) -> Reread) -> Vec<u64> {
+    async fn reread_times(d: &mut DeletedSandboxes, mut answer: impl FnMut(u32) -> Reread) -> Vec<u64> {
         let start = Instant::now();
         let mut reads = Vec::new();
         let mut n = 0;
@@ -145,7 +145,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_sandbox_said_deleted_and_still_read_is_read_again_until_gone_for_about_a_hundred_seconds() {
-        let mut d = Deleting::default();
+        let mut d = DeletedSandboxes::default();
         d.said("p", "s");
         d.note("p", finding(&["s"]));
         let times = reread_times(&mut d, |_| Reread::Same).await;
@@ -162,7 +162,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_read_that_no_longer_lists_the_sandbox_or_a_gone_pod_lets_it_go_and_other_pods_keep_theirs() {
-        let mut d = Deleting::default();
+        let mut d = DeletedSandboxes::default();
         d.said("p", "s1");
         d.said("q", "s2");
         d.said("r", "s3");
@@ -188,7 +188,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn failed_re_reads_are_retried_and_not_counted_and_given_up_after_ten_minutes() {
-        let mut d = Deleting::default();
+        let mut d = DeletedSandboxes::default();
         d.said("p", "s");
         d.note("p", finding(&["s"]));
         let times = reread_times(&mut d, |n| if n < 2 { Reread::Failed } else { Reread::Changed }).await;
@@ -218,7 +218,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_book_is_bounded_and_lets_the_oldest_go() {
-        let mut d = Deleting::default();
+        let mut d = DeletedSandboxes::default();
         for i in 0..=MAX {
             d.said(&format!("p{i}"), &format!("s{i}"));
             tokio::time::advance(Duration::from_millis(1)).await;
