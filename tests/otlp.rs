@@ -81,31 +81,7 @@ impl tonic::server::UnaryService<ExportLogsServiceRequest> for Export {
 
 /// RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo` of `d`.
 fn throttle(d: Duration) -> tonic::Status {
-    use prost::Message;
-    #[derive(Clone, PartialEq, prost::Message)]
-    struct RetryInfo {
-        #[prost(message, optional, tag = "1")]
-        retry_delay: Option<prost_types::Duration>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    struct RpcStatus {
-        #[prost(int32, tag = "1")]
-        code: i32,
-        #[prost(string, tag = "2")]
-        message: String,
-        #[prost(message, repeated, tag = "3")]
-        details: Vec<prost_types::Any>,
-    }
-    let info = RetryInfo { retry_delay: Some(prost_types::Duration { seconds: d.as_secs() as i64, nanos: 0 }) };
-    let st = RpcStatus {
-        code: tonic::Code::ResourceExhausted as i32,
-        message: "throttled".into(),
-        details: vec![prost_types::Any {
-            type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
-            value: info.encode_to_vec(),
-        }],
-    };
-    tonic::Status::with_details(tonic::Code::ResourceExhausted, "throttled", st.encode_to_vec().into())
+    plegd::export::otlp::with_retry_info(tonic::Code::ResourceExhausted, "throttled", d)
 }
 
 impl<B> Service<http::Request<B>> for Collector

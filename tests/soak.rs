@@ -26,7 +26,7 @@
 //! each watcher.
 //!
 //! `PLEGD_SOAK_SECS` (default 30 on the simulated runtime, 300 on containerd),
-//! `PLEGD_SOAK_SEED` replays the harness's choices. The containerd run is `#[ignore]`d:
+//! `PLEGD_SOAK_SEED` replays the harness's choices. The containerd run is ignored by default:
 //! `tests/e2e/run.sh` runs it (containerd 2.1 by default, `PLEGD_SOAK_VERSIONS`).
 
 mod support;

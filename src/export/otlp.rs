@@ -214,6 +214,26 @@ pub enum Outcome {
     },
 }
 
+/// A status carrying a `google.rpc.RetryInfo` of `delay`: how a collector asks a client
+/// to come back later (throttling with `RESOURCE_EXHAUSTED`).
+pub fn with_retry_info(code: tonic::Code, message: &str, delay: Duration) -> tonic::Status {
+    let info = RetryInfo {
+        retry_delay: Some(prost_types::Duration {
+            seconds: delay.as_secs() as i64,
+            nanos: delay.subsec_nanos() as i32,
+        }),
+    };
+    let rpc = RpcStatus {
+        code: code as i32,
+        message: message.into(),
+        details: vec![prost_types::Any {
+            type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+            value: info.encode_to_vec(),
+        }],
+    };
+    tonic::Status::with_details(code, message, rpc.encode_to_vec().into())
+}
+
 /// The delay a status's `RetryInfo` asks for.
 pub fn retry_delay(status: &tonic::Status) -> Option<Duration> {
     let rpc = RpcStatus::decode(status.details()).ok()?;
@@ -279,17 +299,8 @@ pub async fn export(
 mod tests {
     use super::*;
 
-    fn with_retry_info(code: tonic::Code, secs: i64) -> tonic::Status {
-        let info = RetryInfo { retry_delay: Some(prost_types::Duration { seconds: secs, nanos: 0 }) };
-        let rpc = RpcStatus {
-            code: code as i32,
-            message: "slow down".into(),
-            details: vec![prost_types::Any {
-                type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
-                value: info.encode_to_vec(),
-            }],
-        };
-        tonic::Status::with_details(code, "slow down", rpc.encode_to_vec().into())
+    fn with_retry_info(code: tonic::Code, secs: u64) -> tonic::Status {
+        super::with_retry_info(code, "slow down", Duration::from_secs(secs))
     }
 
     #[test]
