@@ -281,7 +281,7 @@ async fn fanout(args: &[String]) {
     wait_path(&cri);
     let mut cfg = plegd::config::RunConfig::for_endpoint(&format!("unix://{}", cri.display())).unwrap();
     cfg.api.socket = dir.path().join("plegd.sock");
-    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
+    cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let tracker = tokio_util::task::TaskTracker::new();
     let app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();
@@ -330,7 +330,7 @@ async fn fanout(args: &[String]) {
         tick.tick().await;
         let due = (t0.elapsed().as_secs_f64() * rate as f64) as u64;
         while sent < due.min(sent + batch * 5) {
-            app.journal.append(plegd::model::event::PodLifecycleEvent {
+            app.journal().append(plegd::model::event::PodLifecycleEvent {
                 pod_uid: "bench".into(),
                 pod_namespace: "default".into(),
                 pod_name: "web".into(),
@@ -506,7 +506,7 @@ async fn containerd(args: &[String]) {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = plegd::config::RunConfig::for_endpoint(&endpoint).unwrap();
     cfg.api.socket = dir.path().join("plegd.sock");
-    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
+    cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
     // `--durable 1` (the default, as deployed): the journal commits each batch to a
     // state dir before delivery; `--durable 0`: in memory, to measure what that adds.
     if arg(args, "--durable", 1u8) == 1 {
@@ -523,7 +523,7 @@ async fn containerd(args: &[String]) {
     // When each start was published to the journal, inside plegd: the target's own
     // measure, before the gRPC hop to a watcher.
     let published: std::sync::Arc<std::sync::Mutex<HashMap<String, Instant>>> = Default::default();
-    let mut sub = app.journal.subscribe(plegd::journal::Since::Snapshot, Default::default());
+    let mut sub = app.journal().subscribe(plegd::journal::Since::Snapshot, Default::default());
     let p2 = published.clone();
     let journal_task = tokio::spawn(async move {
         while let Some(e) = sub.next().await {
@@ -669,7 +669,7 @@ fn loaded_plegd(endpoint: &str, rate: u64) -> Loaded {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = plegd::config::RunConfig::for_endpoint(endpoint).unwrap();
     cfg.api.socket = dir.path().join("plegd.sock");
-    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
+    cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
     cfg.journal.state_dir = Some(dir.path().join("state"));
     let socket = format!("unix://{}", cfg.api.socket.display());
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -681,12 +681,12 @@ fn loaded_plegd(endpoint: &str, rate: u64) -> Loaded {
         rt.block_on(async move {
             let tracker = tokio_util::task::TaskTracker::new();
             let app = plegd::app::start(&cfg, &tracker, &stop).await.unwrap();
-            while app.readiness.check().is_err() {
+            while app.readiness().check().is_err() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            tx.send(app.journal.clone()).unwrap();
+            tx.send(app.journal().clone()).unwrap();
             if rate > 0 {
-                let journal = app.journal.clone();
+                let journal = app.journal().clone();
                 let stop = stop.clone();
                 tracker.spawn(async move {
                     let pod = std::sync::Arc::new(plegd::model::PodStatus {

@@ -53,7 +53,7 @@ fn main() {
         let _watchers: Vec<_> = (0..watchers).map(|_| spawn(&["watch", "--socket", &api])).collect();
         tokio::time::sleep(Duration::from_secs(secs)).await;
         let stats = dhat::HeapStats::get();
-        let events = sidecar.journal.revision();
+        let events = sidecar.journal().revision();
         shutdown.cancel();
         tracker.close();
         (stats, events)

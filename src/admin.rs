@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Registry;
-use crate::pleg::health::PlegHealth;
+use crate::pleg::health::{PlegHealth, Readiness};
 
 /// Errors of the admin server.
 #[derive(Debug, thiserror::Error)]
@@ -41,46 +41,19 @@ pub enum AdminError {
     Serve(#[source] std::io::Error),
 }
 
-/// Readiness, derived from the subsystems: the first relist completed, PLEG is
-/// healthy, and (with `--mode evented`) the event stream is up. The sockets are bound
-/// before any of this can be true.
-#[derive(Clone)]
-pub struct Readiness {
-    /// PLEG health.
-    pub health: PlegHealth,
-    /// The CRI event stream's state.
-    pub stream: tokio::sync::watch::Receiver<crate::pleg::evented::StreamState>,
-    /// Whether the stream is required.
-    pub require_stream: bool,
+/// Where the HTTP listeners are.
+#[derive(Clone, Debug)]
+pub struct AdminConfig {
+    /// Metrics and health, for Prometheus and the kubelet's probes.
+    pub addr: SocketAddr,
+    /// The debug API and the pages.
+    pub debug_addr: SocketAddr,
 }
 
-impl Readiness {
-    /// `Ok`, or why not ready.
-    pub fn check(&self) -> Result<(), NotReady> {
-        if !self.health.first_relist_done() {
-            return Err(NotReady::FirstRelist);
-        }
-        self.health.check()?;
-        let stream = *self.stream.borrow();
-        if self.require_stream && !stream.is_up() {
-            return Err(NotReady::NoStream(stream.as_str()));
-        }
-        Ok(())
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self { addr: SocketAddr::from(([127, 0, 0, 1], 9477)), debug_addr: SocketAddr::from(([127, 0, 0, 1], 9478)) }
     }
-}
-
-/// Why plegd is not ready.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum NotReady {
-    /// The first relist has not completed.
-    #[error("the first relist has not completed")]
-    FirstRelist,
-    /// The PLEG is unhealthy.
-    #[error("PLEG is not healthy: {0}")]
-    Unhealthy(#[from] crate::pleg::health::Unhealthy),
-    /// `--mode evented` without the stream.
-    #[error("--mode evented requires the CRI event stream, which is {0}")]
-    NoStream(&'static str),
 }
 
 /// A debug query parameter that does not parse.

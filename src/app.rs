@@ -8,10 +8,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::admin::{AdminError, AdminState, HttpLimits, HttpServer, Readiness, relist_liveness_limit};
+use crate::admin::{AdminError, AdminState, HttpLimits, HttpServer, relist_liveness_limit};
 use crate::backoff::Backoff;
 use crate::cache::{self, PodCache};
-use crate::config::RunConfig;
+use crate::config::{RunConfig, SyncConfig};
 use crate::cri::RuntimeService;
 use crate::cri::client::{ClientOptions, CriClient};
 use crate::grpc::{ApiError, PodLifecycleService};
@@ -20,8 +20,8 @@ use crate::liveness::{Liveness, QUICK_LOOP_LIMIT};
 use crate::lookup::{ContainerLookup, LookupError};
 use crate::metrics::Registry;
 use crate::pleg::evented::{self, EventedWatcher, Mode, StreamState};
-use crate::pleg::generic::{GenericPleg, PlegHandle, RelistConfig};
-use crate::pleg::health::PlegHealth;
+use crate::pleg::generic::{GenericPleg, PlegHandle};
+use crate::pleg::health::{PlegHealth, Readiness};
 use crate::pleg::hints::PodHints;
 use crate::publish;
 use crate::reconcile::{Controller, CrashLoop, Enqueue, Gc, GcMode, Publish, Reconciler};
@@ -67,40 +67,106 @@ impl AppError {
     }
 }
 
-/// Handles on a running sidecar.
+/// A running sidecar: its components' handles, behind accessors.
 pub struct Sidecar {
+    cache: PodCache,
+    journal: Journal,
+    health: PlegHealth,
+    readiness: Readiness,
+    metrics: Metrics,
+    pleg: PlegHandle,
+    liveness: Liveness,
+    admin_addr: SocketAddr,
+    debug_addr: SocketAddr,
+    api_socket: std::path::PathBuf,
+    stream: tokio::sync::watch::Receiver<StreamState>,
+    history: Arc<Mutex<History>>,
+    sync: SyncLoopHandle,
+    queues: Vec<WorkQueue<String>>,
+    hints: PodHints,
+    lookup: ContainerLookup,
+}
+
+impl Sidecar {
     /// The pod-status cache.
-    pub cache: PodCache,
+    pub fn cache(&self) -> &PodCache {
+        &self.cache
+    }
+
     /// The journal of published events.
-    pub journal: Journal,
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
     /// PLEG health.
-    pub health: PlegHealth,
+    pub fn health(&self) -> &PlegHealth {
+        &self.health
+    }
+
     /// Readiness, as `/readyz` and grpc health report it.
-    pub readiness: Readiness,
-    /// Metrics.
-    pub metrics: Metrics,
-    /// Relist requests.
-    pub pleg: PlegHandle,
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
+    }
+
+    /// Every subsystem's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Asks the relister for a full relist.
+    pub fn pleg(&self) -> &PlegHandle {
+        &self.pleg
+    }
+
     /// The liveness of every long-running loop, as `/livez` reports it.
-    pub liveness: Liveness,
-    /// Where the metrics and health listener is.
-    pub admin_addr: SocketAddr,
-    /// Where the debug listener is.
-    pub debug_addr: SocketAddr,
-    /// The API socket.
-    pub api_socket: std::path::PathBuf,
-    /// The event stream's state.
-    pub stream: tokio::sync::watch::Receiver<StreamState>,
+    pub fn liveness(&self) -> &Liveness {
+        &self.liveness
+    }
+
     /// The sync loop's history.
-    pub history: Arc<Mutex<History>>,
+    pub fn history(&self) -> &Arc<Mutex<History>> {
+        &self.history
+    }
+
     /// The sync loop's inputs.
-    pub sync: SyncLoopHandle,
-    /// One work queue per reconciler.
-    pub queues: Vec<WorkQueue<String>>,
-    /// The relister's targeted-relist requests (from the event stream).
-    pub hints: PodHints,
+    pub fn sync(&self) -> &SyncLoopHandle {
+        &self.sync
+    }
+
+    /// The relister's hints (what the event stream tells it).
+    pub fn hints(&self) -> &PodHints {
+        &self.hints
+    }
+
     /// Containers by id, cgroup id and PID, removed ones too.
-    pub lookup: ContainerLookup,
+    pub fn lookup(&self) -> &ContainerLookup {
+        &self.lookup
+    }
+
+    /// Where the metrics and health listener is.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// Where the debug listener is.
+    pub fn debug_addr(&self) -> SocketAddr {
+        self.debug_addr
+    }
+
+    /// The API socket.
+    pub fn api_socket(&self) -> &std::path::Path {
+        &self.api_socket
+    }
+
+    /// The event stream's state (a receiver of its own).
+    pub fn stream(&self) -> tokio::sync::watch::Receiver<StreamState> {
+        self.stream.clone()
+    }
+
+    /// One work queue per reconciler.
+    pub fn queues(&self) -> &[WorkQueue<String>] {
+        &self.queues
+    }
 }
 
 /// Starts the sidecar's tasks in `tracker` against the CRI runtime at
@@ -108,13 +174,15 @@ pub struct Sidecar {
 /// before anything runs, so a bad address fails here.
 pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &CancellationToken) -> Result<Sidecar, AppError> {
     let metrics = Metrics::new();
-    let opts = ClientOptions { timeout: cfg.runtime_request_timeout, ..Default::default() };
-    let client = CriClient::new(&cfg.runtime_endpoint, opts, Some(metrics.cri.clone())).map_err(AppError::Endpoint)?;
+    let opts = ClientOptions { timeout: cfg.runtime.request_timeout, ..Default::default() };
+    let client = CriClient::new(&cfg.runtime.endpoint, opts, Some(metrics.cri.clone())).map_err(AppError::Endpoint)?;
     start_on(cfg, client, metrics, tracker, shutdown).await
 }
 
 /// Starts the sidecar on any runtime (the CRI client in production; the simulated
-/// runtime in-process for tests that run hours of paused time).
+/// runtime in-process for tests that run hours of paused time). Takes the config apart,
+/// one part per subsystem, and builds each: the stores, the PLEG, the pipeline behind
+/// it, the listeners (bound before anything runs), then spawns every task.
 pub async fn start_on<R: RuntimeService>(
     cfg: &RunConfig,
     client: R,
@@ -122,208 +190,130 @@ pub async fn start_on<R: RuntimeService>(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Result<Sidecar, AppError> {
+    let RunConfig { runtime, pleg: pleg_cfg, admin: admin_cfg, api, journal, sync: sync_cfg, memory, lookup, export } =
+        cfg.clone();
     crate::clock::start();
-    let (writer, cache) = cache::new();
-    let health = PlegHealth::new(cfg.relist_threshold);
     let liveness = Liveness::new();
-    let relist_beat = liveness
-        .register("relist", relist_liveness_limit(cfg.relist_period, cfg.inspect_timeout, cfg.runtime_request_timeout));
-    // Opening reads the journal and may wait for a plegd that still holds the state
-    // dir: on a blocking thread, so signals are heard meanwhile.
-    let journal = {
-        let (jcfg, jmetrics, stop) = (cfg.journal.clone(), metrics.journal.clone(), shutdown.clone());
-        tokio::task::spawn_blocking(move || Journal::open_waiting(&jcfg, Some(jmetrics), LOCK_WAIT, &stop))
-            .await
-            .expect("opening the journal panicked")
-            .map_err(|e| match e {
-                StoreError::Interrupted { .. } => AppError::Interrupted,
-                e => AppError::StateDir(e),
-            })?
-    };
-    // The lookup learns the pods the journal holds, and the tombstones kept beside it.
-    let (lookup, tombstone_writer) = {
-        let (lcfg, lmetrics) = (cfg.lookup.clone(), metrics.lookup.clone());
-        tokio::task::spawn_blocking(move || ContainerLookup::open(lcfg, lmetrics))
-            .await
-            .expect("opening the lookup panicked")?
-    };
-    lookup.seed(&journal.pods());
-    // plegd's own starts and the outages it sees, kept beside the journal.
-    let runlog = {
-        let dir = cfg.journal.state_dir.clone();
-        let detail = format!("plegd {} pid {} mode {:?}", env!("CARGO_PKG_VERSION"), std::process::id(), cfg.mode);
-        tokio::task::spawn_blocking(move || {
-            let log = RunLog::open(dir.as_deref());
-            log.record(Mark::now(MarkKind::Start, detail));
-            log
-        })
-        .await
-        .expect("opening the run log panicked")
-    };
+    let stores = Stores::open(&journal, lookup, pleg_cfg.mode, &metrics, shutdown).await?;
+    let Stores { journal, lookup, tombstones, runlog } = stores;
+
+    // The PLEG: the relister (the cache's only writer), the event stream, health.
+    let (writer, cache) = cache::new();
+    let health = PlegHealth::new(pleg_cfg.threshold);
     let (events_tx, publisher) = publish::channel(4096, journal.clone(), Some(metrics.events.clone()));
     let publisher = publisher
         .with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT))
         .priming(health.clone())
         .with_lookup(lookup.clone());
-    let relist = RelistConfig {
-        period: cfg.relist_period,
-        concurrency: cfg.inspect_concurrency,
-        inspect_timeout: cfg.inspect_timeout,
-        host: cfg.lookup.host.clone(),
-    };
-    let hints = PodHints::default();
-    let sidecar_hints = hints.clone();
     let (state_tx, state_rx) = evented::stream_state();
-    let pleg = GenericPleg::new(client.clone(), writer, events_tx, health.clone(), Some(metrics.pleg.clone()), relist)
-        // What the journal's last events said of each pod: the first relist turns what
-        // changed while plegd was down into events.
-        .with_seed(journal.pods())
-        .with_liveness(relist_beat)
-        .with_hints(hints.clone(), state_rx.clone(), cfg.evented_relist_period)
-        .with_stream_check(cfg.stream_check_period);
-    let handle = pleg.handle();
+    let relist_limit =
+        relist_liveness_limit(pleg_cfg.relist.period, pleg_cfg.relist.inspect_timeout, runtime.request_timeout);
+    let relister = GenericPleg::new(
+        client.clone(),
+        writer,
+        events_tx,
+        health.clone(),
+        Some(metrics.pleg.clone()),
+        pleg_cfg.relist.clone(),
+    )
+    // What the journal's last events said of each pod: the first relist turns what
+    // changed while plegd was down into events.
+    .with_seed(journal.pods())
+    .with_liveness(liveness.register("relist", relist_limit))
+    .with_stream(state_rx.clone(), pleg_cfg.net_period)
+    .with_stream_check(pleg_cfg.stream_check);
+    let (relist_handle, hints) = (relister.handle(), relister.hints());
     let readiness =
-        Readiness { health: health.clone(), stream: state_rx.clone(), require_stream: cfg.mode == Mode::Evented };
+        Readiness { health: health.clone(), stream: state_rx.clone(), require_stream: pleg_cfg.mode == Mode::Evented };
 
-    // The sync loop, and one queue and controller per reconciler.
-    let history = Arc::new(Mutex::new(
-        History::new(cfg.sync.history_retention, Duration::from_secs(3600), 100_000)
-            .with_budget(cfg.sync.history_budget),
-    ));
-    let mut sync_loop = SyncLoop::new(journal.clone(), Vec::new(), history.clone())
-        .with_periodic_resync(cfg.sync.resync_period)
-        .with_startup_gate(health.clone(), Duration::from_secs(30))
-        .with_liveness(liveness.register("sync", QUICK_LOOP_LIMIT));
-    let sync = sync_loop.handle();
-    let mut reconcilers: Vec<Arc<dyn Reconciler>> =
-        vec![Arc::new(CrashLoop::new(cfg.sync.crashloop.clone(), sync.clone()))];
-    if cfg.sync.gc.mode != GcMode::Off {
-        reconcilers.push(Arc::new(Gc::new(client.clone(), cfg.sync.gc.clone())));
-    }
-    let mut queues = Vec::new();
-    let mut controllers = Vec::new();
-    for r in reconcilers {
-        let q = WorkQueue::new(r.name(), cfg.sync.rate_limit.clone(), Some(metrics.queues.clone()));
-        let beat = liveness.register(r.name(), crate::reconcile::RECONCILE_STUCK_AFTER + QUICK_LOOP_LIMIT);
-        controllers.push(
-            Controller::new(r, q.clone(), cache.clone(), cfg.sync.workers, Some(metrics.reconcile.clone()))
-                .with_liveness(beat),
-        );
-        queues.push(q);
-    }
-    sync_loop.add_handler(Box::new(Enqueue::new(queues.clone(), cache.clone(), sync.clone())));
-    sync_loop.add_handler(Box::new(Publish::new(publisher.path())));
+    let pipeline = Pipeline::build(&sync_cfg, &journal, &cache, &client, &health, &publisher, &liveness, &metrics);
 
-    // Bind both sockets before starting anything.
-    let api_listener = crate::uds::bind(&cfg.api.socket, 0o660).await.map_err(AppError::Listen)?;
-    let admin_state = AdminState {
+    // Bind every socket before starting anything.
+    let api_listener = crate::uds::bind(&api.socket, 0o660).await.map_err(AppError::Listen)?;
+    let admin_state = Arc::new(AdminState {
         metrics: metrics.registry.clone(),
         health: health.clone(),
         liveness: liveness.clone(),
         readiness: readiness.clone(),
-        history: history.clone(),
-        queues: queues.clone(),
-        sync: sync.clone(),
-        pleg: handle.clone(),
+        history: pipeline.history.clone(),
+        queues: pipeline.queues.clone(),
+        sync: pipeline.sync.clone(),
+        pleg: relist_handle.clone(),
         cache: cache.clone(),
         journal: journal.clone(),
-        runtime_view: {
-            let (client, n, host) = (client.clone(), cfg.inspect_concurrency, cfg.lookup.host.clone());
-            let cache = cache.clone();
-            Arc::new(move || {
-                let (client, host, cache) = (client.clone(), host.clone(), cache.clone());
-                Box::pin(async move {
-                    let previous = move |uid: &str| cache.get(uid).and_then(|e| e.status.clone());
-                    crate::pleg::inspect::read_all(&client, &host, n, &previous).await.map_err(|e| e.to_string())
-                })
-            })
-        },
+        runtime_view: runtime_view(client.clone(), cache.clone(), &pleg_cfg),
         work: Default::default(),
         runlog: runlog.clone(),
-    };
-    let admin_state = Arc::new(admin_state);
-    let admin = HttpServer::bind(cfg.admin_addr, crate::admin::admin_router(admin_state.clone()), HttpLimits::ADMIN)
+    });
+    let admin = HttpServer::bind(admin_cfg.addr, crate::admin::admin_router(admin_state.clone()), HttpLimits::ADMIN)
         .await?
         .counting_refusals(metrics.http.refused_on("admin"));
-    let debug = HttpServer::bind(cfg.debug_addr, crate::admin::debug_router(admin_state), HttpLimits::DEBUG)
+    let debug = HttpServer::bind(admin_cfg.debug_addr, crate::admin::debug_router(admin_state), HttpLimits::DEBUG)
         .await?
         .counting_refusals(metrics.http.refused_on("debug"));
     let (admin_addr, debug_addr) = (admin.local_addr(), debug.local_addr());
+    let exporter = match export {
+        Some(ecfg) => Some(crate::export::OtlpExporter::new(ecfg, journal.clone(), metrics.export.clone())?),
+        None => None,
+    };
 
+    // Every task, each in its span.
     spawn(tracker, "publish", publisher.run(shutdown.clone()));
-    if let Some(ecfg) = cfg.export.clone() {
-        let exporter = crate::export::OtlpExporter::new(ecfg, journal.clone(), metrics.export.clone())?;
+    if let Some(exporter) = exporter {
         spawn(tracker, "otlp_export", exporter.run(shutdown.clone()));
     }
-    if let Some(w) = tombstone_writer {
+    if let Some(w) = tombstones {
         spawn(tracker, "tombstones", w.run(shutdown.clone()));
     }
-    let scavenger = crate::memory::Scavenger::new(cfg.memory.clone(), metrics.memory.clone());
+    let scavenger = crate::memory::Scavenger::new(memory, metrics.memory.clone());
     spawn(tracker, "memory_trim", scavenger.run(shutdown.clone()));
     if let Some(checkpointer) = journal.checkpointer() {
         spawn(tracker, "journal_checkpoint", checkpointer.run(shutdown.clone()));
     }
-    if cfg.mode == Mode::Generic {
+    if pleg_cfg.mode == Mode::Generic {
         state_tx.send_replace(StreamState::Disabled);
     } else {
-        let watcher =
-            EventedWatcher::new(client.clone(), hints, state_tx, Some(metrics.pleg.clone()), cfg.evented.clone())
-                .with_liveness(liveness.register("event stream", QUICK_LOOP_LIMIT));
+        let watcher = EventedWatcher::new(
+            client.clone(),
+            hints.clone(),
+            state_tx,
+            Some(metrics.pleg.clone()),
+            pleg_cfg.stream.clone(),
+        )
+        .with_liveness(liveness.register("event stream", QUICK_LOOP_LIMIT));
         spawn(tracker, "event_stream", watcher.run(shutdown.clone()));
     }
     spawn(tracker, "run_log", keep_run_log(runlog, state_rx.clone(), health.clone(), shutdown.clone()));
-    spawn(tracker, "relist", pleg.run(shutdown.clone()));
-    spawn(tracker, "sync_loop", sync_loop.run(shutdown.clone()));
-    for c in controllers {
+    spawn(tracker, "relist", relister.run(shutdown.clone()));
+    spawn(tracker, "sync_loop", pipeline.sync_loop.run(shutdown.clone()));
+    for c in pipeline.controllers {
         let span = tracing::info_span!("reconciler", name = c.name());
         tracker.spawn(c.run(shutdown.clone()).instrument(span));
     }
     spawn(tracker, "announce_runtime", announce_runtime(client.clone(), shutdown.clone()));
-    let sd = shutdown.clone();
-    spawn(tracker, "admin", async move {
-        if let Err(e) = admin.run(sd.clone()).await {
-            tracing::error!(error = %e, "admin server stopped");
-            sd.cancel();
-        }
-    });
-    let sd = shutdown.clone();
-    spawn(tracker, "debug", async move {
-        if let Err(e) = debug.run(sd.clone()).await {
-            tracing::error!(error = %e, "debug server stopped");
-            sd.cancel();
-        }
-    });
+    spawn(tracker, "admin", serve_http("admin", admin, shutdown.clone()));
+    spawn(tracker, "debug", serve_http("debug", debug, shutdown.clone()));
     let svc = PodLifecycleService::new(
         journal.clone(),
         cache.clone(),
-        cfg.api.clone(),
+        api.clone(),
         metrics.api.clone(),
         tracker.clone(),
         shutdown.clone(),
     )
-    .with_lookup(lookup.clone(), {
-        let (client, host) = (client.clone(), cfg.lookup.host.clone());
-        let reader: crate::grpc::ContainerReader = Arc::new(move |id: String| {
-            let (client, host) = (client.clone(), host.clone());
-            Box::pin(async move { crate::pleg::inspect::read_container(&client, &host, &id).await.ok().flatten() })
-        });
-        Some(reader)
-    });
-    let sd = shutdown.clone();
-    let ready = readiness.clone();
-    let socket = cfg.api.socket.clone();
+    .with_lookup(lookup.clone(), Some(container_reader(client.clone(), &pleg_cfg)));
+    let (sd, ready, socket) = (shutdown.clone(), readiness.clone(), api.socket.clone());
     let api_beat = liveness.register("api", QUICK_LOOP_LIMIT);
     spawn(tracker, "grpc", async move {
-        if let Err(e) = crate::grpc::serve(api_listener, svc, move || ready.check().is_ok(), api_beat, sd.clone()).await
-        {
+        if let Err(e) = crate::grpc::serve(api_listener, svc, ready, api_beat, sd.clone()).await {
             tracing::error!(error = %e, "gRPC API stopped");
             sd.cancel();
         }
         let _ = std::fs::remove_file(&socket);
     });
     tracing::info!(
-        runtime = %cfg.runtime_endpoint, api = %cfg.api.socket.display(), admin = %admin_addr, debug = %debug_addr,
-        mode = ?cfg.mode, "plegd started"
+        runtime = %runtime.endpoint, api = %api.socket.display(), admin = %admin_addr, debug = %debug_addr,
+        mode = ?pleg_cfg.mode, "plegd started"
     );
     Ok(Sidecar {
         cache,
@@ -331,18 +321,155 @@ pub async fn start_on<R: RuntimeService>(
         health,
         readiness,
         metrics,
-        pleg: handle,
+        pleg: relist_handle,
         liveness,
         admin_addr,
         debug_addr,
-        api_socket: cfg.api.socket.clone(),
+        api_socket: api.socket,
         stream: state_rx,
-        history,
-        sync,
-        queues,
-        hints: sidecar_hints,
+        history: pipeline.history,
+        sync: pipeline.sync,
+        queues: pipeline.queues,
+        hints,
         lookup,
     })
+}
+
+/// What lives in the state dir: the journal, the lookup's tombstones, the run log.
+struct Stores {
+    journal: Journal,
+    lookup: ContainerLookup,
+    /// Writes tombstones to disk, when there is a state dir.
+    tombstones: Option<crate::lookup::TombstoneWriter>,
+    runlog: RunLog,
+}
+
+impl Stores {
+    /// Opens each on a blocking thread (the journal may wait for a plegd that still holds
+    /// the state dir, and signals must be heard meanwhile); the lookup learns the pods the
+    /// journal holds; the run log records this start.
+    async fn open(
+        journal: &crate::journal::JournalConfig,
+        lookup: crate::lookup::LookupConfig,
+        mode: Mode,
+        metrics: &Metrics,
+        shutdown: &CancellationToken,
+    ) -> Result<Self, AppError> {
+        let journal_dir = journal.state_dir.clone();
+        let journal = {
+            let (jcfg, jmetrics, stop) = (journal.clone(), metrics.journal.clone(), shutdown.clone());
+            tokio::task::spawn_blocking(move || Journal::open_waiting(&jcfg, Some(jmetrics), LOCK_WAIT, &stop))
+                .await
+                .expect("opening the journal panicked")
+                .map_err(|e| match e {
+                    StoreError::Interrupted { .. } => AppError::Interrupted,
+                    e => AppError::StateDir(e),
+                })?
+        };
+        let dir = journal_dir;
+        let (lookup, tombstones) = {
+            let lmetrics = metrics.lookup.clone();
+            tokio::task::spawn_blocking(move || ContainerLookup::open(lookup, lmetrics))
+                .await
+                .expect("opening the lookup panicked")?
+        };
+        lookup.seed(&journal.pods());
+        let detail = format!("plegd {} pid {} mode {mode:?}", env!("CARGO_PKG_VERSION"), std::process::id());
+        let runlog = tokio::task::spawn_blocking(move || {
+            let log = RunLog::open(dir.as_deref());
+            log.record(Mark::now(MarkKind::Start, detail));
+            log
+        })
+        .await
+        .expect("opening the run log panicked");
+        Ok(Self { journal, lookup, tombstones, runlog })
+    }
+}
+
+/// The pipeline behind the journal: the sync loop, and one queue and controller per
+/// reconciler.
+struct Pipeline {
+    sync_loop: SyncLoop,
+    sync: SyncLoopHandle,
+    history: Arc<Mutex<History>>,
+    queues: Vec<WorkQueue<String>>,
+    controllers: Vec<Controller>,
+}
+
+impl Pipeline {
+    #[allow(clippy::too_many_arguments)]
+    fn build<R: RuntimeService>(
+        cfg: &SyncConfig,
+        journal: &Journal,
+        cache: &PodCache,
+        client: &R,
+        health: &PlegHealth,
+        publisher: &publish::Publisher,
+        liveness: &Liveness,
+        metrics: &Metrics,
+    ) -> Self {
+        let history = Arc::new(Mutex::new(
+            History::new(cfg.history_retention, Duration::from_secs(3600), 100_000).with_budget(cfg.history_budget),
+        ));
+        let mut sync_loop = SyncLoop::new(journal.clone(), Vec::new(), history.clone())
+            .with_periodic_resync(cfg.resync_period)
+            .with_startup_gate(health.clone(), Duration::from_secs(30))
+            .with_liveness(liveness.register("sync", QUICK_LOOP_LIMIT));
+        let sync = sync_loop.handle();
+        let mut reconcilers: Vec<Arc<dyn Reconciler>> =
+            vec![Arc::new(CrashLoop::new(cfg.crashloop.clone(), sync.clone()))];
+        if cfg.gc.mode != GcMode::Off {
+            reconcilers.push(Arc::new(Gc::new(client.clone(), cfg.gc.clone())));
+        }
+        let mut queues = Vec::new();
+        let mut controllers = Vec::new();
+        for r in reconcilers {
+            let q = WorkQueue::new(r.name(), cfg.rate_limit.clone(), Some(metrics.queues.clone()));
+            let beat = liveness.register(r.name(), crate::reconcile::RECONCILE_STUCK_AFTER + QUICK_LOOP_LIMIT);
+            controllers.push(
+                Controller::new(r, q.clone(), cache.clone(), cfg.workers, Some(metrics.reconcile.clone()))
+                    .with_liveness(beat),
+            );
+            queues.push(q);
+        }
+        sync_loop.add_handler(Box::new(Enqueue::new(queues.clone(), cache.clone(), sync.clone())));
+        sync_loop.add_handler(Box::new(Publish::new(publisher.path())));
+        Self { sync_loop, sync, history, queues, controllers }
+    }
+}
+
+/// `/debug/pods?view=runtime`: every pod read from the runtime now, against the cache's
+/// statuses (a container's process is carried over, as the relister does).
+fn runtime_view<R: RuntimeService>(
+    client: R,
+    cache: PodCache,
+    pleg: &crate::pleg::PlegConfig,
+) -> crate::admin::RuntimeView {
+    let (n, host) = (pleg.relist.concurrency, pleg.relist.host.clone());
+    Arc::new(move || {
+        let (client, host, cache) = (client.clone(), host.clone(), cache.clone());
+        Box::pin(async move {
+            let previous = move |uid: &str| cache.get(uid).and_then(|e| e.status.clone());
+            crate::pleg::inspect::read_all(&client, &host, n, &previous).await.map_err(|e| e.to_string())
+        })
+    })
+}
+
+/// `GetContainer`'s read of a container plegd has not published yet.
+fn container_reader<R: RuntimeService>(client: R, pleg: &crate::pleg::PlegConfig) -> crate::grpc::ContainerReader {
+    let host = pleg.relist.host.clone();
+    Arc::new(move |id: String| {
+        let (client, host) = (client.clone(), host.clone());
+        Box::pin(async move { crate::pleg::inspect::read_container(&client, &host, &id).await.ok().flatten() })
+    })
+}
+
+/// Serves an HTTP listener until shutdown; a listener that fails stops plegd.
+async fn serve_http(name: &'static str, server: HttpServer, shutdown: CancellationToken) {
+    if let Err(e) = server.run(shutdown.clone()).await {
+        tracing::error!(error = %e, listener = name, "HTTP server stopped");
+        shutdown.cancel();
+    }
 }
 
 /// Spawns a long-running component into the tracker inside a span named for it, so

@@ -79,7 +79,7 @@ struct State {
 
 struct Shared {
     state: RwLock<State>,
-    demand: Notify,
+    demand: Arc<Notify>,
 }
 
 /// A reader of the cache. Cheap to clone.
@@ -131,7 +131,7 @@ impl State {
 
 /// Creates an empty cache: the writer and a reader.
 pub fn new() -> (CacheWriter, PodCache) {
-    let shared = Arc::new(Shared { state: RwLock::new(State::default()), demand: Notify::new() });
+    let shared = Arc::new(Shared { state: RwLock::new(State::default()), demand: Arc::new(Notify::new()) });
     (CacheWriter { shared: shared.clone() }, PodCache { shared })
 }
 
@@ -269,10 +269,10 @@ impl CacheWriter {
         wanted
     }
 
-    /// Resolves when a reader starts waiting on a pod (a permit is kept if the writer
-    /// is busy).
-    pub async fn demanded(&self) {
-        self.shared.demand.notified().await;
+    /// What a reader's new demand wakes (a permit is kept if the writer is busy); the
+    /// writer may share it with whatever else wakes it.
+    pub fn wake(&self) -> Arc<Notify> {
+        self.shared.demand.clone()
     }
 
     /// Advances the global timestamp to `ts` (the start of a completed full relist)

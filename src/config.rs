@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, ValueEnum};
+use clap::{Args, ValueEnum};
 
 use crate::uds::parse_unix_endpoint;
 
@@ -261,33 +261,16 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-/// The sidecar's validated configuration.
-#[derive(Clone, Debug)]
+/// The sidecar's validated configuration: one part per subsystem, each with the flags'
+/// defaults as its `Default`.
+#[derive(Clone, Debug, Default)]
 pub struct RunConfig {
-    /// CRI endpoint, `unix:///…`.
-    pub runtime_endpoint: String,
-    /// Deadline of each CRI call.
-    pub runtime_request_timeout: Duration,
-    /// PLEG mode.
-    pub mode: crate::pleg::evented::Mode,
-    /// Relist period.
-    pub relist_period: Duration,
-    /// Safety-net relist period while the stream is up.
-    pub evented_relist_period: Duration,
-    /// The longest a trusted stream goes without a full relist (zero: the safety net).
-    pub stream_check_period: Duration,
-    /// Health threshold.
-    pub relist_threshold: Duration,
-    /// Inspection concurrency.
-    pub inspect_concurrency: usize,
-    /// Inspection deadline per pod.
-    pub inspect_timeout: Duration,
-    /// Metrics and health address.
-    pub admin_addr: SocketAddr,
-    /// Debug API address.
-    pub debug_addr: SocketAddr,
-    /// Event-stream reconnection settings.
-    pub evented: crate::pleg::evented::EventedConfig,
+    /// The CRI runtime plegd watches.
+    pub runtime: crate::cri::client::RuntimeConfig,
+    /// The PLEG: mode, relister, the stream's safety net and check, health.
+    pub pleg: crate::pleg::PlegConfig,
+    /// The HTTP listeners.
+    pub admin: crate::admin::AdminConfig,
     /// The API's socket and policies.
     pub api: crate::grpc::ApiConfig,
     /// The journal: capacity, byte budgets, state dir, and the buffer per watcher.
@@ -321,6 +304,20 @@ pub struct SyncConfig {
     pub crashloop: crate::reconcile::CrashLoopConfig,
 }
 
+impl Default for SyncConfig {
+    fn default() -> Self {
+        Self {
+            workers: 4,
+            history_retention: Duration::from_secs(24 * 3600),
+            history_budget: 8 << 20,
+            resync_period: Some(Duration::from_secs(300)),
+            rate_limit: crate::workqueue::RateLimit::default(),
+            gc: crate::reconcile::GcConfig::default(),
+            crashloop: crate::reconcile::CrashLoopConfig::default(),
+        }
+    }
+}
+
 fn invalid(flag: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError { flag, reason: reason.into() }
 }
@@ -343,19 +340,26 @@ impl TryFrom<&RunArgs> for RunConfig {
         if a.pleg.inspect_concurrency == 0 {
             return Err(invalid("--inspect-concurrency", "must be at least 1"));
         }
+        let host = crate::host::Host::new(&a.lookup.host_root);
         Ok(Self {
-            runtime_endpoint: format!("unix://{}", runtime_socket.display()),
-            runtime_request_timeout: positive("--runtime-request-timeout", a.runtime.runtime_request_timeout)?,
-            mode: a.pleg.mode,
-            relist_period,
-            evented_relist_period: positive("--evented-relist-period", a.pleg.evented_relist_period)?,
-            stream_check_period: a.pleg.stream_check_period,
-            relist_threshold,
-            inspect_concurrency: a.pleg.inspect_concurrency,
-            inspect_timeout: positive("--inspect-timeout", a.pleg.inspect_timeout)?,
-            admin_addr: a.admin.admin_addr,
-            debug_addr: a.admin.debug_addr,
-            evented: Default::default(),
+            runtime: crate::cri::client::RuntimeConfig {
+                endpoint: format!("unix://{}", runtime_socket.display()),
+                request_timeout: positive("--runtime-request-timeout", a.runtime.runtime_request_timeout)?,
+            },
+            pleg: crate::pleg::PlegConfig {
+                mode: a.pleg.mode,
+                relist: crate::pleg::generic::RelistConfig {
+                    period: relist_period,
+                    concurrency: a.pleg.inspect_concurrency,
+                    inspect_timeout: positive("--inspect-timeout", a.pleg.inspect_timeout)?,
+                    host: host.clone(),
+                },
+                net_period: positive("--evented-relist-period", a.pleg.evented_relist_period)?,
+                stream_check: a.pleg.stream_check_period,
+                threshold: relist_threshold,
+                stream: Default::default(),
+            },
+            admin: crate::admin::AdminConfig { addr: a.admin.admin_addr, debug_addr: a.admin.debug_addr },
             api: crate::grpc::ApiConfig {
                 socket: parse_unix_endpoint(&a.api.listen).map_err(|e| invalid("--listen", e.to_string()))?,
                 allow_uids: a.api.allow_uid.clone(),
@@ -372,7 +376,7 @@ impl TryFrom<&RunArgs> for RunConfig {
                 max_tombstones: crate::lookup::MAX_TOMBSTONES,
                 max_bytes: crate::lookup::MAX_TOMBSTONE_BYTES,
                 state_dir: (!a.journal.state_dir.as_os_str().is_empty()).then(|| a.journal.state_dir.clone()),
-                host: crate::host::Host::new(&a.lookup.host_root),
+                host,
             },
             export: export_config(&a.export, &a.journal.state_dir)?,
         })
@@ -380,31 +384,18 @@ impl TryFrom<&RunArgs> for RunConfig {
 }
 
 impl RunConfig {
-    /// A config for a sidecar on `endpoint` with defaults elsewhere (tests, demo).
-    ///
-    /// The defaults are the flags' own (one source of defaults): `RunArgs` is parsed
-    /// with `--runtime-endpoint`, `--state-dir ""` and ephemeral HTTP ports — tests and
-    /// the demo keep the journal in memory unless they give it a (temporary) state dir.
+    /// A config for a sidecar on `endpoint` with defaults elsewhere (tests, the demo,
+    /// embedders): the journal in memory (no state dir) and the HTTP listeners on
+    /// ephemeral ports, so that many can run at once. Tune it by setting its parts.
     pub fn for_endpoint(endpoint: &str) -> Result<Self, ConfigError> {
-        #[derive(Parser)]
-        struct Run {
-            #[command(flatten)]
-            run: RunArgs,
-        }
-        // Ephemeral ports: tests and embedders run many at once.
-        let args = Run::try_parse_from([
-            "plegd",
-            "--runtime-endpoint",
-            endpoint,
-            "--state-dir",
-            "",
-            "--admin-addr",
-            "127.0.0.1:0",
-            "--debug-addr",
-            "127.0.0.1:0",
-        ])
-        .map_err(|e| invalid("--runtime-endpoint", e.to_string()))?;
-        Self::try_from(&args.run)
+        let socket = parse_unix_endpoint(endpoint).map_err(|e| invalid("--runtime-endpoint", e.to_string()))?;
+        let mut cfg = Self::default();
+        cfg.runtime.endpoint = format!("unix://{}", socket.display());
+        cfg.journal.state_dir = None;
+        cfg.lookup.state_dir = None;
+        let ephemeral = SocketAddr::from(([127, 0, 0, 1], 0));
+        cfg.admin = crate::admin::AdminConfig { addr: ephemeral, debug_addr: ephemeral };
+        Ok(cfg)
     }
 }
 
@@ -525,6 +516,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
 
     #[derive(Parser)]
@@ -543,10 +536,28 @@ mod tests {
     #[test]
     fn defaults_follow_the_contract() {
         let c = run_args(&[]).unwrap();
-        assert_eq!(c.runtime_endpoint, "unix:///run/containerd/containerd.sock");
-        assert_eq!(c.relist_period, Duration::from_secs(1));
-        assert_eq!(c.relist_threshold, Duration::from_secs(180));
-        assert_eq!(c.admin_addr, "127.0.0.1:9477".parse().unwrap());
+        assert_eq!(c.runtime.endpoint, "unix:///run/containerd/containerd.sock");
+        assert_eq!(c.pleg.relist.period, Duration::from_secs(1));
+        assert_eq!(c.pleg.threshold, Duration::from_secs(180));
+        assert_eq!(c.admin.addr, "127.0.0.1:9477".parse().unwrap());
+    }
+
+    #[test]
+    fn the_flags_defaults_and_the_configs_defaults_are_the_same() {
+        let from_flags = run_args(&[]).unwrap();
+        // Every part, field by field, as `Debug` spells them.
+        assert_eq!(format!("{from_flags:#?}"), format!("{:#?}", RunConfig::default()));
+    }
+
+    #[test]
+    fn a_config_for_an_endpoint_is_the_defaults_in_memory_on_ephemeral_ports() {
+        let c = RunConfig::for_endpoint("unix:///tmp/x.sock").unwrap();
+        assert_eq!(c.runtime.endpoint, "unix:///tmp/x.sock");
+        assert!(c.journal.state_dir.is_none() && c.lookup.state_dir.is_none());
+        assert_eq!((c.admin.addr.port(), c.admin.debug_addr.port()), (0, 0));
+        assert_eq!(format!("{:?}", c.pleg), format!("{:?}", RunConfig::default().pleg));
+        let e = RunConfig::for_endpoint("tcp://1.2.3.4:5").unwrap_err().to_string();
+        assert!(e.contains("--runtime-endpoint"), "{e}");
     }
 
     #[test]

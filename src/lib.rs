@@ -3,14 +3,16 @@
 //! The pipeline, from the runtime to the consumers (one CRI event, hop by hop):
 //!
 //! ```text
-//!  cri::client ─ GetContainerEvents ─► pleg::evented ─► pleg::hints ─► pleg::generic
-//!     (the stream is a hint)             (consume)        (coalesce)    (run → relist_pods:
-//!                                                                        read the pod via
-//!                                                                        pleg::inspect)
-//!  pleg::generic::apply ─► cache (write) + pleg::build_events ─► publish::PublishPath
-//!  ─► journal::Journal::append (revision, view, fan-out to subscriptions)
-//!  ─► grpc::watch (the Watch stream pulls) ─► grpc::wire (encode once) ─► the socket
+//!  cri::client ─ GetContainerEvents ─► pleg::evented ─► pleg::hints ─► pleg::generic::run_loop
+//!     (the stream is a hint)             (consume)        (coalesce)    (take_hints → schedule
+//!                                                                        → read_due)
+//!  pleg::generic::read_pods (read the pod via pleg::inspect) ─► apply: cache (write),
+//!  pleg::step::events_of (the pure step) ─► publish::PublishPath
+//!  ─► journal::Journal::append_batch (revision, encode once, view, fan-out to queues)
+//!  ─► grpc::watch (the Watch stream pulls) ─► grpc::wire ─► the socket
 //! ```
+//!
+//! (`docs/architecture.md` lists the fifteen calls.)
 //!
 //! The same events feed `syncloop` (history, the Contiv/VPP event loop) and, through
 //! work queues, `reconcile`, whose events come back through the same publish path.
@@ -27,7 +29,8 @@
 //! 4. stores: [`cache`] (the runtime's latest per pod), [`journal`] (events by revision,
 //!    and the pods as of the latest one), [`workqueue`], [`lookup`] (containers by id,
 //!    cgroup id and PID, removed ones too)
-//! 5. [`pleg`] — the relister (the cache's only writer) and the event-stream consumer
+//! 5. [`pleg`] — the relister (the cache's only writer) with its schedule of reads and
+//!    the pure step from a read to its events, the event-stream consumer, health
 //! 6. pipeline: [`publish`] (the one publish path), [`syncloop`], [`reconcile`]
 //! 7. serving: [`grpc`], [`admin`], [`pages`] (HTML for people, on the debug listener), [`export`]
 //!    (OTLP to a collector)

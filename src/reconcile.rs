@@ -456,6 +456,12 @@ pub struct GcConfig {
     pub min_age: Duration,
 }
 
+impl Default for GcConfig {
+    fn default() -> Self {
+        Self { mode: GcMode::Off, keep: 1, min_age: Duration::from_secs(60) }
+    }
+}
+
 /// Removes dead containers beyond the policy through CRI `RemoveContainer`; never
 /// touches a container that is not exited.
 pub struct Gc<R: RuntimeService> {

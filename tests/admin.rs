@@ -24,7 +24,7 @@ async fn every_path_answers_and_bad_input_gets_a_clear_status() {
     let (_, ids) = p.h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
     p.h.sim.exit_container(&ids[0], 2, "Error");
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let a = p.app.admin_addr;
+    let a = p.app.admin_addr();
 
     let (code, m) = http(a, "GET", "/metrics").await;
     assert_eq!(code, 200);
@@ -61,7 +61,7 @@ async fn every_path_answers_and_bad_input_gets_a_clear_status() {
     let (code, body) = http(a, "GET", "/debug/pods").await;
     assert_eq!(code, 404);
     assert!(body.contains("--debug-addr"), "{body}");
-    let a = p.app.debug_addr;
+    let a = p.app.debug_addr();
     let (code, body) = http(a, "GET", "/debug/pods").await;
     assert_eq!(code, 200);
     let cache: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -85,7 +85,7 @@ async fn every_path_answers_and_bad_input_gets_a_clear_status() {
     let revs: Vec<u64> = changes.iter().map(|c| c["revision"].as_u64().unwrap()).collect();
     assert!(revs.windows(2).all(|w| w[0] < w[1]), "oldest first: {revs:?}");
     assert!(changes.iter().all(|c| c["source"].is_string()));
-    assert_eq!(tl["epoch"].as_u64(), Some(p.app.journal.epoch()), "the journal the revisions belong to");
+    assert_eq!(tl["epoch"].as_u64(), Some(p.app.journal().epoch()), "the journal the revisions belong to");
 
     assert_eq!(http(a, "GET", "/debug/events?last=5").await.0, 200);
     assert_eq!(http(a, "GET", "/debug/queue").await.0, 200);
@@ -111,7 +111,7 @@ async fn every_path_answers_and_bad_input_gets_a_clear_status() {
             assert!(!body.trim().is_empty(), "{method} {path} explains itself");
         }
     }
-    assert_eq!(http(p.app.admin_addr, "POST", "/metrics").await.0, 405);
+    assert_eq!(http(p.app.admin_addr(), "POST", "/metrics").await.0, 405);
     p.stop().await;
 }
 
@@ -126,7 +126,7 @@ async fn connect_from(from: [u8; 4], to: std::net::SocketAddr) -> std::io::Resul
 async fn half_open_requests_are_capped_and_cut_off_and_the_probes_still_answer() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let p = start_plegd(|_| {}).await;
-    let a = p.app.admin_addr;
+    let a = p.app.admin_addr();
     let limits = plegd::admin::HttpLimits::ADMIN;
     // Neighbours on many addresses open more connections than the cap, each with a
     // request whose headers never end.
@@ -176,7 +176,7 @@ async fn half_open_requests_are_capped_and_cut_off_and_the_probes_still_answer()
 async fn a_neighbour_that_keeps_reconnecting_never_locks_the_probes_out() {
     use tokio::io::AsyncWriteExt;
     let p = start_plegd(|_| {}).await;
-    let a = p.app.admin_addr;
+    let a = p.app.admin_addr();
     // One neighbour (one address) opens connections as fast as plegd closes them, each
     // idle, for ten seconds: more than the header deadline, so slots turn over.
     let stop = tokio_util::sync::CancellationToken::new();
@@ -222,12 +222,12 @@ async fn a_neighbour_that_keeps_reconnecting_never_locks_the_probes_out() {
 #[tokio::test]
 async fn healthz_reports_the_kubelets_message_and_readyz_follows() {
     let p = start_plegd(|c| {
-        c.mode = plegd::pleg::evented::Mode::Generic;
-        c.relist_period = Duration::from_millis(100);
-        c.relist_threshold = Duration::from_millis(400);
+        c.pleg.mode = plegd::pleg::evented::Mode::Generic;
+        c.pleg.relist.period = Duration::from_millis(100);
+        c.pleg.threshold = Duration::from_millis(400);
     })
     .await;
-    let a = p.app.admin_addr;
+    let a = p.app.admin_addr();
     assert_eq!(http(a, "GET", "/healthz").await.0, 200);
     p.h.sim.inject(Fault {
         method: "ListPodSandbox",

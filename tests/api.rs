@@ -18,7 +18,7 @@ async fn watch(p: &support::Plegd, req: api::WatchRequest) -> Stream {
     let mut s = p.client().watch(req).await.expect("watch").into_inner();
     let first = next(&mut s).await;
     let Some(Kind::Start(start)) = first.kind else { panic!("the stream did not open with its epoch: {first:?}") };
-    assert_eq!(start.epoch, p.app.journal.epoch());
+    assert_eq!(start.epoch, p.app.journal().epoch());
     s
 }
 
@@ -59,12 +59,12 @@ async fn watch_sends_a_snapshot_then_synced_then_every_later_event_with_churn_ru
     }
     let (pods, rev, epoch) = read_snapshot(&mut s).await;
     assert!(!pods.is_empty());
-    assert_eq!(epoch, p.app.journal.epoch());
+    assert_eq!(epoch, p.app.journal().epoch());
     for _ in 0..30 {
         c.step().await;
     }
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let last = p.app.journal.revision();
+    let last = p.app.journal().revision();
     assert!(last > rev, "churn made events");
     let mut expect = rev + 1;
     while expect <= last {
@@ -112,7 +112,7 @@ async fn a_resumed_stream_equals_a_continuous_one() {
         c.step().await;
     }
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let end = p.app.journal.revision();
+    let end = p.app.journal().revision();
     let last = resumed.last().unwrap().0;
     let mut b2 = watch(&p, api::WatchRequest { since_revision: last, epoch, ..Default::default() }).await;
     resumed.extend(read_events(&mut b2, end, usize::MAX).await);
@@ -129,7 +129,7 @@ async fn a_revision_no_longer_kept_gets_a_reset_then_a_fresh_snapshot() {
     let mut c = churn(&p, 6);
     c.populate().await;
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(p.app.journal.revision() > 10);
+    assert!(p.app.journal().revision() > 10);
     let mut s = watch(&p, api::WatchRequest { since_revision: 1, ..Default::default() }).await;
     let ev = next(&mut s).await;
     let Some(Kind::Reset(r)) = ev.kind else { panic!("{ev:?}") };
@@ -138,7 +138,7 @@ async fn a_revision_no_longer_kept_gets_a_reset_then_a_fresh_snapshot() {
     assert_eq!(pods.len(), 6);
     let mut s = watch(&p, api::WatchRequest { since_revision: 1, epoch: 42, ..Default::default() }).await;
     let Some(Kind::Reset(_)) = next(&mut s).await.kind else { panic!("another epoch resets") };
-    let metrics = p.app.metrics.encode();
+    let metrics = p.app.metrics().encode();
     assert!(metrics.contains("plegd_watch_resets_total{reason=\"REVISION_TOO_OLD\"} 2"), "{metrics}");
     p.stop().await;
 }
@@ -184,16 +184,16 @@ async fn a_slow_consumer_is_reset_while_a_fast_one_keeps_up() {
     for round in 0..6 {
         let mut c = churn(&p, 250);
         c.populate().await;
-        settled(p.app.journal.clone()).await;
+        settled(p.app.journal().clone()).await;
         for s in p.h.sim.list_pod_sandbox(None).await.unwrap() {
             p.h.sim.remove_pod_sandbox(&s.id).await.unwrap();
         }
-        let revision = settled(p.app.journal.clone()).await;
+        let revision = settled(p.app.journal().clone()).await;
         assert!(revision > 1500 * (round + 1), "volume: {revision}");
     }
     let (n, fast_last) = fast_reader.await.unwrap();
     assert!(n > 12_000, "the fast client saw the churn: {n} events");
-    assert_eq!(fast_last, p.app.journal.revision(), "and is current");
+    assert_eq!(fast_last, p.app.journal().revision(), "and is current");
     // Now the slow client reads: what was buffered, then a reset and a fresh snapshot.
     let mut saw_reset = false;
     let mut read = 0;
@@ -213,7 +213,7 @@ async fn a_slow_consumer_is_reset_while_a_fast_one_keeps_up() {
             _ => {}
         }
     }
-    let metrics = p.app.metrics.encode();
+    let metrics = p.app.metrics().encode();
     assert!(metrics.contains("plegd_watch_resets_total{reason=\"SLOW_CONSUMER\"} 1"), "{metrics}");
     p.stop().await;
 }
@@ -263,7 +263,7 @@ async fn filters_select_pods_and_event_types_on_the_server() {
     let mut names: Vec<_> = list.pods.iter().map(|p| format!("{}/{}", p.namespace, p.name)).collect();
     names.sort();
     assert_eq!(names, ["other/web", "shop/web"]);
-    assert_eq!(list.epoch, p.app.journal.epoch());
+    assert_eq!(list.epoch, p.app.journal().epoch());
     let by_uid = p
         .client()
         .list_pods(api::ListPodsRequest {
@@ -308,7 +308,7 @@ async fn a_peer_not_in_the_allowlist_is_refused_and_counted() {
     } else {
         assert_eq!(s.unwrap_err().code(), Code::PermissionDenied);
     }
-    let metrics = p.app.metrics.encode();
+    let metrics = p.app.metrics().encode();
     assert!(
         metrics.contains("plegd_api_connections_refused_total 1")
             || metrics.contains("plegd_api_connections_refused_total 2"),
@@ -467,19 +467,19 @@ async fn eventually(what: &str, cond: impl Fn() -> bool) {
 #[tokio::test]
 async fn a_watcher_that_goes_away_is_unsubscribed_and_shutdown_ends_the_others_cleanly() {
     let p = start_plegd(|_| {}).await;
-    let before = p.app.journal.subscribers();
+    let before = p.app.journal().subscribers();
     let mut streams = Vec::new();
     for _ in 0..3 {
         let mut s = watch(&p, api::WatchRequest::default()).await;
         read_snapshot(&mut s).await;
         streams.push(s);
     }
-    assert_eq!(p.app.journal.subscribers(), before + 3);
-    assert!(p.app.metrics.encode().contains("plegd_watch_clients 3"));
+    assert_eq!(p.app.journal().subscribers(), before + 3);
+    assert!(p.app.metrics().encode().contains("plegd_watch_clients 3"));
     // Two clients go away without a word: their subscriptions and counts go with them.
     streams.truncate(1);
-    eventually("two subscriptions dropped", || p.app.journal.subscribers() == before + 1).await;
-    eventually("the gauge counts one client", || p.app.metrics.encode().contains("plegd_watch_clients 1")).await;
+    eventually("two subscriptions dropped", || p.app.journal().subscribers() == before + 1).await;
+    eventually("the gauge counts one client", || p.app.metrics().encode().contains("plegd_watch_clients 1")).await;
     // The one left gets a clean end of stream at shutdown, not a broken connection.
     let mut last = streams.pop().unwrap();
     let ending = tokio::spawn(async move {
@@ -511,7 +511,7 @@ async fn two_hundred_concurrent_watchers_all_see_the_same_events() {
         c.step().await;
     }
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let end = p.app.journal.revision();
+    let end = p.app.journal().revision();
     assert!(end > 10);
     let mut set = tokio::task::JoinSet::new();
     for mut s in streams {
@@ -533,7 +533,7 @@ async fn two_hundred_concurrent_watchers_all_see_the_same_events() {
         n += 1;
     }
     assert_eq!(n, 200);
-    assert!(p.app.metrics.encode().contains("plegd_watch_clients 200"));
+    assert!(p.app.metrics().encode().contains("plegd_watch_clients 200"));
     p.stop().await;
 }
 
@@ -618,7 +618,7 @@ async fn a_timestamp_passed_back_is_answered_only_by_a_strictly_newer_read() {
 
 /// `plegd_cri_requests_total{method=…}` summed over codes.
 fn cri_calls(p: &support::Plegd, method: &str) -> f64 {
-    let text = p.app.metrics.encode_text();
+    let text = p.app.metrics().encode_text();
     let prefix = format!("plegd_cri_requests_total{{method=\"{method}\"");
     text.lines().filter(|l| l.starts_with(&prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }
@@ -683,7 +683,7 @@ async fn a_client_that_connects_before_the_first_relist_gets_the_pods_not_an_emp
     let app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();
     let socket = format!("unix://{}", cfg.api.socket.display());
     let mut client = plegd::cli::client::connect(&socket).unwrap();
-    assert!(app.readiness.check().is_err(), "the clients come before the first relist");
+    assert!(app.readiness().check().is_err(), "the clients come before the first relist");
     let listed = client.list_pods(api::ListPodsRequest::default()).await.unwrap().into_inner();
     assert_eq!(listed.pods.len(), 3, "ListPods waits for the first relist");
     let mut s = client.watch(api::WatchRequest::default()).await.unwrap().into_inner();
@@ -744,7 +744,7 @@ async fn a_busy_stream_gets_no_bookmarks_and_one_that_goes_quiet_does() {
     let mut s = watch(&p, api::WatchRequest::default()).await;
     read_snapshot(&mut s).await;
     // An event every 100 ms for 3 s: three bookmark intervals, none of them idle.
-    let journal = p.app.journal.clone();
+    let journal = p.app.journal().clone();
     let feeder = tokio::spawn(async move {
         for i in 0..30 {
             journal.append(plegd::model::event::PodLifecycleEvent {
@@ -829,7 +829,7 @@ async fn a_client_that_stalls_past_the_bookmark_interval_never_gets_a_bookmark_a
     });
     for round in 0..3 {
         for i in 0..1500 {
-            p.app.journal.append(PodLifecycleEvent {
+            p.app.journal().append(PodLifecycleEvent {
                 pod_uid: "stall".into(),
                 pod_namespace: "ns".into(),
                 pod_name: "stall".into(),
@@ -846,7 +846,7 @@ async fn a_client_that_stalls_past_the_bookmark_interval_never_gets_a_bookmark_a
         }
         // The client stalls for many bookmark intervals, then reads everything.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let target = p.app.journal.revision();
+        let target = p.app.journal().revision();
         let mut last = 0;
         while last < target {
             let m = next(&mut s).await;

@@ -106,10 +106,10 @@ async fn churn_until(p: &support::Plegd, n: &mut u32, within: Duration, mut done
     let deadline = tokio::time::Instant::now() + within;
     while !done().await {
         if tokio::time::Instant::now() >= deadline {
-            let m = http(p.app.admin_addr, "GET", "/metrics").await.1;
+            let m = http(p.app.admin_addr(), "GET", "/metrics").await.1;
             let m: Vec<_> = m.lines().filter(|l| l.starts_with("plegd_journal")).collect();
-            let h = http(p.app.admin_addr, "GET", "/healthz").await.1;
-            panic!("not within {within:?}: revision {}, {m:?}, {h}", p.app.journal.revision());
+            let h = http(p.app.admin_addr(), "GET", "/healthz").await.1;
+            panic!("not within {within:?}: revision {}, {m:?}, {h}", p.app.journal().revision());
         }
         *n += 1;
         let pod = PodSpec::new("disk", &format!("pod-{n}")).label("app", "web");
@@ -125,8 +125,8 @@ async fn churn_until(p: &support::Plegd, n: &mut u32, within: Duration, mut done
 }
 
 async fn durable(p: &support::Plegd) -> (bool, String) {
-    let metrics = http(p.app.admin_addr, "GET", "/metrics").await.1;
-    let health = http(p.app.admin_addr, "GET", "/healthz").await.1;
+    let metrics = http(p.app.admin_addr(), "GET", "/metrics").await.1;
+    let health = http(p.app.admin_addr(), "GET", "/healthz").await.1;
     (metrics.lines().any(|l| l == "plegd_journal_durable 1"), health)
 }
 
@@ -141,9 +141,9 @@ async fn a_real_full_disk_keeps_events_flowing_from_memory_and_the_journal_recov
     let p = start_plegd(tune.clone()).await;
     let (seen, watcher) = watch(&p);
     let mut n = 0;
-    churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal.revision() >= 40).await;
+    churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal().revision() >= 40).await;
     assert!(durable(&p).await.0, "durable on an empty tmpfs");
-    let durable_epoch = p.app.journal.epoch();
+    let durable_epoch = p.app.journal().epoch();
 
     // The disk fills (another writer on the same filesystem).
     let filler = fill(&fs.at);
@@ -153,17 +153,17 @@ async fn a_real_full_disk_keeps_events_flowing_from_memory_and_the_journal_recov
     assert!(health.contains("full"), "and why: {health}");
     // Events still flow, under a new epoch (what the disk lacks is never delivered
     // under the durable one).
-    let at_full = p.app.journal.revision();
-    churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal.revision() >= at_full + 30).await;
-    assert_ne!(p.app.journal.epoch(), durable_epoch);
+    let at_full = p.app.journal().revision();
+    churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal().revision() >= at_full + 30).await;
+    assert_ne!(p.app.journal().epoch(), durable_epoch);
 
     // Space returns: the journal takes the disk again, in the epoch it served from memory.
     std::fs::remove_file(&filler).unwrap();
-    let memory_epoch = p.app.journal.epoch();
+    let memory_epoch = p.app.journal().epoch();
     churn_until(&p, &mut n, Duration::from_secs(30), async || durable(&p).await.0).await;
     let (_, health) = durable(&p).await;
     assert!(!health.contains("journal not durable"), "{health}");
-    churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal.revision() >= at_full + 50).await;
+    churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal().revision() >= at_full + 50).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     let last = seen.lock().unwrap().last.expect("the watcher has a resume point");
 
@@ -171,8 +171,8 @@ async fn a_real_full_disk_keeps_events_flowing_from_memory_and_the_journal_recov
     let h = p.stop_plegd().await;
     let _ = watcher.await;
     let p = start_plegd_on(h, tune).await;
-    assert_eq!(p.app.journal.epoch(), memory_epoch);
-    assert!(p.app.journal.revision() >= last.0);
+    assert_eq!(p.app.journal().epoch(), memory_epoch);
+    assert!(p.app.journal().revision() >= last.0);
     let req = api::WatchRequest { since_revision: last.0, epoch: last.1, ..Default::default() };
     let mut s = p.client().watch(req).await.expect("watch").into_inner();
     let start = s.message().await.unwrap().unwrap();
@@ -184,9 +184,9 @@ async fn a_real_full_disk_keeps_events_flowing_from_memory_and_the_journal_recov
     // — what plegd had before the restart and what it makes after.
     let mut checker = WatchChecker::new(false).resuming_from(last.0, last.1);
     checker.observe(&start).unwrap();
-    let before = p.app.journal.revision();
-    churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal.revision() >= before + 20).await;
-    let target = p.app.journal.revision();
+    let before = p.app.journal().revision();
+    churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal().revision() >= before + 20).await;
+    let target = p.app.journal().revision();
     let mut events = 0;
     while checker.resume_point().is_none_or(|(r, _)| r < target) {
         let m = tokio::time::timeout(Duration::from_secs(10), s.message()).await.expect("in time").unwrap().unwrap();
@@ -210,10 +210,10 @@ async fn a_read_only_state_dir_serves_from_memory_and_is_taken_once_writable() {
     let Some(fs) = Tmpfs::mount("4m", true) else { return };
     let state = fs.at.clone();
     let p = start_plegd(move |c| c.journal.state_dir = Some(state.clone())).await;
-    let epoch = p.app.journal.epoch();
+    let epoch = p.app.journal().epoch();
     let (seen, watcher) = watch(&p);
     let mut n = 0;
-    churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal.revision() >= 20).await;
+    churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal().revision() >= 20).await;
     let (is_durable, health) = durable(&p).await;
     assert!(
         !is_durable,
@@ -226,8 +226,8 @@ async fn a_read_only_state_dir_serves_from_memory_and_is_taken_once_writable() {
     );
     fs.remount("rw");
     churn_until(&p, &mut n, Duration::from_secs(30), async || durable(&p).await.0).await;
-    let at = p.app.journal.revision();
-    churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal.revision() >= at + 20).await;
+    let at = p.app.journal().revision();
+    churn_until(&p, &mut n, Duration::from_secs(20), async || p.app.journal().revision() >= at + 20).await;
     assert!(fs.at.join("journal.db").exists(), "the journal is on the disk now");
     {
         let g = seen.lock().unwrap();
@@ -236,7 +236,7 @@ async fn a_read_only_state_dir_serves_from_memory_and_is_taken_once_writable() {
         // Taking the disk keeps the epoch the watcher was given: nobody is reset.
         assert_eq!((g.resets, g.epochs.clone()), (0, vec![epoch]));
     }
-    assert_eq!(p.app.journal.epoch(), epoch);
+    assert_eq!(p.app.journal().epoch(), epoch);
     watcher.abort();
     p.stop().await;
 }

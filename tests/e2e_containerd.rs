@@ -402,15 +402,15 @@ impl Env {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = plegd::config::RunConfig::for_endpoint(&self.endpoint).unwrap();
         cfg.api.socket = dir.path().join("plegd.sock");
-        cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
-        cfg.runtime_request_timeout = Duration::from_secs(10);
+        cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
+        cfg.runtime.request_timeout = Duration::from_secs(10);
         tune(&mut cfg);
         let shutdown = tokio_util::sync::CancellationToken::new();
         let tracker = tokio_util::task::TaskTracker::new();
         let app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while app.readiness.check().is_err() {
-            assert!(Instant::now() < deadline, "not ready: {:?}", app.readiness.check());
+        while app.readiness().check().is_err() {
+            assert!(Instant::now() < deadline, "not ready: {:?}", app.readiness().check());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let socket = format!("unix://{}", cfg.api.socket.display());
@@ -487,7 +487,7 @@ async fn the_watch_stream_and_debug_pods_match_what_the_runtime_did() {
 
     // Quiet: the cache and a fresh read of the runtime agree, and say what happened.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (code, body) = support::http(p.app.debug_addr, "GET", "/debug/pods").await;
+    let (code, body) = support::http(p.app.debug_addr(), "GET", "/debug/pods").await;
     assert_eq!(code, 200);
     let cache: serde_json::Value = serde_json::from_str(&body).unwrap();
     let mine = cache["pods"].as_array().unwrap().iter().find(|x| x["uid"] == pod.uid.as_str()).unwrap();
@@ -507,7 +507,7 @@ async fn the_watch_stream_and_debug_pods_match_what_the_runtime_did() {
     assert!(states.contains(&("app".into(), 0, "EXITED".into(), 3)), "{states:?}");
     assert!(states.contains(&("app".into(), 1, "RUNNING".into(), 0)), "{states:?}");
     assert!(states.contains(&("keeper".into(), 0, "RUNNING".into(), 0)), "{states:?}");
-    let (_, body) = support::http(p.app.debug_addr, "GET", "/debug/pods?view=runtime").await;
+    let (_, body) = support::http(p.app.debug_addr(), "GET", "/debug/pods?view=runtime").await;
     let runtime: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(strip_volatile(&runtime), strip_volatile(&cache), "view=runtime equals the cache once quiet");
 
@@ -589,7 +589,7 @@ async fn gc_removes_dead_containers_beyond_the_policy_in_a_real_runtime() {
         assert!(Instant::now() < deadline, "left {left:?}, want {want:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let m = p.app.metrics.encode();
+    let m = p.app.metrics().encode();
     assert!(m.contains("plegd_cri_requests_total{method=\"RemoveContainer\",code=\"OK\"}"), "{m}");
     remove_pod(&c, &sid).await;
     p.stop().await;
@@ -603,7 +603,7 @@ async fn a_quiet_node_stays_live_healthy_ready_and_answers_get_newer_than_for_mi
     let c = env.client();
     // plegd as deployed: default periods (1 s relists, 300 s safety net with a stream).
     let p = env.full(|_| {}).await;
-    let admin = p.app.admin_addr;
+    let admin = p.app.admin_addr();
     // Some churn, then nothing at all.
     let mut pods = Vec::new();
     for i in 0..3 {
@@ -682,7 +682,7 @@ async fn with_a_second_event_subscriber_every_start_and_death_still_reaches_pleg
         }
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let mut sub = p.app.journal.subscribe(Since::Snapshot, std::sync::Arc::new(Filter::default()));
+    let mut sub = p.app.journal().subscribe(Since::Snapshot, std::sync::Arc::new(Filter::default()));
     let mut started_at = BTreeMap::new();
     let mut sids = Vec::new();
     for i in 0..12 {
@@ -737,7 +737,7 @@ async fn with_a_second_event_subscriber_every_start_and_death_still_reaches_pleg
         "containerd {} with a second event subscriber: 12 STARTED median {s50:.0} ms max {smax:.0} ms ({s_stream} via the stream), 12 DIED median {d50:.0} ms max {dmax:.0} ms ({d_stream} via the stream); missed-change counter {}{}",
         env.version,
         p.app
-            .metrics
+            .metrics()
             .encode_text()
             .lines()
             .find(|l| l.starts_with("plegd_evented_missed_changes_total "))
@@ -765,13 +765,13 @@ async fn a_container_that_dies_while_plegd_is_down_reaches_a_resuming_client_wit
     let (id, _) = start(&c, &pod, &sid, &ContainerSpec::new("main").exits_after(Duration::from_secs(4), 7)).await;
     let mut seen = Vec::new();
     wait_watch(&mut watch, &mut seen, api::LifecycleEventType::ContainerStarted, id.clone()).await;
-    let (epoch, revision) = (p.app.journal.epoch(), p.app.journal.revision());
+    let (epoch, revision) = (p.app.journal().epoch(), p.app.journal().revision());
     drop(watch);
     p.stop().await;
     tokio::time::sleep(Duration::from_secs(6)).await; // the container exits meanwhile
 
     let p = env.full(tune).await;
-    assert_eq!(p.app.journal.epoch(), epoch, "a restart on the state dir keeps the epoch");
+    assert_eq!(p.app.journal().epoch(), epoch, "a restart on the state dir keeps the epoch");
     let req = api::WatchRequest { since_revision: revision, epoch, ..Default::default() };
     let mut watch = plegd::cli::client::connect(&p.socket).unwrap().watch(req).await.unwrap().into_inner();
     let first = watch.message().await.unwrap().unwrap();

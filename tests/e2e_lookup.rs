@@ -57,7 +57,7 @@ impl Env {
     async fn plegd(&self, state: &std::path::Path, retention: Duration) -> Plegd {
         let mut cfg = plegd::config::RunConfig::for_endpoint(&self.endpoint).unwrap();
         cfg.api.socket = state.join("plegd.sock");
-        cfg.runtime_request_timeout = Duration::from_secs(10);
+        cfg.runtime.request_timeout = Duration::from_secs(10);
         cfg.journal.state_dir = Some(state.to_owned());
         cfg.lookup.state_dir = Some(state.to_owned());
         cfg.lookup.retention = retention;
@@ -65,8 +65,8 @@ impl Env {
         let tracker = tokio_util::task::TaskTracker::new();
         let app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while app.readiness.check().is_err() {
-            assert!(Instant::now() < deadline, "not ready: {:?}", app.readiness.check());
+        while app.readiness().check().is_err() {
+            assert!(Instant::now() < deadline, "not ready: {:?}", app.readiness().check());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Plegd { app, socket: format!("unix://{}", cfg.api.socket.display()), shutdown, tracker }
@@ -105,7 +105,7 @@ impl Plegd {
     }
 
     async fn terminations(&self, namespace: &str, reason: &str) -> u64 {
-        let (_, body) = support::http(self.app.admin_addr, "GET", "/metrics").await;
+        let (_, body) = support::http(self.app.admin_addr(), "GET", "/metrics").await;
         let needle = format!("plegd_container_terminations_total{{namespace=\"{namespace}\",reason=\"{reason}\"}} ");
         body.lines().find_map(|l| l.strip_prefix(&needle)).map_or(0, |v| v.trim().parse().unwrap())
     }
@@ -319,7 +319,7 @@ async fn an_oom_killed_container_counts_once_under_oomkilled_across_plegds_resta
         assert!(Instant::now() < deadline, "the OOM kill was never counted");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    p.app.pleg.request_relist();
+    p.app.pleg().request_relist();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(p.terminations("e2e-oom", "OOMKilled").await, 1, "once, whatever relists follow");
     p.stop().await;

@@ -432,7 +432,7 @@ async fn a_stopped_event_that_arrives_after_the_removal_was_reported_changes_not
     let sandbox_status = h.sim.pod_sandbox_status(&sandbox.id).await.unwrap();
     h.sim.remove_container_cri(&ids[0]).await.unwrap();
     h.sim.mute_events(false);
-    sc.app.pleg.request_relist();
+    sc.app.pleg().request_relist();
     let mut got = Vec::new();
     while let Some(e) = sc.next(Duration::from_millis(1000)).await {
         got.push(e);
@@ -476,7 +476,7 @@ async fn a_pod_gone_before_any_read_dies_on_the_full_relists_path_too_with_its_l
     // next turn takes them together whatever the scheduler does (the stream reader has a
     // thread of its own): the death must come out of the full relist's path.
     slow_reads(&h, Duration::from_millis(300));
-    sc.app.pleg.request_relist();
+    sc.app.pleg().request_relist();
     tokio::task::yield_now().await;
     // What the stream carried: the container's STOPPED, then the sandbox's DELETED
     // without a status (containerd's order when a pod goes).
@@ -493,9 +493,9 @@ async fn a_pod_gone_before_any_read_dies_on_the_full_relists_path_too_with_its_l
     // Found by the soak: the pod is gone from plegd's view too (it stayed as an empty
     // ghost in ListPods).
     assert!(
-        sc.app.journal.pods().iter().all(|p| *p.uid != *pod.uid),
+        sc.app.journal().pods().iter().all(|p| *p.uid != *pod.uid),
         "the journal's view lets the pod go: {:?}",
-        sc.app.journal.pods().iter().map(|p| p.uid.to_string()).collect::<Vec<_>>()
+        sc.app.journal().pods().iter().map(|p| p.uid.to_string()).collect::<Vec<_>>()
     );
     sc.stop().await;
 }
@@ -525,7 +525,7 @@ async fn a_pod_gone_before_any_read_never_comes_back_after_an_event_that_let_it_
     // next turn takes them together: the events of one read of the pod are what this
     // checks (words split across turns make a second read, told on its own).
     slow_reads(&h, Duration::from_millis(300));
-    sc.app.pleg.request_relist();
+    sc.app.pleg().request_relist();
     tokio::task::yield_now().await;
     let got = tell_the_pods_end(&h, &mut sc, &words, sandbox, &sid).await;
     let mine: Vec<_> = got.iter().filter(|e| *e.pod_uid == *pod.uid).collect();
@@ -565,7 +565,7 @@ async fn a_relist_that_sees_the_removal_before_the_stopped_event_is_read_still_g
         action: FaultAction::Delay(Duration::from_millis(400)),
         times: Some(1),
     });
-    sc.app.pleg.request_relist();
+    sc.app.pleg().request_relist();
     tokio::time::sleep(Duration::from_millis(100)).await;
     h.sim.inject_event(cri::ContainerEventResponse {
         container_id: ids[0].clone(),
@@ -612,7 +612,7 @@ async fn waiting_for_one_containers_words_leaves_a_newer_containers_words_alone(
         action: FaultAction::Delay(Duration::from_millis(100)),
         times: Some(1),
     });
-    sc.app.pleg.request_relist();
+    sc.app.pleg().request_relist();
     // During that wait (from the read, ≈ 100 ms, to the turn's 250 ms) B is created,
     // started and stops; the stream carries its words.
     tokio::time::sleep(Duration::from_millis(160)).await;

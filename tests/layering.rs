@@ -225,6 +225,72 @@ fn no_two_top_level_modules_import_each_other_even_around_a_cycle() {
     }
 }
 
+/// The modules a piece of documentation names, in order, by first path segment.
+fn named_modules(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for part in text.split('`').skip(1).step_by(2) {
+        let first = part.split("::").next().unwrap_or("");
+        if !first.is_empty()
+            && first.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            && !out.iter().any(|m| m == first)
+        {
+            out.push(first.to_owned());
+        }
+    }
+    out
+}
+
+/// Each layer's modules as a sorted list, to compare with what a document says.
+fn layers_as_lists() -> Vec<Vec<String>> {
+    LAYERS
+        .iter()
+        .map(|(_, mods)| {
+            let mut v: Vec<String> = mods.iter().map(|m| m.to_string()).collect();
+            v.sort();
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn the_crate_docs_and_the_architecture_page_list_the_layers_this_check_holds() {
+    // src/lib.rs: "//! N. …" items, continued on indented lines.
+    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    let mut items: Vec<String> = Vec::new();
+    for line in lib.lines().filter_map(|l| l.strip_prefix("//!")) {
+        let t = line.trim_start();
+        let numbered = t.split_once(". ").is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if numbered {
+            items.push(t.to_owned());
+        } else if line.starts_with("    ") && !items.is_empty() {
+            items.last_mut().unwrap().push_str(t);
+        }
+    }
+    let from_lib: Vec<Vec<String>> = items
+        .iter()
+        .map(|i| {
+            let mut v = named_modules(i);
+            v.retain(|m| LAYERS.iter().any(|(_, mods)| mods.contains(&m.as_str())));
+            v.sort();
+            v
+        })
+        .collect();
+    assert_eq!(from_lib, layers_as_lists(), "src/lib.rs's layer list");
+    // docs/architecture.md: the table's rows, the modules column.
+    let page = std::fs::read_to_string(src().join("../docs/architecture.md")).unwrap();
+    let rows: Vec<Vec<String>> = page
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| layer") && !l.starts_with("| #"))
+        .filter_map(|l| l.split('|').nth(2).map(named_modules))
+        .filter(|v| !v.is_empty() && v.iter().all(|m| LAYERS.iter().any(|(_, mods)| mods.contains(&m.as_str()))))
+        .map(|mut v| {
+            v.sort();
+            v
+        })
+        .collect();
+    assert_eq!(rows, layers_as_lists(), "docs/architecture.md's layer table");
+}
+
 #[test]
 fn tests_come_last_in_every_file_so_the_cut_above_sees_all_production_code() {
     let mut files = Vec::new();

@@ -18,6 +18,8 @@ fn tune(state: PathBuf, root: PathBuf, retention: Duration) -> impl FnOnce(&mut 
     move |c| {
         c.journal.state_dir = Some(state.clone());
         c.lookup.state_dir = Some(state);
+        // The relister reads processes and cgroups there; the lookup, removed ones.
+        c.pleg.relist.host = plegd::host::Host::new(&root);
         c.lookup.host = plegd::host::Host::new(root);
         c.lookup.retention = retention;
     }
@@ -181,7 +183,7 @@ async fn bad_lookups_get_a_clear_error_and_change_nothing() {
 
 /// `plegd_container_terminations_total{namespace,reason}` as the admin port shows it.
 async fn terminations(p: &Plegd, reason: &str) -> u64 {
-    let (_, body) = support::http(p.app.admin_addr, "GET", "/metrics").await;
+    let (_, body) = support::http(p.app.admin_addr(), "GET", "/metrics").await;
     let needle = format!("plegd_container_terminations_total{{namespace=\"ns\",reason=\"{reason}\"}} ");
     body.lines().find_map(|l| l.strip_prefix(&needle)).map_or(0, |v| v.trim().parse().unwrap())
 }
@@ -202,7 +204,7 @@ async fn an_oom_kill_is_counted_once_under_its_reason_and_not_again_after_plegds
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // A full relist reads both dead containers again: still once each.
-    p.app.pleg.request_relist();
+    p.app.pleg().request_relist();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!((terminations(&p, "OOMKilled").await, terminations(&p, "Error").await), (1, 1));
 
@@ -236,9 +238,9 @@ async fn a_pid_plegd_has_not_read_yet_is_answered_at_once_from_the_runtime() {
     // No event stream and a relist a minute away: only the lookup's own read can answer.
     let p = start_plegd(move |c| {
         base(c);
-        c.mode = plegd::pleg::evented::Mode::Generic;
-        c.relist_period = Duration::from_secs(60);
-        c.relist_threshold = Duration::from_secs(180);
+        c.pleg.mode = plegd::pleg::evented::Mode::Generic;
+        c.pleg.relist.period = Duration::from_secs(60);
+        c.pleg.threshold = Duration::from_secs(180);
     })
     .await;
     p.h.sim.set_host_root(root.path().into());
@@ -252,6 +254,6 @@ async fn a_pid_plegd_has_not_read_yet_is_answered_at_once_from_the_runtime() {
     assert_eq!((c.id.as_str(), c.pid, c.state), (ids[0].as_str(), pid, api::ContainerState::Running as i32));
     let pod = r.pod.unwrap();
     assert_eq!((pod.namespace.as_str(), pod.name.as_str()), ("ns", "fresh"));
-    assert!(p.app.journal.pods().iter().all(|p| p.name != "fresh"), "the relister has not read the pod yet");
+    assert!(p.app.journal().pods().iter().all(|p| p.name != "fresh"), "the relister has not read the pod yet");
     p.stop().await;
 }

@@ -179,7 +179,7 @@ fn export_to(
 async fn all_in(p: &Plegd, c: &Collector, within: Duration) -> u64 {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let (rev, epoch) = (p.app.journal.revision(), p.app.journal.epoch());
+        let (rev, epoch) = (p.app.journal().revision(), p.app.journal().epoch());
         let uids = c.uids();
         let missing: Vec<u64> = (1..=rev).filter(|r| !uids.contains_key(&format!("node-t/{epoch}/{r}"))).collect();
         if rev > 0 && missing.is_empty() {
@@ -195,7 +195,7 @@ async fn all_in(p: &Plegd, c: &Collector, within: Duration) -> u64 {
 }
 
 async fn metric(p: &Plegd, name: &str) -> f64 {
-    let (_, body) = support::http(p.app.admin_addr, "GET", "/metrics").await;
+    let (_, body) = support::http(p.app.admin_addr(), "GET", "/metrics").await;
     body.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).map_or(0.0, |v| v.trim().parse().unwrap())
 }
 
@@ -249,16 +249,16 @@ async fn a_partial_success_is_counted_and_not_retried_and_throttling_waits_as_to
     let p = start_plegd(export_to(endpoint, None)).await;
     churn(&p, 4, "b").await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while metric(&p, "plegd_otlp_lag_revisions").await > 0.0 || p.app.journal.revision() == 0 {
+    while metric(&p, "plegd_otlp_lag_revisions").await > 0.0 || p.app.journal().revision() == 0 {
         assert!(tokio::time::Instant::now() < deadline, "the export never caught up");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(metric(&p, "plegd_otlp_rejected_records_total").await, 2.0);
     // The two rejected records were not sent again; everything else arrived.
     let uids = c.uids();
-    let epoch = p.app.journal.epoch();
+    let epoch = p.app.journal().epoch();
     let missing: Vec<u64> =
-        (1..=p.app.journal.revision()).filter(|r| !uids.contains_key(&format!("node-t/{epoch}/{r}"))).collect();
+        (1..=p.app.journal().revision()).filter(|r| !uids.contains_key(&format!("node-t/{epoch}/{r}"))).collect();
     assert_eq!(missing, vec![1, 2], "exactly the rejected ones are missing");
     // The throttled request was retried after the delay the collector asked for.
     let at = c.0.lock().unwrap().requests.clone();
@@ -328,8 +328,8 @@ async fn revisions_the_journal_dropped_before_export_are_named_in_one_record_and
     let p = start_plegd(small).await;
     churn(&p, 6, "e").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let rev = p.app.journal.revision();
-    let oldest = p.app.journal.oldest_revision();
+    let rev = p.app.journal().revision();
+    let oldest = p.app.journal().oldest_revision();
     assert!(oldest > 1, "the journal kept everything ({oldest}); make more churn");
     let c = Collector::default();
     let stop = tokio_util::sync::CancellationToken::new();
@@ -348,11 +348,11 @@ async fn revisions_the_journal_dropped_before_export_are_named_in_one_record_and
     assert_eq!(metric(&p, "plegd_otlp_lost_revisions_total").await, (to - from + 1) as f64);
     // Everything before and after the gap arrived: the gap is exactly what it names.
     let uids = c.uids();
-    let epoch = p.app.journal.epoch();
+    let epoch = p.app.journal().epoch();
     let has = |r: u64| uids.contains_key(&format!("node-t/{epoch}/{r}"));
     assert!((1..from).all(has), "before the gap");
     assert!((from..=to).all(|r| !has(r)), "the gap");
-    assert!((to + 1..=p.app.journal.revision()).all(has), "after the gap");
+    assert!((to + 1..=p.app.journal().revision()).all(has), "after the gap");
     p.stop().await;
     stop.cancel();
 }

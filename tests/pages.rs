@@ -58,7 +58,7 @@ async fn the_list_marks_trouble_and_its_filters_change_it() {
     p.h.sim.exit_container(&ids[0], 137, "OOMKilled");
     let hostile = PodSpec::new("default", "<img src=x onerror=alert(1)>").label("note", "\"><script>alert(2)</script>");
     p.h.run_pod(&hostile, &[ContainerSpec::new("c")]).await;
-    let a = p.app.debug_addr;
+    let a = p.app.debug_addr();
 
     let list = until(a, "/", |b| {
         b.contains("OOMKilled (exit 137)")
@@ -112,7 +112,7 @@ async fn a_pods_page_draws_each_attempt_and_keeps_it_across_a_restart_of_plegd()
     let (_, ids) = p.h.run_pod(&indexer, &[ContainerSpec::new("worker")]).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     p.h.sim.exit_container(&ids[0], 137, "OOMKilled");
-    let a = p.app.debug_addr;
+    let a = p.app.debug_addr();
     let path = format!("/pods/{}", checkout.uid);
     let page = until(a, &path, |b| b.matches("<g class=\"death\"").count() == 3).await;
     assert_eq!(page.matches("<g class=\"attempt").count(), 4, "three attempts of app, one of proxy:\n{page}");
@@ -126,7 +126,7 @@ async fn a_pods_page_draws_each_attempt_and_keeps_it_across_a_restart_of_plegd()
     // A restart of plegd: the journal keeps the history, and the start is on the page.
     let h = p.stop_plegd().await;
     let p = start_plegd_on(h, tune).await;
-    let a = p.app.debug_addr;
+    let a = p.app.debug_addr();
     crash(&p.h, &checkout, &sid, "app", 3, 4).await;
     let page = until(a, &path, |b| b.matches("data-lane=\"app\" data-id=").count() == 4).await;
     assert!(page.matches("<g class=\"plegd-start\">").count() >= 1, "{page}");
@@ -140,7 +140,7 @@ async fn unknown_pods_stale_checks_headers_and_the_admin_listener() {
     let p = start_plegd(|_| {}).await;
     let pod = PodSpec::new("default", "web");
     p.h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
-    let a = p.app.debug_addr;
+    let a = p.app.debug_addr();
     until(a, &format!("/pods/{}", pod.uid), |b| b.contains("data-lane=\"app\"")).await;
 
     let (code, body) = http(a, "GET", "/pods/no-such-pod").await;
@@ -181,7 +181,7 @@ async fn unknown_pods_stale_checks_headers_and_the_admin_listener() {
 
     // The metrics port, which the DaemonSet exposes, has no pages.
     for path in ["/", "/pods/x", &format!("/pods/{}", pod.uid)] {
-        let (code, body) = http(p.app.admin_addr, "GET", path).await;
+        let (code, body) = http(p.app.admin_addr(), "GET", path).await;
         assert_eq!(code, 404, "{path} on the admin listener: {body}");
         assert!(body.contains("--debug-addr"), "{body}");
     }

@@ -54,7 +54,7 @@ async fn prometheus_scrapes_plegd_and_promtool_finds_nothing_wrong() {
         &config,
         format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: plegd\n    static_configs:\n      - targets: ['{}']\n",
-            p.app.admin_addr
+            p.app.admin_addr()
         ),
     )
     .unwrap();
@@ -99,7 +99,7 @@ async fn prometheus_scrapes_plegd_and_promtool_finds_nothing_wrong() {
     assert!(relists[0]["value"][1].as_str().unwrap().parse::<f64>().unwrap() > 0.0);
 
     // promtool: the exposition plegd serves to plain clients is clean.
-    let (_, text) = http(p.app.admin_addr, "GET", "/metrics").await;
+    let (_, text) = http(p.app.admin_addr(), "GET", "/metrics").await;
     let mut check = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

@@ -35,7 +35,7 @@ async fn a_python_grpcio_client_watches_resumes_and_lists() {
     assert!(out.status.success(), "python client failed: {stderr}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
     assert_eq!(v["snapshot"], 1, "{v}");
-    assert_eq!(v["epoch"], p.app.journal.epoch());
+    assert_eq!(v["epoch"], p.app.journal().epoch());
     let revisions: Vec<u64> = v["revisions"].as_array().unwrap().iter().map(|r| r.as_u64().unwrap()).collect();
     let first = v["synced_revision"].as_u64().unwrap() + 1;
     assert_eq!(revisions, (first..first + 4).collect::<Vec<_>>(), "consecutive revisions after synced");

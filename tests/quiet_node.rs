@@ -32,8 +32,8 @@ struct InProcess {
 fn config(mode: Mode, dir: &tempfile::TempDir) -> RunConfig {
     let mut cfg = RunConfig::for_endpoint("unix:///run/containerd/containerd.sock").unwrap();
     cfg.api.socket = dir.path().join("api/plegd.sock");
-    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
-    cfg.mode = mode;
+    cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
+    cfg.pleg.mode = mode;
     cfg
 }
 
@@ -74,8 +74,8 @@ async fn start(mode: Mode, identity: Option<(&str, &str)>) -> InProcess {
 impl InProcess {
     async fn ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while self.app.readiness.check().is_err() {
-            assert!(Instant::now() < deadline, "never ready: {:?}", self.app.readiness.check());
+        while self.app.readiness().check().is_err() {
+            assert!(Instant::now() < deadline, "never ready: {:?}", self.app.readiness().check());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -95,7 +95,7 @@ impl InProcess {
 
     /// A counter or gauge from the metrics text (0 when absent).
     fn metric(&self, name: &str) -> f64 {
-        let text = self.app.metrics.encode_text();
+        let text = self.app.metrics().encode_text();
         text.lines()
             .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
             .and_then(|v| v.trim().parse().ok())
@@ -104,7 +104,7 @@ impl InProcess {
 
     /// Events plegd published about a container.
     fn events_of(&self, pod: &PodSpec, container_id: &str) -> usize {
-        let timeline = self.app.journal.timeline(&pod.uid).unwrap_or_default();
+        let timeline = self.app.journal().timeline(&pod.uid).unwrap_or_default();
         timeline.iter().filter(|e| e.event.container_id == container_id).count()
     }
 
@@ -137,11 +137,11 @@ async fn a_quiet_node_stays_live_healthy_and_ready_for_hours_in_every_mode() {
         for step in 0..(3 * 3600 / 10) {
             tokio::time::sleep(Duration::from_secs(10)).await;
             let at = format!("{what}: after {} s of quiet", (step + 1) * 10);
-            assert_eq!(p.app.liveness.check(), Ok(()), "{at}");
-            assert_eq!(p.app.health.check(), Ok(()), "{at}");
-            assert_eq!(p.app.readiness.check(), Ok(()), "{at}");
+            assert_eq!(p.app.liveness().check(), Ok(()), "{at}");
+            assert_eq!(p.app.health().check(), Ok(()), "{at}");
+            assert_eq!(p.app.readiness().check(), Ok(()), "{at}");
         }
-        assert_eq!(p.app.cache.len(), 3, "{what}");
+        assert_eq!(p.app.cache().len(), 3, "{what}");
         p.stop().await;
     }
 }
@@ -154,13 +154,16 @@ async fn a_wedged_relist_loop_fails_livez_within_its_limit_and_is_named() {
     // The in-process runtime has no deadline: a listing that never answers wedges the
     // relist loop, as a bug that awaited forever would.
     p.sim.inject(Fault { method: "ListPodSandbox", target: None, action: FaultAction::Hang, times: None });
-    let limit =
-        plegd::admin::relist_liveness_limit(p.cfg.relist_period, p.cfg.inspect_timeout, p.cfg.runtime_request_timeout);
+    let limit = plegd::admin::relist_liveness_limit(
+        p.cfg.pleg.relist.period,
+        p.cfg.pleg.relist.inspect_timeout,
+        p.cfg.runtime.request_timeout,
+    );
     let wedged_at = Instant::now();
     let mut failed_after = None;
     while wedged_at.elapsed() < limit * 2 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        if let Err(stalled) = p.app.liveness.check() {
+        if let Err(stalled) = p.app.liveness().check() {
             let names: Vec<_> = stalled.0.iter().map(|l| l.name).collect();
             assert_eq!(names, ["relist"], "{stalled}");
             assert!(stalled.to_string().starts_with("relist loop has not turned for "), "{stalled}");
@@ -170,7 +173,7 @@ async fn a_wedged_relist_loop_fails_livez_within_its_limit_and_is_named() {
     }
     let failed_after = failed_after.expect("/livez never failed for a wedged relist loop");
     assert!(failed_after <= limit + Duration::from_secs(2), "failed after {failed_after:?}, limit {limit:?}");
-    let (code, body) = support::http(p.app.admin_addr, "GET", "/livez").await;
+    let (code, body) = support::http(p.app.admin_addr(), "GET", "/livez").await;
     assert_eq!(code, 500, "{body}");
     assert!(body.contains("relist loop"), "{body}");
     p.sim.clear_faults();
@@ -185,11 +188,11 @@ async fn get_newer_than_answers_within_a_relist_period_on_a_quiet_node_in_every_
         let (gone, gone_sid, _) = p.run_pod("going").await;
         p.ready().await;
         tokio::time::sleep(Duration::from_secs(600)).await;
-        let period = p.cfg.relist_period;
+        let period = p.cfg.pleg.relist.period;
 
         // A pod that does not change: answered with a status read after the asked time.
         let min = Instant::now();
-        let fresh = tokio::time::timeout(period * 2, p.app.cache.get_newer_than(&pod.uid, min))
+        let fresh = tokio::time::timeout(period * 2, p.app.cache().get_newer_than(&pod.uid, min))
             .await
             .unwrap_or_else(|_| panic!("{what}: no answer for a quiet pod within two relist periods"));
         let entry = fresh.entry.expect("the pod exists");
@@ -203,7 +206,7 @@ async fn get_newer_than_answers_within_a_relist_period_on_a_quiet_node_in_every_
         p.sim.stop_pod_sandbox(&gone_sid).await.unwrap();
         p.sim.remove_pod_sandbox(&gone_sid).await.unwrap();
         let min = Instant::now();
-        let fresh = tokio::time::timeout(period * 2, p.app.cache.get_newer_than(&gone.uid, min))
+        let fresh = tokio::time::timeout(period * 2, p.app.cache().get_newer_than(&gone.uid, min))
             .await
             .unwrap_or_else(|_| panic!("{what}: a waiter on a removed pod was never released"));
         assert!(fresh.entry.is_none(), "{what}: the removed pod is absent");
@@ -212,8 +215,8 @@ async fn get_newer_than_answers_within_a_relist_period_on_a_quiet_node_in_every_
         // reader cannot make plegd search the runtime for a made-up pod): within the
         // stream check's period at most.
         let min = Instant::now();
-        let within = p.cfg.stream_check_period.max(period) + period;
-        let fresh = tokio::time::timeout(within, p.app.cache.get_newer_than("no-such-pod", min))
+        let within = p.cfg.pleg.stream_check.max(period) + period;
+        let fresh = tokio::time::timeout(within, p.app.cache().get_newer_than("no-such-pod", min))
             .await
             .unwrap_or_else(|_| panic!("{what}: a waiter on an unknown pod was never released"));
         assert!(fresh.entry.is_none());
@@ -240,15 +243,15 @@ async fn health_readiness_and_the_startup_resync_see_a_relist_only_once_its_pods
     });
     let p = start_on(sim.clone(), sim, Mode::Generic).await;
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !p.app.health.first_relist_done() {
-        assert!(p.app.readiness.check().is_err(), "ready before the first relist counted");
+    while !p.app.health().first_relist_done() {
+        assert!(p.app.readiness().check().is_err(), "ready before the first relist counted");
         assert!(Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(p.app.cache.len(), 5, "the first relist counted before its pods were in the cache");
+    assert_eq!(p.app.cache().len(), 5, "the first relist counted before its pods were in the cache");
     p.ready().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let startup = p.app.history.lock().unwrap().query(&plegd::syncloop::Query { seq: Some(0), ..Default::default() });
+    let startup = p.app.history().lock().unwrap().query(&plegd::syncloop::Query { seq: Some(0), ..Default::default() });
     assert_eq!(&*startup[0].name, "resync:startup");
     assert_eq!(&*startup[0].handlers[0].change, "queued 5 pods for crashloop", "the startup resync saw every pod");
     p.sim.clear_faults();
@@ -325,16 +328,16 @@ async fn a_listing_that_does_not_decode_is_a_failed_relist_counted_and_shown_in_
     let p = start_on(sim, wrapped, Mode::Generic).await;
     p.run_pod("a").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(!p.app.health.first_relist_done(), "an undecodable listing is not a relist");
-    assert!(p.app.readiness.check().is_err());
+    assert!(!p.app.health().first_relist_done(), "an undecodable listing is not a relist");
+    assert!(p.app.readiness().check().is_err());
     assert!(p.metric("plegd_pleg_relist_errors_total") >= 4.0, "each failed relist is counted");
-    let (code, body) = support::http(p.app.admin_addr, "GET", "/healthz").await;
+    let (code, body) = support::http(p.app.admin_addr(), "GET", "/healthz").await;
     assert_eq!(code, 500, "{body}");
     assert!(body.contains("last relist failed: relist failed: the runtime's listing does not decode"), "{body}");
     // The same listing decoded: healthy, and the pod is there.
     garbled.store(false, std::sync::atomic::Ordering::SeqCst);
     p.ready().await;
-    assert_eq!(p.app.cache.len(), 1);
+    assert_eq!(p.app.cache().len(), 1);
     let _ = p.sim.endpoint();
     p.stop().await;
 }
@@ -351,17 +354,18 @@ async fn a_pod_whose_first_inspection_fails_is_cached_with_the_error() {
     });
     let (pod, _, _) = p.run_pod("broken").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let entry = p.app.cache.get(&pod.uid).expect("the pod is cached, with its error, as the kubelet caches it");
+    let entry = p.app.cache().get(&pod.uid).expect("the pod is cached, with its error, as the kubelet caches it");
     assert!(entry.error.as_deref().unwrap().contains("sandbox status unreadable"), "{:?}", entry.error);
     let status = entry.status.as_ref().expect("what the listing says of it");
     assert_eq!((status.namespace.as_str(), status.name.as_str()), ("default", "broken"));
     // A waiter gets that error.
     let min = Instant::now();
-    let fresh = tokio::time::timeout(Duration::from_secs(3), p.app.cache.get_newer_than(&pod.uid, min)).await.unwrap();
+    let fresh =
+        tokio::time::timeout(Duration::from_secs(3), p.app.cache().get_newer_than(&pod.uid, min)).await.unwrap();
     assert!(fresh.entry.unwrap().error.is_some());
     p.sim.clear_faults();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let entry = p.app.cache.get(&pod.uid).unwrap();
+    let entry = p.app.cache().get(&pod.uid).unwrap();
     assert!(entry.error.is_none() && entry.status.as_ref().unwrap().containers.len() == 1);
     p.stop().await;
 }
@@ -381,7 +385,7 @@ async fn a_complete_stream_that_misses_changes_is_noticed_and_full_relists_speed
     // Found by the stream check's full relist, at most its period later.
     let t0 = Instant::now();
     while p.events_of(&pod, &first) == 0 {
-        assert!(t0.elapsed() <= p.cfg.stream_check_period + Duration::from_secs(2), "never found");
+        assert!(t0.elapsed() <= p.cfg.pleg.stream_check + Duration::from_secs(2), "never found");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // Its event never comes: after a grace for events in flight, it counts as missed.
@@ -391,7 +395,7 @@ async fn a_complete_stream_that_misses_changes_is_noticed_and_full_relists_speed
     let second = p.start_container(&pod, &sid, "second").await;
     let t1 = Instant::now();
     while p.events_of(&pod, &second) == 0 {
-        assert!(t1.elapsed() <= p.cfg.relist_period * 3, "a second missed change waited {:?}", t1.elapsed());
+        assert!(t1.elapsed() <= p.cfg.pleg.relist.period * 3, "a second missed change waited {:?}", t1.elapsed());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Events flow again: relists find nothing missed and slow down step by step.
@@ -401,7 +405,7 @@ async fn a_complete_stream_that_misses_changes_is_noticed_and_full_relists_speed
     let before = relists();
     tokio::time::sleep(Duration::from_secs(600)).await;
     let during = relists() - before;
-    let checks = (600.0 / p.cfg.stream_check_period.as_secs_f64()).ceil() + 1.0;
+    let checks = (600.0 / p.cfg.pleg.stream_check.as_secs_f64()).ceil() + 1.0;
     assert!(during <= checks, "back to the stream check's period: {during} full relists in 10 minutes");
     p.stop().await;
 }
@@ -415,7 +419,7 @@ async fn published_within(
 ) -> Duration {
     let t0 = Instant::now();
     loop {
-        if p.app.journal.timeline(pod).unwrap_or_default().iter().any(|e| pred(e)) {
+        if p.app.journal().timeline(pod).unwrap_or_default().iter().any(|e| pred(e)) {
             return t0.elapsed();
         }
         assert!(t0.elapsed() <= limit, "pod {pod}: not published within {limit:?}");
@@ -430,7 +434,7 @@ async fn a_trusted_stream_that_stays_up_but_goes_silent_hides_no_change_for_long
     let (pod, sid, _) = p.run_pod("old").await;
     p.ready().await;
     let goal = Duration::from_secs(15);
-    let limit = p.cfg.stream_check_period + Duration::from_secs(3);
+    let limit = p.cfg.pleg.stream_check + Duration::from_secs(3);
     assert!(limit <= goal, "the default check meets the goal of 15 s");
     // Each change happens behind a stream that stays connected and says nothing (a CRI
     // proxy that keeps the call open and forwards nothing looks the same), after half an
@@ -439,7 +443,7 @@ async fn a_trusted_stream_that_stays_up_but_goes_silent_hides_no_change_for_long
     let silent = || async {
         p.sim.mute_events(false);
         tokio::time::sleep(Duration::from_secs(1800)).await;
-        assert!(p.app.stream.borrow().is_up());
+        assert!(p.app.stream().borrow().is_up());
         p.sim.mute_events(true);
     };
     let misses = || p.metric("plegd_evented_missed_changes_total");
@@ -492,7 +496,7 @@ async fn a_quiet_node_on_a_trusted_stream_relists_once_per_stream_check_and_read
     let single = || p.metric("plegd_pleg_pod_relist_duration_seconds_count");
     let (full0, single0) = (full(), single());
     tokio::time::sleep(Duration::from_secs(3600)).await;
-    let checks = 3600.0 / p.cfg.stream_check_period.as_secs_f64();
+    let checks = 3600.0 / p.cfg.pleg.stream_check.as_secs_f64();
     let relists = full() - full0;
     assert!((checks - 1.0..=checks + 1.0).contains(&relists), "{relists} full relists in an hour, {checks} checks");
     assert_eq!(single() - single0, 0.0, "a quiet node's checks read no pod alone");
@@ -505,17 +509,17 @@ async fn on_a_runtime_whose_stream_may_split_events_full_relists_never_slow_down
     let (pod, sid, _) = p.run_pod("a").await;
     p.ready().await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(p.app.stream.borrow().is_up(), "the stream is used, for latency");
+    assert!(p.app.stream().borrow().is_up(), "the stream is used, for latency");
     tokio::time::sleep(Duration::from_secs(600)).await;
     p.sim.mute_events(true);
     let id = p.start_container(&pod, &sid, "sidecar").await;
     let t0 = Instant::now();
     while p.events_of(&pod, &id) == 0 {
-        assert!(t0.elapsed() <= p.cfg.relist_period * 3, "a change the stream missed waited {:?}", t0.elapsed());
+        assert!(t0.elapsed() <= p.cfg.pleg.relist.period * 3, "a change the stream missed waited {:?}", t0.elapsed());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Health does not allow for slow relists here: none are slow.
-    assert_eq!(p.app.health.threshold(), p.cfg.relist_threshold);
+    assert_eq!(p.app.health().threshold(), p.cfg.pleg.threshold);
     p.stop().await;
 }
 
@@ -525,15 +529,15 @@ async fn a_safety_net_shorter_than_the_relist_period_is_no_crash() {
     // shorter safety net, which panics.
     let sim = SimRuntime::new();
     let p = start_tuned(sim.clone(), sim, Mode::Auto, |cfg| {
-        cfg.relist_period = Duration::from_secs(2);
-        cfg.evented_relist_period = Duration::from_secs(1);
+        cfg.pleg.relist.period = Duration::from_secs(2);
+        cfg.pleg.net_period = Duration::from_secs(1);
     })
     .await;
     p.run_pod("a").await;
     p.ready().await;
     tokio::time::sleep(Duration::from_secs(120)).await;
-    assert_eq!(p.app.liveness.check(), Ok(()), "every loop still turns");
-    assert_eq!(p.app.health.check(), Ok(()));
+    assert_eq!(p.app.liveness().check(), Ok(()), "every loop still turns");
+    assert_eq!(p.app.health().check(), Ok(()));
     p.stop().await;
 }
 
@@ -547,7 +551,7 @@ async fn full_relists_racing_the_streams_hints_count_no_miss() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     for i in 0..40 {
         p.start_container(&pod, &sid, &format!("c{i}")).await;
-        p.app.pleg.request_relist();
+        p.app.pleg().request_relist();
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_secs(10)).await;
@@ -595,7 +599,7 @@ async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_an
                 let c = e.pod.as_ref()?.containers.iter().find(|c| c.id == id)?.clone();
                 Some((c.exit_code, c.reason.clone()))
             };
-            let timeline = p.app.journal.timeline(&pod.uid).expect("the pod's timeline");
+            let timeline = p.app.journal().timeline(&pod.uid).expect("the pod's timeline");
             let events: Vec<_> = timeline.iter().map(|e| e.event.clone()).collect();
             let kinds: Vec<_> = events.iter().map(|e| (e.kind, e.container_id.clone(), word(e))).collect();
             let died: Vec<usize> = (0..events.len())
@@ -609,7 +613,7 @@ async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_an
             assert_eq!(after, vec![EventType::PodSync; amended], "{at}: only the amendment follows: {kinds:?}");
             let last = events.iter().rev().find_map(|e| word(e)).expect("events carry the container");
             assert_eq!(last, want, "{at}: a watcher's copy ends with the runtime's word: {kinds:?}");
-            let entry = p.app.cache.get(&pod.uid).expect("cached");
+            let entry = p.app.cache().get(&pod.uid).expect("cached");
             let cached = entry.status.as_ref().unwrap().containers.iter().find(|c| c.id == id).unwrap().clone();
             assert_eq!((cached.exit_code, cached.reason.clone()), want, "{at}: the cache has the runtime's word");
 
@@ -620,9 +624,13 @@ async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_an
             );
             // The re-reads end: an hour on, the pod was not read again.
             tokio::time::sleep(Duration::from_secs(3600)).await;
-            let later = p.app.cache.get(&pod.uid).expect("cached");
+            let later = p.app.cache().get(&pod.uid).expect("cached");
             assert_eq!(later.modified, entry.modified, "{at}: the pod is read no more");
-            assert_eq!(p.app.journal.timeline(&pod.uid).unwrap().len(), timeline.len(), "{at}: nothing more was told");
+            assert_eq!(
+                p.app.journal().timeline(&pod.uid).unwrap().len(),
+                timeline.len(),
+                "{at}: nothing more was told"
+            );
             p.stop().await;
         }
     }
@@ -682,7 +690,7 @@ async fn a_sandbox_the_runtime_says_deleted_before_it_leaves_its_store_leaves_th
                     });
                     p.sim.stop_container(&busy).await.unwrap();
                     tokio::time::sleep(Duration::from_millis(100)).await;
-                    p.app.pleg.request_relist();
+                    p.app.pleg().request_relist();
                 }
                 // Returns once the sandbox has left the store.
                 p.sim.remove_pod_sandbox(&sid).await.unwrap();
@@ -694,13 +702,9 @@ async fn a_sandbox_the_runtime_says_deleted_before_it_leaves_its_store_leaves_th
                 let slow = lag >= Duration::from_secs(100);
                 let busy_read = if full_relist { Duration::from_millis(500) } else { Duration::ZERO };
                 let within = busy_read
-                    + if slow {
-                        p.cfg.evented_relist_period + Duration::from_secs(2)
-                    } else {
-                        lag + Duration::from_secs(1)
-                    };
+                    + if slow { p.cfg.pleg.net_period + Duration::from_secs(2) } else { lag + Duration::from_secs(1) };
                 let removals = || {
-                    let timeline = p.app.journal.timeline(&pod.uid).unwrap_or_default();
+                    let timeline = p.app.journal().timeline(&pod.uid).unwrap_or_default();
                     let told = timeline
                         .iter()
                         .filter(|e| e.event.kind == EventType::ContainerRemoved && e.event.container_id == sid)
@@ -708,8 +712,8 @@ async fn a_sandbox_the_runtime_says_deleted_before_it_leaves_its_store_leaves_th
                     (told, timeline.len())
                 };
                 loop {
-                    let cached = p.app.cache.get(&pod.uid).is_some_and(|e| e.status.is_some());
-                    let listed = p.app.journal.pods().iter().any(|s| s.uid == pod.uid);
+                    let cached = p.app.cache().get(&pod.uid).is_some_and(|e| e.status.is_some());
+                    let listed = p.app.journal().pods().iter().any(|s| s.uid == pod.uid);
                     if !cached && !listed && removals().0 > 0 {
                         break;
                     }
@@ -730,7 +734,7 @@ async fn a_sandbox_the_runtime_says_deleted_before_it_leaves_its_store_leaves_th
                 assert_eq!(removals().1, events, "{at}: nothing more was told");
                 let reads_after = reads.lock().unwrap().iter().filter(|r| **r == sid).count();
                 assert_eq!(reads_after, reads_then, "{at}: the sandbox is read no more");
-                assert!(p.app.cache.get(&pod.uid).is_none_or(|e| e.status.is_none()), "{at}: the pod stays gone");
+                assert!(p.app.cache().get(&pod.uid).is_none_or(|e| e.status.is_none()), "{at}: the pod stays gone");
                 if !slow {
                     assert_eq!(
                         p.metric("plegd_evented_missed_changes_total"),

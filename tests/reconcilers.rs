@@ -28,7 +28,7 @@ async fn a_crash_looping_container_yields_one_crash_loop_event_then_a_cleared_on
         c.sync.crashloop.clear_after = Duration::from_secs(1);
     })
     .await;
-    let mut sub = p.app.journal.subscribe(Since::Snapshot, Default::default());
+    let mut sub = p.app.journal().subscribe(Since::Snapshot, Default::default());
     let pod = PodSpec::new("default", "crashy");
     let (sid, ids) = p.h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
     let mut id = ids[0].clone();
@@ -54,7 +54,7 @@ async fn a_crash_looping_container_yields_one_crash_loop_event_then_a_cleared_on
     assert!(ev.message.contains("deaths within"), "{}", ev.message);
     assert_eq!(cleared.len(), 1, "the last attempt stayed up past clear-after");
     // The loop recorded the follow-up with its cause.
-    let (code, body) = http(p.app.debug_addr, "GET", "/debug/events").await;
+    let (code, body) = http(p.app.debug_addr(), "GET", "/debug/events").await;
     assert_eq!(code, 200);
     let records: serde_json::Value = serde_json::from_str(&body).unwrap();
     let fu = records.as_array().unwrap().iter().find(|r| r["name"] == "follow-up:CRASH_LOOP").expect("recorded");
@@ -132,7 +132,7 @@ async fn a_failing_removal_is_retried_with_backoff() {
     // nothing changes the pod after the third failure, so its 200 ms always pass
     // before the successful fourth try.
     assert!(t0.elapsed() >= Duration::from_millis(200), "retried too fast: {:?}", t0.elapsed());
-    let m = p.app.metrics.encode();
+    let m = p.app.metrics().encode();
     assert!(m.contains("plegd_reconcile_total{reconciler=\"gc\",outcome=\"error\"} 3"), "{m}");
     assert!(m.contains("workqueue_retries_total{name=\"gc\"}"), "{m}");
     p.stop().await;
@@ -150,7 +150,7 @@ async fn gc_dry_run_removes_nothing() {
     p.h.sim.exit_container(&ids[0], 1, "Error");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(p.h.sim.counts().containers, 1);
-    let m = p.app.metrics.encode();
+    let m = p.app.metrics().encode();
     assert!(m.contains("plegd_reconcile_total{reconciler=\"gc\",outcome=\"success\"}"), "{m}");
     p.stop().await;
 }
@@ -160,7 +160,7 @@ async fn the_debug_api_shows_the_history_and_the_queues_and_takes_resyncs() {
     let p = start_plegd(|c| c.sync.gc.mode = GcMode::On).await;
     p.h.run_pod(&PodSpec::new("default", "web"), &[ContainerSpec::new("app")]).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let a = p.app.debug_addr;
+    let a = p.app.debug_addr();
     let (code, body) = http(a, "POST", "/debug/resync").await;
     assert_eq!(code, 202, "{body}");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -192,7 +192,7 @@ async fn the_debug_api_shows_the_history_and_the_queues_and_takes_resyncs() {
     let names: Vec<&str> = qs.as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["crashloop", "gc"]);
     assert!(qs[0]["depth"].is_u64() && qs[0]["in_flight"].is_array() && qs[0]["waiting"].is_array());
-    let m = p.app.metrics.encode();
+    let m = p.app.metrics().encode();
     for name in [
         "workqueue_adds_total{name=\"crashloop\"}",
         "workqueue_depth{name=\"gc\"}",

@@ -464,14 +464,14 @@ async fn a_pod_removed_while_plegd_reads_it_leaves_no_ghost_in_the_view_or_list_
         let state = tempfile::tempdir().unwrap();
         let dir = state.path().to_owned();
         let tune = move |c: &mut plegd::config::RunConfig| {
-            c.mode = mode;
+            c.pleg.mode = mode;
             c.journal.state_dir = Some(dir.clone());
         };
         let mut p = support::start_plegd(tune.clone()).await;
         let mut watch = p.client().watch(api::WatchRequest::default()).await.expect("watch").into_inner();
         let pod = PodSpec::new("default", &format!("racy-{n}"));
         let (sid, ids) = p.h.run_pod(&pod, &[ContainerSpec::new("main")]).await;
-        let listed = |p: &support::Plegd| p.app.journal.pods().iter().any(|s| *s.uid == *pod.uid);
+        let listed = |p: &support::Plegd| p.app.journal().pods().iter().any(|s| *s.uid == *pod.uid);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !listed(&p) {
             assert!(Instant::now() < deadline, "plegd never published the pod");
@@ -500,7 +500,7 @@ async fn a_pod_removed_while_plegd_reads_it_leaves_no_ghost_in_the_view_or_list_
                 seen.push((e.r#type().as_str_name(), filled));
                 if restart && e.r#type() == api::LifecycleEventType::ContainerDied {
                     // The worst moment: the death is out, the removal perhaps not.
-                    let (_, metrics) = support::http(p.app.admin_addr, "GET", "/metrics").await;
+                    let (_, metrics) = support::http(p.app.admin_addr(), "GET", "/metrics").await;
                     raced += not_found_reads(&metrics);
                     p = support::start_plegd_on(p.stop_plegd().await, tune.clone()).await;
                     restarted = true;
@@ -509,7 +509,7 @@ async fn a_pod_removed_while_plegd_reads_it_leaves_no_ghost_in_the_view_or_list_
             }
         }
         if !restarted {
-            let (_, metrics) = support::http(p.app.admin_addr, "GET", "/metrics").await;
+            let (_, metrics) = support::http(p.app.admin_addr(), "GET", "/metrics").await;
             raced += not_found_reads(&metrics);
         }
         println!("{mode:?}, removed {remove_after_ms} ms into the slowed read, restart {restart}: {seen:?}");
@@ -519,12 +519,12 @@ async fn a_pod_removed_while_plegd_reads_it_leaves_no_ghost_in_the_view_or_list_
         );
         p.h.sim.clear_faults();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while listed(&p) || p.app.cache.get(&pod.uid).is_some() {
+        while listed(&p) || p.app.cache().get(&pod.uid).is_some() {
             assert!(
                 Instant::now() < deadline,
                 "{mode:?}, removed {remove_after_ms} ms into the read, restarted {restarted}: the pod the runtime no longer has is still in the view ({:?}) or the cache ({:?}); a watcher saw {seen:?}",
-                p.app.journal.pods().iter().find(|s| *s.uid == *pod.uid),
-                p.app.cache.get(&pod.uid)
+                p.app.journal().pods().iter().find(|s| *s.uid == *pod.uid),
+                p.app.cache().get(&pod.uid)
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -27,9 +27,9 @@ async fn resume(p: &support::Plegd, since: u64, epoch: u64) -> Stream {
 async fn settle(p: &support::Plegd, at_least: u64) -> u64 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let r = p.app.journal.revision();
+        let r = p.app.journal().revision();
         tokio::time::sleep(Duration::from_millis(600)).await;
-        if r >= at_least && p.app.journal.revision() == r {
+        if r >= at_least && p.app.journal().revision() == r {
             return r;
         }
         assert!(tokio::time::Instant::now() < deadline, "the journal never reached {at_least} (at {r})");
@@ -51,7 +51,7 @@ async fn what_changed_while_plegd_was_down_reaches_a_resuming_client_as_events_w
     let (goes_sandbox, goes_ids) = p.h.run_pod(&goes, &[ContainerSpec::new("main")]).await;
     // Three sandboxes and three containers started.
     let seen = settle(&p, 6).await;
-    let epoch = p.app.journal.epoch();
+    let epoch = p.app.journal().epoch();
     let h = p.stop_plegd().await;
 
     // While plegd is down: one container dies on its own (exit code 3), one pod is
@@ -65,7 +65,7 @@ async fn what_changed_while_plegd_was_down_reaches_a_resuming_client_as_events_w
     tokio::time::sleep(Duration::from_millis(3000)).await;
 
     let p = start_plegd_on(h, tune).await;
-    assert_eq!(p.app.journal.epoch(), epoch, "the same journal");
+    assert_eq!(p.app.journal().epoch(), epoch, "the same journal");
     let mut s = resume(&p, seen, epoch).await;
     let Some(api::WatchEvent { kind: Some(Kind::Start(start)), .. }) = next(&mut s, Duration::from_secs(5)).await
     else {
@@ -106,10 +106,10 @@ async fn a_restart_without_a_state_dir_is_a_new_epoch_and_a_resume_is_reset() {
     let p = start_plegd(|_| {}).await;
     p.h.run_pod(&PodSpec::new("ns", "a"), &[ContainerSpec::new("main")]).await;
     let seen = settle(&p, 2).await;
-    let epoch = p.app.journal.epoch();
+    let epoch = p.app.journal().epoch();
     let h = p.stop_plegd().await;
     let p = start_plegd_on(h, |_| {}).await;
-    assert_ne!(p.app.journal.epoch(), epoch);
+    assert_ne!(p.app.journal().epoch(), epoch);
     let mut s = resume(&p, seen, epoch).await;
     let mut reset = None;
     while let Some(ev) = next(&mut s, Duration::from_secs(2)).await {
@@ -141,7 +141,7 @@ async fn a_pod_published_empty_and_gone_from_the_runtime_is_let_go_after_a_resta
     // What such an event leaves in the view: the pod, empty, that the runtime lacks.
     let ghost: std::sync::Arc<str> = "0d53c2b8-ghost".into();
     let empty = plegd::model::PodStatus::empty(&ghost, "ns", "ghost");
-    p.app.journal.append(PodLifecycleEvent {
+    p.app.journal().append(PodLifecycleEvent {
         pod_uid: ghost.clone(),
         pod_namespace: "ns".into(),
         pod_name: "ghost".into(),
@@ -155,8 +155,8 @@ async fn a_pod_published_empty_and_gone_from_the_runtime_is_let_go_after_a_resta
         pod: Some(std::sync::Arc::new(empty)),
         message: String::new(),
     });
-    assert!(p.app.journal.pods().iter().any(|s| *s.uid == *ghost), "the view holds the empty pod");
-    let (seen, epoch) = (p.app.journal.revision(), p.app.journal.epoch());
+    assert!(p.app.journal().pods().iter().any(|s| *s.uid == *ghost), "the view holds the empty pod");
+    let (seen, epoch) = (p.app.journal().revision(), p.app.journal().epoch());
     let h = p.stop_plegd().await;
 
     let p = start_plegd_on(h, tune).await;
@@ -172,7 +172,7 @@ async fn a_pod_published_empty_and_gone_from_the_runtime_is_let_go_after_a_resta
     let (revision, e) = let_go.expect("an event lets the empty pod go");
     assert!(revision > seen, "after what the client saw");
     assert_eq!((e.r#type(), e.pod.is_none()), (api::LifecycleEventType::PodSync, true), "{e:?}");
-    assert!(p.app.journal.pods().iter().all(|s| *s.uid != *ghost), "the view lets it go");
+    assert!(p.app.journal().pods().iter().all(|s| *s.uid != *ghost), "the view lets it go");
     let listed = p.client().list_pods(api::ListPodsRequest::default()).await.unwrap().into_inner().pods;
     assert!(listed.iter().all(|s| s.uid != *ghost), "ListPods lets it go: {listed:?}");
     assert!(listed.iter().any(|s| s.name == "real"), "and keeps the real pod");
@@ -199,7 +199,7 @@ async fn an_exit_status_amended_while_plegd_was_down_reaches_a_resuming_client()
     // with the word the runtime has for it then.
     assert_eq!(p.h.sim.restart_losing(&[&ids[0], &quiet_ids[0]]), 2);
     let seen = settle(&p, started + 2).await;
-    let epoch = p.app.journal.epoch();
+    let epoch = p.app.journal().epoch();
     let h = p.stop_plegd().await;
     // While plegd is down the runtime amends one of the two words.
     assert!(h.sim.amend_exit_reason(&ids[0], "OOMKilled"));

@@ -123,11 +123,11 @@ async fn start_plegd(
         cfg.journal.memory_budget = 1;
     }
     cfg.api.socket = h.dir.path().join("api/plegd.sock");
-    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
-    cfg.relist_period = Duration::from_millis(50);
+    cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
+    cfg.pleg.relist.period = Duration::from_millis(50);
     cfg.api.bookmark_interval = Duration::from_millis(30);
     cfg.journal.client_buffer = buffer;
-    cfg.evented = support::fast_evented();
+    cfg.pleg.stream = support::fast_evented();
     let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
     let app = plegd::app::start(&cfg, &tracker, &shutdown).await.expect("plegd starts");
     (app, shutdown, tracker)
@@ -426,7 +426,7 @@ async fn run_schedule(ops: Vec<Op>, selectors: [usize; 3], buffer: usize, durabl
     stop.cancel();
     watchers_tracker.close();
     watchers_tracker.wait().await;
-    TOTALS.published.fetch_add(app.journal.revision(), Ordering::Relaxed);
+    TOTALS.published.fetch_add(app.journal().revision(), Ordering::Relaxed);
     for w in &watchers {
         let c = w.checker.lock().unwrap();
         TOTALS.events.fetch_add(c.events, Ordering::Relaxed);

@@ -66,13 +66,13 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
 
     let endpoint = format!("unix://{}", sim_sock.display());
     let mut run_cfg = RunConfig::for_endpoint(&endpoint).map_err(|e| DemoError::Setup(e.to_string()))?;
-    run_cfg.relist_period = cfg.relist_period;
-    run_cfg.admin_addr = cfg.admin_addr;
+    run_cfg.pleg.relist.period = cfg.relist_period;
+    run_cfg.admin.addr = cfg.admin_addr;
     run_cfg.api.socket = dir.join("plegd.sock");
     // The journal on disk, as in production, in the demo's scratch dir.
     run_cfg.journal.state_dir = Some(dir.join("state"));
     let sidecar = crate::app::start(&run_cfg, &tracker, &inner).await?;
-    let journal = sidecar.journal.clone();
+    let journal = sidecar.journal().clone();
     let live = |j: &crate::journal::Journal| {
         j.subscribe(crate::journal::Since::Revision(j.revision(), j.epoch()), Default::default())
     };
@@ -86,13 +86,14 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
         cfg.churn.pods, cfg.churn.containers_per_pod, cfg.churn.churn_per_sec
     );
     eprintln!("  runtime socket  {endpoint}");
-    eprintln!("  metrics         http://{}/metrics", sidecar.admin_addr);
+    eprintln!("  metrics         http://{}/metrics", sidecar.admin_addr());
     eprintln!(
         "  health          http://{}/healthz   readiness http://{}/readyz",
-        sidecar.admin_addr, sidecar.admin_addr
+        sidecar.admin_addr(),
+        sidecar.admin_addr()
     );
-    eprintln!("  debug           http://{}/debug/pods", sidecar.debug_addr);
-    let api = format!("unix://{}", sidecar.api_socket.display());
+    eprintln!("  debug           http://{}/debug/pods", sidecar.debug_addr());
+    let api = format!("unix://{}", sidecar.api_socket().display());
     eprintln!("  gRPC API        {api}   (try: plegd watch --socket {api})");
     eprintln!(
         "  stop with Ctrl-C{}",
@@ -142,8 +143,8 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
             }
         }
     }
-    summary.pods_cached = sidecar.cache.len();
-    let evented = sidecar.stream.borrow().is_up();
+    summary.pods_cached = sidecar.cache().len();
+    let evented = sidecar.stream().borrow().is_up();
     inner.cancel();
     tracker.close();
     let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;

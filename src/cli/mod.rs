@@ -4,7 +4,10 @@
 
 pub mod client;
 pub mod demo;
+mod execute;
 pub mod trouble;
+
+pub use execute::{Failure, execute};
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use prost::Message;
 use prost::bytes::{Buf, Bytes};
 
-use crate::proto::runtime as cri;
+use crate::proto::runtime as v1;
 
 /// `ListPodSandbox` and `ListContainers` answers (no filter), as encoded on the wire.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -49,9 +49,9 @@ pub struct BriefSandbox {
     pub id: String,
     /// Name, UID, namespace, attempt.
     #[prost(message, optional, tag = "2")]
-    pub metadata: Option<cri::PodSandboxMetadata>,
+    pub metadata: Option<v1::PodSandboxMetadata>,
     /// `PodSandboxState`.
-    #[prost(enumeration = "cri::PodSandboxState", tag = "3")]
+    #[prost(enumeration = "v1::PodSandboxState", tag = "3")]
     pub state: i32,
     /// Creation time, ns.
     #[prost(int64, tag = "4")]
@@ -77,9 +77,9 @@ pub struct BriefContainer {
     pub pod_sandbox_id: String,
     /// Name and attempt.
     #[prost(message, optional, tag = "3")]
-    pub metadata: Option<cri::ContainerMetadata>,
+    pub metadata: Option<v1::ContainerMetadata>,
     /// `ContainerState`.
-    #[prost(enumeration = "cri::ContainerState", tag = "6")]
+    #[prost(enumeration = "v1::ContainerState", tag = "6")]
     pub state: i32,
     /// Creation time, ns.
     #[prost(int64, tag = "7")]
@@ -88,10 +88,10 @@ pub struct BriefContainer {
 
 impl EncodedListing {
     /// Encodes a decoded listing (for runtimes served in-process).
-    pub fn encode(sandboxes: Vec<cri::PodSandbox>, containers: Vec<cri::Container>) -> Self {
+    pub fn encode(sandboxes: Vec<v1::PodSandbox>, containers: Vec<v1::Container>) -> Self {
         Self {
-            sandboxes: cri::ListPodSandboxResponse { items: sandboxes }.encode_to_vec().into(),
-            containers: cri::ListContainersResponse { containers }.encode_to_vec().into(),
+            sandboxes: v1::ListPodSandboxResponse { items: sandboxes }.encode_to_vec().into(),
+            containers: v1::ListContainersResponse { containers }.encode_to_vec().into(),
         }
     }
 
@@ -206,7 +206,7 @@ impl tonic::codec::Decoder for RawDecoder {
 pub fn into_full(
     sandboxes: Vec<BriefSandbox>,
     containers: Vec<BriefContainer>,
-) -> Option<(Vec<cri::PodSandbox>, Vec<cri::Container>)> {
+) -> Option<(Vec<v1::PodSandbox>, Vec<v1::Container>)> {
     // Grouping falls back to the kubelet's labels for a sandbox without a UID, a
     // container without a name, and a container whose sandbox is not listed: such a
     // listing needs the labels, so it is read in full instead.
@@ -218,24 +218,24 @@ pub fn into_full(
     if !complete {
         return None;
     }
-    let sandboxes = sandboxes.into_iter().map(cri::PodSandbox::from).collect();
-    let containers = containers.into_iter().map(cri::Container::from).collect();
+    let sandboxes = sandboxes.into_iter().map(v1::PodSandbox::from).collect();
+    let containers = containers.into_iter().map(v1::Container::from).collect();
     Some((sandboxes, containers))
 }
 
-impl From<BriefSandbox> for cri::PodSandbox {
+impl From<BriefSandbox> for v1::PodSandbox {
     fn from(s: BriefSandbox) -> Self {
         Self { id: s.id, metadata: s.metadata, state: s.state, created_at: s.created_at, ..Default::default() }
     }
 }
 
-impl From<cri::PodSandbox> for BriefSandbox {
-    fn from(s: cri::PodSandbox) -> Self {
+impl From<v1::PodSandbox> for BriefSandbox {
+    fn from(s: v1::PodSandbox) -> Self {
         Self { id: s.id, metadata: s.metadata, state: s.state, created_at: s.created_at }
     }
 }
 
-impl From<BriefContainer> for cri::Container {
+impl From<BriefContainer> for v1::Container {
     fn from(c: BriefContainer) -> Self {
         Self {
             id: c.id,
@@ -248,8 +248,8 @@ impl From<BriefContainer> for cri::Container {
     }
 }
 
-impl From<cri::Container> for BriefContainer {
-    fn from(c: cri::Container) -> Self {
+impl From<v1::Container> for BriefContainer {
+    fn from(c: v1::Container) -> Self {
         Self {
             id: c.id,
             pod_sandbox_id: c.pod_sandbox_id,
@@ -264,16 +264,16 @@ impl From<cri::Container> for BriefContainer {
 mod tests {
     use super::*;
 
-    fn sandbox(id: &str, uid: &str) -> cri::PodSandbox {
-        cri::PodSandbox {
+    fn sandbox(id: &str, uid: &str) -> v1::PodSandbox {
+        v1::PodSandbox {
             id: id.into(),
-            metadata: Some(cri::PodSandboxMetadata {
+            metadata: Some(v1::PodSandboxMetadata {
                 name: "web".into(),
                 uid: uid.into(),
                 namespace: "default".into(),
                 attempt: 2,
             }),
-            state: cri::PodSandboxState::SandboxReady as i32,
+            state: v1::PodSandboxState::SandboxReady as i32,
             created_at: 7,
             labels: [("io.kubernetes.pod.uid".to_string(), uid.to_string())].into(),
             annotations: [("a".to_string(), "b".to_string())].into(),
@@ -281,14 +281,14 @@ mod tests {
         }
     }
 
-    fn container(id: &str, sandbox: &str, name: &str) -> cri::Container {
-        cri::Container {
+    fn container(id: &str, sandbox: &str, name: &str) -> v1::Container {
+        v1::Container {
             id: id.into(),
             pod_sandbox_id: sandbox.into(),
-            metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 3 }),
-            image: Some(cri::ImageSpec { image: "busybox".into(), ..Default::default() }),
+            metadata: Some(v1::ContainerMetadata { name: name.into(), attempt: 3 }),
+            image: Some(v1::ImageSpec { image: "busybox".into(), ..Default::default() }),
             image_ref: "sha256:1".into(),
-            state: cri::ContainerState::ContainerExited as i32,
+            state: v1::ContainerState::ContainerExited as i32,
             created_at: 9,
             labels: [("io.kubernetes.container.name".to_string(), name.to_string())].into(),
             annotations: [("x".to_string(), "y".to_string())].into(),
@@ -297,10 +297,10 @@ mod tests {
 
     #[test]
     fn a_full_listing_on_the_wire_decodes_into_the_projection_without_labels() {
-        let full = cri::ListContainersResponse { containers: vec![container("c1", "s1", "app")] };
+        let full = v1::ListContainersResponse { containers: vec![container("c1", "s1", "app")] };
         let brief = BriefContainerList::decode(full.encode_to_vec().as_slice()).unwrap();
-        let back = cri::Container::from(brief.containers[0].clone());
-        let want = cri::Container {
+        let back = v1::Container::from(brief.containers[0].clone());
+        let want = v1::Container {
             image: None,
             image_ref: String::new(),
             labels: Default::default(),
@@ -308,15 +308,15 @@ mod tests {
             ..full.containers[0].clone()
         };
         assert_eq!(back, want);
-        let full = cri::ListPodSandboxResponse { items: vec![sandbox("s1", "u1")] };
+        let full = v1::ListPodSandboxResponse { items: vec![sandbox("s1", "u1")] };
         let brief = BriefSandboxList::decode(full.encode_to_vec().as_slice()).unwrap();
-        let want = cri::PodSandbox {
+        let want = v1::PodSandbox {
             labels: Default::default(),
             annotations: Default::default(),
             runtime_handler: String::new(),
             ..full.items[0].clone()
         };
-        assert_eq!(cri::PodSandbox::from(brief.items[0].clone()), want);
+        assert_eq!(v1::PodSandbox::from(brief.items[0].clone()), want);
     }
 
     #[test]
@@ -332,7 +332,7 @@ mod tests {
         assert_eq!(EncodedListing::encode(sb, reordered).fingerprint(42), Some(fp));
         assert_ne!(listing.fingerprint(43), Some(fp), "keyed by the seed");
         let mut changed = containers.clone();
-        changed[1].state = cri::ContainerState::ContainerRunning as i32;
+        changed[1].state = v1::ContainerState::ContainerRunning as i32;
         assert_ne!(EncodedListing::encode(sandboxes.clone(), changed).fingerprint(42), Some(fp));
         let mut moved = containers.clone();
         moved[2].pod_sandbox_id = "s1".into();
@@ -350,7 +350,7 @@ mod tests {
     fn the_fingerprint_ignores_the_order_of_map_entries_within_an_item() {
         let mut c = container("c1", "s1", "a");
         c.labels = (0..20).map(|i| (format!("k{i}"), format!("v{i}"))).collect();
-        let bytes = cri::ListContainersResponse { containers: vec![c.clone()] }.encode_to_vec();
+        let bytes = v1::ListContainersResponse { containers: vec![c.clone()] }.encode_to_vec();
         // Re-encode with the map entries in another order, as Go may.
         let mut reordered = Vec::new();
         let mut entries = Vec::new();
@@ -378,7 +378,7 @@ mod tests {
         prost::encoding::encode_varint(body.len() as u64, &mut reordered);
         reordered.extend(body);
         assert_ne!(reordered, bytes);
-        assert_eq!(cri::ListContainersResponse::decode(reordered.as_slice()).unwrap().containers[0], c);
+        assert_eq!(v1::ListContainersResponse::decode(reordered.as_slice()).unwrap().containers[0], c);
         let a = EncodedListing { sandboxes: Bytes::new(), containers: bytes.into() };
         let b = EncodedListing { sandboxes: Bytes::new(), containers: reordered.into() };
         assert_eq!(a.fingerprint(5), b.fingerprint(5));
@@ -394,7 +394,7 @@ mod tests {
 
     #[test]
     fn a_listing_that_needs_the_labels_to_be_grouped_is_not_used() {
-        let brief = |s: Vec<cri::PodSandbox>, c: Vec<cri::Container>| {
+        let brief = |s: Vec<v1::PodSandbox>, c: Vec<v1::Container>| {
             into_full(s.into_iter().map(Into::into).collect(), c.into_iter().map(Into::into).collect())
         };
         assert!(brief(vec![sandbox("s1", "u1")], vec![container("c1", "s1", "app")]).is_some());

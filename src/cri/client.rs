@@ -14,9 +14,24 @@ use super::{CriError, EventStream, RuntimeService};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::backoff::Backoff;
-use crate::proto::runtime as cri;
+use crate::proto::runtime as v1;
 use crate::proto::runtime::runtime_service_client::RuntimeServiceClient;
 use crate::uds::{UdsError, parse_unix_endpoint};
+
+/// Which runtime plegd talks to, and how long a call may take.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// The CRI endpoint, `unix:///…`.
+    pub endpoint: String,
+    /// Deadline of each CRI call.
+    pub request_timeout: Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self { endpoint: "unix:///run/containerd/containerd.sock".into(), request_timeout: Duration::from_secs(2) }
+    }
+}
 
 /// How the client treats calls.
 #[derive(Clone, Debug)]
@@ -200,20 +215,17 @@ impl RuntimeService for CriClient {
         &self.endpoint
     }
 
-    async fn version(&self) -> Result<cri::VersionResponse, CriError> {
+    async fn version(&self) -> Result<v1::VersionResponse, CriError> {
         self.unary("Version", |mut c, t| async move {
-            c.version(request(cri::VersionRequest { version: "v1".into() }, t)).await
+            c.version(request(v1::VersionRequest { version: "v1".into() }, t)).await
         })
         .await
     }
 
-    async fn list_pod_sandboxes(
-        &self,
-        filter: Option<cri::PodSandboxFilter>,
-    ) -> Result<Vec<cri::PodSandbox>, CriError> {
+    async fn list_pod_sandboxes(&self, filter: Option<v1::PodSandboxFilter>) -> Result<Vec<v1::PodSandbox>, CriError> {
         let resp = self
             .unary("ListPodSandbox", |mut c, t| async move {
-                c.list_pod_sandbox(request(cri::ListPodSandboxRequest { filter }, t)).await
+                c.list_pod_sandbox(request(v1::ListPodSandboxRequest { filter }, t)).await
             })
             .await?;
         Ok(resp.items)
@@ -223,25 +235,25 @@ impl RuntimeService for CriClient {
         let channel = self.channel.clone();
         let sandboxes = self
             .unary("ListPodSandbox", |_, t| async move {
-                let req = request(cri::ListPodSandboxRequest { filter: None }, t);
+                let req = request(v1::ListPodSandboxRequest { filter: None }, t);
                 call_raw(channel, "/runtime.v1.RuntimeService/ListPodSandbox", req).await
             })
             .await?;
         let channel = self.channel.clone();
         let containers = self
             .unary("ListContainers", |_, t| async move {
-                let req = request(cri::ListContainersRequest { filter: None }, t);
+                let req = request(v1::ListContainersRequest { filter: None }, t);
                 call_raw(channel, "/runtime.v1.RuntimeService/ListContainers", req).await
             })
             .await?;
         Ok(super::brief::EncodedListing { sandboxes, containers })
     }
 
-    async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus, CriError> {
+    async fn pod_sandbox_status(&self, id: &str) -> Result<v1::PodSandboxStatus, CriError> {
         let id = id.to_owned();
         let resp = self
             .unary("PodSandboxStatus", |mut c, t| async move {
-                c.pod_sandbox_status(request(cri::PodSandboxStatusRequest { pod_sandbox_id: id, verbose: false }, t))
+                c.pod_sandbox_status(request(v1::PodSandboxStatusRequest { pod_sandbox_id: id, verbose: false }, t))
                     .await
             })
             .await?;
@@ -252,20 +264,20 @@ impl RuntimeService for CriClient {
         })
     }
 
-    async fn list_containers(&self, filter: Option<cri::ContainerFilter>) -> Result<Vec<cri::Container>, CriError> {
+    async fn list_containers(&self, filter: Option<v1::ContainerFilter>) -> Result<Vec<v1::Container>, CriError> {
         let resp = self
             .unary("ListContainers", |mut c, t| async move {
-                c.list_containers(request(cri::ListContainersRequest { filter }, t)).await
+                c.list_containers(request(v1::ListContainersRequest { filter }, t)).await
             })
             .await?;
         Ok(resp.containers)
     }
 
-    async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
+    async fn container_status(&self, id: &str) -> Result<v1::ContainerStatus, CriError> {
         let id = id.to_owned();
         let resp = self
             .unary("ContainerStatus", |mut c, t| async move {
-                c.container_status(request(cri::ContainerStatusRequest { container_id: id, verbose: false }, t)).await
+                c.container_status(request(v1::ContainerStatusRequest { container_id: id, verbose: false }, t)).await
             })
             .await?;
         resp.status.ok_or(CriError::Incomplete {
@@ -278,11 +290,11 @@ impl RuntimeService for CriClient {
     async fn container_status_verbose(
         &self,
         id: &str,
-    ) -> Result<(cri::ContainerStatus, super::verbose::ContainerVerbose), CriError> {
+    ) -> Result<(v1::ContainerStatus, super::verbose::ContainerVerbose), CriError> {
         let id = id.to_owned();
         let resp = self
             .unary("ContainerStatus", |mut c, t| async move {
-                c.container_status(request(cri::ContainerStatusRequest { container_id: id, verbose: true }, t)).await
+                c.container_status(request(v1::ContainerStatusRequest { container_id: id, verbose: true }, t)).await
             })
             .await?;
         let verbose = super::verbose::ContainerVerbose::parse(&resp.info);
@@ -297,11 +309,11 @@ impl RuntimeService for CriClient {
     async fn pod_sandbox_status_verbose(
         &self,
         id: &str,
-    ) -> Result<(cri::PodSandboxStatus, super::verbose::SandboxVerbose), CriError> {
+    ) -> Result<(v1::PodSandboxStatus, super::verbose::SandboxVerbose), CriError> {
         let id = id.to_owned();
         let resp = self
             .unary("PodSandboxStatus", |mut c, t| async move {
-                c.pod_sandbox_status(request(cri::PodSandboxStatusRequest { pod_sandbox_id: id, verbose: true }, t))
+                c.pod_sandbox_status(request(v1::PodSandboxStatusRequest { pod_sandbox_id: id, verbose: true }, t))
                     .await
             })
             .await?;
@@ -356,7 +368,7 @@ impl RuntimeService for CriClient {
     async fn remove_container(&self, id: &str) -> Result<(), CriError> {
         let id = id.to_owned();
         self.unary("RemoveContainer", |mut c, t| async move {
-            c.remove_container(request(cri::RemoveContainerRequest { container_id: id }, t)).await
+            c.remove_container(request(v1::RemoveContainerRequest { container_id: id }, t)).await
         })
         .await?;
         Ok(())
@@ -413,7 +425,7 @@ struct EventReader {
     endpoint: Arc<str>,
     metrics: Option<CriMetrics>,
     backlog: Arc<Backlog>,
-    tx: tokio::sync::mpsc::UnboundedSender<Result<cri::ContainerEventResponse, CriError>>,
+    tx: tokio::sync::mpsc::UnboundedSender<Result<v1::ContainerEventResponse, CriError>>,
 }
 
 impl EventReader {
@@ -441,7 +453,7 @@ impl EventReader {
         let mut client = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
         let opened = tokio::select! {
             _ = self.tx.closed() => return,
-            res = client.get_container_events(cri::GetEventsRequest {}) => res,
+            res = client.get_container_events(v1::GetEventsRequest {}) => res,
         };
         if let Some(m) = &self.metrics {
             let code = opened.as_ref().map(|_| tonic::Code::Ok).unwrap_or_else(|s| s.code());

@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use futures_util::Stream;
 
-use crate::proto::runtime as cri;
+use crate::proto::runtime as v1;
 
 /// A stream of CRI container events.
-pub type EventStream = Pin<Box<dyn Stream<Item = Result<cri::ContainerEventResponse, CriError>> + Send>>;
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<v1::ContainerEventResponse, CriError>> + Send>>;
 
 /// Errors of CRI calls; each names the runtime endpoint and the call.
 #[derive(Debug, thiserror::Error)]
@@ -117,19 +117,19 @@ pub trait RuntimeService: Clone + Send + Sync + 'static {
     /// The endpoint, for messages.
     fn endpoint(&self) -> &str;
     /// `Version`.
-    fn version(&self) -> impl Future<Output = Result<cri::VersionResponse, CriError>> + Send;
+    fn version(&self) -> impl Future<Output = Result<v1::VersionResponse, CriError>> + Send;
     /// `ListPodSandbox` with an optional filter.
     fn list_pod_sandboxes(
         &self,
-        filter: Option<cri::PodSandboxFilter>,
-    ) -> impl Future<Output = Result<Vec<cri::PodSandbox>, CriError>> + Send;
+        filter: Option<v1::PodSandboxFilter>,
+    ) -> impl Future<Output = Result<Vec<v1::PodSandbox>, CriError>> + Send;
     /// `PodSandboxStatus` (not verbose).
-    fn pod_sandbox_status(&self, id: &str) -> impl Future<Output = Result<cri::PodSandboxStatus, CriError>> + Send;
+    fn pod_sandbox_status(&self, id: &str) -> impl Future<Output = Result<v1::PodSandboxStatus, CriError>> + Send;
     /// `ListContainers` with an optional filter.
     fn list_containers(
         &self,
-        filter: Option<cri::ContainerFilter>,
-    ) -> impl Future<Output = Result<Vec<cri::Container>, CriError>> + Send;
+        filter: Option<v1::ContainerFilter>,
+    ) -> impl Future<Output = Result<Vec<v1::Container>, CriError>> + Send;
     /// `ListPodSandbox`, then `ListContainers`, without filters, as the runtime encoded
     /// them (a relist fingerprints the bytes and decodes only what it needs).
     fn list_encoded(&self) -> impl Future<Output = Result<brief::EncodedListing, CriError>> + Send {
@@ -140,14 +140,14 @@ pub trait RuntimeService: Clone + Send + Sync + 'static {
         }
     }
     /// `ContainerStatus` (not verbose).
-    fn container_status(&self, id: &str) -> impl Future<Output = Result<cri::ContainerStatus, CriError>> + Send;
+    fn container_status(&self, id: &str) -> impl Future<Output = Result<v1::ContainerStatus, CriError>> + Send;
     /// `ContainerStatus` with `verbose`: the status and what the runtime's verbose
     /// `info` says of its process. A runtime without verbose info answers
     /// [`verbose::ContainerVerbose::default`].
     fn container_status_verbose(
         &self,
         id: &str,
-    ) -> impl Future<Output = Result<(cri::ContainerStatus, verbose::ContainerVerbose), CriError>> + Send {
+    ) -> impl Future<Output = Result<(v1::ContainerStatus, verbose::ContainerVerbose), CriError>> + Send {
         async move { Ok((self.container_status(id).await?, verbose::ContainerVerbose::default())) }
     }
     /// `PodSandboxStatus` with `verbose`: the status and what the runtime's verbose
@@ -155,7 +155,7 @@ pub trait RuntimeService: Clone + Send + Sync + 'static {
     fn pod_sandbox_status_verbose(
         &self,
         id: &str,
-    ) -> impl Future<Output = Result<(cri::PodSandboxStatus, verbose::SandboxVerbose), CriError>> + Send {
+    ) -> impl Future<Output = Result<(v1::PodSandboxStatus, verbose::SandboxVerbose), CriError>> + Send {
         async move { Ok((self.pod_sandbox_status(id).await?, verbose::SandboxVerbose::default())) }
     }
     /// `GetContainerEvents`: resolves once the stream is open.

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::proto::runtime as cri;
+use crate::proto::runtime as v1;
 
 /// Annotation the simulated runtime honours: the container exits this long after it
 /// starts (a humantime duration).
@@ -67,19 +67,19 @@ impl PodSpec {
     }
 
     /// The sandbox config the kubelet would send.
-    pub fn sandbox_config(&self) -> cri::PodSandboxConfig {
+    pub fn sandbox_config(&self) -> v1::PodSandboxConfig {
         let mut labels = self.labels.clone();
         labels.insert(POD_UID_LABEL.into(), self.uid.clone());
         labels.insert(POD_NAME_LABEL.into(), self.name.clone());
         labels.insert(POD_NAMESPACE_LABEL.into(), self.namespace.clone());
-        let ns = cri::NamespaceOption {
-            network: if self.host_network { cri::NamespaceMode::Node } else { cri::NamespaceMode::Pod } as i32,
-            pid: cri::NamespaceMode::Container as i32,
-            ipc: cri::NamespaceMode::Pod as i32,
+        let ns = v1::NamespaceOption {
+            network: if self.host_network { v1::NamespaceMode::Node } else { v1::NamespaceMode::Pod } as i32,
+            pid: v1::NamespaceMode::Container as i32,
+            ipc: v1::NamespaceMode::Pod as i32,
             target_id: String::new(),
         };
-        cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata {
+        v1::PodSandboxConfig {
+            metadata: Some(v1::PodSandboxMetadata {
                 name: self.name.clone(),
                 uid: self.uid.clone(),
                 namespace: self.namespace.clone(),
@@ -90,9 +90,9 @@ impl PodSpec {
             dns_config: None,
             labels,
             annotations: HashMap::new(),
-            linux: Some(cri::LinuxPodSandboxConfig {
+            linux: Some(v1::LinuxPodSandboxConfig {
                 cgroup_parent: self.cgroup_parent.clone(),
-                security_context: Some(cri::LinuxSandboxSecurityContext {
+                security_context: Some(v1::LinuxSandboxSecurityContext {
                     namespace_options: Some(ns),
                     ..Default::default()
                 }),
@@ -101,22 +101,22 @@ impl PodSpec {
     }
 
     /// `RunPodSandboxRequest` for this pod.
-    pub fn run_request(&self) -> cri::RunPodSandboxRequest {
-        cri::RunPodSandboxRequest { config: Some(self.sandbox_config()), runtime_handler: String::new() }
+    pub fn run_request(&self) -> v1::RunPodSandboxRequest {
+        v1::RunPodSandboxRequest { config: Some(self.sandbox_config()), runtime_handler: String::new() }
     }
 
     /// `CreateContainerRequest` for a container of this pod.
-    pub fn create_request(&self, sandbox_id: &str, c: &ContainerSpec) -> cri::CreateContainerRequest {
+    pub fn create_request(&self, sandbox_id: &str, c: &ContainerSpec) -> v1::CreateContainerRequest {
         let mut labels = HashMap::new();
         labels.insert(POD_UID_LABEL.into(), self.uid.clone());
         labels.insert(POD_NAME_LABEL.into(), self.name.clone());
         labels.insert(POD_NAMESPACE_LABEL.into(), self.namespace.clone());
         labels.insert(CONTAINER_NAME_LABEL.into(), c.name.clone());
-        cri::CreateContainerRequest {
+        v1::CreateContainerRequest {
             pod_sandbox_id: sandbox_id.into(),
-            config: Some(cri::ContainerConfig {
-                metadata: Some(cri::ContainerMetadata { name: c.name.clone(), attempt: c.attempt }),
-                image: Some(cri::ImageSpec { image: c.image.clone(), annotations: HashMap::new() }),
+            config: Some(v1::ContainerConfig {
+                metadata: Some(v1::ContainerMetadata { name: c.name.clone(), attempt: c.attempt }),
+                image: Some(v1::ImageSpec { image: c.image.clone(), annotations: HashMap::new() }),
                 command: c.command.clone(),
                 args: Vec::new(),
                 working_dir: String::new(),
@@ -125,7 +125,7 @@ impl PodSpec {
                 labels,
                 annotations: c.annotations.clone(),
                 log_path: c.log_path.clone(),
-                linux: c.resources.map(|r| cri::LinuxContainerConfig { resources: Some(r), security_context: None }),
+                linux: c.resources.map(|r| v1::LinuxContainerConfig { resources: Some(r), security_context: None }),
             }),
             sandbox_config: Some(self.sandbox_config()),
         }
@@ -148,7 +148,7 @@ pub struct ContainerSpec {
     /// Log path relative to the pod's log directory.
     pub log_path: String,
     /// CPU and memory as the kubelet derives them from limits.
-    pub resources: Option<cri::LinuxContainerResources>,
+    pub resources: Option<v1::LinuxContainerResources>,
 }
 
 impl ContainerSpec {
@@ -168,7 +168,7 @@ impl ContainerSpec {
     /// CPU and memory limits, turned into CFS shares, quota and period the way the
     /// kubelet does (100 ms period).
     pub fn limits(mut self, cpu_millis: i64, memory_bytes: i64) -> Self {
-        self.resources = Some(cri::LinuxContainerResources {
+        self.resources = Some(v1::LinuxContainerResources {
             cpu_period: 100_000,
             cpu_quota: cpu_millis * 100,
             cpu_shares: (cpu_millis * 1024 / 1000).max(2),

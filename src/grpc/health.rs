@@ -4,7 +4,6 @@
 //! watch is open). Known services: "" (the server) and `plegd.v1.PodLifecycle`.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::Stream;
@@ -12,6 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
+
+use crate::pleg::health::Readiness;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 /// How often an open `Watch` reads readiness.
@@ -20,24 +21,21 @@ const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// The services this health server knows.
 const SERVICES: [&str; 2] = ["", "plegd.v1.PodLifecycle"];
 
-/// Readiness as the health service asks it.
-pub type Ready = Arc<dyn Fn() -> bool + Send + Sync>;
-
 /// The health service.
 #[derive(Clone)]
 pub struct ReadinessHealth {
-    ready: Ready,
+    ready: Readiness,
     shutdown: CancellationToken,
 }
 
 impl ReadinessHealth {
     /// A health service over `ready`; open watches end at shutdown.
-    pub fn server(ready: Ready, shutdown: CancellationToken) -> HealthServer<Self> {
+    pub fn server(ready: Readiness, shutdown: CancellationToken) -> HealthServer<Self> {
         HealthServer::new(Self { ready, shutdown })
     }
 
     fn status(&self) -> ServingStatus {
-        if (self.ready)() { ServingStatus::Serving } else { ServingStatus::NotServing }
+        if self.ready.check().is_ok() { ServingStatus::Serving } else { ServingStatus::NotServing }
     }
 }
 

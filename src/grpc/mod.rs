@@ -56,6 +56,19 @@ pub struct ApiConfig {
     pub handshake_timeout: Duration,
 }
 
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            socket: PathBuf::from("/run/plegd/plegd.sock"),
+            allow_uids: Vec::new(),
+            allow_gids: Vec::new(),
+            bookmark_interval: Duration::from_secs(30),
+            max_wait: Duration::from_secs(300),
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
 /// API metrics.
 #[derive(Clone, Default)]
 pub struct ApiMetrics {
@@ -427,11 +440,11 @@ fn grpc_timeout(md: &tonic::metadata::MetadataMap) -> Option<Duration> {
 pub async fn serve(
     listener: UnixListener,
     svc: PodLifecycleService,
-    ready: impl Fn() -> bool + Send + Sync + 'static,
+    ready: crate::pleg::health::Readiness,
     beat: crate::liveness::Beat,
     shutdown: CancellationToken,
 ) -> Result<(), ApiError> {
-    let health = health::ReadinessHealth::server(std::sync::Arc::new(ready), shutdown.clone());
+    let health = health::ReadinessHealth::server(ready, shutdown.clone());
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(crate::proto::PLEGD_DESCRIPTOR_SET)

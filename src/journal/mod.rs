@@ -199,6 +199,21 @@ pub struct JournalConfig {
     pub disk_budget: u64,
 }
 
+/// Where `plegd run` keeps its state by default.
+pub const STATE_DIR: &str = "/var/lib/plegd";
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        Self {
+            capacity: 100_000,
+            client_buffer: 4096,
+            memory_budget: 8 << 20,
+            state_dir: Some(PathBuf::from(STATE_DIR)),
+            disk_budget: 256 << 20,
+        }
+    }
+}
+
 impl JournalConfig {
     /// In memory only, `capacity` revisions within 8 MiB.
     pub fn memory(capacity: usize, client_buffer: usize) -> Self {

@@ -34,7 +34,8 @@ use crate::journal::record::{decode_view, encode_view};
 use crate::metrics::Registry;
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::model::{ContainerState, ContainerStatus, PodStatus};
-use tombstones::{TombstoneOp, TombstoneStore, TombstoneWriter};
+pub use tombstones::TombstoneWriter;
+use tombstones::{TombstoneOp, TombstoneStore};
 
 /// How the lookup keeps removed containers.
 #[derive(Clone, Debug)]
@@ -49,6 +50,18 @@ pub struct LookupConfig {
     pub state_dir: Option<PathBuf>,
     /// The host's `/proc` and `/sys/fs/cgroup`.
     pub host: Host,
+}
+
+impl Default for LookupConfig {
+    fn default() -> Self {
+        Self {
+            retention: Duration::from_secs(3600),
+            max_tombstones: MAX_TOMBSTONES,
+            max_bytes: MAX_TOMBSTONE_BYTES,
+            state_dir: Some(PathBuf::from(crate::journal::STATE_DIR)),
+            host: Host::default(),
+        }
+    }
 }
 
 /// Tombstones kept at most, by default.

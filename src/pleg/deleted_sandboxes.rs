@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::lost_exits::{Pace, Reread, Rereads, due_now, earliest};
+use super::lost_exits::{Pace, Reread, Rereads};
 use crate::cri::CriError;
 use crate::proto::runtime as cri;
 
@@ -52,12 +52,17 @@ pub(super) struct DeletedSandboxes {
 
 impl DeletedSandboxes {
     /// The runtime said sandbox `id` of pod `uid` deleted (its `CONTAINER_DELETED`): it
-    /// is read again [`FIRST`] from now unless a read of the pod finds it gone before
-    /// (the read the event prompts, usually). Scheduled here, not by that read: a full
-    /// relist that takes the event's turn reads the pod only if it changed.
-    pub fn said(&mut self, uid: &str, id: &str) {
+    /// is read again [`FIRST`] from now (the time returned, for a sandbox not followed
+    /// yet) unless a read of the pod finds it gone before (the read the event prompts,
+    /// usually). Scheduled on the word, not by that read: a full relist that takes the
+    /// event's turn reads the pod only if it changed.
+    pub fn said(&mut self, uid: &str, id: &str) -> Option<Instant> {
         let now = Instant::now();
-        self.by_id.entry(id.to_owned()).or_insert_with(|| Rereads::new(uid, now, Some(now + FIRST)));
+        let mut first = None;
+        self.by_id.entry(id.to_owned()).or_insert_with(|| {
+            first = Some(now + FIRST);
+            Rereads::new(uid, now)
+        });
         if self.by_id.len() > MAX {
             self.by_id.retain(|_, s| now.duration_since(s.since) < RECENT);
         }
@@ -68,6 +73,7 @@ impl DeletedSandboxes {
                 self.by_id.remove(id);
             }
         }
+        first.filter(|_| self.by_id.contains_key(id))
     }
 
     /// Takes in a read of pod `uid`: a sandbox said deleted that it does not find
@@ -85,27 +91,23 @@ impl DeletedSandboxes {
         self.by_id.values().map(|s| s.uid.as_str())
     }
 
-    /// When the next re-read is due, if any is.
-    pub fn next_due(&self) -> Option<Instant> {
-        earliest(self.by_id.values())
+    /// The pod of sandbox `id`, while it is followed.
+    pub fn pod_of(&self, id: &str) -> Option<&str> {
+        self.by_id.get(id).map(|s| s.uid.as_str())
     }
 
-    /// The sandboxes (id, pod uid) due for a re-read now.
-    pub fn due(&self) -> Vec<(String, String)> {
-        due_now(self.by_id.iter())
-    }
-
-    /// Records a re-read of sandbox `id`: still there counts a read and schedules the
-    /// next (after [`READS`] the sandbox is let go: full relists cover it); a failed
-    /// read is not counted and is tried again, 0.1, 0.2, 0.4 … 25.6 s later (until
+    /// Records a re-read of sandbox `id` and says when the next is due: still there
+    /// counts a read (after [`READS`] the sandbox is let go: full relists cover it); a
+    /// failed read is not counted and is tried again, 0.1, 0.2, 0.4 … 25.6 s later (until
     /// [`RECENT`] after it was said deleted); gone lets it go (the read of its pod that
     /// follows tells the removal).
-    pub fn read(&mut self, id: &str, found: Reread) {
-        let Some(s) = self.by_id.get_mut(id) else { return };
-        s.read(found, &PACE);
-        if s.next.is_none() {
+    pub fn read(&mut self, id: &str, found: Reread) -> Option<Instant> {
+        let s = self.by_id.get_mut(id)?;
+        let next = s.read(found, &PACE);
+        if next.is_none() {
             self.by_id.remove(id);
         }
+        next
     }
 
     /// Sandboxes followed.
@@ -120,22 +122,39 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::pleg::schedule::Scheduler;
 
     /// A read that finds the sandboxes `ids`.
     fn finding(ids: &'static [&'static str]) -> impl Fn(&str) -> bool {
         move |id| ids.contains(&id)
     }
 
-    /// Plays a relister that re-reads what is due and gets `answer` for each; the
-    /// times of the reads, in milliseconds from the start.
-    async fn reread_times(d: &mut DeletedSandboxes, mut answer: impl FnMut(u32) -> Reread) -> Vec<u64> {
+    /// Says sandbox `id` of `uid` deleted and schedules its first re-read.
+    fn say(d: &mut DeletedSandboxes, s: &mut Scheduler<String, ()>, uid: &str, id: &str) {
+        if let Some(at) = d.said(uid, id) {
+            s.at(id.to_owned(), (), at);
+        }
+    }
+
+    /// Plays a relister that re-reads what its schedule says is due and gets `answer`
+    /// for each; the times of the reads, in milliseconds from the start.
+    async fn reread_times(
+        d: &mut DeletedSandboxes,
+        s: &mut Scheduler<String, ()>,
+        mut answer: impl FnMut(u32) -> Reread,
+    ) -> Vec<u64> {
         let start = Instant::now();
         let mut reads = Vec::new();
         let mut n = 0;
-        while let Some(at) = d.next_due() {
+        while let Some(at) = s.next_at() {
             tokio::time::sleep_until(at).await;
-            for (id, _) in d.due() {
-                d.read(&id, answer(n));
+            for due in s.take_due(Instant::now()) {
+                if d.pod_of(&due.key).is_none() {
+                    continue;
+                }
+                if let Some(next) = d.read(&due.key, answer(n)) {
+                    s.at(due.key, (), next);
+                }
                 reads.push((Instant::now() - start).as_millis() as u64);
                 n += 1;
             }
@@ -145,57 +164,57 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_sandbox_said_deleted_and_still_read_is_read_again_until_gone_for_about_a_hundred_seconds() {
-        let mut d = DeletedSandboxes::default();
-        d.said("p", "s");
+        let (mut d, mut s) = (DeletedSandboxes::default(), Scheduler::default());
+        say(&mut d, &mut s, "p", "s");
         d.note("p", finding(&["s"]));
-        let times = reread_times(&mut d, |_| Reread::Same).await;
+        let times = reread_times(&mut d, &mut s, |_| Reread::Same).await;
         assert_eq!(times, [100, 300, 700, 1500, 3100, 6300, 12700, 25500, 51100, 102300]);
-        assert_eq!((d.len(), d.next_due()), (0, None), "then let go: full relists cover it");
+        assert_eq!((d.len(), s.next_at()), (0, None), "then let go: full relists cover it");
 
         // Gone at the third re-read: let go.
-        d.said("p", "s");
+        say(&mut d, &mut s, "p", "s");
         d.note("p", finding(&["s"]));
-        let times = reread_times(&mut d, |n| if n == 2 { Reread::Changed } else { Reread::Same }).await;
+        let times = reread_times(&mut d, &mut s, |n| if n == 2 { Reread::Changed } else { Reread::Same }).await;
         assert_eq!(times, [100, 300, 700]);
         assert_eq!(d.len(), 0);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_read_that_no_longer_lists_the_sandbox_or_a_gone_pod_lets_it_go_and_other_pods_keep_theirs() {
-        let mut d = DeletedSandboxes::default();
-        d.said("p", "s1");
-        d.said("q", "s2");
-        d.said("r", "s3");
-        assert_eq!(d.next_due(), Some(Instant::now() + FIRST), "read again soon unless a read finds it gone");
+        let (mut d, mut s) = (DeletedSandboxes::default(), Scheduler::default());
+        say(&mut d, &mut s, "p", "s1");
+        say(&mut d, &mut s, "q", "s2");
+        say(&mut d, &mut s, "r", "s3");
+        assert_eq!(s.next_at(), Some(Instant::now() + FIRST), "read again soon unless a read finds it gone");
         // The prompted read already found it gone (the runtime's usual order), or the
         // pod gone.
         d.note("p", finding(&["older"]));
         d.note("q", finding(&[]));
         assert_eq!(d.len(), 1, "only r's sandbox, not read yet, is still followed");
+        assert_eq!((d.pod_of("s1"), d.pod_of("s2"), d.pod_of("s3")), (None, None, Some("r")));
         d.note("r", finding(&["s3"]));
+        // Said again: the schedule is not started over.
+        assert_eq!(d.said("r", "s3"), None);
         tokio::time::advance(FIRST).await;
-        assert_eq!(d.due(), [("s3".to_owned(), "r".to_owned())]);
         // A later read of the pod (any read) does not start the schedule over.
-        d.read("s3", Reread::Same);
+        assert_eq!(d.read("s3", Reread::Same), Some(Instant::now() + FIRST * 2));
         d.note("r", finding(&["s3"]));
-        assert_eq!(d.next_due(), Some(Instant::now() + FIRST * 2));
+        assert_eq!(d.pod_of("s3"), Some("r"));
         // Not read at all (a full relist took the event's turn and found the pod
         // unchanged): read again all the same.
-        d.said("t", "s4");
-        tokio::time::advance(FIRST).await;
-        assert!(d.due().contains(&("s4".to_owned(), "t".to_owned())));
+        assert_eq!(d.said("t", "s4"), Some(Instant::now() + FIRST));
     }
 
     #[tokio::test(start_paused = true)]
     async fn failed_re_reads_are_retried_and_not_counted_and_given_up_after_ten_minutes() {
-        let mut d = DeletedSandboxes::default();
-        d.said("p", "s");
+        let (mut d, mut s) = (DeletedSandboxes::default(), Scheduler::default());
+        say(&mut d, &mut s, "p", "s");
         d.note("p", finding(&["s"]));
-        let times = reread_times(&mut d, |n| if n < 2 { Reread::Failed } else { Reread::Changed }).await;
+        let times = reread_times(&mut d, &mut s, |n| if n < 2 { Reread::Failed } else { Reread::Changed }).await;
         assert_eq!(times, [100, 200, 400], "two retries backing off, then gone");
-        d.said("p", "s");
+        say(&mut d, &mut s, "p", "s");
         d.note("p", finding(&["s"]));
-        let times = reread_times(&mut d, |_| Reread::Failed).await;
+        let times = reread_times(&mut d, &mut s, |_| Reread::Failed).await;
         assert!(times.windows(2).all(|w| w[1] - w[0] <= 25_600), "{times:?}");
         assert!(*times.last().unwrap() <= (RECENT + Duration::from_millis(25_600)).as_millis() as u64, "{times:?}");
         assert_eq!(d.len(), 0);

@@ -19,9 +19,10 @@ use crate::model::event::EventSource;
 use crate::proto::runtime as cri;
 
 /// Which PLEG mode the sidecar runs in (`--mode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
     /// Use the CRI event stream when the runtime has it, relist otherwise.
+    #[default]
     Auto,
     /// Relist only.
     Generic,
@@ -154,6 +155,8 @@ impl<R: RuntimeService> EventedWatcher<R> {
         if prev == s {
             return;
         }
+        // The relister reads the state on waking.
+        self.hints.wake();
         if let Some(m) = &self.metrics {
             let evented = i64::from(s.is_up());
             m.mode.get_or_create(&ModeLabel { mode: "evented".into() }).set(evented);

@@ -1,8 +1,8 @@
-//! A stopped container's last words: the final status (exit code, reason, finish time)
+//! A stopped container's final status (exit code, reason, finish time)
 //! the runtime's `CONTAINER_STOPPED` event carries, kept until a read of the pod settles
 //! it. The event stays a hint — the read is still the truth — but when the read no longer
 //! finds the container (removed within milliseconds, or created, stopped and removed
-//! between two reads), its `CONTAINER_DIED` carries these words rather than no exit
+//! between two reads), its `CONTAINER_DIED` carries this final status rather than no exit
 //! status, or nothing at all. Owned by the relister; bounded by count and age.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -15,98 +15,106 @@ use crate::labels::Labels;
 use crate::model::event::EventType;
 use crate::model::{ContainerStatus, PodStatus};
 
-/// Words older than this are dropped unread (their pod was read long since).
+/// Final statuses older than this are dropped unread (their pod was read long since).
 const TTL: Duration = Duration::from_secs(600);
-/// At most this many words, and as many remembered removals, are kept.
+/// At most this many final statuses, and as many remembered removals, are kept.
 const MAX: usize = 4096;
 
-/// One container's words, with its pod's identity for a pod the records never knew.
-struct Words {
+/// A pod's identity as the runtime's event gave it.
+#[derive(Clone, Debug)]
+pub(super) struct PodIdentity {
+    pub namespace: String,
+    pub name: String,
+    pub labels: Labels,
+}
+
+/// One container's final status, with its pod's identity for a pod the records never knew.
+struct Kept {
     uid: String,
-    pod: (String, String, Labels),
+    pod: PodIdentity,
     at: Instant,
     status: ContainerStatus,
 }
 
-/// What a read of a pod settles: the words of its containers gone from the read (for
+/// What a read of a pod settles: the final statuses of its containers gone from the read (for
 /// their `CONTAINER_DIED`), and the transitions of containers the records never knew.
 #[derive(Default)]
 pub(super) struct Settled {
     /// Final statuses by container id.
-    pub words: HashMap<String, ContainerStatus>,
+    pub final_statuses: HashMap<String, ContainerStatus>,
     /// `CONTAINER_DIED` and `CONTAINER_REMOVED` for containers no read ever saw.
     pub unseen: Vec<Transition>,
 }
 
-/// The relister's book of last words.
+/// The relister's book of final statuses.
 #[derive(Default)]
 pub(super) struct FinalStatuses {
-    words: HashMap<String, Words>,
-    /// Containers reported removed lately: words that arrive after the removal (a
+    kept: HashMap<String, Kept>,
+    /// Containers reported removed lately: final statuses that arrive after the removal (a
     /// runtime replaying what a broken stream missed) must not make them die twice.
     removed: (VecDeque<(Instant, String)>, HashSet<String>),
 }
 
 impl FinalStatuses {
-    /// Keeps the words the stream carried since the last take; drops stale ones.
+    /// Keeps the final statuses the stream carried since the last take; drops stale ones.
     pub fn keep(&mut self, incoming: Vec<super::hints::FinalStatus>) {
         let now = Instant::now();
-        for (uid, meta, labels, status) in incoming {
+        for super::hints::FinalStatus { uid, pod: meta, labels, status } in incoming {
             let status = ContainerStatus::from_cri(&status);
-            let pod = (meta.namespace, meta.name, labels.iter().collect());
-            self.words.insert(status.id.clone(), Words { uid, pod, at: now, status });
+            let pod = PodIdentity { namespace: meta.namespace, name: meta.name, labels: labels.iter().collect() };
+            self.kept.insert(status.id.clone(), Kept { uid, pod, at: now, status });
         }
-        if self.words.is_empty() {
+        if self.kept.is_empty() {
             return;
         }
-        self.words.retain(|_, w| now.duration_since(w.at) < TTL);
-        if self.words.len() > MAX {
+        self.kept.retain(|_, w| now.duration_since(w.at) < TTL);
+        if self.kept.len() > MAX {
             // The oldest go, in one pass.
-            let mut by_age: Vec<(Instant, String)> = self.words.iter().map(|(id, w)| (w.at, id.clone())).collect();
+            let mut by_age: Vec<(Instant, String)> = self.kept.iter().map(|(id, w)| (w.at, id.clone())).collect();
             by_age.sort();
-            for (_, id) in by_age.iter().take(self.words.len() - MAX) {
-                self.words.remove(id);
+            for (_, id) in by_age.iter().take(self.kept.len() - MAX) {
+                self.kept.remove(id);
             }
         }
     }
 
     /// The containers `transitions` report dead that are gone from the read with no
-    /// words kept for them: their `CONTAINER_DIED` would carry no exit status.
+    /// final statuses kept for them: their `CONTAINER_DIED` would carry no exit status.
     pub fn unheard(&self, transitions: &[Transition], status: Option<&PodStatus>) -> Vec<String> {
         transitions
             .iter()
             .filter(|t| {
                 t.kind == EventType::ContainerDied
                     && !t.is_sandbox
-                    && !self.words.contains_key(&t.id)
+                    && !self.kept.contains_key(&t.id)
                     && status.is_none_or(|s| s.containers.iter().all(|c| c.id != t.id))
             })
             .map(|t| t.id.clone())
             .collect()
     }
 
-    /// Whether no words wait.
+    /// Whether no final status waits.
     pub fn is_empty(&self) -> bool {
-        self.words.is_empty()
+        self.kept.is_empty()
     }
 
-    /// The pods words wait for.
+    /// The pods final statuses wait for.
     pub fn pods(&self) -> impl Iterator<Item = &String> {
-        self.words.values().map(|w| &w.uid)
+        self.kept.values().map(|w| &w.uid)
     }
 
-    /// Keeps only the words of pods `keep` accepts.
+    /// Keeps only the final statuses of pods `keep` accepts.
     pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
-        self.words.retain(|_, w| keep(&w.uid));
+        self.kept.retain(|_, w| keep(&w.uid));
     }
 
     /// The namespace, name and labels the runtime's event gave pod `uid`.
-    pub fn identity(&self, uid: &str) -> Option<&(String, String, Labels)> {
-        self.words.values().find(|w| w.uid == uid).map(|w| &w.pod)
+    pub fn identity(&self, uid: &str) -> Option<&PodIdentity> {
+        self.kept.values().find(|w| w.uid == uid).map(|w| &w.pod)
     }
 
-    /// Settles pod `uid`'s words against a read of it. A container the read shows has
-    /// its own final state: its words go. A container gone from the read keeps its exit
+    /// Settles pod `uid`'s final statuses against a read of it. A container the read shows has
+    /// its own final state: its final status goes. A container gone from the read keeps its exit
     /// for the `CONTAINER_DIED` its transition makes. A container the records never knew
     /// (`known` says no), stopped and removed between two reads, gets the
     /// `CONTAINER_DIED` and `CONTAINER_REMOVED` it would otherwise never have.
@@ -119,12 +127,12 @@ impl FinalStatuses {
     ) -> Settled {
         let mut settled = Settled::default();
         self.note_removed(transitions);
-        if self.words.is_empty() {
+        if self.kept.is_empty() {
             return settled;
         }
-        let ids: Vec<String> = self.words.iter().filter(|(_, w)| w.uid == uid).map(|(id, _)| id.clone()).collect();
+        let ids: Vec<String> = self.kept.iter().filter(|(_, w)| w.uid == uid).map(|(id, _)| id.clone()).collect();
         for id in ids {
-            let w = self.words.remove(&id).expect("listed above");
+            let w = self.kept.remove(&id).expect("listed above");
             if status.is_some_and(|s| s.containers.iter().any(|c| c.id == id)) {
                 continue;
             }
@@ -135,7 +143,7 @@ impl FinalStatuses {
                     settled.unseen.push(Transition { id: id.clone(), name, is_sandbox: false, kind });
                 }
             }
-            settled.words.insert(id, w.status);
+            settled.final_statuses.insert(id, w.status);
         }
         let unseen = std::mem::take(&mut settled.unseen);
         self.note_removed(&unseen);
@@ -143,7 +151,7 @@ impl FinalStatuses {
         settled
     }
 
-    /// Remembers the containers `transitions` report removed, as long as words are kept.
+    /// Remembers the containers `transitions` report removed, as long as final statuses are kept.
     fn note_removed(&mut self, transitions: &[Transition]) {
         let now = Instant::now();
         let (order, ids) = &mut self.removed;

@@ -3,7 +3,7 @@
 
 mod run_loop;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -13,19 +13,22 @@ use tokio::time::Instant;
 
 use super::deleted_sandboxes::DeletedSandboxes;
 use super::evented::StreamState;
-use super::final_statuses::FinalStatuses;
+use super::final_statuses::{FinalStatuses, Settled};
 use super::health::PlegHealth;
 use super::hints::{Hint, PodHints};
 use super::inspect::{Prefetched, inspect_pod, inspect_prefetched, list_pod};
 use super::lost_exits::LostExits;
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
+use super::schedule::{Merge, Read, Reason, Scheduler, Why};
+use super::step::{PodRead, events_of};
 use super::stream_trust::StreamTrust;
-use super::{PlegState, build_events, same_status};
+use super::{PlegState, same_status};
+use crate::backoff::TokenBucket;
 use crate::cache::CacheWriter;
 use crate::cri::{CriError, RuntimeService};
 use crate::liveness::Beat;
-use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
+use crate::model::event::{EventSource, PodLifecycleEvent};
 use crate::model::{ContainerState, PodStatus};
 
 /// How the relister runs.
@@ -85,14 +88,14 @@ pub struct RelistOutcome {
 /// Asks the relister for a full relist now. Cheap to clone.
 #[derive(Clone)]
 pub struct PlegHandle {
-    tx: mpsc::Sender<()>,
+    hints: PodHints,
 }
 
 impl PlegHandle {
     /// Requests a full relist as soon as the current one (if any) ends. Requests made
     /// before it starts coalesce into one.
     pub fn request_relist(&self) {
-        let _ = self.tx.try_send(());
+        self.hints.full();
     }
 }
 
@@ -104,41 +107,76 @@ pub struct GenericPleg<R: RuntimeService> {
     /// that the pod's status they carry never reaches the disk without all of them.
     events: mpsc::Sender<Vec<PodLifecycleEvent>>,
     records: PodRecords,
-    reinspect: HashSet<String>,
-    /// Seeded pods not read yet in this process: the next full relist reads them.
+    cfg: RelistConfig,
+    /// Every read to come but the full relist's: pods the stream named, pods readers
+    /// wait on, pods whose read failed, exit statuses the runtime lost, sandboxes said
+    /// deleted.
+    reads: Scheduler<Read, Why>,
+    /// Paces reads of pods that only readers wait on.
+    waiting_pace: TokenBucket,
+    stream: Stream,
+    books: Books,
+    seeds: Seeds,
+    listing: Listing,
+    report: Report,
+}
+
+/// The CRI event stream the relister is paired with.
+struct Stream {
+    /// Pods it named, and what else it said, since the last turn.
+    hints: PodHints,
+    state: watch::Receiver<StreamState>,
+    /// The safety-net period between full relists while a complete stream is up.
+    net_period: Duration,
+    /// The longest a trusted stream goes unchecked by a full relist.
+    check: Duration,
+    trust: StreamTrust,
+}
+
+/// What the relister keeps between reads beside the records, each until a read settles it.
+#[derive(Default)]
+struct Books {
+    /// Stopped containers' final statuses from the stream.
+    final_statuses: FinalStatuses,
+    /// Containers read with an exit status the runtime lost.
+    lost_exits: LostExits,
+    /// Sandboxes the runtime said deleted.
+    deleted_sandboxes: DeletedSandboxes,
+}
+
+/// Pods seeded from the journal's view and not read yet in this process: the next full
+/// relist reads them, against what the journal last said of each.
+#[derive(Default)]
+struct Seeds {
     unread: HashSet<String>,
-    /// What the journal last said of each seeded pod, until that relist.
-    seeded: std::collections::HashMap<String, Arc<PodStatus>>,
+    last: HashMap<String, Arc<PodStatus>>,
+}
+
+/// The listing the records were last set from by a full relist.
+struct Listing {
+    /// Its fingerprint; cleared when anything else touches the records.
+    fingerprint: Option<u64>,
+    /// This process's key for fingerprints.
+    key: u64,
+}
+
+/// What the relister reports of itself.
+struct Report {
     health: PlegHealth,
     metrics: Option<PlegMetrics>,
-    cfg: RelistConfig,
-    last_start: Option<Instant>,
-    requests: mpsc::Receiver<()>,
-    handle: PlegHandle,
-    failing: bool,
     beat: Beat,
-    hints: PodHints,
-    stream: watch::Receiver<StreamState>,
-    evented_period: Duration,
-    /// The longest a trusted stream goes unchecked by a full relist.
-    stream_check: Duration,
-    /// Paces reads of single pods that readers wait on.
-    demand_reads: crate::backoff::TokenBucket,
-    /// Pods readers wait on whose read waits for the pace.
-    deferred: std::collections::BTreeSet<String>,
-    /// The fingerprint of the listing the records were last set from by a full relist;
-    /// cleared when anything else touches the records.
-    listed: Option<u64>,
-    /// This process's key for listing fingerprints.
-    seed: u64,
-    /// What the relister knows of the event stream it is paired with.
-    trust: StreamTrust,
-    /// Stopped containers' final statuses from the stream, until a read settles them.
-    final_statuses: FinalStatuses,
-    /// Containers read with an exit status the runtime lost, read again for a while.
-    lost_exits: LostExits,
-    /// Sandboxes the runtime said deleted, read again until a read finds them gone.
-    deleted_sandboxes: DeletedSandboxes,
+    /// Full relists fail (for logging the change).
+    failing: bool,
+    last_start: Option<Instant>,
+}
+
+/// What applying one read sent.
+#[derive(Clone, Copy, Debug, Default)]
+struct Applied {
+    /// Events sent.
+    events: usize,
+    /// Changes suspected as misses of the stream.
+    missed: usize,
 }
 
 type Inspection = (String, Instant, Result<PodStatus, String>);
@@ -149,6 +187,10 @@ type Inspection = (String, Instant, Result<PodStatus, String>);
 pub const DEMAND_READS_PER_SEC: f64 = 20.0;
 /// See [`DEMAND_READS_PER_SEC`].
 pub const DEMAND_READS_BURST: u32 = 40;
+
+/// A failed read's retry while the stream is down: later than any full relist, which
+/// reads every pod whose read failed, so that one does.
+const NEXT_FULL_RELIST: Duration = Duration::from_secs(3600);
 
 /// The longest a trusted event stream goes unchecked by a full relist, by default: a
 /// change a silent stream hides reaches watchers within this and one relist.
@@ -164,38 +206,30 @@ impl<R: RuntimeService> GenericPleg<R> {
         metrics: Option<PlegMetrics>,
         cfg: RelistConfig,
     ) -> Self {
-        let (tx, requests) = mpsc::channel(1);
         if let Some(m) = &metrics {
             m.mode.get_or_create(&ModeLabel { mode: "generic".into() }).set(1);
         }
+        let hints = PodHints::waking(cache.wake());
+        let net_period = Duration::from_secs(300);
         Self {
             runtime,
             cache,
             events,
             records: PodRecords::default(),
-            reinspect: HashSet::new(),
-            unread: HashSet::new(),
-            seeded: Default::default(),
-            health,
-            metrics,
             cfg,
-            last_start: None,
-            requests,
-            handle: PlegHandle { tx },
-            failing: false,
-            beat: Beat::detached("relist"),
-            hints: PodHints::default(),
-            stream: watch::channel(StreamState::Disabled).1,
-            evented_period: Duration::from_secs(300),
-            stream_check: STREAM_CHECK,
-            demand_reads: crate::backoff::TokenBucket::new(DEMAND_READS_PER_SEC, DEMAND_READS_BURST),
-            deferred: Default::default(),
-            listed: None,
-            seed: fastrand::u64(..),
-            trust: StreamTrust::new(Duration::from_secs(300)),
-            final_statuses: FinalStatuses::default(),
-            lost_exits: LostExits::default(),
-            deleted_sandboxes: DeletedSandboxes::default(),
+            reads: Scheduler::default(),
+            waiting_pace: TokenBucket::new(DEMAND_READS_PER_SEC, DEMAND_READS_BURST),
+            stream: Stream {
+                hints,
+                state: watch::channel(StreamState::Disabled).1,
+                net_period,
+                check: STREAM_CHECK,
+                trust: StreamTrust::new(net_period),
+            },
+            books: Books::default(),
+            seeds: Seeds::default(),
+            listing: Listing { fingerprint: None, key: fastrand::u64(..) },
+            report: Report { health, metrics, beat: Beat::detached("relist"), failing: false, last_start: None },
         }
     }
 
@@ -208,9 +242,9 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// amends a lost exit status, [`super::amend`]) gets a `POD_SYNC` carrying the new one.
     pub fn with_seed(mut self, pods: Vec<Arc<PodStatus>>) -> Self {
         for pod in pods {
-            self.unread.insert(pod.uid.clone());
+            self.seeds.unread.insert(pod.uid.clone());
             self.records.seed(&pod);
-            self.seeded.insert(pod.uid.clone(), pod);
+            self.seeds.last.insert(pod.uid.clone(), pod);
         }
         self
     }
@@ -218,35 +252,30 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// Beats `beat` on every turn of the loop, at least every [`BEAT_EVERY`], and as
     /// each pod read completes.
     pub fn with_liveness(mut self, beat: Beat) -> Self {
-        self.beat = beat;
+        self.report.beat = beat;
         self
     }
 
     /// While a trusted event stream is up, relists fully at least every `period` (see
     /// [`GenericPleg::period`]); zero leaves it to the safety-net period alone.
     pub fn with_stream_check(mut self, period: Duration) -> Self {
-        self.stream_check = if period.is_zero() { Duration::MAX } else { period };
+        self.stream.check = if period.is_zero() { Duration::MAX } else { period };
         self
     }
 
-    /// Takes targeted relist requests from `hints`, and relists fully every
-    /// `evented_period` instead of the relist period while `stream` is up.
-    pub fn with_hints(
-        mut self,
-        hints: PodHints,
-        stream: watch::Receiver<StreamState>,
-        evented_period: Duration,
-    ) -> Self {
-        self.hints = hints;
-        self.stream = stream;
-        self.evented_period = evented_period;
-        self.trust.net_period = evented_period;
+    /// Pairs the relister with the event stream whose state `state` tells: it relists
+    /// fully every `net_period` instead of the relist period while a complete stream is
+    /// up. The stream's consumer gives its hints to [`GenericPleg::hints`].
+    pub fn with_stream(mut self, state: watch::Receiver<StreamState>, net_period: Duration) -> Self {
+        self.stream.state = state;
+        self.stream.net_period = net_period;
+        self.stream.trust = StreamTrust::new(net_period);
         self
     }
 
-    /// The hints this relister serves.
+    /// The hints this relister serves: what the event stream's consumer tells it.
     pub fn hints(&self) -> PodHints {
-        self.hints.clone()
+        self.stream.hints.clone()
     }
 
     /// The full-relist period in force: the safety-net period while a stream that
@@ -262,8 +291,8 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// relist's, that relist costs its two list calls and a hash; what it finds that the
     /// stream did not announce is counted as missed, and shortens the period.
     fn period(&self) -> Duration {
-        if self.stream.borrow().is_up() && Instant::now() >= self.trust.settle_until && self.trust.complete {
-            self.trust.net_period.min(self.stream_check)
+        if self.stream.trust.trusted(self.stream.state.borrow().is_up()) {
+            self.stream.trust.net_period().min(self.stream.check)
         } else {
             self.cfg.period
         }
@@ -277,28 +306,28 @@ impl<R: RuntimeService> GenericPleg<R> {
 
     /// A handle to request relists.
     pub fn handle(&self) -> PlegHandle {
-        self.handle.clone()
+        PlegHandle { hints: self.stream.hints.clone() }
     }
 
     /// One full relist.
     pub async fn relist(&mut self) -> Result<RelistOutcome, PlegError> {
         let start = Instant::now();
         let start_wall = SystemTime::now();
-        if let (Some(prev), Some(m)) = (self.last_start, &self.metrics) {
+        if let (Some(prev), Some(m)) = (self.report.last_start, &self.report.metrics) {
             m.relist_interval.observe((start - prev).as_secs_f64());
         }
-        self.last_start = Some(start);
+        self.report.last_start = Some(start);
         let res = self.relist_inner(start, start_wall).await;
-        if let Some(m) = &self.metrics {
+        if let Some(m) = &self.report.metrics {
             m.relist_duration.observe(start.elapsed().as_secs_f64());
             if res.is_err() {
                 m.relist_errors.inc();
             }
         }
         match &res {
-            Err(e) => self.health.record_failure(e.to_string()),
+            Err(e) => self.report.health.record_failure(e.to_string()),
             // A full relist that found nothing the stream missed lets the period grow.
-            Ok(o) if o.missed == 0 && self.trust.suspects.is_empty() => self.judge_stream(0),
+            Ok(o) if o.missed == 0 && self.stream.trust.no_suspects() => self.judge_stream(0),
             Ok(_) => {}
         }
         res
@@ -309,16 +338,16 @@ impl<R: RuntimeService> GenericPleg<R> {
         // An idle node lists the same bytes (in some order) every period: with no pod
         // waiting for a re-inspection, the records already hold this listing and every
         // diff would be empty.
-        let fingerprint = listing.fingerprint(self.seed);
+        let fingerprint = listing.fingerprint(self.listing.key);
         if fingerprint.is_some()
-            && fingerprint == self.listed
-            && self.reinspect.is_empty()
-            && self.final_statuses.is_empty()
+            && fingerprint == self.listing.fingerprint
+            && !self.reads.any(|_, why| why.has(Reason::FailedRead))
+            && self.books.final_statuses.is_empty()
         {
             self.finish(start, start_wall);
             return Ok(RelistOutcome { pods: self.records.len(), unchanged: true, ..Default::default() });
         }
-        self.listed = None;
+        self.listing.fingerprint = None;
         let (sandboxes, containers) =
             super::inspect::decode_listing(&self.runtime, &listing).await.map_err(PlegError::Decode)?;
         drop(listing);
@@ -326,18 +355,27 @@ impl<R: RuntimeService> GenericPleg<R> {
         let mut outcome = RelistOutcome { pods: pods.len(), ..Default::default() };
         self.records.set_current(pods);
 
-        // Pods with transitions, or whose last inspection failed, or with a stopped
-        // container's last words to settle.
-        let mut also: HashSet<String> = self.reinspect.union(&self.unread).cloned().collect();
-        also.extend(self.final_statuses.pods().cloned());
+        // Pods with transitions, or whose last read failed (this relist is their retry),
+        // or with a stopped container's final status to settle.
+        let retried: HashSet<String> = self
+            .reads
+            .take_where(|read, why| matches!(read, Read::Pod(_)) && why.has(Reason::FailedRead))
+            .into_iter()
+            .filter_map(|r| match r.key {
+                Read::Pod(uid) => Some(uid),
+                _ => None,
+            })
+            .collect();
+        let mut also: HashSet<String> = retried.union(&self.seeds.unread).cloned().collect();
+        also.extend(self.books.final_statuses.pods().cloned());
         let work: BTreeMap<String, Vec<Transition>> =
             self.records.changed(&also).into_iter().filter(|(uid, t)| !t.is_empty() || also.contains(uid)).collect();
-        self.unread.clear();
-        let seeded = std::mem::take(&mut self.seeded);
+        self.seeds.unread.clear();
+        let seeded = std::mem::take(&mut self.seeds.last);
         let inspections = self.inspect_all(work.keys(), &seeded).await;
         outcome.inspected = inspections.len();
 
-        let mut needs_reinspect = HashSet::new();
+        let mut failed = HashSet::new();
         let mut results: BTreeMap<String, (Instant, Result<PodStatus, String>)> =
             inspections.into_iter().map(|(uid, at, r)| (uid, (at, r))).collect();
         for (uid, transitions) in work {
@@ -352,40 +390,50 @@ impl<R: RuntimeService> GenericPleg<R> {
                 Found::Status(status) => seeded.get(&uid).is_some_and(|seed| words_changed(seed, status)),
                 _ => false,
             };
-            let sync = self.reinspect.contains(&uid) || reworded;
+            let sync = retried.contains(&uid) || reworded;
             match self.apply(&uid, found, at, &transitions, sync, EventSource::Relist, Some(start)).await {
-                Some((events, missed)) => {
-                    outcome.events += events;
-                    outcome.missed += missed;
+                Some(applied) => {
+                    outcome.events += applied.events;
+                    outcome.missed += applied.missed;
                 }
                 None => {
-                    needs_reinspect.insert(uid);
+                    failed.insert(uid);
                     outcome.failed += 1;
                 }
             }
         }
-        self.reinspect = needs_reinspect;
+        for uid in &failed {
+            self.retry_later(uid);
+        }
         // Words left are about pods this relist did not apply: pods to read again, and
         // pods the records never knew that are gone (their whole life fell between two
         // reads): those die and go now, with the runtime's exit status.
         let gone: std::collections::BTreeSet<String> = self
+            .books
             .final_statuses
             .pods()
-            .filter(|uid| !self.reinspect.contains(*uid) && self.records.current(uid).is_none())
+            .filter(|uid| !failed.contains(*uid) && self.records.current(uid).is_none())
             .cloned()
             .collect();
         for uid in gone {
-            if let Some((events, _)) = self.apply(&uid, Found::Gone, start, &[], false, EventSource::Relist, None).await
-            {
-                outcome.events += events;
+            if let Some(applied) = self.apply(&uid, Found::Gone, start, &[], false, EventSource::Relist, None).await {
+                outcome.events += applied.events;
             }
         }
-        let reinspect = &self.reinspect;
-        self.final_statuses.retain_pods(|uid| reinspect.contains(uid));
-        self.listed = fingerprint;
+        self.books.final_statuses.retain_pods(|uid| failed.contains(uid));
+        self.listing.fingerprint = fingerprint;
         self.count_states();
         self.finish(start, start_wall);
         Ok(outcome)
+    }
+
+    /// Schedules pod `uid`'s read again after a failed one: at the relist period while the
+    /// stream is up (full relists may be far apart), else at the next full relist, which
+    /// reads every pod whose read failed.
+    fn retry_later(&mut self, uid: &str) {
+        let now = Instant::now();
+        let at = if self.stream.state.borrow().is_up() { now + self.cfg.period } else { now + NEXT_FULL_RELIST };
+        self.reads.at(Read::Pod(uid.to_owned()), Why::because(Reason::FailedRead, now), at);
     }
 
     /// Stores a failed inspection. A pod whose very first inspection fails is cached
@@ -402,9 +450,10 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.cache.set(uid, placeholder, Some(err), at);
     }
 
-    /// Clears the suspects whose events arrived and judges the stream on the rest.
-    fn settle_suspects(&mut self, hinted: &[(String, Hint)]) {
-        let missed = self.trust.settle(hinted);
+    /// Clears the suspects whose events arrived (`announced`: the pods the stream named)
+    /// and judges the stream on the rest.
+    fn settle_suspects(&mut self, announced: &[String]) {
+        let missed = self.stream.trust.settle(announced);
         if missed > 0 {
             self.judge_stream(missed);
         }
@@ -412,16 +461,17 @@ impl<R: RuntimeService> GenericPleg<R> {
 
     /// Counts and logs changes the stream missed, and moves the safety-net period.
     fn judge_stream(&mut self, missed: usize) {
-        let up = self.stream.borrow().is_up();
-        self.trust.judge(missed, up, self.cfg.period, self.evented_period, self.metrics.as_ref());
+        let up = self.stream.state.borrow().is_up();
+        let stream = &mut self.stream;
+        stream.trust.judge(missed, up, self.cfg.period, stream.net_period, self.report.metrics.as_ref());
     }
 
-    /// Applies what a read of one pod found — to the cache, the pod records, and the
-    /// publish channel as lifecycle events. The one path from any read of the runtime
-    /// (full relist, targeted relist) to the events. `at` is when the read started;
-    /// `suspect_from`, when set, counts the changes found as suspected misses of the
-    /// stream. Returns the events sent and the changes suspected, or `None` when the
-    /// read failed: the pod's events wait for a read that succeeds.
+    /// Applies what a read of one pod found — to the cache, the pod records, the books and
+    /// the publish channel as lifecycle events ([`events_of`] decides them). The one path
+    /// from any read of the runtime (full relist, targeted relist) to the events. `at` is
+    /// when the read started; `suspect_from`, when set, counts the changes found as
+    /// suspected misses of the stream. `None` when the read failed: the pod's events wait
+    /// for a read that succeeds.
     #[allow(clippy::too_many_arguments)]
     async fn apply(
         &mut self,
@@ -432,9 +482,9 @@ impl<R: RuntimeService> GenericPleg<R> {
         sync: bool,
         source: EventSource,
         suspect_from: Option<Instant>,
-    ) -> Option<(usize, usize)> {
+    ) -> Option<Applied> {
         let gone = matches!(found, Found::Gone);
-        let status = match found {
+        let mut status = match found {
             Found::Gone => {
                 self.cache.delete(uid, at);
                 None
@@ -446,92 +496,71 @@ impl<R: RuntimeService> GenericPleg<R> {
             }
             Found::Failed(err) => {
                 tracing::debug!(pod = %uid, error = %err, "pod read failed; its events wait for a read that succeeds");
-                if let Some(m) = &self.metrics {
+                if let Some(m) = &self.report.metrics {
                     m.inspection_errors.inc();
                 }
                 self.store_failure(uid, err, at);
                 return None;
             }
         };
-        // A read can see a container already removed while
-        // the stream's STOPPED for it (its exit status) waits in the hints, taken only at
-        // the next turn. Take the words of exactly those containers; every other
-        // container's words wait for a read newer than they are. (Words still on their
-        // way are not waited for.)
-        let unheard = self.final_statuses.unheard(transitions, status.as_deref());
+        let books = &mut self.books;
+        // A read can see a container already removed while the stream's STOPPED for it
+        // (its exit status) waits in the hints, taken only at the next turn. Take the
+        // words of exactly those containers; every other container's words wait for a
+        // read newer than they are. (Words still on their way are not waited for.)
+        let unheard = books.final_statuses.unheard(transitions, status.as_deref());
         if !unheard.is_empty() {
-            self.final_statuses.keep(self.hints.take_final_statuses_for(&unheard));
+            books.final_statuses.keep(self.stream.hints.take_final_statuses_for(&unheard));
         }
         let (mut namespace, mut name) = self.records.pod_name(uid);
-        let mut status = status;
         if namespace.is_empty()
             && name.is_empty()
-            && let Some(w) = self.final_statuses.identity(uid)
+            && let Some(known) = books.final_statuses.identity(uid)
         {
             // A pod the records never knew, gone before it was read: its name and labels
             // are the ones the runtime's event gave (a label selector must find it).
-            (namespace, name) = (w.0.clone(), w.1.clone());
+            (namespace, name) = (known.namespace.clone(), known.name.clone());
             if status.is_none() {
-                status = Some(Arc::new(PodStatus { labels: w.2.clone(), ..PodStatus::empty(uid, &namespace, &name) }));
+                let labels = known.labels.clone();
+                status = Some(Arc::new(PodStatus { labels, ..PodStatus::empty(uid, &namespace, &name) }));
             }
         }
-        self.lost_exits.note(uid, status.as_deref());
+        let now = Instant::now();
+        for (id, first) in books.lost_exits.note(uid, status.as_deref()) {
+            self.reads.at(Read::ExitStatus(id), Why::because(Reason::LostExit, now), first);
+        }
         // A sandbox said deleted is still there if the listing or the statuses have it
         // (a status read NotFound while the listing still had it: still there).
         let records = &self.records;
-        self.deleted_sandboxes.note(uid, |id| {
+        books.deleted_sandboxes.note(uid, |id| {
             records.current(uid).is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
                 || status.as_ref().is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
         });
         let old = self.records.old(uid);
-        // A record with nothing in it: a pod seeded from the journal's view as plegd last
-        // published it, with no sandbox and no container.
         let empty_record = old.is_some_and(|p| p.sandboxes.is_empty() && p.containers.is_empty());
         let known = |id: &str| old.is_some_and(|p| p.state_of(id) != PlegState::NonExistent);
-        let super::final_statuses::Settled { words: final_statuses, unseen } =
-            self.final_statuses.settle(uid, transitions, status.as_deref(), known);
+        let Settled { final_statuses, unseen } =
+            books.final_statuses.settle(uid, transitions, status.as_deref(), known);
         self.records.commit(uid);
-        let with_unseen;
-        let transitions = if unseen.is_empty() {
-            transitions
-        } else {
-            // Before the sandbox's own death and removal: a pod goes last.
-            let (sandbox_end, rest): (Vec<_>, Vec<_>) = transitions.iter().cloned().partition(|t| {
-                t.is_sandbox && matches!(t.kind, EventType::ContainerDied | EventType::ContainerRemoved)
-            });
-            with_unseen = [rest, unseen, sandbox_end].concat();
-            &with_unseen[..]
-        };
-        let mut events = build_events(uid, &namespace, &name, transitions, status, sync, source, &final_statuses);
-        if gone {
-            // A pod gone before any read carries the identity the stream gave it (for
-            // filters and selectors) on its deaths; its removals carry no pod, so the
-            // journal's view lets it go.
-            for e in events.iter_mut().filter(|e| e.kind == EventType::ContainerRemoved) {
-                e.pod = None;
-            }
-            // Every event that still carries the pod before the first that does not: a
-            // client that drops a pod on an event without one must not see it come
-            // back (a death's pod as it ended) and go again.
-            events.sort_by_key(|e| e.pod.is_none());
-            if empty_record && events.iter().all(|e| e.pod.is_some()) {
-                // Gone with nothing left to name: a pod plegd last published with no
-                // sandbox and no container (seeded so from the journal's view after a
-                // restart). A `POD_SYNC` without a pod lets every copy of it go.
-                let empty = Some(Arc::new(PodStatus::empty(uid, &namespace, &name)));
-                let none = std::collections::HashMap::new();
-                for mut e in build_events(uid, &namespace, &name, &[], empty, true, source, &none) {
-                    e.pod = None;
-                    events.push(e);
-                }
-            }
-        }
-        let missed = suspect_from.map_or(0, |listed| self.trust.suspect(uid, &events, listed));
+        let events = events_of(PodRead {
+            uid,
+            namespace: &namespace,
+            name: &name,
+            status: status.as_ref(),
+            gone,
+            transitions,
+            unseen: &unseen,
+            final_statuses: &final_statuses,
+            sync,
+            empty_record,
+            source,
+        });
+        let missed = suspect_from.map_or(0, |listed| self.stream.trust.suspect(uid, &events, listed));
         let sent = events.len();
         if sent > 0 && self.events.send(events).await.is_err() {
             tracing::debug!("event receiver gone; dropping events");
         }
-        Some((sent, missed))
+        Some(Applied { events: sent, missed })
     }
 
     /// Ends a full relist that started at `start`, its results in the cache: the
@@ -539,8 +568,8 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// health and readiness.
     fn finish(&mut self, start: Instant, start_wall: SystemTime) {
         self.cache.update_time(start);
-        self.health.record_relist(start, start_wall);
-        if let Some(m) = &self.metrics {
+        self.report.health.record_relist(start, start_wall);
+        if let Some(m) = &self.report.metrics {
             m.cache_pods.set(self.cache.reader().len() as i64);
             m.last_seen.set(start_wall.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0));
         }
@@ -580,7 +609,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 }
             })
             .buffer_unordered(self.cfg.concurrency.max(1))
-            .inspect(|_| self.beat.beat())
+            .inspect(|_| self.report.beat.beat())
             .collect()
             .await
     }
@@ -588,7 +617,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// Sets the container-state gauges from the cache (after full and targeted relists
     /// alike, so they stay current while the stream makes full relists rare).
     fn count_states(&self) {
-        let Some(m) = &self.metrics else { return };
+        let Some(m) = &self.report.metrics else { return };
         let mut counts = [0i64; 4];
         for entry in self.cache.reader().snapshot() {
             for c in entry.status.iter().flat_map(|s| &s.containers) {
@@ -610,18 +639,30 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// applies the results in UID order, chunk by chunk. Pods that cannot be read are
     /// retried later.
     pub async fn relist_pods(&mut self, batch: Vec<(String, Hint)>) -> RelistOutcome {
+        self.read_pods(batch.into_iter().map(|(uid, hint)| (uid, Why::of_hint(hint))).collect()).await
+    }
+
+    /// Reads the pods of `batch` alone (see [`GenericPleg::relist_pods`]). A read of a
+    /// pod answers every request for it still scheduled: they are taken with it. One
+    /// that follows a failed read publishes a `POD_SYNC` when nothing transitioned.
+    async fn read_pods(&mut self, batch: Vec<(String, Why)>) -> RelistOutcome {
         // The records move past the last full listing: the next one is diffed in full.
-        self.listed = None;
+        self.listing.fingerprint = None;
         let reader = self.cache.reader();
         let jobs: Vec<_> = batch
             .into_iter()
-            .map(|(uid, hint)| {
+            .map(|(uid, mut why)| {
+                if let Some(pending) = self.reads.remove(&Read::Pod(uid.clone())) {
+                    why.merge(pending.message);
+                }
+                let retried = why.has(Reason::FailedRead);
+                let hint = why.into_hint();
                 let mut known = self.records.sandbox_ids(&uid);
                 known.extend(hint.sandbox_ids);
                 let mut containers = self.records.container_ids(&uid);
                 containers.extend(hint.container_ids.into_iter().filter(|id| !known.contains(id)));
                 let previous = reader.get(&uid).and_then(|e| e.status.clone());
-                (uid, hint.source, known, containers, previous)
+                PodJob { uid, source: hint.source, retried, known, containers, previous }
             })
             .collect();
         let timeout = self.cfg.inspect_timeout;
@@ -634,10 +675,11 @@ impl<R: RuntimeService> GenericPleg<R> {
         let mut jobs = jobs.into_iter().peekable();
         while jobs.peek().is_some() {
             let part: Vec<_> = jobs.by_ref().take(chunk).collect();
-            let mut results: Vec<PodRead> = futures_util::stream::iter(part)
-                .map(|(uid, source, known, containers, previous)| {
+            let mut results: Vec<PodReadResult> = futures_util::stream::iter(part)
+                .map(|job| {
                     let runtime = self.runtime.clone();
                     async move {
+                        let PodJob { uid, source, retried, known, containers, previous } = job;
                         let at = Instant::now();
                         let read = async {
                             // The statuses of what the pod is known to hold are read with
@@ -653,7 +695,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                                     let status =
                                         inspect_prefetched(&runtime, Some(host), &pod, previous.as_deref(), prefetched)
                                             .await;
-                                    Ok(Some((pod, at, status)))
+                                    Ok(Some(Listed { pod, at, status }))
                                 }
                             }
                         };
@@ -661,16 +703,16 @@ impl<R: RuntimeService> GenericPleg<R> {
                             Ok(r) => r.map_err(|e: CriError| e.to_string()),
                             Err(_) => Err(format!("relisting pod {uid} took longer than {timeout:?}")),
                         };
-                        PodRead { uid, source, at, took: at.elapsed(), res }
+                        PodReadResult { uid, source, retried, at, took: at.elapsed(), res }
                     }
                 })
                 .buffer_unordered(self.cfg.concurrency.max(1))
-                .inspect(|_| self.beat.beat())
+                .inspect(|_| self.report.beat.beat())
                 .collect()
                 .await;
             results.sort_by(|a, b| a.uid.cmp(&b.uid));
             for r in results {
-                if let Some(m) = &self.metrics {
+                if let Some(m) = &self.report.metrics {
                     m.pod_relist_duration.observe(r.took.as_secs_f64());
                 }
                 outcome.pods += 1;
@@ -678,20 +720,20 @@ impl<R: RuntimeService> GenericPleg<R> {
                     Err(err) => {
                         tracing::debug!(pod = %r.uid, error = %err, "targeted relist failed; retrying");
                         // Its event (if any) is used up: the retry's finding is no miss.
-                        self.trust.announced.insert(r.uid.clone(), Instant::now());
-                        self.reinspect.insert(r.uid);
+                        self.stream.trust.announce(&r.uid);
+                        self.retry_later(&r.uid);
                         outcome.failed += 1;
                         continue;
                     }
                     Ok(None) => (None, r.at, None),
                     // Listed, then every object read NotFound: removed while it was read.
                     // The pod is gone (see `vanished`).
-                    Ok(Some((_, at, Ok(status)))) if vanished(&status) => (None, at, None),
-                    Ok(Some((pod, at, status))) => (Some(pod), at, Some(status)),
+                    Ok(Some(Listed { at, status: Ok(status), .. })) if vanished(&status) => (None, at, None),
+                    Ok(Some(Listed { pod, at, status })) => (Some(pod), at, Some(status)),
                 };
                 self.records.set_current_one(&r.uid, pod);
                 let transitions = self.records.transitions(&r.uid);
-                let mut sync = self.reinspect.remove(&r.uid);
+                let mut sync = r.retried;
                 let found = match status {
                     None => Found::Gone,
                     Some(Ok(status)) => {
@@ -709,19 +751,19 @@ impl<R: RuntimeService> GenericPleg<R> {
                 // here was not announced either.
                 let suspect_from = (r.source != EventSource::CriEvent).then_some(at);
                 match self.apply(&r.uid, found, at, &transitions, sync, r.source, suspect_from).await {
-                    Some((events, missed)) => {
-                        outcome.events += events;
-                        outcome.missed += missed;
+                    Some(applied) => {
+                        outcome.events += applied.events;
+                        outcome.missed += applied.missed;
                     }
                     None => {
                         outcome.failed += 1;
-                        self.trust.announced.insert(r.uid.clone(), Instant::now());
-                        self.reinspect.insert(r.uid);
+                        self.stream.trust.announce(&r.uid);
+                        self.retry_later(&r.uid);
                     }
                 }
             }
         }
-        if let Some(m) = &self.metrics {
+        if let Some(m) = &self.report.metrics {
             m.cache_pods.set(self.cache.reader().len() as i64);
         }
         // A container's state moves only with an event; a failed read drops a status.
@@ -761,14 +803,32 @@ enum Found {
     Failed(String),
 }
 
-/// One pod's targeted read.
-struct PodRead {
+/// One pod to read alone: what is known of it before the read.
+struct PodJob {
     uid: String,
     source: EventSource,
+    /// The pod's last read failed.
+    retried: bool,
+    /// Sandbox ids read with the listing.
+    known: std::collections::BTreeSet<String>,
+    /// Container ids whose statuses are read ahead.
+    containers: std::collections::BTreeSet<String>,
+    previous: Option<Arc<PodStatus>>,
+}
+
+/// One pod's targeted read.
+struct PodReadResult {
+    uid: String,
+    source: EventSource,
+    retried: bool,
     at: Instant,
     took: Duration,
     res: Result<Option<Listed>, String>,
 }
 
 /// A pod as listed, when it was inspected, and the inspection's result.
-type Listed = (RuntimePod, Instant, Result<PodStatus, CriError>);
+struct Listed {
+    pod: RuntimePod,
+    at: Instant,
+    status: Result<PodStatus, CriError>,
+}

@@ -1,5 +1,6 @@
-//! PLEG health the kubelet's way: how long since the last relist whose results are
-//! in the cache, against a threshold.
+//! PLEG health the kubelet's way — how long since the last relist whose results are in
+//! the cache, against a threshold — and the readiness built on it, which `/readyz` and
+//! the API's `grpc.health.v1` service both report.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -96,6 +97,48 @@ pub enum Unhealthy {
         /// The threshold in force.
         threshold: Duration,
     },
+}
+
+/// Readiness, derived from the subsystems: the first relist completed, PLEG is
+/// healthy, and (with `--mode evented`) the event stream is up. The sockets are bound
+/// before any of this can be true.
+#[derive(Clone)]
+pub struct Readiness {
+    /// PLEG health.
+    pub health: PlegHealth,
+    /// The CRI event stream's state.
+    pub stream: tokio::sync::watch::Receiver<crate::pleg::evented::StreamState>,
+    /// Whether the stream is required.
+    pub require_stream: bool,
+}
+
+impl Readiness {
+    /// `Ok`, or why not ready.
+    pub fn check(&self) -> Result<(), NotReady> {
+        if !self.health.first_relist_done() {
+            return Err(NotReady::FirstRelist);
+        }
+        self.health.check()?;
+        let stream = *self.stream.borrow();
+        if self.require_stream && !stream.is_up() {
+            return Err(NotReady::NoStream(stream.as_str()));
+        }
+        Ok(())
+    }
+}
+
+/// Why plegd is not ready.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// The first relist has not completed.
+    #[error("the first relist has not completed")]
+    FirstRelist,
+    /// The PLEG is unhealthy.
+    #[error("PLEG is not healthy: {0}")]
+    Unhealthy(#[from] Unhealthy),
+    /// `--mode evented` without the stream.
+    #[error("--mode evented requires the CRI event stream, which is {0}")]
+    NoStream(&'static str),
 }
 
 #[cfg(test)]

@@ -41,14 +41,18 @@ impl Hint {
     }
 }
 
-/// A stopped container's final status from the stream: its pod's UID, metadata and
-/// labels, and the status.
-pub type FinalStatus = (
-    String,
-    crate::proto::runtime::PodSandboxMetadata,
-    std::collections::HashMap<String, String>,
-    crate::proto::runtime::ContainerStatus,
-);
+/// A stopped container's final status from the stream, with its pod's identity.
+#[derive(Clone, Debug)]
+pub struct FinalStatus {
+    /// The pod's UID.
+    pub uid: String,
+    /// The pod's metadata (namespace, name) as the sandbox's status gave it.
+    pub pod: crate::proto::runtime::PodSandboxMetadata,
+    /// The pod's labels.
+    pub labels: std::collections::HashMap<String, String>,
+    /// The container's final status.
+    pub status: crate::proto::runtime::ContainerStatus,
+}
 
 /// Everything pending at the time of a [`PodHints::take`].
 #[derive(Debug, Default)]
@@ -75,7 +79,9 @@ struct Inner {
     coalesced: u64,
 }
 
-/// The shared dirty set. Cheap to clone.
+/// The shared dirty set. Cheap to clone. Whatever it takes in wakes the relister, through
+/// the one [`Notify`] the relister waits on (shared with the cache's waiting readers and
+/// the stream's state changes).
 #[derive(Clone, Default)]
 pub struct PodHints {
     inner: Arc<Mutex<Inner>>,
@@ -83,6 +89,16 @@ pub struct PodHints {
 }
 
 impl PodHints {
+    /// Hints that wake whoever waits on `wake`.
+    pub fn waking(wake: Arc<Notify>) -> Self {
+        Self { inner: Arc::default(), notify: wake }
+    }
+
+    /// Wakes the relister (the stream's state changed).
+    pub fn wake(&self) {
+        self.notify.notify_one();
+    }
+
     /// Marks a pod dirty, naming the sandbox and the container the change was about
     /// where known. Hints for a pod that is already dirty coalesce (the earliest
     /// arrival time is kept, the ids add up).
@@ -118,9 +134,14 @@ impl PodHints {
         let mut inner = self.inner.lock().expect("hints lock");
         // Bounded like the dirty set: a container's words replace its earlier ones.
         let words = &mut inner.pending.final_statuses;
-        words.retain(|w| w.3.id != status.id);
+        words.retain(|w| w.status.id != status.id);
         if words.len() < MAX_PENDING_WORDS {
-            words.push((meta.uid.clone(), meta.clone(), sandbox.labels.clone(), status));
+            words.push(FinalStatus {
+                uid: meta.uid.clone(),
+                pod: meta.clone(),
+                labels: sandbox.labels.clone(),
+                status,
+            });
         }
     }
 
@@ -130,7 +151,7 @@ impl PodHints {
     pub fn take_final_statuses_for(&self, ids: &[String]) -> Vec<FinalStatus> {
         let mut inner = self.inner.lock().expect("hints lock");
         let (mine, rest) =
-            std::mem::take(&mut inner.pending.final_statuses).into_iter().partition(|w| ids.contains(&w.3.id));
+            std::mem::take(&mut inner.pending.final_statuses).into_iter().partition(|w| ids.contains(&w.status.id));
         inner.pending.final_statuses = rest;
         mine
     }

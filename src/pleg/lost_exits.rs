@@ -70,13 +70,14 @@ impl Reread {
 }
 
 /// An entry of a book the relister reads again (this one, and the sandboxes said
-/// deleted, [`super::deleting`]): its pod, and when it is read next.
+/// deleted, [`super::deleted_sandboxes`]): its pod, and how its re-reads went. When it is
+/// read next is the relister's schedule's ([`super::schedule`]).
 pub(super) struct Rereads {
     pub uid: String,
     /// When it was entered.
     pub since: Instant,
-    /// The next re-read; `None` when none is due (done, or not started).
-    pub next: Option<Instant>,
+    /// No re-read is to come (all done, or given up).
+    pub done: bool,
     /// Re-reads done.
     pub reads: u32,
     /// Re-reads failed in a row.
@@ -94,42 +95,31 @@ pub(super) struct Pace {
 }
 
 impl Rereads {
-    pub fn new(uid: &str, now: Instant, next: Option<Instant>) -> Self {
-        Self { uid: uid.to_owned(), since: now, next, reads: 0, fails: 0 }
+    pub fn new(uid: &str, now: Instant) -> Self {
+        Self { uid: uid.to_owned(), since: now, done: false, reads: 0, fails: 0 }
     }
 
     /// Records a re-read that found the same (counted; none is next after the last) or
-    /// failed (not counted; none is next past `recent`). A changed one is the book's.
-    pub fn read(&mut self, found: Reread, pace: &Pace) {
+    /// failed (not counted; none is next past `recent`), and says when the next is due.
+    /// A changed one is the book's.
+    pub fn read(&mut self, found: Reread, pace: &Pace) -> Option<Instant> {
         let now = Instant::now();
-        match found {
+        let next = match found {
             Reread::Same => {
                 self.fails = 0;
                 self.reads += 1;
-                self.next = (self.reads < pace.reads).then(|| now + pace.first * 2u32.pow(self.reads));
+                (self.reads < pace.reads).then(|| now + pace.first * 2u32.pow(self.reads))
             }
             Reread::Failed => {
                 let wait = pace.first * 2u32.pow(self.fails.min(pace.max_doubling));
                 self.fails += 1;
-                self.next = (now.duration_since(self.since) < pace.recent).then(|| now + wait);
+                (now.duration_since(self.since) < pace.recent).then(|| now + wait)
             }
-            Reread::Changed => self.next = None,
-        }
+            Reread::Changed => None,
+        };
+        self.done = next.is_none();
+        next
     }
-}
-
-/// The entries (id, pod uid) of a book due for a re-read now, in id order.
-pub(super) fn due_now<'a>(book: impl Iterator<Item = (&'a String, &'a Rereads)>) -> Vec<(String, String)> {
-    let now = Instant::now();
-    let mut due: Vec<_> =
-        book.filter(|(_, r)| r.next.is_some_and(|at| at <= now)).map(|(id, r)| (id.clone(), r.uid.clone())).collect();
-    due.sort();
-    due
-}
-
-/// When a book's next re-read is due, if any is.
-pub(super) fn earliest<'a>(book: impl Iterator<Item = &'a Rereads>) -> Option<Instant> {
-    book.filter_map(|r| r.next).min()
 }
 
 const PACE: Pace = Pace { first: FIRST, reads: READS, max_doubling: 5, recent: RECENT };
@@ -142,13 +132,15 @@ pub(super) struct LostExits {
 
 impl LostExits {
     /// Takes in a read of pod `uid` (`None`: the pod is gone): its containers read with a
-    /// word lost lately are followed from now on, unless already; the ones that are not
-    /// lost any more (amended, or gone) are let go.
-    pub fn note(&mut self, uid: &str, status: Option<&PodStatus>) {
+    /// word lost lately are followed from now on, unless already — returned with the time
+    /// of their first re-read; the ones that are not lost any more (amended, or gone) are
+    /// let go.
+    pub fn note(&mut self, uid: &str, status: Option<&PodStatus>) -> Vec<(String, Instant)> {
         let lost_now: Vec<&ContainerStatus> =
             status.map(|s| s.containers.iter().map(|c| &**c).filter(|c| lost(c)).collect()).unwrap_or_default();
+        let mut first = Vec::new();
         if lost_now.is_empty() && self.by_id.is_empty() {
-            return;
+            return first;
         }
         self.by_id.retain(|id, f| f.uid != uid || lost_now.iter().any(|c| c.id == *id));
         let now = Instant::now();
@@ -159,40 +151,38 @@ impl LostExits {
                 .and_then(|at| wall.duration_since(at).ok())
                 .is_none_or(|ago| ago <= RECENT);
             if lately && !self.by_id.contains_key(&c.id) {
-                self.by_id.insert(c.id.clone(), Rereads::new(uid, now, Some(now + FIRST)));
+                self.by_id.insert(c.id.clone(), Rereads::new(uid, now));
+                first.push((c.id.clone(), now + FIRST));
             }
         }
         if self.by_id.len() > MAX {
-            // Done first (their next read is none), then by age.
+            // Done first, then by age.
             let mut order: Vec<(bool, Instant, String)> =
-                self.by_id.iter().map(|(id, f)| (f.next.is_some(), f.since, id.clone())).collect();
+                self.by_id.iter().map(|(id, f)| (!f.done, f.since, id.clone())).collect();
             order.sort();
             for (_, _, id) in order.iter().take(self.by_id.len() - MAX * 3 / 4) {
                 self.by_id.remove(id);
             }
+            first.retain(|(id, _)| self.by_id.contains_key(id));
         }
+        first
     }
 
-    /// When the next re-read is due, if any is.
-    pub fn next_due(&self) -> Option<Instant> {
-        earliest(self.by_id.values())
+    /// The pod of container `id`, while a re-read of it is to come.
+    pub fn pod_of(&self, id: &str) -> Option<&str> {
+        self.by_id.get(id).filter(|f| !f.done).map(|f| f.uid.as_str())
     }
 
-    /// The containers (id, pod uid) due for a re-read now.
-    pub fn due(&self) -> Vec<(String, String)> {
-        due_now(self.by_id.iter())
-    }
-
-    /// Records a re-read of container `id`: the same word counts a read and schedules
-    /// the next (none after [`READS`]); a failed read is not counted and is tried again,
-    /// 1, 2, 4 … 32 s later (until [`RECENT`] after the first read); a changed word lets
-    /// the container go (the read of its pod that follows notes what it is now).
-    pub fn read(&mut self, id: &str, found: Reread) {
+    /// Records a re-read of container `id` and says when the next is due: the same word
+    /// counts a read (none after [`READS`]); a failed read is not counted and is tried
+    /// again, 1, 2, 4 … 32 s later (until [`RECENT`] after the first read); a changed
+    /// word lets the container go (the read of its pod that follows notes what it is now).
+    pub fn read(&mut self, id: &str, found: Reread) -> Option<Instant> {
         if found == Reread::Changed {
             self.by_id.remove(id);
-        } else if let Some(f) = self.by_id.get_mut(id) {
-            f.read(found, &PACE);
+            return None;
         }
+        self.by_id.get_mut(id)?.read(found, &PACE)
     }
 
     /// Containers followed.
@@ -208,6 +198,7 @@ mod tests {
 
     use super::*;
     use crate::model::system_to_nanos;
+    use crate::pleg::schedule::Scheduler;
 
     fn pod(uid: &str, containers: &[(&str, ContainerState, i32, &str)]) -> PodStatus {
         let mut p = PodStatus::empty(uid, "default", uid);
@@ -236,15 +227,32 @@ mod tests {
         pod(uid, &[(id, ContainerState::Exited, 255, "Unknown")])
     }
 
-    /// Plays a relister that re-reads what is due and gets `answer` for each.
-    async fn reread_times(a: &mut LostExits, mut answer: impl FnMut(u32) -> Reread) -> Vec<u64> {
+    /// Schedules what a note says is to be read.
+    fn noted(s: &mut Scheduler<String, ()>, first: Vec<(String, Instant)>) {
+        for (id, at) in first {
+            s.at(id, (), at);
+        }
+    }
+
+    /// Plays a relister that re-reads what its schedule says is due and gets `answer`
+    /// for each.
+    async fn reread_times(
+        a: &mut LostExits,
+        s: &mut Scheduler<String, ()>,
+        mut answer: impl FnMut(u32) -> Reread,
+    ) -> Vec<u64> {
         let start = Instant::now();
         let mut reads = Vec::new();
         let mut n = 0;
-        while let Some(at) = a.next_due() {
+        while let Some(at) = s.next_at() {
             tokio::time::sleep_until(at).await;
-            for (id, _) in a.due() {
-                a.read(&id, answer(n));
+            for due in s.take_due(Instant::now()) {
+                if a.pod_of(&due.key).is_none() {
+                    continue;
+                }
+                if let Some(next) = a.read(&due.key, answer(n)) {
+                    s.at(due.key, (), next);
+                }
                 reads.push((Instant::now() - start).as_secs());
                 n += 1;
             }
@@ -254,35 +262,33 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lost_exit_status_is_read_again_six_times_over_about_a_minute_then_let_be() {
-        let mut a = LostExits::default();
-        a.note("p", Some(&lost_pod("p", "c")));
-        assert_eq!(reread_times(&mut a, |_| Reread::Same).await, [1, 3, 7, 15, 31, 63]);
-        assert!(a.due().is_empty());
+        let (mut a, mut s) = (LostExits::default(), Scheduler::default());
+        noted(&mut s, a.note("p", Some(&lost_pod("p", "c"))));
+        assert_eq!(reread_times(&mut a, &mut s, |_| Reread::Same).await, [1, 3, 7, 15, 31, 63]);
+        assert_eq!(a.pod_of("c"), None, "done");
         // The last re-read's pod read (or any later read) finds the same word: no new
         // schedule.
-        a.note("p", Some(&lost_pod("p", "c")));
-        assert_eq!(a.next_due(), None, "a read of the same lost word starts nothing over");
+        assert!(a.note("p", Some(&lost_pod("p", "c"))).is_empty(), "a read of the same lost word starts nothing over");
         // A new lost container in the same pod is followed from its own first read.
         let both = [("c", ContainerState::Exited, 255, "Unknown"), ("d", ContainerState::Exited, 255, "Unknown")];
-        a.note("p", Some(&pod("p", &both)));
-        assert_eq!(a.next_due(), Some(Instant::now() + FIRST));
+        assert_eq!(a.note("p", Some(&pod("p", &both))), [("d".to_owned(), Instant::now() + FIRST)]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn failed_re_reads_are_retried_and_not_counted_and_given_up_after_ten_minutes() {
-        let mut a = LostExits::default();
-        a.note("p", Some(&lost_pod("p", "c")));
+        let (mut a, mut s) = (LostExits::default(), Scheduler::default());
+        noted(&mut s, a.note("p", Some(&lost_pod("p", "c"))));
         // The runtime is down for the first three tries.
-        let times = reread_times(&mut a, |n| if n < 3 { Reread::Failed } else { Reread::Same }).await;
+        let times = reread_times(&mut a, &mut s, |n| if n < 3 { Reread::Failed } else { Reread::Same }).await;
         assert_eq!(times, [1, 2, 4, 8, 10, 14, 22, 38, 70], "three retries backing off, then six counted reads");
         // Down for good: retried, backing off to every 32 s, then given up.
         let mut a = LostExits::default();
-        a.note("p", Some(&lost_pod("p", "c")));
-        let times = reread_times(&mut a, |_| Reread::Failed).await;
+        noted(&mut s, a.note("p", Some(&lost_pod("p", "c"))));
+        let times = reread_times(&mut a, &mut s, |_| Reread::Failed).await;
         assert_eq!(&times[..7], [1, 2, 4, 8, 16, 32, 64]);
         assert!(times.windows(2).all(|w| w[1] - w[0] <= 32), "{times:?}");
         assert!(*times.last().unwrap() <= RECENT.as_secs() + 32, "{times:?}");
-        assert_eq!(a.next_due(), None);
+        assert_eq!(a.pod_of("c"), None, "given up");
     }
 
     #[tokio::test(start_paused = true)]
@@ -294,28 +300,28 @@ mod tests {
             ("run", ContainerState::Running, 0, ""),
             ("unknown-state", ContainerState::Unknown, 255, "Unknown"),
         ];
-        a.note("p", Some(&pod("p", &others)));
-        assert_eq!((a.len(), a.next_due()), (0, None), "nothing lost, nothing followed");
+        assert!(a.note("p", Some(&pod("p", &others))).is_empty());
+        assert_eq!(a.len(), 0, "nothing lost, nothing followed");
         // Lost an hour ago (a plegd restarted on a node with old lost containers).
         let mut old = lost_pod("o", "x");
         Arc::make_mut(&mut old.containers[0]).finished_at = system_to_nanos(SystemTime::now() - RECENT * 6);
         a.note("o", Some(&old));
         assert_eq!(a.len(), 0, "an old lost word is not followed");
-        a.note("p", Some(&lost_pod("p", "c")));
-        a.note("q", Some(&lost_pod("q", "d")));
+        let first = Instant::now() + FIRST;
+        assert_eq!(a.note("p", Some(&lost_pod("p", "c"))), [("c".to_owned(), first)]);
+        assert_eq!(a.note("q", Some(&lost_pod("q", "d"))), [("d".to_owned(), first)]);
         assert_eq!(a.len(), 2);
         // Read again (by a re-read or any other read): the same word keeps its schedule.
         tokio::time::advance(Duration::from_millis(600)).await;
-        a.note("p", Some(&lost_pod("p", "c")));
-        tokio::time::advance(Duration::from_millis(400)).await;
-        assert_eq!(a.due(), [("c".to_owned(), "p".to_owned()), ("d".to_owned(), "q".to_owned())]);
+        assert!(a.note("p", Some(&lost_pod("p", "c"))).is_empty());
+        assert_eq!((a.pod_of("c"), a.pod_of("d")), (Some("p"), Some("q")));
         // The re-read finds a changed word: let go (its pod is read in full).
-        a.read("c", Reread::Changed);
+        assert_eq!(a.read("c", Reread::Changed), None);
         assert_eq!(a.len(), 1);
         // The pod read notes the amendment; a pod gone lets its containers go.
         a.note("p", Some(&pod("p", &[("c", ContainerState::Exited, 255, "OOMKilled")])));
         a.note("q", None);
-        assert_eq!((a.len(), a.next_due()), (0, None));
+        assert_eq!((a.len(), a.pod_of("d")), (0, None));
     }
 
     #[test]
@@ -346,9 +352,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_book_is_bounded_and_lets_the_done_then_the_oldest_go() {
-        let mut a = LostExits::default();
-        a.note("done", Some(&lost_pod("done", "done")));
-        reread_times(&mut a, |_| Reread::Same).await;
+        let (mut a, mut s) = (LostExits::default(), Scheduler::default());
+        noted(&mut s, a.note("done", Some(&lost_pod("done", "done"))));
+        reread_times(&mut a, &mut s, |_| Reread::Same).await;
         for i in 0..MAX {
             let uid = format!("p{i}");
             a.note(&uid, Some(&lost_pod(&uid, &format!("c{i}"))));

@@ -1,5 +1,6 @@
 //! The PLEG: the kubelet's state table, pod records, pod inspection, PLEG health, the
-//! CRI event stream's hints and the GenericPLEG relister (the cache's only writer).
+//! CRI event stream's hints, the schedule of reads to come, the pure step from a read to
+//! its events, and the GenericPLEG relister (the cache's only writer) that performs it.
 //! It produces [`crate::model::event::PodLifecycleEvent`]s.
 
 mod deleted_sandboxes;
@@ -12,15 +13,44 @@ pub mod inspect;
 mod lost_exits;
 pub mod metrics;
 pub mod records;
+mod schedule;
+pub mod step;
 mod stream_trust;
 
-use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::Duration;
 
-use crate::labels::shared;
-use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
-use crate::model::{ContainerState, PodStatus, SandboxState, nanos_to_system};
-use records::Transition;
+use crate::model::event::EventType;
+use crate::model::{ContainerState, PodStatus, SandboxState};
+
+/// How the PLEG runs.
+#[derive(Clone, Debug)]
+pub struct PlegConfig {
+    /// Whether the CRI event stream is used (`--mode`).
+    pub mode: evented::Mode,
+    /// The relister: its period, concurrency and per-pod deadline.
+    pub relist: generic::RelistConfig,
+    /// The safety net: the full-relist period while a complete stream is up.
+    pub net_period: Duration,
+    /// The longest a trusted stream goes without a full relist (zero: the safety net).
+    pub stream_check: Duration,
+    /// Health: the longest time without a completed relist.
+    pub threshold: Duration,
+    /// The event stream's reconnection.
+    pub stream: evented::EventedConfig,
+}
+
+impl Default for PlegConfig {
+    fn default() -> Self {
+        Self {
+            mode: evented::Mode::Auto,
+            relist: generic::RelistConfig::default(),
+            net_period: Duration::from_secs(300),
+            stream_check: generic::STREAM_CHECK,
+            threshold: Duration::from_secs(180),
+            stream: evented::EventedConfig::default(),
+        }
+    }
+}
 
 /// The kubelet's internal container states for diffing relists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -83,89 +113,6 @@ pub fn same_status(a: &PodStatus, b: &PodStatus) -> bool {
         && a.containers == b.containers
         && a.labels == b.labels
         && a.annotations == b.annotations
-}
-
-/// Turns a pod's transitions into lifecycle events carrying the pod's fresh status. A
-/// pod refreshed without a transition gets one `POD_SYNC` when `sync` is set (it was
-/// re-inspected after a failure, or its status changed in another way).
-///
-/// `final_statuses` holds the final status the runtime's stream carried for containers the
-/// fresh status no longer has (removed before plegd read them): their
-/// `CONTAINER_DIED` carries the pod with that container as it ended — exit code, reason,
-/// finish time — rather than a pod without it.
-#[allow(clippy::too_many_arguments)]
-pub fn build_events(
-    uid: &str,
-    namespace: &str,
-    name: &str,
-    transitions: &[Transition],
-    status: Option<Arc<PodStatus>>,
-    sync: bool,
-    source: EventSource,
-    final_statuses: &std::collections::HashMap<String, crate::model::ContainerStatus>,
-) -> Vec<PodLifecycleEvent> {
-    let observed_at = SystemTime::now();
-    let (uid, namespace, name) = (
-        shared(uid),
-        shared(status.as_ref().map_or(namespace, |s| s.namespace.as_str())),
-        shared(status.as_ref().map_or(name, |s| s.name.as_str())),
-    );
-    let base = |kind, id: &str, cname: &str, is_sandbox, ts| PodLifecycleEvent {
-        pod_uid: uid.clone(),
-        pod_namespace: namespace.clone(),
-        pod_name: name.clone(),
-        kind,
-        container_id: id.to_owned(),
-        container_name: shared(cname),
-        is_sandbox,
-        source,
-        observed_at,
-        runtime_timestamp: ts,
-        pod: status.clone(),
-        message: String::new(),
-    };
-    if transitions.is_empty() {
-        if sync && status.is_some() {
-            return vec![base(EventType::PodSync, "", "", false, None)];
-        }
-        return Vec::new();
-    }
-    transitions
-        .iter()
-        .map(|t| {
-            let gone = !t.is_sandbox && status.as_deref().is_none_or(|s| s.containers.iter().all(|c| c.id != t.id));
-            if t.kind == EventType::ContainerDied
-                && gone
-                && let Some(last) = final_statuses.get(&t.id)
-            {
-                let mut pod = status.as_deref().cloned().unwrap_or_else(|| PodStatus::empty(&uid, &namespace, &name));
-                pod.containers.insert(0, Arc::new(last.clone()));
-                let pod = Arc::new(pod);
-                let ts = runtime_time(&pod, t);
-                return PodLifecycleEvent { pod: Some(pod), ..base(t.kind, &t.id, &t.name, t.is_sandbox, ts) };
-            }
-            let ts = status.as_deref().and_then(|s| runtime_time(s, t));
-            base(t.kind, &t.id, &t.name, t.is_sandbox, ts)
-        })
-        .collect()
-}
-
-/// The runtime's time of a transition, from the fresh status.
-fn runtime_time(status: &PodStatus, t: &Transition) -> Option<SystemTime> {
-    if t.is_sandbox {
-        let s = status.sandboxes.iter().find(|s| s.id == t.id)?;
-        return match t.kind {
-            EventType::ContainerStarted => nanos_to_system(s.created_at),
-            _ => None,
-        };
-    }
-    let c = status.containers.iter().find(|c| c.id == t.id)?;
-    match t.kind {
-        EventType::ContainerStarted => nanos_to_system(c.started_at),
-        EventType::ContainerDied => nanos_to_system(c.finished_at),
-        EventType::ContainerChanged => nanos_to_system(c.created_at),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

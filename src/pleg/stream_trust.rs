@@ -7,38 +7,37 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::hints::Hint;
 use super::metrics::PlegMetrics;
-use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
+use crate::model::event::{EventType, PodLifecycleEvent};
 
 /// How far the relister trusts the CRI event stream, and what it learned.
 #[derive(Debug)]
 pub(super) struct StreamTrust {
     /// The runtime delivers every event to every subscriber (containerd 2.x); learned
     /// from `Version` each time the stream comes up.
-    pub(super) complete: bool,
+    complete: bool,
     /// The runtime as `Version` named it, for messages.
-    pub(super) runtime: String,
+    runtime: String,
     /// Since when the stream has been up without a break.
-    pub(super) up_since: Option<Instant>,
+    up_since: Option<Instant>,
     /// Until when fast relists follow a stream that came back after an outage (the
     /// runtime may still be recovering state it sends no events for; not misses).
-    pub(super) settle_until: Instant,
+    settle_until: Instant,
     /// Changes a relist found while the stream was up, per pod, with when they were
     /// found: a miss unless the pod's event arrives within [`MISS_GRACE`] (it was in
     /// flight).
-    pub(super) suspects: Vec<(Instant, String, usize)>,
+    suspects: Vec<(Instant, String, usize)>,
     /// Pods the stream announced lately, or whose reads failed, with when: a change a
     /// read finds for them is not a miss (their event was taken, or used up by a
     /// failed read).
-    pub(super) announced: std::collections::HashMap<String, Instant>,
+    announced: std::collections::HashMap<String, Instant>,
     /// The safety-net period in force on a complete stream: the configured one, or
     /// shorter after a relist found changes the stream did not announce.
-    pub(super) net_period: Duration,
+    net_period: Duration,
     /// Whether the last relist found missed changes (for logging transitions).
-    pub(super) missing: bool,
+    missing: bool,
     /// When the stream was last found to have missed a change.
-    pub(super) last_miss: Option<Instant>,
+    last_miss: Option<Instant>,
 }
 
 /// A change a relist found counts as missed by the stream only if the stream had been
@@ -71,6 +70,50 @@ impl StreamTrust {
         }
     }
 
+    /// The stream came up: `complete` says whether the runtime (`runtime`, for messages)
+    /// delivers every event to every subscriber; the safety net starts at `net_period`.
+    pub(super) fn came_up(&mut self, complete: bool, runtime: String, net_period: Duration) {
+        self.up_since = Some(Instant::now());
+        self.complete = complete;
+        self.runtime = runtime;
+        self.net_period = net_period;
+        self.missing = false;
+        self.last_miss = None;
+    }
+
+    /// The stream went down.
+    pub(super) fn went_down(&mut self) {
+        self.up_since = None;
+    }
+
+    /// A change a read finds for pod `uid` in the next moments is no miss: its event was
+    /// taken (the stream announced it, or said its sandbox deleted) or used up by a
+    /// failed read.
+    pub(super) fn announce(&mut self, uid: &str) {
+        self.announced.insert(uid.to_owned(), Instant::now());
+    }
+
+    /// Fast full relists follow until `until` (the stream came back after failing).
+    pub(super) fn settle_until(&mut self, until: Instant) {
+        self.settle_until = until;
+    }
+
+    /// Whether full relists may slow down to the safety net now: a complete stream, up,
+    /// past its settle window.
+    pub(super) fn trusted(&self, up: bool) -> bool {
+        up && self.complete && Instant::now() >= self.settle_until
+    }
+
+    /// The safety-net period in force on a complete stream.
+    pub(super) fn net_period(&self) -> Duration {
+        self.net_period
+    }
+
+    /// Whether no change found lately waits to be judged.
+    pub(super) fn no_suspects(&self) -> bool {
+        self.suspects.is_empty()
+    }
+
     /// Notes the changes among `events` (seen by a read of the runtime that started at
     /// `listed`, not by an event) as suspected misses of the stream; returns how many.
     pub(super) fn suspect(&mut self, uid: &str, events: &[PodLifecycleEvent], listed: Instant) -> usize {
@@ -88,20 +131,19 @@ impl StreamTrust {
         n
     }
 
-    /// Clears the suspects of pods whose events arrived; returns the changes of those
-    /// whose events did not arrive within the grace (missed).
-    pub(super) fn settle(&mut self, hinted: &[(String, Hint)]) -> usize {
+    /// Clears the suspects of pods whose events arrived (`announced`: the pods the stream
+    /// named since the last call); returns the changes of those whose events did not
+    /// arrive within the grace (missed).
+    pub(super) fn settle(&mut self, announced: &[String]) -> usize {
         let now = Instant::now();
-        for (uid, h) in hinted {
-            if h.source == EventSource::CriEvent {
-                self.announced.insert(uid.clone(), now);
-            }
+        for uid in announced {
+            self.announced.insert(uid.clone(), now);
         }
         self.announced.retain(|_, t| now.duration_since(*t) < MISS_GRACE * 2);
         if self.suspects.is_empty() {
             return 0;
         }
-        self.suspects.retain(|(_, uid, _)| !hinted.iter().any(|(u, h)| u == uid && h.source == EventSource::CriEvent));
+        self.suspects.retain(|(_, uid, _)| !announced.contains(uid));
         let mut missed = 0;
         self.suspects.retain(|(found, _, n)| {
             let due = now.duration_since(*found) >= MISS_GRACE;

@@ -220,13 +220,13 @@ pub async fn start_sidecar(
     use plegd::model::event::EventSource;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cfg = plegd::config::RunConfig::for_endpoint("unix:///the/client/is/given").unwrap();
-    cfg.mode = mode;
-    cfg.relist_period = relist_period;
-    cfg.evented_relist_period = evented_period;
-    cfg.evented = fast_evented();
-    cfg.inspect_concurrency = 8;
-    cfg.inspect_timeout = Duration::from_secs(2);
-    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
+    cfg.pleg.mode = mode;
+    cfg.pleg.relist.period = relist_period;
+    cfg.pleg.net_period = evented_period;
+    cfg.pleg.stream = fast_evented();
+    cfg.pleg.relist.concurrency = 8;
+    cfg.pleg.relist.inspect_timeout = Duration::from_secs(2);
+    cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
     cfg.api.socket = dir.path().join("plegd.sock");
     cfg.journal.capacity = 1_000_000;
     cfg.journal.memory_budget = u64::MAX / 2;
@@ -236,7 +236,7 @@ pub async fn start_sidecar(
     let tracker = TaskTracker::new();
     let app = plegd::app::start_on(&cfg, client, metrics.clone(), &tracker, &shutdown).await.expect("sidecar starts");
     // From revision 1: nothing published before this subscription is lost.
-    let mut sub = app.journal.subscribe(Since::Revision(0, 0), std::sync::Arc::new(Filter::default()));
+    let mut sub = app.journal().subscribe(Since::Revision(0, 0), std::sync::Arc::new(Filter::default()));
     let Start::Replay(replay) = std::mem::replace(&mut sub.start, Start::Replay(Default::default())) else {
         panic!("a journal that kept everything replays from revision 0")
     };
@@ -262,11 +262,11 @@ pub async fn start_sidecar(
     });
     Sidecar {
         events,
-        cache: app.cache.clone(),
-        stream: app.stream.clone(),
+        cache: app.cache().clone(),
+        stream: app.stream().clone(),
         metrics,
-        hints: app.hints.clone(),
-        health: app.health.clone(),
+        hints: app.hints().clone(),
+        health: app.health().clone(),
         app,
         shutdown,
         tracker,
@@ -388,17 +388,17 @@ pub async fn start_plegd(tune: impl FnOnce(&mut plegd::config::RunConfig)) -> Pl
 pub async fn start_plegd_on(h: SimHarness, tune: impl FnOnce(&mut plegd::config::RunConfig)) -> Plegd {
     let mut cfg = plegd::config::RunConfig::for_endpoint(&h.endpoint).unwrap();
     cfg.api.socket = h.dir.path().join("api/plegd.sock");
-    cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
-    cfg.relist_period = Duration::from_millis(200);
-    cfg.evented = fast_evented();
+    cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
+    cfg.pleg.relist.period = Duration::from_millis(200);
+    cfg.pleg.stream = fast_evented();
     tune(&mut cfg);
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
     let app = plegd::app::start(&cfg, &tracker, &shutdown).await.expect("plegd starts");
     let socket = format!("unix://{}", cfg.api.socket.display());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while app.readiness.check().is_err() {
-        assert!(tokio::time::Instant::now() < deadline, "plegd never became ready: {:?}", app.readiness.check());
+    while app.readiness().check().is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "plegd never became ready: {:?}", app.readiness().check());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Plegd { h, app, socket, shutdown, tracker }
@@ -479,8 +479,8 @@ impl OwnRuntimePlegd {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = plegd::config::RunConfig::for_endpoint(endpoint).unwrap();
         cfg.api.socket = dir.path().join("plegd.sock");
-        cfg.admin_addr = "127.0.0.1:0".parse().unwrap();
-        cfg.evented = fast_evented();
+        cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
+        cfg.pleg.stream = fast_evented();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let handle = rt.handle().clone();
         let shutdown = CancellationToken::new();
@@ -490,7 +490,7 @@ impl OwnRuntimePlegd {
             rt.block_on(async move {
                 let tracker = TaskTracker::new();
                 let app = plegd::app::start(&cfg, &tracker, &sd).await.expect("plegd starts");
-                tx.send((app.cache.clone(), app.metrics.clone())).unwrap();
+                tx.send((app.cache().clone(), app.metrics().clone())).unwrap();
                 sd.cancelled().await;
                 tracker.close();
                 tracker.wait().await;
