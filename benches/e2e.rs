@@ -613,7 +613,7 @@ async fn cri_calls() {
     let pod =
         client.list_pod_sandboxes(Some(cri::PodSandboxFilter { id: sid.clone(), ..Default::default() })).await.unwrap();
     let uid = pod[0].metadata.as_ref().unwrap().uid.clone();
-    let by_label: HashMap<String, String> = [(plegd::cri::spec::POD_UID_LABEL.to_owned(), uid.clone())].into();
+    let by_label: HashMap<String, String> = [(plegd::labels::kubelet::POD_UID.to_owned(), uid.clone())].into();
     let known: std::collections::BTreeSet<String> = [sid.clone()].into();
     let names = [
         "ListPodSandbox(label)",

@@ -15,6 +15,19 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use serde::ser::SerializeMap;
 
+/// The labels the kubelet puts on every sandbox and container it creates: how the
+/// relister groups a runtime's listing into pods without reading each object.
+pub mod kubelet {
+    /// The pod's UID.
+    pub const POD_UID: &str = "io.kubernetes.pod.uid";
+    /// The pod's name.
+    pub const POD_NAME: &str = "io.kubernetes.pod.name";
+    /// The pod's namespace.
+    pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+    /// The container's name (on containers).
+    pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+}
+
 /// A read-only string map, sorted by key; the last value given for a key wins.
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct Labels(Option<Arc<[Pair]>>);

@@ -6,55 +6,19 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
 use plegd::cri::RuntimeService;
-use plegd::cri::client::{ClientOptions, CriClient};
+use plegd::cri::client::CriClient;
 use plegd::cri::spec::{ContainerSpec, PodSpec};
 use plegd::model::event::{EventSource, EventType, PodLifecycleEvent};
 use plegd::pleg::evented::{Mode, StreamState};
 use plegd::proto::runtime as cri;
+use support::containerd::{Env, env, figure, remove_pod, run_pod};
 use support::{Sidecar, start_sidecar};
 use tokio::time::Instant;
 
-const NEEDS: &str =
-    "needs a real containerd: run tests/e2e/run.sh (it installs and starts containerd 1.6, 1.7 and 2.1)";
-
-struct Env {
-    endpoint: String,
-    version: String,
-    ctl: String,
-}
-
-fn env() -> Env {
-    let get = |k: &str| {
-        std::env::var(k).unwrap_or_else(|_| {
-            panic!("\n\n*** {k} is not set: this end-to-end test {NEEDS}. It cannot run without containerd. ***\n")
-        })
-    };
-    Env { endpoint: get("PLEGD_E2E_ENDPOINT"), version: get("PLEGD_E2E_VERSION"), ctl: get("PLEGD_E2E_CTL") }
-}
-
 impl Env {
-    fn client(&self) -> CriClient {
-        let opts = ClientOptions {
-            timeout: Duration::from_secs(10),
-            backoff_initial: Duration::from_millis(50),
-            backoff_max: Duration::from_millis(500),
-        };
-        CriClient::new(&self.endpoint, opts, None).unwrap()
-    }
-
-    fn ctl(&self, action: &str) {
-        let out = Command::new(&self.ctl).args([action, &self.version]).output().unwrap();
-        assert!(out.status.success(), "{action}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    fn has_stream(&self) -> bool {
-        self.version != "1.6"
-    }
-
     /// Starts a sidecar and waits until the stream settled (up on 1.7, absent on 1.6).
     async fn sidecar(&self) -> Sidecar {
         use tracing_subscriber::layer::SubscriberExt;
@@ -70,10 +34,6 @@ impl Env {
     }
 }
 
-async fn run_pod(c: &CriClient, pod: &PodSpec) -> String {
-    c.raw().run_pod_sandbox(pod.run_request()).await.expect("RunPodSandbox").into_inner().pod_sandbox_id
-}
-
 /// Creates and starts a container; returns its id and when StartContainer returned.
 async fn start(c: &CriClient, pod: &PodSpec, sid: &str, spec: &ContainerSpec) -> (String, Instant) {
     let mut raw = c.raw();
@@ -81,14 +41,6 @@ async fn start(c: &CriClient, pod: &PodSpec, sid: &str, spec: &ContainerSpec) ->
         raw.create_container(pod.create_request(sid, spec)).await.expect("CreateContainer").into_inner().container_id;
     raw.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");
     (id, Instant::now())
-}
-
-async fn remove_pod(c: &CriClient, sid: &str) {
-    let mut raw = c.raw();
-    raw.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sid.into() }).await.expect("StopPodSandbox");
-    raw.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sid.into() })
-        .await
-        .expect("RemovePodSandbox");
 }
 
 /// Waits for an event matching `pred`, keeping the others.
@@ -110,16 +62,6 @@ async fn wait_event(
         if pred(&ev) {
             return (at, ev);
         }
-    }
-}
-
-/// Records a measured figure in `$PLEGD_E2E_FIGURES` (the runner prints them).
-fn figure(line: &str) {
-    use std::io::Write;
-    println!("FIGURE {line}");
-    if let Ok(path) = std::env::var("PLEGD_E2E_FIGURES") {
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
-        writeln!(f, "{line}").unwrap();
     }
 }
 

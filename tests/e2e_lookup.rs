@@ -12,30 +12,13 @@ use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 use std::time::Duration;
 
-use plegd::cri::client::{ClientOptions, CriClient};
+use plegd::cri::client::CriClient;
 use plegd::cri::spec::{ContainerSpec, PodSpec};
 use plegd::proto::plegd as api;
 use plegd::proto::plegd::get_container_request::Key;
 use plegd::proto::runtime as cri;
+use support::containerd::{Env, env, figure, remove_pod, run_pod};
 use tokio::time::Instant;
-
-struct Env {
-    endpoint: String,
-    version: String,
-    ctl: String,
-}
-
-fn env() -> Env {
-    let get = |k: &str| {
-        std::env::var(k).unwrap_or_else(|_| {
-            panic!(
-                "\n\n*** {k} is not set: this end-to-end test needs a real containerd: run tests/e2e/run.sh \
-                 (it installs and starts containerd 1.6, 1.7 and 2.1). It cannot run without it. ***\n"
-            )
-        })
-    };
-    Env { endpoint: get("PLEGD_E2E_ENDPOINT"), version: get("PLEGD_E2E_VERSION"), ctl: get("PLEGD_E2E_CTL") }
-}
 
 struct Plegd {
     app: plegd::app::Sidecar,
@@ -45,15 +28,6 @@ struct Plegd {
 }
 
 impl Env {
-    fn cri(&self) -> CriClient {
-        let opts = ClientOptions {
-            timeout: Duration::from_secs(10),
-            backoff_initial: Duration::from_millis(50),
-            backoff_max: Duration::from_millis(500),
-        };
-        CriClient::new(&self.endpoint, opts, None).unwrap()
-    }
-
     async fn plegd(&self, state: &std::path::Path, retention: Duration) -> Plegd {
         let mut cfg = plegd::config::RunConfig::for_endpoint(&self.endpoint).unwrap();
         cfg.api.socket = state.join("plegd.sock");
@@ -117,24 +91,12 @@ impl Plegd {
     }
 }
 
-async fn run_pod(c: &CriClient, pod: &PodSpec) -> String {
-    c.raw().run_pod_sandbox(pod.run_request()).await.expect("RunPodSandbox").into_inner().pod_sandbox_id
-}
-
 async fn create(c: &CriClient, pod: &PodSpec, sid: &str, spec: &ContainerSpec) -> String {
     c.raw().create_container(pod.create_request(sid, spec)).await.expect("CreateContainer").into_inner().container_id
 }
 
 async fn start(c: &CriClient, id: &str) {
     c.raw().start_container(cri::StartContainerRequest { container_id: id.into() }).await.expect("StartContainer");
-}
-
-async fn remove_pod(c: &CriClient, sid: &str) {
-    let mut raw = c.raw();
-    raw.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sid.into() }).await.expect("StopPodSandbox");
-    raw.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sid.into() })
-        .await
-        .expect("RemovePodSandbox");
 }
 
 /// The cgroup `/proc/PID/cgroup` names, and its directory: the unified hierarchy's
@@ -169,22 +131,13 @@ fn pid_in_kernel(id: &str) -> Option<u32> {
     })
 }
 
-fn figure(line: &str) {
-    use std::io::Write;
-    println!("FIGURE {line}");
-    if let Ok(path) = std::env::var("PLEGD_E2E_FIGURES") {
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
-        writeln!(f, "{line}").unwrap();
-    }
-}
-
 #[tokio::test]
 #[ignore = "needs a real containerd: run tests/e2e/run.sh"]
 async fn a_running_container_has_its_kernel_pid_cgroup_id_and_containerds_image_digest() {
     let env = env();
     let state = tempfile::tempdir().unwrap();
     let p = env.plegd(state.path(), Duration::from_secs(3600)).await;
-    let c = env.cri();
+    let c = env.client();
     let pod = PodSpec::new("e2e-lookup", "facts");
     let sid = run_pod(&c, &pod).await;
     let id = create(&c, &pod, &sid, &ContainerSpec::new("main").limits(250, 64 << 20)).await;
@@ -253,7 +206,7 @@ async fn get_container_by_pid_answers_soon_after_start_container_returns() {
     let env = env();
     let state = tempfile::tempdir().unwrap();
     let p = env.plegd(state.path(), Duration::from_secs(3600)).await;
-    let c = env.cri();
+    let c = env.client();
     let pod = PodSpec::new("e2e-lookup", "latency");
     let sid = run_pod(&c, &pod).await;
     let (mut total, mut answer) = (Vec::new(), Vec::new());
@@ -300,7 +253,7 @@ async fn an_oom_killed_container_counts_once_under_oomkilled_across_plegds_resta
     let env = env();
     let state = tempfile::tempdir().unwrap();
     let p = env.plegd(state.path(), Duration::from_secs(3600)).await;
-    let c = env.cri();
+    let c = env.client();
     let pod = PodSpec::new("e2e-oom", "hungry");
     let sid = run_pod(&c, &pod).await;
     // A shell that doubles a string until the cgroup's 16 MiB run out.
@@ -336,7 +289,7 @@ async fn a_removed_container_is_found_by_id_cgroup_and_pid_until_the_retention_e
     let env = env();
     let state = tempfile::tempdir().unwrap();
     let p = env.plegd(state.path(), Duration::from_secs(4)).await;
-    let c = env.cri();
+    let c = env.client();
     let pod = PodSpec::new("e2e-lookup", "brief");
     let sid = run_pod(&c, &pod).await;
     let id = create(&c, &pod, &sid, &ContainerSpec::new("main")).await;

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::containerd::figure;
 
 use plegd::cri::RuntimeService;
 use plegd::cri::client::{ClientOptions, CriClient};
@@ -370,15 +371,6 @@ impl Drop for LogOnFailure {
             let why = FAILURE.lock().unwrap_or_else(|e| e.into_inner()).take();
             eprintln!("---- the test failed: {} ----", why.as_deref().unwrap_or("(no panic message recorded)"));
         }
-    }
-}
-
-fn figure(line: &str) {
-    use std::io::Write;
-    println!("FIGURE {line}");
-    if let Ok(path) = std::env::var("PLEGD_E2E_FIGURES") {
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
-        writeln!(f, "{line}").unwrap();
     }
 }
 

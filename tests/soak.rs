@@ -1463,16 +1463,8 @@ async fn a_soak_under_chaos_on_the_simulated_runtime_loses_no_death_and_every_vi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real containerd: tests/e2e/run.sh runs it (PLEGD_SOAK_VERSIONS, default 2.1)"]
 async fn a_soak_under_chaos_on_real_containerd_loses_no_death_and_every_view_matches_the_runtime() {
-    let get = |k: &str| {
-        std::env::var(k).unwrap_or_else(|_| {
-            panic!("\n\n*** {k} is not set: this soak needs a real containerd; run tests/e2e/run.sh. ***\n")
-        })
-    };
-    let runtime = Runtime::Containerd {
-        endpoint: get("PLEGD_E2E_ENDPOINT"),
-        version: get("PLEGD_E2E_VERSION"),
-        ctl: get("PLEGD_E2E_CTL"),
-    };
+    let support::containerd::Env { endpoint, version, ctl } = support::containerd::env();
+    let runtime = Runtime::Containerd { endpoint, version, ctl };
     let secs = env_or("PLEGD_SOAK_SECS", 300);
     let seed = env_or("PLEGD_SOAK_SEED", fastrand::u64(..));
     soak(runtime, secs, seed).await;

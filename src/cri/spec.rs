@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use crate::labels::kubelet::{CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID};
 use crate::proto::runtime as v1;
 
 /// Annotation the simulated runtime honours: the container exits this long after it
@@ -10,15 +11,6 @@ use crate::proto::runtime as v1;
 pub const EXIT_AFTER: &str = "plegd.sim/exit-after";
 /// Annotation the simulated runtime honours: the exit code it then reports.
 pub const EXIT_CODE: &str = "plegd.sim/exit-code";
-
-/// The kubelet's pod labels on sandboxes and containers.
-pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
-/// Pod name label.
-pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
-/// Pod namespace label.
-pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
-/// Container name label.
-pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
 
 /// What a pod looks like to the runtime.
 #[derive(Clone, Debug)]
@@ -69,9 +61,9 @@ impl PodSpec {
     /// The sandbox config the kubelet would send.
     pub fn sandbox_config(&self) -> v1::PodSandboxConfig {
         let mut labels = self.labels.clone();
-        labels.insert(POD_UID_LABEL.into(), self.uid.clone());
-        labels.insert(POD_NAME_LABEL.into(), self.name.clone());
-        labels.insert(POD_NAMESPACE_LABEL.into(), self.namespace.clone());
+        labels.insert(POD_UID.into(), self.uid.clone());
+        labels.insert(POD_NAME.into(), self.name.clone());
+        labels.insert(POD_NAMESPACE.into(), self.namespace.clone());
         let ns = v1::NamespaceOption {
             network: if self.host_network { v1::NamespaceMode::Node } else { v1::NamespaceMode::Pod } as i32,
             pid: v1::NamespaceMode::Container as i32,
@@ -108,10 +100,10 @@ impl PodSpec {
     /// `CreateContainerRequest` for a container of this pod.
     pub fn create_request(&self, sandbox_id: &str, c: &ContainerSpec) -> v1::CreateContainerRequest {
         let mut labels = HashMap::new();
-        labels.insert(POD_UID_LABEL.into(), self.uid.clone());
-        labels.insert(POD_NAME_LABEL.into(), self.name.clone());
-        labels.insert(POD_NAMESPACE_LABEL.into(), self.namespace.clone());
-        labels.insert(CONTAINER_NAME_LABEL.into(), c.name.clone());
+        labels.insert(POD_UID.into(), self.uid.clone());
+        labels.insert(POD_NAME.into(), self.name.clone());
+        labels.insert(POD_NAMESPACE.into(), self.namespace.clone());
+        labels.insert(CONTAINER_NAME.into(), c.name.clone());
         v1::CreateContainerRequest {
             pod_sandbox_id: sandbox_id.into(),
             config: Some(v1::ContainerConfig {

@@ -391,20 +391,20 @@ pub async fn read_container<R: RuntimeService>(
     host: &Host,
     id: &str,
 ) -> Result<Option<(PodStatus, ContainerStatus)>, CriError> {
-    use crate::cri::spec::{POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL};
+    use crate::labels::kubelet::{POD_NAME, POD_NAMESPACE, POD_UID};
     let (st, verbose) = match runtime.container_status_verbose(id).await {
         Ok(read) => read,
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e),
     };
     let label = |k: &str| st.labels.get(k).cloned().unwrap_or_default();
-    let uid = label(POD_UID_LABEL);
+    let uid = label(POD_UID);
     if uid.is_empty() {
         return Ok(None);
     }
     let mut c = ContainerStatus::from_cri(&st);
     c.process = Some(process_of(host, &c.id, &verbose, c.state == ContainerState::Running));
-    Ok(Some((PodStatus::empty(&uid, &label(POD_NAMESPACE_LABEL), &label(POD_NAME_LABEL)), c)))
+    Ok(Some((PodStatus::empty(&uid, &label(POD_NAMESPACE), &label(POD_NAME)), c)))
 }
 
 /// `fresh`, or the previous status's copy of the same container when it reads the same.
@@ -429,8 +429,8 @@ pub async fn list_pod<R: RuntimeService>(
     uid: &str,
     known_sandboxes: &std::collections::BTreeSet<String>,
 ) -> Result<Option<super::records::RuntimePod>, CriError> {
-    use crate::cri::spec::POD_UID_LABEL;
-    let by_label: std::collections::HashMap<String, String> = [(POD_UID_LABEL.to_owned(), uid.to_owned())].into();
+    use crate::labels::kubelet::POD_UID;
+    let by_label: std::collections::HashMap<String, String> = [(POD_UID.to_owned(), uid.to_owned())].into();
     let containers_of = |id: &str| {
         runtime.list_containers(Some(cri::ContainerFilter { pod_sandbox_id: id.to_owned(), ..Default::default() }))
     };

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{PlegState, transition_events};
-use crate::cri::spec::{CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL};
+use crate::labels::kubelet::{CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID};
 use crate::model::event::EventType;
 use crate::model::{ContainerState, SandboxState};
 use crate::proto::runtime as cri;
@@ -82,7 +82,7 @@ pub fn group_pods(sandboxes: Vec<cri::PodSandbox>, containers: Vec<cri::Containe
     let mut sandbox_pod: HashMap<String, String> = HashMap::with_capacity(sandboxes.len());
     for mut s in sandboxes {
         let md = s.metadata.take().unwrap_or_default();
-        let uid = if md.uid.is_empty() { s.labels.remove(POD_UID_LABEL).unwrap_or_default() } else { md.uid };
+        let uid = if md.uid.is_empty() { s.labels.remove(POD_UID).unwrap_or_default() } else { md.uid };
         if uid.is_empty() {
             continue;
         }
@@ -103,7 +103,7 @@ pub fn group_pods(sandboxes: Vec<cri::PodSandbox>, containers: Vec<cri::Containe
     }
     for mut c in containers {
         let md = c.metadata.take().unwrap_or_default();
-        let name = if md.name.is_empty() { c.labels.remove(CONTAINER_NAME_LABEL).unwrap_or_default() } else { md.name };
+        let name = if md.name.is_empty() { c.labels.remove(CONTAINER_NAME).unwrap_or_default() } else { md.name };
         let entry = RuntimeContainer {
             id: c.id,
             name,
@@ -115,11 +115,11 @@ pub fn group_pods(sandboxes: Vec<cri::PodSandbox>, containers: Vec<cri::Containe
             pod.containers.push(entry);
             continue;
         }
-        let Some(uid) = c.labels.remove(POD_UID_LABEL) else { continue };
+        let Some(uid) = c.labels.remove(POD_UID) else { continue };
         let pod = pods.entry(uid).or_insert_with_key(|uid| RuntimePod {
             uid: uid.clone(),
-            name: c.labels.remove(POD_NAME_LABEL).unwrap_or_default(),
-            namespace: c.labels.remove(POD_NAMESPACE_LABEL).unwrap_or_default(),
+            name: c.labels.remove(POD_NAME).unwrap_or_default(),
+            namespace: c.labels.remove(POD_NAMESPACE).unwrap_or_default(),
             ..Default::default()
         });
         pod.containers.push(entry);
@@ -340,7 +340,7 @@ mod tests {
     #[test]
     fn groups_containers_by_sandbox_and_falls_back_to_the_uid_label() {
         let mut orphan = container("c3", "gone", "x", cri::ContainerState::ContainerExited, 3);
-        orphan.labels.insert(POD_UID_LABEL.into(), "u2".into());
+        orphan.labels.insert(POD_UID.into(), "u2".into());
         let stray = container("c4", "gone", "y", cri::ContainerState::ContainerExited, 4);
         let pods = group_pods(
             vec![sandbox("s1", "u1", true, 1)],

@@ -2,6 +2,8 @@
 //! on it, and helpers to create pods the way the kubelet does.
 #![allow(dead_code)]
 
+pub mod containerd;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
