@@ -12,7 +12,7 @@
 //!  ─► grpc::watch (the Watch stream pulls) ─► grpc::wire ─► the socket
 //! ```
 //!
-//! (`docs/architecture.md` lists the fifteen calls.)
+//! (`docs/architecture.md` lists the sixteen calls.)
 //!
 //! The same events feed `syncloop` (history, the Contiv/VPP event loop) and, through
 //! work queues, `reconcile`, whose events come back through the same publish path.

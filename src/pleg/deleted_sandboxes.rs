@@ -132,7 +132,7 @@ mod tests {
     /// Says sandbox `id` of `uid` deleted and schedules its first re-read.
     fn say(d: &mut DeletedSandboxes, s: &mut Scheduler<String, ()>, uid: &str, id: &str) {
         if let Some(at) = d.said(uid, id) {
-            s.at(id.to_owned(), (), at);
+            s.schedule(id.to_owned(), (), at);
         }
     }
 
@@ -153,7 +153,7 @@ mod tests {
                     continue;
                 }
                 if let Some(next) = d.read(&due.key, answer(n)) {
-                    s.at(due.key, (), next);
+                    s.schedule(due.key, (), next);
                 }
                 reads.push((Instant::now() - start).as_millis() as u64);
                 n += 1;

@@ -433,7 +433,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     fn retry_later(&mut self, uid: &str) {
         let now = Instant::now();
         let at = if self.stream.state.borrow().is_up() { now + self.cfg.period } else { now + NEXT_FULL_RELIST };
-        self.reads.at(Read::Pod(uid.to_owned()), Why::because(Reason::FailedRead, now), at);
+        self.reads.schedule(Read::Pod(uid.to_owned()), Why::because(Reason::FailedRead, now), at);
     }
 
     /// Stores a failed inspection. A pod whose very first inspection fails is cached
@@ -527,7 +527,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
         let now = Instant::now();
         for (id, first) in books.lost_exits.note(uid, status.as_deref()) {
-            self.reads.at(Read::ExitStatus(id), Why::because(Reason::LostExit, now), first);
+            self.reads.schedule(Read::ExitStatus(id), Why::because(Reason::LostExit, now), first);
         }
         // A sandbox said deleted is still there if the listing or the statuses have it
         // (a status read NotFound while the listing still had it: still there).

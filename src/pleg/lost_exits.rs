@@ -230,7 +230,7 @@ mod tests {
     /// Schedules what a note says is to be read.
     fn noted(s: &mut Scheduler<String, ()>, first: Vec<(String, Instant)>) {
         for (id, at) in first {
-            s.at(id, (), at);
+            s.schedule(id, (), at);
         }
     }
 
@@ -251,7 +251,7 @@ mod tests {
                     continue;
                 }
                 if let Some(next) = a.read(&due.key, answer(n)) {
-                    s.at(due.key, (), next);
+                    s.schedule(due.key, (), next);
                 }
                 reads.push((Instant::now() - start).as_secs());
                 n += 1;

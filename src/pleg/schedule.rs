@@ -143,8 +143,7 @@ impl<K, M> Default for Scheduler<K, M> {
 impl<K: Clone + Eq + Hash + Ord, M: Merge> Scheduler<K, M> {
     /// Schedules `message` for `key` at `run_at`. A key already scheduled keeps the
     /// earlier of the two times and merges the messages.
-    pub fn schedule(&mut self, request: ScheduleRequest<K, M>) {
-        let ScheduleRequest { key, message, run_at } = request;
+    pub fn schedule(&mut self, key: K, message: M, run_at: Instant) {
         match self.entries.get_mut(&key) {
             Some((at, held)) => {
                 held.merge(message);
@@ -159,11 +158,6 @@ impl<K: Clone + Eq + Hash + Ord, M: Merge> Scheduler<K, M> {
                 self.entries.insert(key, (run_at, message));
             }
         }
-    }
-
-    /// Schedules `message` for `key` at `run_at` (see [`Scheduler::schedule`]).
-    pub fn at(&mut self, key: K, message: M, run_at: Instant) {
-        self.schedule(ScheduleRequest { key, message, run_at });
     }
 
     /// When the earliest request is due.

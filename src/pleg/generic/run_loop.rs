@@ -40,7 +40,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.books.final_statuses.keep(std::mem::take(&mut pending.final_statuses));
         for (uid, id) in std::mem::take(&mut pending.deleted_sandboxes) {
             if let Some(first) = self.books.deleted_sandboxes.said(&uid, &id) {
-                self.reads.at(Read::DeletedSandbox(id), Why::because(Reason::SandboxDeleted, now), first);
+                self.reads.schedule(Read::DeletedSandbox(id), Why::because(Reason::SandboxDeleted, now), first);
             }
         }
         // The stream announced these pods' removal (a sandbox's CONTAINER_DELETED):
@@ -73,7 +73,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             pods.iter().filter(|(_, h)| h.source == EventSource::CriEvent).map(|(uid, _)| uid.clone()).collect();
         self.settle_suspects(&announced);
         for (uid, hint) in pods {
-            self.reads.at(Read::Pod(uid), Why::of_hint(hint), now);
+            self.reads.schedule(Read::Pod(uid), Why::of_hint(hint), now);
         }
         full
     }
@@ -92,7 +92,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         let now = Instant::now();
         for uid in demand {
             if self.records.old(&uid).is_some() || self.records.current(&uid).is_some() {
-                self.reads.at(Read::Pod(uid), Why::because(Reason::Waiting, now), now);
+                self.reads.schedule(Read::Pod(uid), Why::because(Reason::Waiting, now), now);
             }
         }
     }
@@ -108,7 +108,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             match key {
                 Read::Pod(uid) if message.only_waiting() && !self.waiting_pace.try_take() => {
                     let turn = self.waiting_pace.next_at();
-                    self.reads.at(Read::Pod(uid), message, turn);
+                    self.reads.schedule(Read::Pod(uid), message, turn);
                 }
                 Read::Pod(uid) => pods.push((uid, message)),
                 other => rereads.push(other),
@@ -180,7 +180,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 Read::Pod(_) => None,
             };
             if let Some((at, reason)) = next {
-                self.reads.at(read, Why::because(reason, now), at);
+                self.reads.schedule(read, Why::because(reason, now), at);
             }
             if found == Reread::Changed {
                 changed.insert(pod);

@@ -47,7 +47,7 @@ proptest! {
         for op in ops {
             match op {
                 Op::Schedule(k, w, at) => {
-                    s.at(k, Said(BTreeSet::from([w])), ms(at));
+                    s.schedule(k, Said(BTreeSet::from([w])), ms(at));
                     let e = model.entry(k).or_insert((at, BTreeSet::new()));
                     e.0 = e.0.min(at);
                     e.1.insert(w);
@@ -86,12 +86,12 @@ async fn a_pod_asked_for_by_the_stream_a_reader_and_a_failed_read_is_read_once_a
     let now = Instant::now();
     let mut s: Scheduler<Read, Why> = Scheduler::default();
     let pod = Read::Pod("p".into());
-    s.at(pod.clone(), Why::because(Reason::FailedRead, now), now + Duration::from_secs(1));
+    s.schedule(pod.clone(), Why::because(Reason::FailedRead, now), now + Duration::from_secs(1));
     let mut hint = Why::because(Reason::StreamEvent, now + Duration::from_millis(5));
     hint.container_ids.insert("c".into());
-    s.at(pod.clone(), hint, now + Duration::from_millis(5));
-    s.at(pod.clone(), Why::because(Reason::Waiting, now), now + Duration::from_millis(50));
-    s.at(Read::ExitStatus("c".into()), Why::because(Reason::LostExit, now), now + Duration::from_secs(3));
+    s.schedule(pod.clone(), hint, now + Duration::from_millis(5));
+    s.schedule(pod.clone(), Why::because(Reason::Waiting, now), now + Duration::from_millis(50));
+    s.schedule(Read::ExitStatus("c".into()), Why::because(Reason::LostExit, now), now + Duration::from_secs(3));
     assert_eq!(s.len(), 2, "one entry per read");
     assert!(s.take_due(now).is_empty(), "nothing before its time");
     let due = s.take_due(now + Duration::from_millis(5));
