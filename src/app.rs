@@ -193,6 +193,9 @@ pub async fn start_on<R: RuntimeService>(
     let RunConfig { runtime, pleg: pleg_cfg, admin: admin_cfg, api, journal, sync: sync_cfg, memory, lookup, export } =
         cfg.clone();
     crate::clock::start();
+    // Where the host's /proc and cgroupfs are: the relister reads a new container's
+    // process there, the lookup and the runtime view too.
+    let lookup_host = lookup.host.clone();
     let liveness = Liveness::new();
     let stores = Stores::open(&journal, lookup, pleg_cfg.mode, &metrics, shutdown).await?;
     let Stores { journal, lookup, tombstones, runlog } = stores;
@@ -206,15 +209,14 @@ pub async fn start_on<R: RuntimeService>(
         .priming(health.clone())
         .with_lookup(lookup.clone());
     let (state_tx, state_rx) = evented::stream_state();
-    let relist_limit =
-        relist_liveness_limit(pleg_cfg.relist.period, pleg_cfg.relist.inspect_timeout, runtime.request_timeout);
+    let relist_limit = relist_liveness_limit(pleg_cfg.relist_period, pleg_cfg.inspect_timeout, runtime.request_timeout);
     let relister = GenericPleg::new(
         client.clone(),
         writer,
         events_tx,
         health.clone(),
         Some(metrics.pleg.clone()),
-        pleg_cfg.relist.clone(),
+        pleg_cfg.relist(lookup_host.clone()),
     )
     // What the journal's last events said of each pod: the first relist turns what
     // changed while plegd was down into events.
@@ -241,7 +243,7 @@ pub async fn start_on<R: RuntimeService>(
         pleg: relist_handle.clone(),
         cache: cache.clone(),
         journal: journal.clone(),
-        runtime_view: runtime_view(client.clone(), cache.clone(), &pleg_cfg),
+        runtime_view: runtime_view(client.clone(), cache.clone(), pleg_cfg.concurrency, lookup_host.clone()),
         work: Default::default(),
         runlog: runlog.clone(),
     });
@@ -301,7 +303,7 @@ pub async fn start_on<R: RuntimeService>(
         tracker.clone(),
         shutdown.clone(),
     )
-    .with_lookup(lookup.clone(), Some(container_reader(client.clone(), &pleg_cfg)));
+    .with_lookup(lookup.clone(), Some(container_reader(client.clone(), lookup_host.clone())));
     let (sd, ready, socket) = (shutdown.clone(), readiness.clone(), api.socket.clone());
     let api_beat = liveness.register("api", QUICK_LOOP_LIMIT);
     spawn(tracker, "grpc", async move {
@@ -443,9 +445,9 @@ impl Pipeline {
 fn runtime_view<R: RuntimeService>(
     client: R,
     cache: PodCache,
-    pleg: &crate::pleg::PlegConfig,
+    n: usize,
+    host: crate::host::Host,
 ) -> crate::admin::RuntimeView {
-    let (n, host) = (pleg.relist.concurrency, pleg.relist.host.clone());
     Arc::new(move || {
         let (client, host, cache) = (client.clone(), host.clone(), cache.clone());
         Box::pin(async move {
@@ -456,8 +458,7 @@ fn runtime_view<R: RuntimeService>(
 }
 
 /// `GetContainer`'s read of a container plegd has not published yet.
-fn container_reader<R: RuntimeService>(client: R, pleg: &crate::pleg::PlegConfig) -> crate::grpc::ContainerReader {
-    let host = pleg.relist.host.clone();
+fn container_reader<R: RuntimeService>(client: R, host: crate::host::Host) -> crate::grpc::ContainerReader {
     Arc::new(move |id: String| {
         let (client, host) = (client.clone(), host.clone());
         Box::pin(async move { crate::pleg::inspect::read_container(&client, &host, &id).await.ok().flatten() })

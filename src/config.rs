@@ -67,6 +67,10 @@ pub struct ApiArgs {
     /// Events buffered per watcher before it is reset as a slow consumer.
     #[arg(long, env = "PLEGD_WATCH_BUFFER", default_value_t = 4096)]
     pub watch_buffer: usize,
+    /// Watch streams one peer uid may hold open at once (0: no cap); past it a Watch
+    /// gets RESOURCE_EXHAUSTED.
+    #[arg(long, env = "PLEGD_MAX_WATCH_STREAMS_PER_UID", default_value_t = 256)]
+    pub max_watch_streams_per_uid: usize,
     /// A watch stream idle this long gets a bookmark.
     #[arg(long, env = "PLEGD_BOOKMARK_INTERVAL", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub bookmark_interval: Duration,
@@ -340,7 +344,6 @@ impl TryFrom<&RunArgs> for RunConfig {
         if a.pleg.inspect_concurrency == 0 {
             return Err(invalid("--inspect-concurrency", "must be at least 1"));
         }
-        let host = crate::host::Host::new(&a.lookup.host_root);
         Ok(Self {
             runtime: crate::cri::client::RuntimeConfig {
                 endpoint: format!("unix://{}", runtime_socket.display()),
@@ -348,12 +351,9 @@ impl TryFrom<&RunArgs> for RunConfig {
             },
             pleg: crate::pleg::PlegConfig {
                 mode: a.pleg.mode,
-                relist: crate::pleg::generic::RelistConfig {
-                    period: relist_period,
-                    concurrency: a.pleg.inspect_concurrency,
-                    inspect_timeout: positive("--inspect-timeout", a.pleg.inspect_timeout)?,
-                    host: host.clone(),
-                },
+                relist_period,
+                concurrency: a.pleg.inspect_concurrency,
+                inspect_timeout: positive("--inspect-timeout", a.pleg.inspect_timeout)?,
                 net_period: positive("--evented-relist-period", a.pleg.evented_relist_period)?,
                 stream_check: a.pleg.stream_check_period,
                 threshold: relist_threshold,
@@ -367,6 +367,7 @@ impl TryFrom<&RunArgs> for RunConfig {
                 bookmark_interval: positive("--bookmark-interval", a.api.bookmark_interval)?,
                 max_wait: Duration::from_secs(300),
                 handshake_timeout: Duration::from_secs(10),
+                max_watch_streams_per_uid: a.api.max_watch_streams_per_uid,
             },
             journal: journal_config(&a.journal, a.api.watch_buffer)?,
             sync: sync_config(&a.sync)?,
@@ -376,7 +377,7 @@ impl TryFrom<&RunArgs> for RunConfig {
                 max_tombstones: crate::lookup::MAX_TOMBSTONES,
                 max_bytes: crate::lookup::MAX_TOMBSTONE_BYTES,
                 state_dir: (!a.journal.state_dir.as_os_str().is_empty()).then(|| a.journal.state_dir.clone()),
-                host,
+                host: crate::host::Host::new(&a.lookup.host_root),
             },
             export: export_config(&a.export, &a.journal.state_dir)?,
         })
@@ -537,7 +538,7 @@ mod tests {
     fn defaults_follow_the_contract() {
         let c = run_args(&[]).unwrap();
         assert_eq!(c.runtime.endpoint, "unix:///run/containerd/containerd.sock");
-        assert_eq!(c.pleg.relist.period, Duration::from_secs(1));
+        assert_eq!(c.pleg.relist_period, Duration::from_secs(1));
         assert_eq!(c.pleg.threshold, Duration::from_secs(180));
         assert_eq!(c.admin.addr, "127.0.0.1:9477".parse().unwrap());
     }

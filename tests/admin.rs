@@ -223,7 +223,7 @@ async fn a_neighbour_that_keeps_reconnecting_never_locks_the_probes_out() {
 async fn healthz_reports_the_kubelets_message_and_readyz_follows() {
     let p = start_plegd(|c| {
         c.pleg.mode = plegd::pleg::evented::Mode::Generic;
-        c.pleg.relist.period = Duration::from_millis(100);
+        c.pleg.relist_period = Duration::from_millis(100);
         c.pleg.threshold = Duration::from_millis(400);
     })
     .await;

@@ -660,6 +660,44 @@ async fn waiting_readers_cannot_make_plegd_hammer_the_runtime() {
         + 2.0;
     assert!(reads <= allowed, "500 waits on one pod cost {reads} listings (allowed {allowed})");
     assert!(answered > 0, "and they are answered: {answered}");
+    // A pod whose reads fail: readers waiting on it do not hurry its retries past the
+    // pace either (each read fails and answers them with the error at once, so they
+    // come back for more).
+    let failing = PodSpec::new("default", "failing");
+    let (_, ids) = p.h.run_pod(&failing, &[ContainerSpec::new("app")]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    p.h.sim.inject(plegd::sim::Fault {
+        method: "ContainerStatus",
+        target: Some(ids[0].clone()),
+        action: plegd::sim::FaultAction::Error(Code::Unknown, "failed to read the task's state".into()),
+        times: None,
+    });
+    p.h.sim.stop_container(&ids[0]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t0 = std::time::Instant::now();
+    let reads = cri_calls(&p, "ListPodSandbox");
+    let until = t0 + Duration::from_secs(2);
+    let loops: Vec<_> = (0..20)
+        .map(|_| async {
+            while std::time::Instant::now() < until {
+                let _ = ask(failing.uid.clone()).await;
+            }
+        })
+        .collect();
+    futures_util::future::join_all(loops).await;
+    let reads = cri_calls(&p, "ListPodSandbox") - reads;
+    let secs = t0.elapsed().as_secs_f64();
+    // The pace, plus the failed read's own retry every relist period (200 ms here), plus
+    // the full relists of the stream check (every 10 s).
+    let allowed = f64::from(plegd::pleg::generic::DEMAND_READS_BURST)
+        + plegd::pleg::generic::DEMAND_READS_PER_SEC * secs
+        + secs / 0.2
+        + secs / 10.0
+        + 3.0;
+    assert!(
+        reads <= allowed,
+        "20 readers asking again and again on a failing pod cost {reads} listings in {secs:.1} s (allowed {allowed})"
+    );
     p.stop().await;
 }
 
@@ -859,5 +897,52 @@ async fn a_client_that_stalls_past_the_bookmark_interval_never_gets_a_bookmark_a
         }
     }
     assert!(checker.events >= 4500);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn a_peer_that_holds_its_cap_of_watch_streams_gets_no_more_until_it_closes_one() {
+    let p = start_plegd(|c| c.api.max_watch_streams_per_uid = 3).await;
+    let mut held: Vec<Stream> = Vec::new();
+    for _ in 0..3 {
+        held.push(watch(&p, api::WatchRequest::default()).await);
+    }
+    // The fourth: RESOURCE_EXHAUSTED, naming the flag, whether at the call or as the
+    // stream's first message.
+    let refused = match p.client().watch(api::WatchRequest::default()).await {
+        Err(e) => e,
+        Ok(mut s) => s.get_mut().message().await.expect_err("a fourth stream is refused"),
+    };
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("--max-watch-streams-per-uid"), "{refused:?}");
+    assert!(p.app.metrics().encode().contains("plegd_api_watch_streams_refused_total 1"));
+    // Everything else is still served, and the streams held still deliver.
+    p.client().list_pods(api::ListPodsRequest::default()).await.expect("ListPods is served");
+    let pod = PodSpec::new("default", "after-the-cap");
+    p.h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    for s in &mut held {
+        loop {
+            let m = next(s).await;
+            if let Some(Kind::Event(e)) = m.kind
+                && e.pod.as_ref().is_some_and(|p| p.uid == pod.uid)
+            {
+                break;
+            }
+        }
+    }
+    // One closed: a new one is served.
+    drop(held.pop());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let served = match p.client().watch(api::WatchRequest::default()).await {
+            Ok(mut s) => s.get_mut().message().await.is_ok(),
+            Err(_) => false,
+        };
+        if served {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no stream served after one of the three closed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     p.stop().await;
 }

@@ -18,8 +18,6 @@ fn tune(state: PathBuf, root: PathBuf, retention: Duration) -> impl FnOnce(&mut 
     move |c| {
         c.journal.state_dir = Some(state.clone());
         c.lookup.state_dir = Some(state);
-        // The relister reads processes and cgroups there; the lookup, removed ones.
-        c.pleg.relist.host = plegd::host::Host::new(&root);
         c.lookup.host = plegd::host::Host::new(root);
         c.lookup.retention = retention;
     }
@@ -239,7 +237,7 @@ async fn a_pid_plegd_has_not_read_yet_is_answered_at_once_from_the_runtime() {
     let p = start_plegd(move |c| {
         base(c);
         c.pleg.mode = plegd::pleg::evented::Mode::Generic;
-        c.pleg.relist.period = Duration::from_secs(60);
+        c.pleg.relist_period = Duration::from_secs(60);
         c.pleg.threshold = Duration::from_secs(180);
     })
     .await;

@@ -14,11 +14,13 @@ use plegd::app::Metrics;
 use plegd::app::Sidecar;
 use plegd::config::RunConfig;
 use plegd::cri::spec::{ContainerSpec, PodSpec};
+use plegd::model::event::EventType;
 use plegd::pleg::evented::Mode;
 use plegd::sim::{Fault, FaultAction, SimRuntime};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tonic::Code;
 
 struct InProcess {
     sim: SimRuntime,
@@ -155,8 +157,8 @@ async fn a_wedged_relist_loop_fails_livez_within_its_limit_and_is_named() {
     // relist loop, as a bug that awaited forever would.
     p.sim.inject(Fault { method: "ListPodSandbox", target: None, action: FaultAction::Hang, times: None });
     let limit = plegd::admin::relist_liveness_limit(
-        p.cfg.pleg.relist.period,
-        p.cfg.pleg.relist.inspect_timeout,
+        p.cfg.pleg.relist_period,
+        p.cfg.pleg.inspect_timeout,
         p.cfg.runtime.request_timeout,
     );
     let wedged_at = Instant::now();
@@ -188,7 +190,7 @@ async fn get_newer_than_answers_within_a_relist_period_on_a_quiet_node_in_every_
         let (gone, gone_sid, _) = p.run_pod("going").await;
         p.ready().await;
         tokio::time::sleep(Duration::from_secs(600)).await;
-        let period = p.cfg.pleg.relist.period;
+        let period = p.cfg.pleg.relist_period;
 
         // A pod that does not change: answered with a status read after the asked time.
         let min = Instant::now();
@@ -395,7 +397,7 @@ async fn a_complete_stream_that_misses_changes_is_noticed_and_full_relists_speed
     let second = p.start_container(&pod, &sid, "second").await;
     let t1 = Instant::now();
     while p.events_of(&pod, &second) == 0 {
-        assert!(t1.elapsed() <= p.cfg.pleg.relist.period * 3, "a second missed change waited {:?}", t1.elapsed());
+        assert!(t1.elapsed() <= p.cfg.pleg.relist_period * 3, "a second missed change waited {:?}", t1.elapsed());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Events flow again: relists find nothing missed and slow down step by step.
@@ -515,7 +517,7 @@ async fn on_a_runtime_whose_stream_may_split_events_full_relists_never_slow_down
     let id = p.start_container(&pod, &sid, "sidecar").await;
     let t0 = Instant::now();
     while p.events_of(&pod, &id) == 0 {
-        assert!(t0.elapsed() <= p.cfg.pleg.relist.period * 3, "a change the stream missed waited {:?}", t0.elapsed());
+        assert!(t0.elapsed() <= p.cfg.pleg.relist_period * 3, "a change the stream missed waited {:?}", t0.elapsed());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Health does not allow for slow relists here: none are slow.
@@ -529,7 +531,7 @@ async fn a_safety_net_shorter_than_the_relist_period_is_no_crash() {
     // shorter safety net, which panics.
     let sim = SimRuntime::new();
     let p = start_tuned(sim.clone(), sim, Mode::Auto, |cfg| {
-        cfg.pleg.relist.period = Duration::from_secs(2);
+        cfg.pleg.relist_period = Duration::from_secs(2);
         cfg.pleg.net_period = Duration::from_secs(1);
     })
     .await;
@@ -746,4 +748,74 @@ async fn a_sandbox_the_runtime_says_deleted_before_it_leaves_its_store_leaves_th
             }
         }
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_that_failed_while_the_stream_was_down_is_retried_soon_after_it_comes_back_even_when_full_relists_fail()
+{
+    let p = start(Mode::Auto, None).await;
+    let (pod, _sid, id) = p.run_pod("retried").await;
+    p.ready().await;
+    let started = Instant::now() + Duration::from_secs(10);
+    while p.events_of(&pod, &id) < 1 || !p.app.stream().borrow().is_up() {
+        assert!(Instant::now() < started, "the start was never published, or the stream never came up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The stream goes down and stays down.
+    let events_down = Fault {
+        method: "GetContainerEvents",
+        target: None,
+        action: FaultAction::Error(Code::Unavailable, "down".into()),
+        times: None,
+    };
+    p.sim.inject(events_down);
+    p.sim.drop_event_streams();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.app.stream().borrow().is_up() {
+        assert!(Instant::now() < deadline, "the stream never went down");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The container dies; every read of its status fails, so its death waits.
+    p.sim.inject(Fault {
+        method: "ContainerStatus",
+        target: Some(id.clone()),
+        action: FaultAction::Error(Code::Unavailable, "status unreadable".into()),
+        times: None,
+    });
+    p.sim.stop_container(&id).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(p.events_of(&pod, &id), 1, "no death published while its reads fail");
+
+    // The status reads again; full listings now fail (a listing too large for its
+    // deadline), the pod's own listing does not; the stream comes back.
+    p.sim.clear_faults();
+    for method in ["ListPodSandbox", "ListContainers"] {
+        p.sim.inject(Fault {
+            method,
+            target: Some(plegd::sim::FULL_LISTING.into()),
+            action: FaultAction::Error(Code::DeadlineExceeded, "listing too large".into()),
+            times: None,
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !p.app.stream().borrow().is_up() {
+        assert!(Instant::now() < deadline, "the stream never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let up = Instant::now();
+    // The failed read is retried at the relist period, not left for a full relist.
+    let limit = p.cfg.pleg.relist_period * 3;
+    while p.events_of(&pod, &id) < 2 {
+        assert!(
+            up.elapsed() <= limit,
+            "the death waited {:?} after the stream came back (limit {limit:?})",
+            up.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let timeline = p.app.journal().timeline(&pod.uid).unwrap_or_default();
+    let died = timeline.iter().find(|e| e.event.container_id == id && e.event.kind == EventType::ContainerDied);
+    assert!(died.is_some(), "the container's death is published: {timeline:?}");
+    p.stop().await;
 }

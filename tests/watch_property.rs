@@ -124,7 +124,7 @@ async fn start_plegd(
     }
     cfg.api.socket = h.dir.path().join("api/plegd.sock");
     cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
-    cfg.pleg.relist.period = Duration::from_millis(50);
+    cfg.pleg.relist_period = Duration::from_millis(50);
     cfg.api.bookmark_interval = Duration::from_millis(30);
     cfg.journal.client_buffer = buffer;
     cfg.pleg.stream = support::fast_evented();

@@ -66,7 +66,7 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
 
     let endpoint = format!("unix://{}", sim_sock.display());
     let mut run_cfg = RunConfig::for_endpoint(&endpoint).map_err(|e| DemoError::Setup(e.to_string()))?;
-    run_cfg.pleg.relist.period = cfg.relist_period;
+    run_cfg.pleg.relist_period = cfg.relist_period;
     run_cfg.admin.addr = cfg.admin_addr;
     run_cfg.api.socket = dir.join("plegd.sock");
     // The journal on disk, as in production, in the demo's scratch dir.

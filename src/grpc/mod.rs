@@ -54,6 +54,8 @@ pub struct ApiConfig {
     pub max_wait: Duration,
     /// A new connection must send the HTTP/2 preface within this long.
     pub handshake_timeout: Duration,
+    /// Watch streams one peer uid may hold open at once (0: no cap).
+    pub max_watch_streams_per_uid: usize,
 }
 
 impl Default for ApiConfig {
@@ -65,6 +67,7 @@ impl Default for ApiConfig {
             bookmark_interval: Duration::from_secs(30),
             max_wait: Duration::from_secs(300),
             handshake_timeout: Duration::from_secs(10),
+            max_watch_streams_per_uid: 256,
         }
     }
 }
@@ -78,6 +81,8 @@ pub struct ApiMetrics {
     pub refused: Counter,
     /// `plegd_api_connections_total`.
     pub accepted: Counter,
+    /// `plegd_api_watch_streams_refused_total`.
+    pub watch_refused: Counter,
 }
 
 impl ApiMetrics {
@@ -90,6 +95,11 @@ impl ApiMetrics {
             "plegd_api_connections_refused",
             "API connections refused by the peer-credential allowlist",
             api.refused.clone(),
+        );
+        registry.register(
+            "plegd_api_watch_streams_refused",
+            "Watch streams refused because their peer uid held --max-watch-streams-per-uid open",
+            api.watch_refused.clone(),
         );
         api
     }
@@ -161,6 +171,8 @@ pub struct PodLifecycleService {
     lookup: Option<ContainerLookup>,
     /// Reads a container the lookup does not know yet.
     reader: Option<ContainerReader>,
+    /// Open Watch streams per peer uid.
+    streams: watch::PeerStreams,
 }
 
 /// Reads one container from the runtime at once, for a `GetContainer` by PID whose
@@ -197,7 +209,19 @@ impl PodLifecycleService {
     ) -> Self {
         let tail = Arc::new(wire::EncodedTail::default());
         let replays = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_DISK_REPLAYS));
-        Self { journal, cache, cfg: Arc::new(cfg), metrics, tail, tasks, shutdown, replays, lookup: None, reader: None }
+        Self {
+            journal,
+            cache,
+            cfg: Arc::new(cfg),
+            metrics,
+            tail,
+            tasks,
+            shutdown,
+            replays,
+            lookup: None,
+            reader: None,
+            streams: Default::default(),
+        }
     }
 
     /// Answers `GetContainer` from `lookup`, and for a PID whose container the lookup
@@ -267,7 +291,8 @@ impl PodLifecycle for PodLifecycleService {
     type WatchStream = watch::FeedStream;
 
     async fn watch(&self, req: Request<api::WatchRequest>) -> Result<Response<watch::FeedStream>, Status> {
-        Ok(Response::new(watch::open(self, req.into_inner())?))
+        let uid = req.extensions().get::<incoming::Peer>().and_then(|p| p.uds.peer_cred).map(|c| c.uid());
+        Ok(Response::new(watch::open(self, uid, req.into_inner())?))
     }
 
     async fn list_pods(&self, req: Request<api::ListPodsRequest>) -> Result<Response<api::ListPodsResponse>, Status> {
@@ -487,14 +512,7 @@ mod tests {
 
     #[test]
     fn peers_are_allowed_by_uid_or_gid_and_everyone_without_lists() {
-        let mut cfg = ApiConfig {
-            socket: "/x".into(),
-            allow_uids: vec![],
-            allow_gids: vec![],
-            bookmark_interval: Duration::from_secs(1),
-            max_wait: Duration::from_secs(1),
-            handshake_timeout: Duration::from_secs(1),
-        };
+        let mut cfg = ApiConfig::default();
         assert!(incoming::peer_allowed(&cfg, 1000, 1000, &[]));
         cfg.allow_uids = vec![0];
         cfg.allow_gids = vec![42];

@@ -27,8 +27,14 @@ use crate::proto::plegd as api;
 /// Starts a watch: a stream that makes the snapshot or the replay, then live
 /// events and bookmarks, as the transport asks for them. It ends at shutdown;
 /// dropping it (the client went away) unsubscribes.
-pub fn open(svc: &PodLifecycleService, r: api::WatchRequest) -> Result<FeedStream, Status> {
+pub fn open(svc: &PodLifecycleService, uid: Option<u32>, r: api::WatchRequest) -> Result<FeedStream, Status> {
     let filter = Arc::new(to_filter(r.filter, &r.types)?);
+    let slot = match uid {
+        Some(uid) => Some(svc.streams.take(uid, svc.cfg.max_watch_streams_per_uid).inspect_err(|_| {
+            svc.metrics.watch_refused.inc();
+        })?),
+        None => None,
+    };
     let since = if r.since_revision == 0 { Since::Snapshot } else { Since::Revision(r.since_revision, r.epoch) };
     svc.metrics.watch_clients.inc();
     let feed = WatchFeed {
@@ -48,6 +54,7 @@ pub fn open(svc: &PodLifecycleService, r: api::WatchRequest) -> Result<FeedStrea
         burst: 0,
         replays: svc.replays.clone(),
         _guard: ClientGuard(svc.metrics.watch_clients.clone()),
+        _slot: slot,
     };
     Ok(Box::pin(futures_util::stream::unfold(feed, |mut feed| async move {
         let item = feed.next().await?;
@@ -84,6 +91,8 @@ struct WatchFeed {
     /// Turns to read a page of the journal's disk (shared by every stream).
     replays: Arc<tokio::sync::Semaphore>,
     _guard: ClientGuard,
+    /// Its place among its peer uid's streams (none when the peer is not known).
+    _slot: Option<StreamSlot>,
 }
 
 /// Where a [`WatchFeed`] is.
@@ -366,6 +375,49 @@ impl WatchFeed {
 }
 
 /// Counts a Watch stream for as long as it lives.
+/// Open Watch streams per peer uid: a local user allowed on the socket cannot hold
+/// plegd's memory with stalled streams (each can hold its HTTP/2 send buffer) beyond
+/// `--max-watch-streams-per-uid` of them.
+#[derive(Clone, Default)]
+pub(super) struct PeerStreams {
+    open: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
+}
+
+impl PeerStreams {
+    /// A slot for one more stream of `uid`, or `RESOURCE_EXHAUSTED` naming the cap when
+    /// it holds `max` already (0: no cap).
+    fn take(&self, uid: u32, max: usize) -> Result<StreamSlot, Status> {
+        let mut open = self.open.lock().expect("peer streams lock");
+        let n = open.entry(uid).or_insert(0);
+        if max > 0 && *n >= max {
+            return Err(Status::resource_exhausted(format!(
+                "peer uid {uid} holds {n} Watch streams open, the most --max-watch-streams-per-uid allows; \
+                 close one (a client needs one stream, however many pods it watches)"
+            )));
+        }
+        *n += 1;
+        Ok(StreamSlot { streams: self.clone(), uid })
+    }
+}
+
+/// One open stream of a peer uid, given back when the stream ends.
+struct StreamSlot {
+    streams: PeerStreams,
+    uid: u32,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.streams.open.lock().expect("peer streams lock");
+        if let Some(n) = open.get_mut(&self.uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.uid);
+            }
+        }
+    }
+}
+
 struct ClientGuard(Gauge);
 
 impl Drop for ClientGuard {

@@ -27,8 +27,12 @@ use crate::model::{ContainerState, PodStatus, SandboxState};
 pub struct PlegConfig {
     /// Whether the CRI event stream is used (`--mode`).
     pub mode: evented::Mode,
-    /// The relister: its period, concurrency and per-pod deadline.
-    pub relist: generic::RelistConfig,
+    /// Time from the end of one full relist to the start of the next.
+    pub relist_period: Duration,
+    /// Pods read at once.
+    pub concurrency: usize,
+    /// Longest time one pod's read may take.
+    pub inspect_timeout: Duration,
     /// The safety net: the full-relist period while a complete stream is up.
     pub net_period: Duration,
     /// The longest a trusted stream goes without a full relist (zero: the safety net).
@@ -39,11 +43,26 @@ pub struct PlegConfig {
     pub stream: evented::EventedConfig,
 }
 
+impl PlegConfig {
+    /// The relister's settings; it reads a new container's process and cgroup under
+    /// `host` (the lookup's `--host-root`).
+    pub fn relist(&self, host: crate::host::Host) -> generic::RelistConfig {
+        generic::RelistConfig {
+            period: self.relist_period,
+            concurrency: self.concurrency,
+            inspect_timeout: self.inspect_timeout,
+            host,
+        }
+    }
+}
+
 impl Default for PlegConfig {
     fn default() -> Self {
         Self {
             mode: evented::Mode::Auto,
-            relist: generic::RelistConfig::default(),
+            relist_period: Duration::from_secs(1),
+            concurrency: 8,
+            inspect_timeout: Duration::from_secs(5),
             net_period: Duration::from_secs(300),
             stream_check: generic::STREAM_CHECK,
             threshold: Duration::from_secs(180),

@@ -90,9 +90,16 @@ impl Why {
         self.reasons.contains(&reason)
     }
 
-    /// Whether a reader waiting is the only reason (such reads are paced).
+    /// Whether a reader waiting is the only reason.
     pub fn only_waiting(&self) -> bool {
         self.reasons.len() == 1 && self.has(Reason::Waiting)
+    }
+
+    /// Whether the read is paced: a reader waits, and nothing but a failed read (whose
+    /// own retry comes later) asks for it now. A reader cannot make plegd read a pod
+    /// whose reads fail faster than the pace.
+    pub fn paced(&self) -> bool {
+        self.has(Reason::Waiting) && self.reasons.iter().all(|r| matches!(r, Reason::Waiting | Reason::FailedRead))
     }
 
     /// The pod read this asks for, as the relister's targeted read takes it: announced by

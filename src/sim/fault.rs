@@ -15,6 +15,11 @@ pub enum FaultAction {
     Delay(Duration),
 }
 
+/// The target a `ListPodSandbox` or `ListContainers` call without a filter is about:
+/// a fault with this target hits full listings only, not the filtered listings of one
+/// pod (a fault with no target hits both).
+pub const FULL_LISTING: &str = "<full listing>";
+
 /// A fault injected into the simulated runtime.
 #[derive(Clone, Debug)]
 pub struct Fault {

@@ -13,7 +13,7 @@ mod runtime;
 pub mod server;
 mod unprompted;
 
-pub use fault::{Fault, FaultAction};
+pub use fault::{FULL_LISTING, Fault, FaultAction};
 use records::{Container, Sandbox};
 pub use server::{SimError, serve_cli};
 
@@ -504,9 +504,10 @@ impl SimRuntime {
         &self,
         filter: Option<cri::PodSandboxFilter>,
     ) -> Result<Vec<cri::PodSandbox>, Status> {
-        self.fault("ListPodSandbox", "").await?;
-        let s = self.state();
         let f = filter.unwrap_or_default();
+        let full = f.id.is_empty() && f.state.is_none() && f.label_selector.is_empty();
+        self.fault("ListPodSandbox", if full { fault::FULL_LISTING } else { "" }).await?;
+        let s = self.state();
         let id = if f.id.is_empty() {
             None
         } else {
@@ -664,9 +665,10 @@ impl SimRuntime {
         &self,
         filter: Option<cri::ContainerFilter>,
     ) -> Result<Vec<cri::Container>, Status> {
-        self.fault("ListContainers", "").await?;
-        let s = self.state();
         let f = filter.unwrap_or_default();
+        let full = f.id.is_empty() && f.pod_sandbox_id.is_empty() && f.state.is_none() && f.label_selector.is_empty();
+        self.fault("ListContainers", if full { fault::FULL_LISTING } else { "" }).await?;
+        let s = self.state();
         let id = if f.id.is_empty() {
             None
         } else {

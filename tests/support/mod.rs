@@ -223,11 +223,11 @@ pub async fn start_sidecar(
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cfg = plegd::config::RunConfig::for_endpoint("unix:///the/client/is/given").unwrap();
     cfg.pleg.mode = mode;
-    cfg.pleg.relist.period = relist_period;
+    cfg.pleg.relist_period = relist_period;
     cfg.pleg.net_period = evented_period;
     cfg.pleg.stream = fast_evented();
-    cfg.pleg.relist.concurrency = 8;
-    cfg.pleg.relist.inspect_timeout = Duration::from_secs(2);
+    cfg.pleg.concurrency = 8;
+    cfg.pleg.inspect_timeout = Duration::from_secs(2);
     cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
     cfg.api.socket = dir.path().join("plegd.sock");
     cfg.journal.capacity = 1_000_000;
@@ -391,7 +391,7 @@ pub async fn start_plegd_on(h: SimHarness, tune: impl FnOnce(&mut plegd::config:
     let mut cfg = plegd::config::RunConfig::for_endpoint(&h.endpoint).unwrap();
     cfg.api.socket = h.dir.path().join("api/plegd.sock");
     cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
-    cfg.pleg.relist.period = Duration::from_millis(200);
+    cfg.pleg.relist_period = Duration::from_millis(200);
     cfg.pleg.stream = fast_evented();
     tune(&mut cfg);
     let shutdown = CancellationToken::new();

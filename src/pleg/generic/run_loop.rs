@@ -106,7 +106,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         let mut rereads = Vec::new();
         for ScheduleRequest { key, message, .. } in self.reads.take_due(now) {
             match key {
-                Read::Pod(uid) if message.only_waiting() && !self.waiting_pace.try_take() => {
+                Read::Pod(uid) if message.paced() && !self.waiting_pace.try_take() => {
                     let turn = self.waiting_pace.next_at();
                     self.reads.schedule(Read::Pod(uid), message, turn);
                 }
@@ -192,6 +192,16 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
     }
 
+    /// Brings the failed reads parked for the next full relist to the relist period: the
+    /// stream came up (full relists may be minutes apart now) or a full relist failed
+    /// while it is up.
+    fn retry_failed_soon(&mut self) {
+        let at = Instant::now() + self.cfg.period;
+        for r in self.reads.take_where(|read, why| matches!(read, Read::Pod(_)) && why.has(Reason::FailedRead)) {
+            self.reads.schedule(r.key, r.message, r.run_at.min(at));
+        }
+    }
+
     async fn full_relist_logged(&mut self) {
         match self.relist().await {
             Ok(o) => {
@@ -207,6 +217,9 @@ impl<R: RuntimeService> GenericPleg<R> {
                     tracing::debug!(error = %e, "relist failed");
                 }
                 self.report.failing = true;
+                if self.stream.state.borrow().is_up() {
+                    self.retry_failed_soon();
+                }
             }
         }
     }
@@ -264,6 +277,9 @@ impl<R: RuntimeService> GenericPleg<R> {
             if now_up != up {
                 up = now_up;
                 self.on_stream_state(up).await;
+                if up {
+                    self.retry_failed_soon();
+                }
                 // Up: repair what was missed, then slow down. Down: relist now and go
                 // back to the relist period.
                 next_full = Instant::now();

@@ -107,11 +107,15 @@ async fn a_pod_asked_for_by_the_stream_a_reader_and_a_failed_read_is_read_once_a
 }
 
 #[test]
-fn only_a_read_no_one_but_a_reader_asked_for_is_paced() {
+fn a_read_only_readers_and_a_failed_read_ask_for_is_paced_and_one_the_stream_asks_for_is_not() {
     let now = Instant::now();
     let mut w = Why::because(Reason::Waiting, now);
-    assert!(w.only_waiting());
+    assert!(w.only_waiting() && w.paced());
     w.merge(Why::because(Reason::FailedRead, now));
     assert!(!w.only_waiting());
+    assert!(w.paced(), "a reader cannot read a failing pod faster than the pace by waiting on it");
     assert_eq!(w.clone().into_hint().source, EventSource::PodRelist, "not announced by the stream");
+    w.merge(Why::because(Reason::StreamEvent, now));
+    assert!(!w.paced(), "the stream's read is not a reader's");
+    assert!(!Why::because(Reason::FailedRead, now).paced(), "a retry alone is not a reader's read");
 }
