@@ -67,8 +67,8 @@ pub struct ApiArgs {
     /// Events buffered per watcher before it is reset as a slow consumer.
     #[arg(long, env = "PLEGD_WATCH_BUFFER", default_value_t = 4096)]
     pub watch_buffer: usize,
-    /// Watch streams one peer uid may hold open at once (0: no cap); past it a Watch
-    /// gets RESOURCE_EXHAUSTED.
+    /// Watch streams one peer uid may hold open at once — for uid 0, each process, as
+    /// every root agent shares it (0: no cap); past it a Watch gets RESOURCE_EXHAUSTED.
     #[arg(long, env = "PLEGD_MAX_WATCH_STREAMS_PER_UID", default_value_t = 256)]
     pub max_watch_streams_per_uid: usize,
     /// A watch stream idle this long gets a bookmark.

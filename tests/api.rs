@@ -698,6 +698,8 @@ async fn waiting_readers_cannot_make_plegd_hammer_the_runtime() {
         reads <= allowed,
         "20 readers asking again and again on a failing pod cost {reads} listings in {secs:.1} s (allowed {allowed})"
     );
+    // And it is still read: its retry every relist period goes on (the fault bites).
+    assert!(reads >= 3.0, "a failing pod is read again at its retries: {reads} listings in {secs:.1} s");
     p.stop().await;
 }
 
@@ -944,5 +946,83 @@ async fn a_peer_that_holds_its_cap_of_watch_streams_gets_no_more_until_it_closes
         assert!(tokio::time::Instant::now() < deadline, "no stream served after one of the three closed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn the_watch_cap_holds_a_non_root_uid_as_a_whole_and_each_root_process_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::Stdio;
+    use tokio::io::AsyncBufReadExt;
+    let Some(setpriv) = ["/usr/bin/setpriv", "/bin/setpriv"].into_iter().find(|p| std::path::Path::new(p).exists())
+    else {
+        panic!("this test needs setpriv (util-linux) to run clients as another user");
+    };
+    if std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap() != 0 {
+        eprintln!("not root: cannot run clients as another user; the cap per holder is checked for this process only");
+        return;
+    }
+    let p = start_plegd(|c| c.api.max_watch_streams_per_uid = 2).await;
+    let sock = p.socket.trim_start_matches("unix://").to_owned();
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let mut dir = std::path::Path::new(&sock);
+    while let Some(parent) = dir.parent() {
+        if parent == std::path::Path::new("/tmp") || parent == std::path::Path::new("/") {
+            break;
+        }
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        dir = parent;
+    }
+    // `plegd watch` clients, in their own processes; refused, they say why and retry.
+    let watcher = |as_nobody: bool| {
+        let mut cmd = if as_nobody {
+            let mut c = tokio::process::Command::new(setpriv);
+            c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--", env!("CARGO_BIN_EXE_plegd")]);
+            c
+        } else {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_plegd"))
+        };
+        cmd.args(["watch", "--socket", &p.socket]);
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped()).kill_on_drop(true).spawn().unwrap()
+    };
+    let open =
+        || p.app.metrics().encode().lines().find_map(|l| l.strip_prefix("plegd_watch_clients ").map(str::to_owned));
+    let until_open = |n: usize| {
+        let open = &open;
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while open().as_deref() != Some(&n.to_string()) {
+                assert!(tokio::time::Instant::now() < deadline, "never {n} streams open: {:?}", open());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    // Two processes of uid 65534 take its two streams; a third process of it is refused.
+    let nobody = [watcher(true), watcher(true)];
+    until_open(2).await;
+    let mut third = watcher(true);
+    let mut lines = tokio::io::BufReader::new(third.stderr.take().unwrap()).lines();
+    let said = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("the third client is refused within 10 s")
+        .unwrap()
+        .unwrap_or_default();
+    assert!(said.contains("peer uid 65534") && said.contains("--max-watch-streams-per-uid"), "{said}");
+    assert_eq!(open().as_deref(), Some("2"), "the third is not served");
+    // Root's processes are each held alone: this process takes two and is refused a
+    // third, while another root process is still served.
+    let mut mine = Vec::new();
+    for _ in 0..2 {
+        mine.push(watch(&p, api::WatchRequest::default()).await);
+    }
+    let refused = match p.client().watch(api::WatchRequest::default()).await {
+        Err(e) => e,
+        Ok(mut s) => s.get_mut().message().await.expect_err("a third stream of this process is refused"),
+    };
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("(uid 0)"), "{refused:?}");
+    let root_child = watcher(false);
+    until_open(5).await;
+    drop((nobody, third, root_child, mine));
     p.stop().await;
 }

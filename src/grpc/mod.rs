@@ -54,7 +54,8 @@ pub struct ApiConfig {
     pub max_wait: Duration,
     /// A new connection must send the HTTP/2 preface within this long.
     pub handshake_timeout: Duration,
-    /// Watch streams one peer uid may hold open at once (0: no cap).
+    /// Watch streams one peer uid may hold open at once, or one process of uid 0 (0: no
+    /// cap).
     pub max_watch_streams_per_uid: usize,
 }
 
@@ -291,8 +292,9 @@ impl PodLifecycle for PodLifecycleService {
     type WatchStream = watch::FeedStream;
 
     async fn watch(&self, req: Request<api::WatchRequest>) -> Result<Response<watch::FeedStream>, Status> {
-        let uid = req.extensions().get::<incoming::Peer>().and_then(|p| p.uds.peer_cred).map(|c| c.uid());
-        Ok(Response::new(watch::open(self, uid, req.into_inner())?))
+        let peer = req.extensions().get::<incoming::Peer>().and_then(|p| p.uds.peer_cred);
+        let holder = peer.map(|c| watch::Holder::of(c.uid(), c.pid()));
+        Ok(Response::new(watch::open(self, holder, req.into_inner())?))
     }
 
     async fn list_pods(&self, req: Request<api::ListPodsRequest>) -> Result<Response<api::ListPodsResponse>, Status> {

@@ -27,10 +27,10 @@ use crate::proto::plegd as api;
 /// Starts a watch: a stream that makes the snapshot or the replay, then live
 /// events and bookmarks, as the transport asks for them. It ends at shutdown;
 /// dropping it (the client went away) unsubscribes.
-pub fn open(svc: &PodLifecycleService, uid: Option<u32>, r: api::WatchRequest) -> Result<FeedStream, Status> {
+pub fn open(svc: &PodLifecycleService, holder: Option<Holder>, r: api::WatchRequest) -> Result<FeedStream, Status> {
     let filter = Arc::new(to_filter(r.filter, &r.types)?);
-    let slot = match uid {
-        Some(uid) => Some(svc.streams.take(uid, svc.cfg.max_watch_streams_per_uid).inspect_err(|_| {
+    let slot = match holder {
+        Some(holder) => Some(svc.streams.take(holder, svc.cfg.max_watch_streams_per_uid).inspect_err(|_| {
             svc.metrics.watch_refused.inc();
         })?),
         None => None,
@@ -91,7 +91,7 @@ struct WatchFeed {
     /// Turns to read a page of the journal's disk (shared by every stream).
     replays: Arc<tokio::sync::Semaphore>,
     _guard: ClientGuard,
-    /// Its place among its peer uid's streams (none when the peer is not known).
+    /// Its place among its holder's streams (none when the peer is not known).
     _slot: Option<StreamSlot>,
 }
 
@@ -374,50 +374,80 @@ impl WatchFeed {
     }
 }
 
-/// Counts a Watch stream for as long as it lives.
-/// Open Watch streams per peer uid: a local user allowed on the socket cannot hold
+/// Who holds Watch streams against the cap: a uid as a whole, except root, whose
+/// processes are held each to it (every root agent on a node shares uid 0; one that
+/// leaks streams must not lock the others out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Holder {
+    /// Every process of a uid other than 0.
+    Uid(u32),
+    /// One process of uid 0.
+    RootProcess(i32),
+}
+
+impl Holder {
+    /// The holder a peer with these credentials counts against.
+    pub fn of(uid: u32, pid: Option<i32>) -> Self {
+        match (uid, pid) {
+            (0, Some(pid)) => Self::RootProcess(pid),
+            _ => Self::Uid(uid),
+        }
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Uid(uid) => write!(f, "peer uid {uid}"),
+            Self::RootProcess(pid) => write!(f, "peer process {pid} (uid 0)"),
+        }
+    }
+}
+
+/// Open Watch streams per [`Holder`]: a local user allowed on the socket cannot hold
 /// plegd's memory with stalled streams (each can hold its HTTP/2 send buffer) beyond
-/// `--max-watch-streams-per-uid` of them.
+/// `--max-watch-streams-per-uid` of them, nor can one root agent that leaks streams.
 #[derive(Clone, Default)]
 pub(super) struct PeerStreams {
-    open: Arc<std::sync::Mutex<std::collections::HashMap<u32, usize>>>,
+    open: Arc<std::sync::Mutex<std::collections::HashMap<Holder, usize>>>,
 }
 
 impl PeerStreams {
-    /// A slot for one more stream of `uid`, or `RESOURCE_EXHAUSTED` naming the cap when
-    /// it holds `max` already (0: no cap).
-    fn take(&self, uid: u32, max: usize) -> Result<StreamSlot, Status> {
+    /// A slot for one more stream of `holder`, or `RESOURCE_EXHAUSTED` naming the cap
+    /// when it holds `max` already (0: no cap).
+    fn take(&self, holder: Holder, max: usize) -> Result<StreamSlot, Status> {
         let mut open = self.open.lock().expect("peer streams lock");
-        let n = open.entry(uid).or_insert(0);
+        let n = open.entry(holder).or_insert(0);
         if max > 0 && *n >= max {
             return Err(Status::resource_exhausted(format!(
-                "peer uid {uid} holds {n} Watch streams open, the most --max-watch-streams-per-uid allows; \
+                "{holder} holds {n} Watch streams open, the most --max-watch-streams-per-uid allows; \
                  close one (a client needs one stream, however many pods it watches)"
             )));
         }
         *n += 1;
-        Ok(StreamSlot { streams: self.clone(), uid })
+        Ok(StreamSlot { streams: self.clone(), holder })
     }
 }
 
-/// One open stream of a peer uid, given back when the stream ends.
+/// One open stream of a holder, given back when the stream ends.
 struct StreamSlot {
     streams: PeerStreams,
-    uid: u32,
+    holder: Holder,
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         let mut open = self.streams.open.lock().expect("peer streams lock");
-        if let Some(n) = open.get_mut(&self.uid) {
+        if let Some(n) = open.get_mut(&self.holder) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                open.remove(&self.uid);
+                open.remove(&self.holder);
             }
         }
     }
 }
 
+/// Counts a Watch stream for as long as it lives.
 struct ClientGuard(Gauge);
 
 impl Drop for ClientGuard {

@@ -201,6 +201,11 @@ impl<K: Clone + Eq + Hash + Ord, M: Merge> Scheduler<K, M> {
         Some(ScheduleRequest { key: key.clone(), message, run_at })
     }
 
+    /// The message scheduled for `key`, if any.
+    pub fn get(&self, key: &K) -> Option<&M> {
+        self.entries.get(key).map(|(_, m)| m)
+    }
+
     /// Whether any request satisfies `pred`.
     pub fn any(&self, pred: impl Fn(&K, &M) -> bool) -> bool {
         self.entries.iter().any(|(k, (_, m))| pred(k, m))

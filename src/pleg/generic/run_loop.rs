@@ -91,8 +91,13 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
         let now = Instant::now();
         for uid in demand {
-            if self.records.old(&uid).is_some() || self.records.current(&uid).is_some() {
-                self.reads.schedule(Read::Pod(uid), Why::because(Reason::Waiting, now), now);
+            let known = self.records.old(&uid).is_some() || self.records.current(&uid).is_some();
+            let read = Read::Pod(uid);
+            // A pod whose read failed is read again at its own retry, which answers its
+            // readers: waiting on it does not bring that read forward.
+            let failing = self.reads.get(&read).is_some_and(|why| why.has(Reason::FailedRead));
+            if known && !failing {
+                self.reads.schedule(read, Why::because(Reason::Waiting, now), now);
             }
         }
     }
