@@ -360,25 +360,27 @@ async fn a_refused_peer_cannot_hold_a_connection_open() {
     p.stop().await;
 }
 
-#[tokio::test]
-async fn a_peer_is_allowed_by_a_supplementary_group_and_told_why_when_refused() {
-    use std::os::unix::fs::PermissionsExt;
-    // Another user (nobody) whose primary group is its own and whose supplementary
-    // group is the allowed one, through `plegd pods` as a separate process.
+/// `setpriv`, to run a client as another user; `None` (said loudly) when this process is
+/// not root and so cannot.
+fn setpriv(why_not: &str) -> Option<&'static str> {
     let Some(setpriv) = ["/usr/bin/setpriv", "/bin/setpriv"].into_iter().find(|p| std::path::Path::new(p).exists())
     else {
         panic!("this test needs setpriv (util-linux) to run a client as another user");
     };
     if std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap() != 0 {
-        eprintln!(
-            "not root: cannot run a client as another user; the supplementary-group case is checked only by grpc::tests"
-        );
-        return;
+        eprintln!("\n*** not root: cannot run a client as another user; {why_not} ***\n");
+        return None;
     }
-    let p = start_plegd(|c| c.api.allow_gids = vec![4242]).await;
+    Some(setpriv)
+}
+
+/// Lets every user reach plegd's socket (the socket 0666, its directories 0755), so that
+/// only the allowlists and the caps decide.
+fn open_socket_to_everyone(p: &support::Plegd) {
+    use std::os::unix::fs::PermissionsExt;
     let sock = p.socket.trim_start_matches("unix://").to_owned();
-    let mut dir = std::path::Path::new(&sock);
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let mut dir = std::path::Path::new(&sock);
     while let Some(parent) = dir.parent() {
         if parent == std::path::Path::new("/tmp") || parent == std::path::Path::new("/") {
             break;
@@ -386,6 +388,15 @@ async fn a_peer_is_allowed_by_a_supplementary_group_and_told_why_when_refused() 
         std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
         dir = parent;
     }
+}
+
+#[tokio::test]
+async fn a_peer_is_allowed_by_a_supplementary_group_and_told_why_when_refused() {
+    // Another user (nobody) whose primary group is its own and whose supplementary
+    // group is the allowed one, through `plegd pods` as a separate process.
+    let Some(setpriv) = setpriv("the supplementary-group case is checked only by grpc::tests") else { return };
+    let p = start_plegd(|c| c.api.allow_gids = vec![4242]).await;
+    open_socket_to_everyone(&p);
     let run_as = |groups: &str| {
         let (setpriv, socket) = (setpriv.to_owned(), p.socket.clone());
         let groups = groups.to_owned();
@@ -951,28 +962,11 @@ async fn a_peer_that_holds_its_cap_of_watch_streams_gets_no_more_until_it_closes
 
 #[tokio::test]
 async fn the_watch_cap_holds_a_non_root_uid_as_a_whole_and_each_root_process_alone() {
-    use std::os::unix::fs::PermissionsExt;
     use std::process::Stdio;
     use tokio::io::AsyncBufReadExt;
-    let Some(setpriv) = ["/usr/bin/setpriv", "/bin/setpriv"].into_iter().find(|p| std::path::Path::new(p).exists())
-    else {
-        panic!("this test needs setpriv (util-linux) to run clients as another user");
-    };
-    if std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap() != 0 {
-        eprintln!("not root: cannot run clients as another user; the cap per holder is checked for this process only");
-        return;
-    }
+    let Some(setpriv) = setpriv("the cap per holder is checked for this process only") else { return };
     let p = start_plegd(|c| c.api.max_watch_streams_per_uid = 2).await;
-    let sock = p.socket.trim_start_matches("unix://").to_owned();
-    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let mut dir = std::path::Path::new(&sock);
-    while let Some(parent) = dir.parent() {
-        if parent == std::path::Path::new("/tmp") || parent == std::path::Path::new("/") {
-            break;
-        }
-        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
-        dir = parent;
-    }
+    open_socket_to_everyone(&p);
     // `plegd watch` clients, in their own processes; refused, they say why and retry.
     let watcher = |as_nobody: bool| {
         let mut cmd = if as_nobody {
