@@ -239,7 +239,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// gives its event — with the runtime's timestamps and exit code — and one that did
     /// not change gives none. Every seeded pod is read in that relist so the cache has
     /// it; one whose dead container's exit word changed while plegd was down (containerd
-    /// amends a lost exit status, [`super::amend`]) gets a `POD_SYNC` carrying the new one.
+    /// amends a lost exit status, `pleg::lost_exits`) gets a `POD_SYNC` carrying the new one.
     pub fn with_seed(mut self, pods: Vec<Arc<PodStatus>>) -> Self {
         for pod in pods {
             self.seeds.unread.insert(pod.uid.clone());
@@ -249,15 +249,15 @@ impl<R: RuntimeService> GenericPleg<R> {
         self
     }
 
-    /// Beats `beat` on every turn of the loop, at least every [`BEAT_EVERY`], and as
+    /// Beats `beat` on every turn of the loop, at least every [`crate::liveness::BEAT_EVERY`], and as
     /// each pod read completes.
     pub fn with_liveness(mut self, beat: Beat) -> Self {
         self.report.beat = beat;
         self
     }
 
-    /// While a trusted event stream is up, relists fully at least every `period` (see
-    /// [`GenericPleg::period`]); zero leaves it to the safety-net period alone.
+    /// While a trusted event stream is up, relists fully at least every `period` (full relists
+    /// may be slower only up to it); zero leaves it to the safety-net period alone.
     pub fn with_stream_check(mut self, period: Duration) -> Self {
         self.stream.check = if period.is_zero() { Duration::MAX } else { period };
         self
