@@ -913,6 +913,15 @@ async fn a_client_that_stalls_past_the_bookmark_interval_never_gets_a_bookmark_a
     p.stop().await;
 }
 
+/// The status a Watch is refused with, whether at the call or as the stream's first
+/// message; `what` names the stream for the failure.
+async fn refused_watch(p: &support::Plegd, what: &str) -> tonic::Status {
+    match p.client().watch(api::WatchRequest::default()).await {
+        Err(e) => e,
+        Ok(mut s) => s.get_mut().message().await.expect_err(&format!("{what} is refused")),
+    }
+}
+
 #[tokio::test]
 async fn a_peer_that_holds_its_cap_of_watch_streams_gets_no_more_until_it_closes_one() {
     let p = start_plegd(|c| c.api.max_watch_streams_per_uid = 3).await;
@@ -922,10 +931,7 @@ async fn a_peer_that_holds_its_cap_of_watch_streams_gets_no_more_until_it_closes
     }
     // The fourth: RESOURCE_EXHAUSTED, naming the flag, whether at the call or as the
     // stream's first message.
-    let refused = match p.client().watch(api::WatchRequest::default()).await {
-        Err(e) => e,
-        Ok(mut s) => s.get_mut().message().await.expect_err("a fourth stream is refused"),
-    };
+    let refused = refused_watch(&p, "a fourth stream").await;
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
     assert!(refused.message().contains("--max-watch-streams-per-uid"), "{refused:?}");
     assert!(p.app.metrics().encode().contains("plegd_api_watch_streams_refused_total 1"));
@@ -1009,10 +1015,7 @@ async fn the_watch_cap_holds_a_non_root_uid_as_a_whole_and_each_root_process_alo
     for _ in 0..2 {
         mine.push(watch(&p, api::WatchRequest::default()).await);
     }
-    let refused = match p.client().watch(api::WatchRequest::default()).await {
-        Err(e) => e,
-        Ok(mut s) => s.get_mut().message().await.expect_err("a third stream of this process is refused"),
-    };
+    let refused = refused_watch(&p, "a third stream of this process").await;
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
     assert!(refused.message().contains("(uid 0)"), "{refused:?}");
     let root_child = watcher(false);

@@ -118,6 +118,16 @@ impl DeletedSandboxes {
 }
 
 #[cfg(test)]
+impl super::lost_exits::Book for DeletedSandboxes {
+    fn pod_of(&self, id: &str) -> Option<&str> {
+        DeletedSandboxes::pod_of(self, id)
+    }
+    fn read(&mut self, id: &str, found: Reread) -> Option<Instant> {
+        DeletedSandboxes::read(self, id, found)
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
@@ -136,30 +146,13 @@ mod tests {
         }
     }
 
-    /// Plays a relister that re-reads what its schedule says is due and gets `answer`
-    /// for each; the times of the reads, in milliseconds from the start.
+    /// The times of the re-reads, in milliseconds from the start.
     async fn reread_times(
         d: &mut DeletedSandboxes,
         s: &mut Scheduler<String, ()>,
-        mut answer: impl FnMut(u32) -> Reread,
+        answer: impl FnMut(u32) -> Reread,
     ) -> Vec<u64> {
-        let start = Instant::now();
-        let mut reads = Vec::new();
-        let mut n = 0;
-        while let Some(at) = s.next_at() {
-            tokio::time::sleep_until(at).await;
-            for due in s.take_due(Instant::now()) {
-                if d.pod_of(&due.key).is_none() {
-                    continue;
-                }
-                if let Some(next) = d.read(&due.key, answer(n)) {
-                    s.schedule(due.key, (), next);
-                }
-                reads.push((Instant::now() - start).as_millis() as u64);
-                n += 1;
-            }
-        }
-        reads
+        crate::pleg::lost_exits::reread_times(d, s, Duration::from_millis(1), answer).await
     }
 
     #[tokio::test(start_paused = true)]

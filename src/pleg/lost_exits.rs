@@ -192,6 +192,54 @@ impl LostExits {
     }
 }
 
+/// A book a test relister re-reads from a schedule (this one, and the sandboxes said
+/// deleted).
+#[cfg(test)]
+pub(super) trait Book {
+    /// The pod of `id`, while a re-read of it is to come.
+    fn pod_of(&self, id: &str) -> Option<&str>;
+    /// Records a re-read of `id`; when the next is due.
+    fn read(&mut self, id: &str, found: Reread) -> Option<Instant>;
+}
+
+#[cfg(test)]
+impl Book for LostExits {
+    fn pod_of(&self, id: &str) -> Option<&str> {
+        LostExits::pod_of(self, id)
+    }
+    fn read(&mut self, id: &str, found: Reread) -> Option<Instant> {
+        LostExits::read(self, id, found)
+    }
+}
+
+/// Plays a relister that re-reads what the schedule `s` says is due in `book` and gets
+/// `answer` for the n-th read; the times of the reads from the start, in `unit`s.
+#[cfg(test)]
+pub(super) async fn reread_times(
+    book: &mut impl Book,
+    s: &mut super::schedule::Scheduler<String, ()>,
+    unit: Duration,
+    mut answer: impl FnMut(u32) -> Reread,
+) -> Vec<u64> {
+    let start = Instant::now();
+    let mut reads = Vec::new();
+    let mut n = 0;
+    while let Some(at) = s.next_at() {
+        tokio::time::sleep_until(at).await;
+        for due in s.take_due(Instant::now()) {
+            if book.pod_of(&due.key).is_none() {
+                continue;
+            }
+            if let Some(next) = book.read(&due.key, answer(n)) {
+                s.schedule(due.key, (), next);
+            }
+            reads.push(((Instant::now() - start).as_nanos() / unit.as_nanos()) as u64);
+            n += 1;
+        }
+    }
+    reads
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -234,30 +282,12 @@ mod tests {
         }
     }
 
-    /// Plays a relister that re-reads what its schedule says is due and gets `answer`
-    /// for each.
     async fn reread_times(
         a: &mut LostExits,
         s: &mut Scheduler<String, ()>,
-        mut answer: impl FnMut(u32) -> Reread,
+        answer: impl FnMut(u32) -> Reread,
     ) -> Vec<u64> {
-        let start = Instant::now();
-        let mut reads = Vec::new();
-        let mut n = 0;
-        while let Some(at) = s.next_at() {
-            tokio::time::sleep_until(at).await;
-            for due in s.take_due(Instant::now()) {
-                if a.pod_of(&due.key).is_none() {
-                    continue;
-                }
-                if let Some(next) = a.read(&due.key, answer(n)) {
-                    s.schedule(due.key, (), next);
-                }
-                reads.push((Instant::now() - start).as_secs());
-                n += 1;
-            }
-        }
-        reads
+        super::reread_times(a, s, Duration::from_secs(1), answer).await
     }
 
     #[tokio::test(start_paused = true)]
