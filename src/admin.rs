@@ -453,11 +453,7 @@ async fn debug_timeline(
     State(s): State<Arc<AdminState>>,
     axum::extract::Path(uid): axum::extract::Path<String>,
 ) -> Response {
-    // The timeline is read from disk: off the async threads. Its revisions belong to
-    // the journal's epoch, read with it.
-    let (journal, key) = (s.journal.clone(), uid.clone());
-    let read = tokio::task::spawn_blocking(move || (journal.epoch(), journal.timeline(&key))).await.ok();
-    let Some((epoch, read)) = read else {
+    let Some((epoch, read)) = s.journal.read_timeline(&uid).await else {
         return (StatusCode::SERVICE_UNAVAILABLE, "reading the timeline failed\n").into_response();
     };
     let Some(entries) = read else {

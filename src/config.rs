@@ -438,14 +438,21 @@ fn export_config(
         cfg.ca_pem = Some(pem);
     }
     for h in &e.otlp_header {
-        let (k, v) = h.split_once('=').ok_or_else(|| invalid("--otlp-header", format!("{h:?} is not name=value")))?;
+        let (k, v) = h.split_once('=').ok_or_else(|| {
+            invalid(
+                "--otlp-header",
+                "an argument is not name=value (it is not shown: it may hold a secret)".to_string(),
+            )
+        })?;
         cfg.headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
     }
     // The endpoint and headers are checked here, at start, not when the first export
     // is due.
     cfg.check().map_err(|e| match e {
         crate::export::ExportError::Endpoint { reason, .. } => invalid("--otlp-endpoint", reason),
-        crate::export::ExportError::Header(h) => invalid("--otlp-header", format!("{h:?} is not a valid header")),
+        crate::export::ExportError::Header { name, problem } => {
+            invalid("--otlp-header", format!("{name:?}: {problem}"))
+        }
     })?;
     Ok(Some(cfg))
 }
@@ -622,9 +629,28 @@ mod tests {
             (vec!["--otlp-endpoint", "http://x:1", "--otlp-header", "bad key=v"], "--otlp-header"),
             (vec!["--otlp-endpoint", "https://x:1", "--otlp-ca-file", "/nonexistent/ca.pem"], "--otlp-ca-file"),
             (vec!["--otlp-endpoint", "https://x:1", "--otlp-ca-file", not_pem.to_str().unwrap()], "--otlp-ca-file"),
+            (vec!["--otlp-endpoint", "http://x:99999"], "--otlp-endpoint"),
+            (vec!["--otlp-endpoint", "http://x:0"], "--otlp-endpoint"),
+            (vec!["--otlp-endpoint", "http://x:4317/v1/logs"], "--otlp-endpoint"),
         ] {
             let e = run_args(&args).unwrap_err();
             assert!(e.contains(flag), "{args:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_bad_otlp_setting_never_prints_a_secret() {
+        for (args, secret) in [
+            (vec!["--otlp-endpoint", "http://x:1", "--otlp-header", "Bearer s3cr3t-token"], "s3cr3t-token"),
+            (vec!["--otlp-endpoint", "http://x:1", "--otlp-header", "authorization=Bearer s3cr3t\u{7f}"], "s3cr3t"),
+            (vec!["--otlp-endpoint", "http://x:1", "--otlp-header", "bad key=s3cr3t"], "s3cr3t"),
+            (vec!["--otlp-endpoint", "http://user:s3cr3t@collector:4317"], "s3cr3t"),
+        ] {
+            let e = run_args(&args).unwrap_err();
+            assert!(!e.contains(secret), "{args:?} printed the secret: {e}");
+            assert!(e.contains("--otlp-"), "{args:?}: {e}");
+        }
+        assert_eq!(crate::export::redacted("http://u:pw@h:4317/x"), "http://u:***@h:4317/x");
+        assert_eq!(crate::export::redacted("http://h:4317"), "http://h:4317");
     }
 }

@@ -10,15 +10,40 @@
 //!
 //! Every read is of small files and may fail: a process that has exited, a host
 //! without cgroup v2, a root not mounted. Failures are answers (`None`), never errors
-//! a caller must handle.
+//! a caller must handle. A read can also block (the kernel's cgroup locks, or a root
+//! that is not a kernel's files at all): async callers read through
+//! [`Host::off_thread`], which runs at most [`READERS`] reads at once on blocking
+//! threads and stops waiting after [`READ_TIMEOUT`], so a stuck read holds up nothing
+//! else plegd does.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The host's filesystem as plegd sees it.
 #[derive(Clone, Debug)]
 pub struct Host {
     root: PathBuf,
+    /// Turns to read off the async threads (shared by every clone).
+    readers: Arc<tokio::sync::Semaphore>,
+}
+
+/// Reads of the host's files under way at once; more are refused ([`HostBusy`]).
+pub const READERS: usize = 4;
+
+/// How long an async caller waits for one read of the host's files.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A read of the host's files that could not be done in time: every reader is busy
+/// (reads that do not return), or this one did not return within [`READ_TIMEOUT`].
+#[derive(Debug, thiserror::Error)]
+#[error("reading the host's /proc and cgroupfs under {root} did not answer within {timeout:?}")]
+pub struct HostBusy {
+    /// `--host-root`.
+    pub root: String,
+    /// The wait.
+    pub timeout: Duration,
 }
 
 /// A process as the kernel shows it.
@@ -43,7 +68,31 @@ impl Default for Host {
 impl Host {
     /// The host under `root`.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self { root: root.into(), readers: Arc::new(tokio::sync::Semaphore::new(READERS)) }
+    }
+
+    /// Runs `read` on a blocking thread, at most [`READERS`] at once, waiting at most
+    /// [`READ_TIMEOUT`] for a turn and the answer. A read that never returns keeps its
+    /// turn (and its thread) until it does; the caller is answered [`HostBusy`].
+    pub async fn off_thread<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Host) -> T + Send + 'static,
+    ) -> Result<T, HostBusy> {
+        let busy = || HostBusy { root: self.root.display().to_string(), timeout: READ_TIMEOUT };
+        let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+        let permit = tokio::time::timeout_at(deadline, self.readers.clone().acquire_owned())
+            .await
+            .map_err(|_| busy())?
+            .map_err(|_| busy())?;
+        let host = self.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let _turn = permit;
+            read(&host)
+        });
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(v)) => Ok(v),
+            _ => Err(busy()),
+        }
     }
 
     /// The root.
@@ -165,14 +214,119 @@ pub fn cgroup_path_of(cgroups_path: &str) -> Option<String> {
     Some(path)
 }
 
-/// The container id a cgroup path names: the last component that holds 64 hex
-/// digits (`cri-containerd-<id>.scope`, `crio-<id>.scope`, `/kubepods/…/<id>`).
+/// The container a process's cgroup path places it in: the **outermost** component
+/// that a container runtime names after a container — `cri-containerd-<id>.scope`,
+/// `crio-<id>.scope`, `docker-<id>.scope`, `<slice>:cri-containerd:<id>`, or the bare
+/// `<id>` directory of the cgroupfs driver. Anything below it (a container nested in
+/// it, a child cgroup a process made and named after another container) is inside that
+/// container. A component of another shape that merely holds 64 hex digits (a user's
+/// `systemd-run --scope --unit=<id>`) names nothing; conmon's `crio-conmon-<id>.scope`
+/// is not the container's. The caller still checks [`placed_in`]: the name alone is
+/// chosen by whoever made the cgroup.
 pub fn container_id_in(cgroup: &str) -> Option<&str> {
-    cgroup.rsplit('/').find_map(|part| {
-        let part = part.strip_suffix(".scope").unwrap_or(part);
-        let id = part.rsplit(['-', ':']).next()?;
-        (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
-    })
+    cgroup.split('/').find_map(runtime_named)
+}
+
+/// The container id of one cgroup path component, where its shape is a runtime's.
+fn runtime_named(part: &str) -> Option<&str> {
+    const PREFIXES: [&str; 3] = ["cri-containerd", "crio", "docker"];
+    let hex = |id: &str| id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit());
+    if hex(part) {
+        return Some(part);
+    }
+    if let Some(unit) = part.strip_suffix(".scope") {
+        let (prefix, id) = unit.rsplit_once('-')?;
+        return (PREFIXES.contains(&prefix) && hex(id)).then_some(id);
+    }
+    // containerd's systemd-style path under the cgroupfs driver: `slice:prefix:id`.
+    let mut f = part.rsplitn(3, ':');
+    let (id, prefix, _slice) = (f.next()?, f.next()?, f.next()?);
+    (PREFIXES.contains(&prefix) && hex(id)).then_some(id)
+}
+
+/// Whether a process's cgroup (as `/proc/PID/cgroup` shows it) is at or below the cgroup
+/// the runtime set for a container (`cgroupsPath`, either driver's form). The process's
+/// path may be relative to plegd's own cgroup namespace (leading `/..` components): then,
+/// and for a relative `cgroupsPath` (placed under the runtime's own cgroup), the
+/// container's path must appear whole in the process's, ending at the container's own
+/// component; otherwise it must be its beginning.
+pub fn placed_in(process_cgroup: &str, cgroups_path: &str) -> bool {
+    let expanded = match cgroups_path {
+        p if p.contains(':') => match cgroup_path_of(p) {
+            Some(p) => p,
+            None => return false,
+        },
+        p => p.to_owned(),
+    };
+    let container: Vec<&str> = expanded.split('/').filter(|c| !c.is_empty()).collect();
+    let all: Vec<&str> = process_cgroup.split('/').filter(|c| !c.is_empty()).collect();
+    let outside_ns = all.iter().take_while(|c| **c == "..").count();
+    let process = &all[outside_ns..];
+    let Some(leaf) = container.last() else { return false };
+    let Some(at) = process.iter().position(|c| c == leaf) else { return false };
+    let run = &process[..=at];
+    match (expanded.starts_with('/'), outside_ns > 0) {
+        (true, false) => run == container.as_slice(),
+        // Only the part below plegd's namespace is shown: it is the container's path's end.
+        (true, true) => container.ends_with(run),
+        (false, false) => run.ends_with(&container),
+        (false, true) => run.ends_with(&container) || container.ends_with(run),
+    }
+}
+
+/// Whether a process whose cgroup is `cgroup` is container `id`'s, whose cgroup the
+/// runtime set to `cgroups_path` (empty: the runtime did not say): the cgroup names no
+/// container or names this one, and lies at or below the container's. A cgroup that
+/// names no container (a host whose runtime puts containers elsewhere) is taken at the
+/// runtime's word.
+pub fn belongs_to(cgroup: &str, id: &str, cgroups_path: &str) -> bool {
+    match container_id_in(cgroup) {
+        None => true,
+        Some(named) => named == id && (cgroups_path.is_empty() || placed_in(cgroup, cgroups_path)),
+    }
+}
+
+/// Whether a cgroup path lies in the kubelet's pod hierarchy (`/kubepods…` at its top,
+/// after any `/..` of plegd's own cgroup namespace): where a runtime puts pods'
+/// containers, and where an unprivileged user cannot make cgroups.
+pub fn under_kubepods(cgroup: &str) -> bool {
+    cgroup.split('/').find(|c| !c.is_empty() && *c != "..").is_some_and(|top| top.starts_with("kubepods"))
+}
+
+/// The host's PID allocation, for telling whether a PID freed at one time can have been
+/// handed to another process since: Linux gives out PIDs in a cycle, so a freed PID is
+/// given again only after the allocator came round, which takes at least
+/// [`PidClock::cycle`] new tasks (`/proc/stat`'s `processes`, every fork and thread
+/// since boot, counted in every PID namespace).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PidClock {
+    /// Tasks created since boot (`/proc/stat` `processes`).
+    pub forks: u64,
+}
+
+impl PidClock {
+    /// New tasks that surely do not reach a freed PID again: half the PIDs above the
+    /// reserved 300 (`pid_max`), allowing half of them to be in use.
+    pub fn cycle(pid_max: u64) -> u64 {
+        pid_max.saturating_sub(300) / 2
+    }
+}
+
+impl Host {
+    /// The host's task count now, or `None` when `/proc/stat` is not readable.
+    pub fn pid_clock(&self) -> Option<PidClock> {
+        let stat = std::fs::read_to_string(self.root.join("proc/stat")).ok()?;
+        let forks = stat.lines().find_map(|l| l.strip_prefix("processes "))?.trim().parse().ok()?;
+        Some(PidClock { forks })
+    }
+
+    /// `kernel.pid_max` (32768, the smallest default, when it is not readable).
+    pub fn pid_max(&self) -> u64 {
+        std::fs::read_to_string(self.root.join("proc/sys/kernel/pid_max"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(32_768)
+    }
 }
 
 #[cfg(test)]
@@ -217,6 +371,77 @@ mod tests {
         }
         assert_eq!(container_id_in("/user.slice/session-2.scope"), None);
         assert_eq!(container_id_in("/"), None);
+    }
+
+    #[test]
+    fn the_outermost_runtime_named_component_is_the_container_and_other_names_are_nothing() {
+        let (a, b) = ("a".repeat(64), "b".repeat(64));
+        let outer = format!("/kubepods.slice/kubepods-pod1.slice/cri-containerd-{a}.scope");
+        // A process of A in a child cgroup it named after B is still A's.
+        assert_eq!(container_id_in(&format!("{outer}/{b}")), Some(a.as_str()));
+        assert_eq!(container_id_in(&format!("{outer}/cri-containerd-{b}.scope")), Some(a.as_str()));
+        // Docker in Docker: the inner container is inside A.
+        assert_eq!(container_id_in(&format!("{outer}/docker/{b}")), Some(a.as_str()));
+        // A user's own scope named after B is not a runtime's name.
+        assert_eq!(
+            container_id_in(&format!("/user.slice/user-1000.slice/user@1000.service/app.slice/{b}.scope")),
+            None
+        );
+        assert_eq!(container_id_in(&format!("/user.slice/run-{b}.scope")), None);
+        // conmon's scope is CRI-O's monitor, not the container.
+        assert_eq!(container_id_in(&format!("/kubepods.slice/crio-conmon-{b}.scope")), None);
+    }
+
+    #[test]
+    fn a_process_is_placed_in_a_container_only_at_or_below_the_cgroup_the_runtime_set() {
+        let id = "c".repeat(64);
+        let systemd = format!("kubepods-besteffort-pod1.slice:cri-containerd:{id}");
+        let path = format!(
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cri-containerd-{id}.scope"
+        );
+        assert!(placed_in(&path, &systemd));
+        assert!(placed_in(&format!("{path}/docker/{}", "d".repeat(64)), &systemd), "a nested container");
+        assert!(!placed_in(
+            &format!("/user.slice/user-1000.slice/user@1000.service/cri-containerd-{id}.scope"),
+            &systemd
+        ));
+        assert!(!placed_in(&format!("/evil{path}"), &systemd), "the runtime's path, but not at the top");
+        // Seen from inside plegd's own cgroup namespace.
+        assert!(placed_in(&format!("/../../kubepods-besteffort-pod1.slice/cri-containerd-{id}.scope"), &systemd));
+        assert!(!placed_in(&format!("/../../user@1000.service/cri-containerd-{id}.scope"), &systemd));
+        // The cgroupfs driver, absolute and relative to the runtime's cgroup.
+        assert!(placed_in(&format!("/kubepods/besteffort/pod1/{id}"), &format!("/kubepods/besteffort/pod1/{id}")));
+        assert!(!placed_in(&format!("/tmp/{id}"), &format!("/kubepods/besteffort/pod1/{id}")));
+        assert!(placed_in(&format!("/system.slice/containerd.service/k8s.io/{id}"), &format!("k8s.io/{id}")));
+        assert!(!placed_in("/", &systemd));
+        assert!(!placed_in(&path, ""));
+    }
+
+    #[test]
+    fn only_the_kubepods_hierarchy_at_the_top_is_the_kubelets() {
+        assert!(under_kubepods("/kubepods.slice/x"));
+        assert!(under_kubepods("/kubepods/besteffort/x"));
+        assert!(under_kubepods("/../../kubepods-besteffort-pod1.slice/x"));
+        assert!(!under_kubepods("/user.slice/user@1000.service/kubepods.slice/x"));
+        assert!(!under_kubepods("/"));
+    }
+
+    #[test]
+    fn the_pid_clock_is_the_kernels_task_count_since_boot() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::new(dir.path());
+        assert_eq!(host.pid_clock(), None);
+        assert_eq!(host.pid_max(), 32_768);
+        std::fs::create_dir_all(dir.path().join("proc/sys/kernel")).unwrap();
+        std::fs::write(
+            dir.path().join("proc/stat"),
+            "cpu  1 2 3\nctxt 99\nbtime 1\nprocesses 123456\nprocs_running 1\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("proc/sys/kernel/pid_max"), "4194304\n").unwrap();
+        assert_eq!(host.pid_clock(), Some(PidClock { forks: 123_456 }));
+        assert_eq!(host.pid_max(), 4_194_304);
+        assert_eq!(PidClock::cycle(32_768), 16_234);
     }
 
     #[test]

@@ -255,3 +255,166 @@ async fn a_pid_plegd_has_not_read_yet_is_answered_at_once_from_the_runtime() {
     assert!(p.app.journal().pods().iter().all(|p| p.name != "fresh"), "the relister has not read the pod yet");
     p.stop().await;
 }
+
+/// A process outside what the simulated runtime started: its `/proc` entry, in `cgroup`.
+fn fake_process(root: &Path, pid: u32, cgroup: &str) {
+    let dir = root.join(format!("proc/{pid}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("cgroup"), format!("0::{cgroup}\n")).unwrap();
+    std::fs::write(dir.join("stat"), format!("{pid} (sh) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 77777777 0 0\n"))
+        .unwrap();
+}
+
+fn cgroup_of(root: &Path, pid: u32) -> String {
+    let text = std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))).unwrap();
+    text.trim().strip_prefix("0::").unwrap().to_owned()
+}
+
+/// `ContainerStatus` calls plegd has made, by its own CRI metrics.
+async fn container_status_calls(p: &Plegd) -> u64 {
+    let (_, body) = support::http(p.app.admin_addr(), "GET", "/metrics").await;
+    body.lines()
+        .filter(|l| l.starts_with("plegd_cri_requests_total{") && l.contains("method=\"ContainerStatus\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_cannot_choose_its_container_by_naming_its_cgroup_after_another() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = start_plegd(tune(state.path().into(), root.path().into(), Duration::from_secs(3600))).await;
+    p.h.sim.set_host_root(root.path().into());
+    let (_, a) = p.h.run_pod(&PodSpec::new("ns", "pod-a"), &[ContainerSpec::new("a1")]).await;
+    let (_, b) = p.h.run_pod(&PodSpec::new("ns", "pod-b"), &[ContainerSpec::new("b1")]).await;
+    for id in [&a[0], &b[0]] {
+        until(&p, Key::ContainerId(id.clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+    }
+    let (a, b) = (a[0].clone(), b[0].clone());
+    let a_cgroup = cgroup_of(root.path(), pid_in(root.path(), &a));
+    let inner = "d".repeat(64);
+    let cases = [
+        // A host user's own scope (systemd-run --user --scope --unit=<B>), any shape.
+        (format!("/user.slice/user-1000.slice/user@1000.service/app.slice/{b}.scope"), None),
+        (format!("/user.slice/user-1000.slice/user@1000.service/app.slice/cri-containerd-{b}.scope"), None),
+        (format!("/user.slice/user-1000.slice/user@1000.service/kubepods.slice/cri-containerd-{b}.scope"), None),
+        // A's process in a child cgroup it named after B is A's.
+        (format!("{a_cgroup}/{b}"), Some(&a)),
+        (format!("{a_cgroup}/cri-containerd-{b}.scope"), Some(&a)),
+        // Docker in Docker: a container nested in A is in A.
+        (format!("{a_cgroup}/docker/{inner}"), Some(&a)),
+    ];
+    for (i, (cgroup, want)) in cases.iter().enumerate() {
+        let pid = 3_000_000 + i as u32;
+        fake_process(root.path(), pid, cgroup);
+        match (get(&p, Key::Pid(pid)).await, want) {
+            (Ok(r), Some(want)) => assert_eq!(&r.container.unwrap().id, *want, "{cgroup}"),
+            (Err(e), None) => assert_eq!(e.code(), tonic::Code::NotFound, "{cgroup}: {e}"),
+            (got, want) => panic!("{cgroup}: expected {want:?}, got {got:?}"),
+        }
+    }
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pid_a_host_process_took_after_a_removal_is_not_the_removed_containers_once_that_process_exits() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = start_plegd(tune(state.path().into(), root.path().into(), Duration::from_secs(3600))).await;
+    p.h.sim.set_host_root(root.path().into());
+    let (_, ids) = p.h.run_pod(&PodSpec::new("ns", "gone"), &[ContainerSpec::new("main")]).await;
+    let id = ids[0].clone();
+    let live = until(&p, Key::ContainerId(id.clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+    let pid = live.container.unwrap().pid;
+    p.h.stop_container(&id).await;
+    p.h.remove_container(&id).await;
+    until(&p, Key::ContainerId(id.clone()), |r| r.removed).await;
+    // Nothing has taken the PID since: it still finds the removed container.
+    let r = get(&p, Key::Pid(pid)).await.expect("the PID cannot have been reused yet");
+    assert_eq!((r.container.unwrap().id.as_str(), r.removed), (id.as_str(), true));
+
+    // A host process takes the PID (the node's allocator went round to it) and exits
+    // before anyone asks.
+    p.h.sim.count_round();
+    fake_process(root.path(), pid, "/system.slice/cron.service");
+    std::fs::remove_dir_all(root.path().join(format!("proc/{pid}"))).unwrap();
+    let e = get(&p, Key::Pid(pid)).await.expect_err("the PID may have been another process's since");
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    assert!(e.message().contains(&id) && e.message().contains("container id or cgroup id"), "{}", e.message());
+    // By its id and its cgroup id it is still found.
+    let r = get(&p, Key::ContainerId(id.clone())).await.unwrap();
+    assert!(r.removed);
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_of_a_pause_process_or_an_unknown_container_ask_the_runtime_once_however_many_come() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = start_plegd(tune(state.path().into(), root.path().into(), Duration::from_secs(3600))).await;
+    p.h.sim.set_host_root(root.path().into());
+    let (sid, ids) = p.h.run_pod(&PodSpec::new("ns", "paused"), &[ContainerSpec::new("main")]).await;
+    until(&p, Key::ContainerId(ids[0].clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+    let pause = pid_in(root.path(), &sid);
+    let unknown = "e".repeat(64);
+    let stranger = 3_100_000;
+    fake_process(
+        root.path(),
+        stranger,
+        &format!("/kubepods.slice/kubepods-besteffort.slice/cri-containerd-{unknown}.scope"),
+    );
+    let before = container_status_calls(&p).await;
+    for pid in [pause, stranger] {
+        let asks = (0..150).map(|_| {
+            let mut c = p.client();
+            async move { c.get_container(api::GetContainerRequest { key: Some(Key::Pid(pid)) }).await }
+        });
+        for r in futures_util::future::join_all(asks).await {
+            let e = r.expect_err("neither is a pod's container");
+            assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+        }
+    }
+    let e = get(&p, Key::Pid(pause)).await.unwrap_err();
+    assert!(e.message().contains("sandbox") && e.message().contains("ns/paused"), "{}", e.message());
+    let calls = container_status_calls(&p).await - before;
+    assert!(calls <= 2, "300 lookups made {calls} ContainerStatus calls");
+    p.stop().await;
+}
+
+/// A host `/proc` file that blocks whoever opens it until `release` is sent (or 30 s).
+fn blocking_proc_file(path: &Path) -> std::sync::mpsc::Sender<()> {
+    let ok = std::process::Command::new("mkfifo").arg(path).status().expect("mkfifo (coreutils) runs");
+    assert!(ok.success(), "mkfifo {}", path.display());
+    let (release, wait) = std::sync::mpsc::channel::<()>();
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        let _ = wait.recv_timeout(Duration::from_secs(30));
+        // Opening the other end lets the blocked reader go (it reads an empty file).
+        let _ = std::fs::OpenOptions::new().write(true).open(&path);
+    });
+    release
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_proc_read_that_blocks_holds_up_only_its_own_lookup() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = start_plegd(tune(state.path().into(), root.path().into(), Duration::from_secs(3600))).await;
+    p.h.sim.set_host_root(root.path().into());
+    p.h.run_pod(&PodSpec::new("ns", "steady"), &[ContainerSpec::new("main")]).await;
+    let dir = root.path().join("proc/3200000");
+    std::fs::create_dir_all(&dir).unwrap();
+    let release = blocking_proc_file(&dir.join("cgroup"));
+    // On plegd's one thread (this test's), a lookup whose /proc read never returns.
+    let mut c = p.client();
+    let stuck =
+        tokio::spawn(async move { c.get_container(api::GetContainerRequest { key: Some(Key::Pid(3_200_000)) }).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = std::time::Instant::now();
+    let (code, _) = support::http(p.app.admin_addr(), "GET", "/livez").await;
+    assert_eq!(code, 200);
+    let pods = p.client().list_pods(api::ListPodsRequest::default()).await.expect("ListPods answers");
+    assert!(!pods.into_inner().pods.is_empty());
+    let took = asked.elapsed();
+    assert!(took < Duration::from_secs(1), "/livez and ListPods waited {took:?} behind a /proc read");
+    let e = stuck.await.unwrap().expect_err("the stuck read is answered, not waited for");
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
+    release.send(()).unwrap();
+    p.stop().await;
+}

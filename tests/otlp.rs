@@ -435,3 +435,86 @@ async fn an_https_collector_gets_every_revision_when_its_ca_is_given_and_none_ot
     trusted.stop().await;
     stop.cancel();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_ahead_of_the_journal_is_a_lost_position_and_everything_held_is_sent_again() {
+    let state = tempfile::tempdir().unwrap();
+    let c = Collector::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let endpoint = c.serve(stop.clone()).await;
+    let p = start_plegd(export_to(endpoint.clone(), Some(state.path().into()))).await;
+    churn(&p, 4, "f").await;
+    let first = all_in(&p, &c, Duration::from_secs(20)).await;
+    let h = p.stop_plegd().await;
+
+    // The state dir comes back with a cursor from elsewhere: same epoch, 600 ahead.
+    let path = state.path().join(plegd::export::cursor::FILE);
+    let mut cursor = plegd::export::cursor::load(state.path()).expect("a cursor was kept");
+    cursor.revision += 600;
+    plegd::export::cursor::store(state.path(), cursor).unwrap();
+    assert!(path.exists());
+
+    let fresh = Collector::default();
+    let stop2 = tokio_util::sync::CancellationToken::new();
+    let endpoint2 = fresh.serve(stop2.clone()).await;
+    let p = start_plegd_on(h, export_to(endpoint2, Some(state.path().into()))).await;
+    churn(&p, 2, "g").await;
+    // Every revision the journal holds reaches the new collector: the old ones again
+    // and the new ones, which a cursor taken at its word would have skipped.
+    let last = all_in(&p, &fresh, Duration::from_secs(20)).await;
+    assert!(last > first);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while metric(&p, "plegd_otlp_lag_revisions").await > 0.0 {
+        assert!(tokio::time::Instant::now() < deadline, "the lag never came down to 0");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let saved = plegd::export::cursor::load(state.path()).unwrap();
+    assert_eq!(saved.revision, p.app.journal().revision(), "the cursor is this journal's again");
+    p.stop().await;
+    stop.cancel();
+    stop2.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_connection_that_never_answers_is_given_up_for_a_new_one() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // A listener that accepts connections and never says a word on them.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let held: Arc<Mutex<Vec<tokio::net::TcpStream>>> = Arc::default();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let deaf = {
+        let (held, accepted) = (held.clone(), accepted.clone());
+        tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                held.lock().unwrap().push(s);
+            }
+        })
+    };
+    let short = {
+        let base = export_to(format!("http://{addr}"), None);
+        move |c: &mut plegd::config::RunConfig| {
+            base(c);
+            c.export.as_mut().unwrap().timeout = Duration::from_millis(500);
+        }
+    };
+    let p = start_plegd(short).await;
+    churn(&p, 2, "h").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while accepted.load(Ordering::SeqCst) == 0 || metric(&p, "plegd_otlp_failed_requests_total").await < 1.0 {
+        assert!(tokio::time::Instant::now() < deadline, "the exporter never reached the deaf listener");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The deaf process stops listening but keeps its connections open; a working
+    // collector takes the address.
+    deaf.abort();
+    let _ = deaf.await;
+    let c = Collector::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    c.serve_on(tokio::net::TcpListener::bind(addr).await.unwrap(), stop.clone());
+    all_in(&p, &c, Duration::from_secs(15)).await;
+    assert!(!held.lock().unwrap().is_empty(), "the deaf connections were still open all along");
+    p.stop().await;
+    stop.cancel();
+}

@@ -59,23 +59,42 @@ pub struct ExportConfig {
 type Header = (tonic::metadata::AsciiMetadataKey, tonic::metadata::AsciiMetadataValue);
 
 impl ExportConfig {
-    /// The endpoint and headers, checked.
+    /// The endpoint and headers, checked. Errors never hold a header's value or a
+    /// password (they are logged and printed).
     pub fn check(&self) -> Result<(tonic::codegen::http::Uri, Vec<Header>), ExportError> {
-        let bad = |reason: &str| ExportError::Endpoint { endpoint: self.endpoint.clone(), reason: reason.into() };
+        let bad = |reason: &str| ExportError::Endpoint { endpoint: redacted(&self.endpoint), reason: reason.into() };
         let uri: tonic::codegen::http::Uri = self.endpoint.parse().map_err(|_| bad("not a URL"))?;
         match uri.scheme_str() {
             Some("http") | Some("https") => {}
             _ => return Err(bad("expected http://host:port or https://host:port (OTLP over gRPC)")),
         }
-        if uri.host().is_none() {
+        if uri.host().is_none_or(str::is_empty) {
             return Err(bad("no host"));
+        }
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(bad("credentials in the URL are never sent over gRPC; give them as a header \
+                 (--otlp-header authorization=...)"));
+        }
+        let authority = uri.authority().map_or("", |a| a.as_str());
+        let port = authority.rsplit_once(':').map(|(_, p)| p).filter(|p| !p.ends_with(']'));
+        if port.is_some_and(|p| p.parse::<u16>().is_err() || p == "0") {
+            return Err(bad("the port is not one of 1 to 65535"));
+        }
+        if uri.path_and_query().is_some_and(|p| p.as_str() != "/" && !p.as_str().is_empty()) {
+            return Err(bad("a gRPC endpoint has no path: give http://host:port"));
         }
         let headers = self
             .headers
             .iter()
             .map(|(k, v)| {
-                let key = k.parse().map_err(|_| ExportError::Header(format!("{k}={v}")))?;
-                let value = v.parse().map_err(|_| ExportError::Header(format!("{k}={v}")))?;
+                let key = k.parse().map_err(|_| ExportError::Header {
+                    name: k.clone(),
+                    problem: "not a valid header name (lowercase letters, digits, '-', '_', '.')",
+                })?;
+                let value = v.parse().map_err(|_| ExportError::Header {
+                    name: k.clone(),
+                    problem: "its value is not printable ASCII (the value is not shown: it may be a secret)",
+                })?;
                 Ok((key, value))
             })
             .collect::<Result<_, ExportError>>()?;
@@ -111,8 +130,13 @@ pub enum ExportError {
         reason: String,
     },
     /// A header is not a valid gRPC metadata entry.
-    #[error("--otlp-header {0:?}: not a valid header (a lowercase name and a printable ASCII value)")]
-    Header(String),
+    #[error("--otlp-header {name:?}: {problem}")]
+    Header {
+        /// The header's name (never its value).
+        name: String,
+        /// What is wrong.
+        problem: &'static str,
+    },
 }
 
 /// The exporter's metrics.
@@ -177,7 +201,11 @@ pub struct OtlpExporter {
     cfg: ExportConfig,
     journal: Journal,
     metrics: ExportMetrics,
-    channel: tonic::transport::Channel,
+    /// The connection to the collector, replaced by a new one after an export that
+    /// failed: a connection the collector accepted and never answers on (a hung
+    /// process, a half-open TCP connection) must not be used for ever.
+    channel: std::sync::Mutex<tonic::transport::Channel>,
+    endpoint: tonic::transport::Endpoint,
     headers: Vec<Header>,
     resource: otlp::Resource,
 }
@@ -207,13 +235,16 @@ impl OtlpExporter {
         });
         let mut endpoint = tonic::transport::Endpoint::from(uri)
             .connect_timeout(Duration::from_secs(5))
-            .tcp_keepalive(Some(Duration::from_secs(30)));
+            .tcp_keepalive(Some(Duration::from_secs(30)))
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(10))
+            .timeout(cfg.timeout);
         if let Some(tls) = tls {
             endpoint = endpoint
                 .tls_config(tls)
                 .map_err(|e| ExportError::Endpoint { endpoint: cfg.endpoint.clone(), reason: format!("TLS: {e}") })?;
         }
-        let channel = endpoint.connect_lazy();
+        let channel = std::sync::Mutex::new(endpoint.connect_lazy());
         let resource = otlp::Resource {
             attributes: vec![
                 records::kv("service.name", "plegd"),
@@ -221,13 +252,13 @@ impl OtlpExporter {
                 records::kv("k8s.node.name", &cfg.node),
             ],
         };
-        Ok(Self { cfg, journal, metrics, channel, headers, resource })
+        Ok(Self { cfg, journal, metrics, channel, endpoint, headers, resource })
     }
 
     /// Exports until shutdown.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut cursor = self.cfg.state_dir.as_deref().and_then(cursor::load);
-        tracing::info!(endpoint = %self.cfg.endpoint, ?cursor, "exporting lifecycle events over OTLP");
+        tracing::info!(endpoint = %redacted(&self.cfg.endpoint), ?cursor, "exporting lifecycle events over OTLP");
         while !shutdown.is_cancelled() {
             if !self.journal.is_primed() {
                 tokio::select! {
@@ -272,6 +303,28 @@ impl OtlpExporter {
                 let rec = records::lost_record(node, c.epoch, from, to, &why);
                 let count = to.map_or(0, |to| to - from + 1);
                 (next, Some((rec, count)))
+            }
+            Some(c) if c.revision > self.journal.revision() => {
+                // A cursor past the journal's head (a state dir restored or copied from
+                // another node): where the collector is in this journal is unknown.
+                // Everything the journal holds goes again (each record's uid lets a
+                // backend drop what it has), and whatever it no longer holds is named.
+                let why = format!(
+                    "the export cursor named revision {} of epoch {epoch}, beyond the journal's newest ({}): \
+                     the state dir was restored or copied, and which revisions the collector has is unknown",
+                    c.revision,
+                    self.journal.revision()
+                );
+                let next = Cursor { epoch, revision: oldest.saturating_sub(1) };
+                tracing::warn!(
+                    cursor = c.revision,
+                    head = self.journal.revision(),
+                    "{why}; exporting again all the journal holds"
+                );
+                match oldest.checked_sub(1).filter(|to| *to >= 1) {
+                    Some(to) => (next, Some((records::lost_record(node, epoch, 1, Some(to), &why), to))),
+                    None => (next, None),
+                }
             }
             Some(c) if c.revision + 1 < oldest => {
                 let (from, to) = (c.revision + 1, oldest - 1);
@@ -454,7 +507,7 @@ impl OtlpExporter {
             }
             attempt += 1;
             let outcome = tokio::select! {
-                o = otlp::export(self.channel.clone(), &self.headers, req.clone(), self.cfg.timeout) => o,
+                o = self.export(req.clone()) => o,
                 _ = sd.cancelled() => return false,
             };
             match outcome {
@@ -499,7 +552,7 @@ impl OtlpExporter {
                         );
                         let mut one = req.clone();
                         one.resource_logs[0].scope_logs[0].log_records = vec![rec];
-                        let _ = otlp::export(self.channel.clone(), &self.headers, one, self.cfg.timeout).await;
+                        let _ = self.export(one).await;
                     }
                     break;
                 }
@@ -516,6 +569,23 @@ impl OtlpExporter {
         }
         self.update_lag(cursor);
         true
+    }
+
+    /// One export, within the export's deadline whatever the connection does; a
+    /// failure puts a new connection in place for the next try.
+    async fn export(&self, req: ExportLogsServiceRequest) -> Outcome {
+        let channel = self.channel.lock().expect("otlp channel lock").clone();
+        let outcome =
+            tokio::time::timeout(self.cfg.timeout, otlp::export(channel, &self.headers, req, self.cfg.timeout))
+                .await
+                .unwrap_or_else(|_| Outcome::Retry {
+                    after: None,
+                    error: format!("the collector did not answer within {:?}", self.cfg.timeout),
+                });
+        if matches!(outcome, Outcome::Retry { .. } | Outcome::Dropped { .. }) {
+            *self.channel.lock().expect("otlp channel lock") = self.endpoint.connect_lazy();
+        }
+        outcome
     }
 
     fn update_lag(&self, cursor: &Option<Cursor>) {
@@ -536,6 +606,21 @@ enum Follow {
     Again,
     /// Shutdown.
     Shutdown,
+}
+
+/// `endpoint` fit for a log line or an error: a password in it (`user:secret@`) is
+/// replaced by `***`.
+pub fn redacted(endpoint: &str) -> String {
+    let Some((scheme, rest)) = endpoint.split_once("://") else { return endpoint.to_owned() };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        None => endpoint.to_owned(),
+    }
 }
 
 /// The node's name when `--node-name` is not given: the kernel's host name.

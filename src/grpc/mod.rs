@@ -171,7 +171,7 @@ pub struct PodLifecycleService {
     /// Containers by id, cgroup id and PID (`GetContainer`).
     lookup: Option<ContainerLookup>,
     /// Reads a container the lookup does not know yet.
-    reader: Option<ContainerReader>,
+    reads: Option<DirectReads>,
     /// Open Watch streams per peer uid.
     streams: watch::PeerStreams,
 }
@@ -220,7 +220,7 @@ impl PodLifecycleService {
             shutdown,
             replays,
             lookup: None,
-            reader: None,
+            reads: None,
             streams: Default::default(),
         }
     }
@@ -229,7 +229,7 @@ impl PodLifecycleService {
     /// does not know yet, from `reader` (the runtime, at once).
     pub fn with_lookup(mut self, lookup: ContainerLookup, reader: Option<ContainerReader>) -> Self {
         self.lookup = Some(lookup);
-        self.reader = reader;
+        self.reads = reader.map(DirectReads::new);
         self
     }
 
@@ -394,32 +394,49 @@ impl PodLifecycleService {
         self.primed(deadline).await?;
         let wait = deadline.min(LOOKUP_WAIT);
         let until = tokio::time::Instant::now() + wait;
+        // The kernel's word on the PID, read off the async threads: a read that blocks
+        // holds up this call only.
+        let process = match &key {
+            &LookupKey::Pid(pid) => lookup
+                .host()
+                .off_thread(move |h| h.process(pid))
+                .await
+                .map_err(|e| Status::unavailable(format!("{e}; try again")))?,
+            _ => None,
+        };
+        let found = |f: crate::lookup::Found| api::GetContainerResponse {
+            pod: Some(pod_api(&f.pod, &self.cache)),
+            container: Some(f.container.to_api()),
+            removed: f.removed_at.is_some(),
+            removed_at: f.removed_at.map(system_to_timestamp),
+        };
         loop {
             let learned = lookup.learned();
             tokio::pin!(learned);
             learned.as_mut().enable();
-            match lookup.find(&key) {
-                Answer::Found(f) => {
-                    return Ok(api::GetContainerResponse {
-                        pod: Some(pod_api(&f.pod, &self.cache)),
-                        container: Some(f.container.to_api()),
-                        removed: f.removed_at.is_some(),
-                        removed_at: f.removed_at.map(system_to_timestamp),
-                    });
-                }
+            match lookup.find_read(&key, process.clone()) {
+                Answer::Found(f) => return Ok(found(f)),
                 Answer::NotFound(why) => return Err(Status::not_found(why)),
-                Answer::NotYet(id) => {
-                    // The kernel already runs it; the runtime is asked once rather than
-                    // waiting for the relister (which a runtime without an event
-                    // stream leaves to the next relist).
-                    if let Some(read) = &self.reader {
-                        let direct = tokio::time::timeout_at(until, read(id.clone())).await.ok().flatten();
+                Answer::NotYet { id, cgroup } => {
+                    // The kernel already runs it; the runtime is asked once (however
+                    // many ask at the same time) rather than waiting for the relister
+                    // (which a runtime without an event stream leaves to the next
+                    // relist).
+                    if let Some(reads) = &self.reads {
+                        let direct = tokio::time::timeout_at(until, reads.read(&id)).await.ok().flatten();
                         let Some((pod, container)) = direct else {
+                            lookup.not_a_container(&id);
                             return Err(Status::not_found(format!(
                                 "the kernel puts {key:?} in container {id}, which the runtime does not know as a \
                                  pod's container: a sandbox's pause process, or a container the kubelet did not create"
                             )));
                         };
+                        if !ContainerLookup::holds(&container, &cgroup) {
+                            return Err(Status::not_found(format!(
+                                "{key:?} is in cgroup {cgroup}, which is named after container {id} but is not where \
+                                 the runtime put it"
+                            )));
+                        }
                         let pod = self.cache.get(&pod.uid).and_then(|e| e.status.clone()).unwrap_or(Arc::new(pod));
                         return Ok(api::GetContainerResponse {
                             pod: Some(pod_api(&pod, &self.cache)),
@@ -443,6 +460,51 @@ impl PodLifecycleService {
                 }
             }
         }
+    }
+}
+
+/// The runtime reads a `GetContainer` makes for containers plegd has not published:
+/// one read per container id however many calls ask for it at the same time, and at
+/// most [`DIRECT_READS`] ids read at once (the rest wait their turn, within their
+/// deadline). An id the runtime does not know as a pod's container is then answered
+/// from the lookup's memory for a while ([`ContainerLookup::not_a_container`]).
+#[derive(Clone)]
+struct DirectReads {
+    reader: ContainerReader,
+    inflight: Arc<std::sync::Mutex<std::collections::HashMap<String, SharedRead>>>,
+    turns: Arc<tokio::sync::Semaphore>,
+}
+
+type DirectRead = Option<(PodStatus, crate::model::ContainerStatus)>;
+type SharedRead = futures_util::future::Shared<std::pin::Pin<Box<dyn std::future::Future<Output = DirectRead> + Send>>>;
+
+/// Runtime reads of unpublished containers under way at once.
+pub const DIRECT_READS: usize = 4;
+
+impl DirectReads {
+    fn new(reader: ContainerReader) -> Self {
+        Self { reader, inflight: Arc::default(), turns: Arc::new(tokio::sync::Semaphore::new(DIRECT_READS)) }
+    }
+
+    /// The runtime's answer for `id`: the read under way for it, or a new one.
+    fn read(&self, id: &str) -> SharedRead {
+        use futures_util::FutureExt;
+        let mut inflight = self.inflight.lock().expect("direct reads lock");
+        if let Some(r) = inflight.get(id) {
+            return r.clone();
+        }
+        let (this, key) = (self.clone(), id.to_owned());
+        let read: std::pin::Pin<Box<dyn std::future::Future<Output = DirectRead> + Send>> = Box::pin(async move {
+            let answer = match this.turns.acquire().await {
+                Ok(_turn) => (this.reader)(key.clone()).await,
+                Err(_) => None,
+            };
+            this.inflight.lock().expect("direct reads lock").remove(&key);
+            answer
+        });
+        let shared = read.shared();
+        inflight.insert(id.to_owned(), shared.clone());
+        shared
     }
 }
 

@@ -102,30 +102,45 @@ impl Message for WatchFrame {
 /// however many watchers send it. Live watchers send entries close to the head;
 /// the ones further behind (replays, slow watchers) encode again rather than hold
 /// the encodings of the whole journal in memory (an encoding carries the whole pod,
-/// ≈ 2 KiB for a pod of five containers).
+/// ≈ 2 KiB for a pod of five containers). Bounded by count and by bytes: a pod whose
+/// annotations are as large as the API server allows (256 KiB) is encoded for each
+/// watcher rather than kept [`ENCODED_TAIL`] times over.
 pub struct EncodedTail {
     slots: Vec<Mutex<Option<(u64, Bytes)>>>,
+    /// Bytes of the encodings kept.
+    held: std::sync::atomic::AtomicUsize,
+    budget: usize,
 }
 
 /// How many of the newest events keep their encoding.
 pub const ENCODED_TAIL: usize = 256;
 
+/// Bytes of encodings kept at most.
+pub const ENCODED_TAIL_BYTES: usize = 2 << 20;
+
 impl Default for EncodedTail {
     fn default() -> Self {
-        Self::new(ENCODED_TAIL)
+        Self::new(ENCODED_TAIL, ENCODED_TAIL_BYTES)
     }
 }
 
 impl EncodedTail {
-    /// A tail of `n` slots.
-    pub fn new(n: usize) -> Self {
-        Self { slots: (0..n.max(1)).map(|_| Mutex::new(None)).collect() }
+    /// A tail of `n` slots holding at most `budget` bytes.
+    pub fn new(n: usize, budget: usize) -> Self {
+        Self { slots: (0..n.max(1)).map(|_| Mutex::new(None)).collect(), held: Default::default(), budget }
+    }
+
+    /// Bytes of the encodings kept.
+    pub fn held(&self) -> usize {
+        self.held.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `entry` as a frame: its shared encoding when a watcher already made it,
-    /// otherwise encoded now and kept for the next watchers. A slot belongs to the
-    /// newest revision that lands in it, so an old entry never evicts a newer one.
+    /// otherwise encoded now and kept for the next watchers (within the byte budget).
+    /// A slot belongs to the newest revision that lands in it, so an old entry never
+    /// evicts a newer one.
     pub fn frame(&self, entry: &Entry) -> WatchFrame {
+        use std::sync::atomic::Ordering::Relaxed;
         let rev = entry.revision;
         let slot = &self.slots[(rev % self.slots.len() as u64) as usize];
         let mut slot = slot.lock().expect("encoding slot");
@@ -134,7 +149,16 @@ impl EncodedTail {
             Some((r, _)) if *r > rev => Bytes::from(entry.event.to_api().encode_to_vec()),
             _ => {
                 let bytes = Bytes::from(entry.event.to_api().encode_to_vec());
-                *slot = Some((rev, bytes.clone()));
+                if let Some((_, old)) = slot.take() {
+                    self.held.fetch_sub(old.len(), Relaxed);
+                }
+                // Reserve first: concurrent framers never take the total past the budget.
+                let before = self.held.fetch_add(bytes.len(), Relaxed);
+                if before + bytes.len() <= self.budget {
+                    *slot = Some((rev, bytes.clone()));
+                } else {
+                    self.held.fetch_sub(bytes.len(), Relaxed);
+                }
                 bytes
             }
         };
@@ -218,7 +242,7 @@ mod tests {
     fn a_shared_event_frame_is_byte_for_byte_the_watch_event_it_stands_for() {
         let j = Journal::new(100, 10, None);
         let e = append(&j, "u1");
-        let frame = EncodedTail::new(4).frame(&e);
+        let frame = EncodedTail::new(4, 1 << 20).frame(&e);
         let want =
             api::WatchEvent { revision: e.revision, kind: Some(api::watch_event::Kind::Event(e.event.to_api())) };
         assert_eq!(frame.encode_to_vec(), want.encode_to_vec());
@@ -242,7 +266,7 @@ mod tests {
     fn the_tail_keeps_the_newest_encodings_and_an_older_entry_never_evicts_a_newer_one() {
         let j = Journal::new(100, 10, None);
         let entries: Vec<_> = (0..6).map(|i| append(&j, &format!("p{i}"))).collect();
-        let tail = EncodedTail::new(4);
+        let tail = EncodedTail::new(4, 1 << 20);
         for e in &entries {
             tail.frame(e);
         }
@@ -253,5 +277,45 @@ mod tests {
         let old = tail.frame(&entries[0]);
         assert!(tail.keeps(entries[4].revision) && !tail.keeps(entries[0].revision));
         assert_eq!(old.into_message().unwrap().revision, entries[0].revision);
+    }
+
+    #[test]
+    fn the_tail_holds_no_more_bytes_than_its_budget_however_large_the_pods() {
+        let j = Journal::new(1000, 100, None);
+        let big = "x".repeat(256 << 10);
+        let tail = EncodedTail::new(256, 2 << 20);
+        let mut kept = 0;
+        for i in 0..64 {
+            let mut pod = PodStatus::empty("big", "ns", "big");
+            pod.annotations = [("note", big.as_str())].into();
+            j.append(PodLifecycleEvent {
+                pod_uid: "big".into(),
+                pod_namespace: "ns".into(),
+                pod_name: "big".into(),
+                kind: EventType::ContainerDied,
+                container_id: format!("c{i}"),
+                container_name: "c".into(),
+                is_sandbox: false,
+                source: EventSource::CriEvent,
+                observed_at: SystemTime::now(),
+                runtime_timestamp: None,
+                pod: Some(Arc::new(pod)),
+                message: String::new(),
+            })
+            .expect("appended");
+            let e = j.timeline("big").unwrap().last().cloned().unwrap();
+            let frame = tail.frame(&e);
+            // Every watcher still gets the whole event.
+            assert!(frame.encoded_len() > 256 << 10);
+            assert!(tail.held() <= 2 << 20, "{} bytes held after {i} events", tail.held());
+            kept += usize::from(tail.keeps(e.revision));
+        }
+        assert!(kept >= 1, "what fits is still kept");
+        // Small events are kept again as the large ones age out of their slots.
+        let small: Vec<_> = (0..300).map(|i| append(&j, &format!("s{i}"))).collect();
+        for e in &small {
+            tail.frame(e);
+        }
+        assert!(small.iter().rev().take(200).all(|e| tail.keeps(e.revision)));
     }
 }

@@ -175,6 +175,8 @@ struct Sub {
 
 /// Entries a pod's timeline shows at most.
 const TIMELINE_PER_POD: usize = 1000;
+/// Timelines read at once.
+pub const TIMELINE_READS: usize = 2;
 /// Pods whose identity is kept after they are gone: every removal event of a pod (its
 /// containers', its sandbox's, in one batch or a few) matches filters as the pod did.
 /// Those follow within a relist; 2,000 is ≈ 18 node-fulls of pods (the kubelet's 110)
@@ -241,6 +243,8 @@ struct Inner {
 
 struct Shared {
     inner: Mutex<Inner>,
+    /// Turns to read a timeline ([`Journal::read_timeline`]).
+    timeline_reads: tokio::sync::Semaphore,
     revision: AtomicU64,
     epoch: AtomicU64,
     capacity: usize,
@@ -393,6 +397,7 @@ impl Journal {
         }
         Self {
             shared: Arc::new(Shared {
+                timeline_reads: tokio::sync::Semaphore::new(TIMELINE_READS),
                 inner: Mutex::new(Inner {
                     ring: VecDeque::new(),
                     ring_bytes: 0,
@@ -693,6 +698,17 @@ impl Journal {
             v.drain(..v.len() - TIMELINE_PER_POD);
         }
         (!v.is_empty()).then_some(v)
+    }
+
+    /// [`Self::timeline`] with the journal's epoch, read off the async threads, at
+    /// most [`TIMELINE_READS`] at once (more wait their turn): the pages and the debug
+    /// API each read one per request, and a pod's timeline can be large. `None` when
+    /// the read failed.
+    pub async fn read_timeline(&self, uid: &str) -> Option<(u64, Option<Vec<Arc<Entry>>>)> {
+        let _turn = self.shared.timeline_reads.acquire().await.ok()?;
+        let (journal, uid) = (self.clone(), uid.to_owned());
+        // Its revisions belong to the journal's epoch, read with it.
+        tokio::task::spawn_blocking(move || (journal.epoch(), journal.timeline(&uid))).await.ok()
     }
 
     /// The oldest revision the journal still holds, in memory or on disk (the next

@@ -12,6 +12,7 @@
 //! revision taken back can never be reused under the name a client holds.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
@@ -692,6 +693,41 @@ fn decode(path: &Path, revision: u64, body: &[u8]) -> Result<Stored, StoreError>
     Ok(Stored { revision, event: d.event, meta: d.meta, left: d.left, bytes: body.len() })
 }
 
+/// What the statuses of one pod read so far hold, to share with the next one read.
+#[derive(Default)]
+struct Alike {
+    containers: std::collections::HashMap<String, Arc<crate::model::ContainerStatus>>,
+    labels: crate::labels::Labels,
+    annotations: crate::labels::Labels,
+}
+
+impl Alike {
+    fn share(&mut self, s: &mut Stored) {
+        share_labels(&mut self.labels, &mut s.meta.labels);
+        let Some(pod) = s.event.pod.as_mut() else { return };
+        let pod = Arc::make_mut(pod);
+        for c in &mut pod.containers {
+            match self.containers.get(&c.id) {
+                Some(seen) if **seen == **c => *c = seen.clone(),
+                _ => {
+                    self.containers.insert(c.id.clone(), c.clone());
+                }
+            }
+        }
+        share_labels(&mut self.labels, &mut pod.labels);
+        share_labels(&mut self.annotations, &mut pod.annotations);
+    }
+}
+
+/// `l` becomes `seen`'s allocation when they hold the same; else `seen` becomes `l`.
+fn share_labels(seen: &mut crate::labels::Labels, l: &mut crate::labels::Labels) {
+    if *seen == *l {
+        *l = seen.clone();
+    } else {
+        *seen = l.clone();
+    }
+}
+
 /// Decodes every `(rev, body)` row a statement gives.
 fn decode_rows(
     path: &Path,
@@ -804,13 +840,24 @@ impl Reader {
         decode_rows(&self.path, &mut stmt, params![after as i64, before as i64, limit as i64])
     }
 
-    /// The newest `limit` events of a pod, oldest first.
+    /// The newest `limit` events of a pod, oldest first. What consecutive statuses of
+    /// the pod hold alike (each container that did not change, the labels) is one
+    /// allocation, as in the live journal: a pod of many containers costs a status per
+    /// change, not a copy of every container for each of its events.
     pub fn timeline(&self, uid: &str, limit: usize) -> Result<Vec<Stored>, StoreError> {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT rev, body FROM events WHERE uid = ?1 ORDER BY rev DESC LIMIT ?2")
             .map_err(sql(&self.path))?;
-        let mut out = decode_rows(&self.path, &mut stmt, params![uid, limit as i64])?;
+        let mut rows = stmt.query(params![uid, limit as i64]).map_err(sql(&self.path))?;
+        let (mut out, mut alike) = (Vec::new(), Alike::default());
+        while let Some(r) = rows.next().map_err(sql(&self.path))? {
+            let rev: i64 = r.get(0).map_err(sql(&self.path))?;
+            let body: Vec<u8> = r.get(1).map_err(sql(&self.path))?;
+            let mut stored = decode(&self.path, rev as u64, &body)?;
+            alike.share(&mut stored);
+            out.push(stored);
+        }
         out.reverse();
         Ok(out)
     }

@@ -28,7 +28,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{Notify, mpsc};
 
-use crate::host::{Host, container_id_in};
+use crate::host::{Host, HostProcess, PidClock, container_id_in, placed_in, under_kubepods};
 use crate::journal::PodMeta;
 use crate::journal::record::{decode_view, encode_view};
 use crate::metrics::Registry;
@@ -111,8 +111,14 @@ pub enum Answer {
     /// Found.
     Found(Found),
     /// The kernel names this container for the PID, and plegd has not published it
-    /// yet: worth waiting for ([`ContainerLookup::learned`]).
-    NotYet(String),
+    /// yet: worth waiting for ([`ContainerLookup::learned`]), or reading from the
+    /// runtime — whose answer must still place the process ([`ContainerLookup::holds`]).
+    NotYet {
+        /// The container id the process's cgroup names.
+        id: String,
+        /// The process's cgroup.
+        cgroup: String,
+    },
     /// Not found; the sentence says why.
     NotFound(String),
 }
@@ -161,6 +167,8 @@ impl LookupMetrics {
 #[derive(Clone)]
 pub struct ContainerLookup {
     index: Arc<Mutex<Index>>,
+    /// `kernel.pid_max`, read once.
+    pid_max: u64,
     learned: Arc<Notify>,
     cfg: Arc<LookupConfig>,
     store: Option<mpsc::Sender<TombstoneOp>>,
@@ -175,6 +183,7 @@ struct Live {
 struct Tomb {
     found: Found,
     bytes: usize,
+    pod: Arc<str>,
 }
 
 /// A container that had a PID.
@@ -183,7 +192,18 @@ struct PidUse {
     id: String,
     start_ticks: u64,
     started_at: i64,
+    /// The host's task count when plegd last saw the container running (`None`: never
+    /// seen running with the clock readable). The PID cannot have been given to another
+    /// process before the count has grown by a cycle past it ([`crate::host::PidClock`]).
+    seen_running: Option<u64>,
 }
+
+/// Ids the runtime said are not a pod's container (a read for a PID's cgroup), and
+/// when: asked again only after [`NOT_A_CONTAINER_FOR`].
+const NOT_A_CONTAINER_FOR: Duration = Duration::from_secs(30);
+
+/// Such ids remembered at most.
+const NOT_A_CONTAINER_MAX: usize = 4096;
 
 #[derive(Default)]
 struct Index {
@@ -193,23 +213,49 @@ struct Index {
     /// Tombstones by removal, oldest first.
     order: VecDeque<String>,
     tomb_bytes: usize,
+    /// Tombstone bytes and count by pod: when over the bounds, the pod holding the most
+    /// gives up its oldest first, so one pod's large records never evict the others'.
+    pod_tombs: HashMap<Arc<str>, PodTombs>,
     by_cgroup: HashMap<u64, String>,
     by_pid: HashMap<u32, Vec<PidUse>>,
     /// Containers whose death is counted (live or tombstoned).
     counted: HashSet<String>,
+    /// Sandboxes of the pods plegd holds: id → `namespace/name` (a pause process's
+    /// cgroup names its sandbox, which is not a container).
+    sandboxes: HashMap<String, String>,
+    pod_sandboxes: HashMap<Arc<str>, Vec<String>>,
+    /// Ids the runtime said are no pod's container, and when it said so.
+    not_containers: HashMap<String, std::time::Instant>,
+}
+
+#[derive(Default)]
+struct PodTombs {
+    bytes: usize,
+    count: usize,
 }
 
 impl ContainerLookup {
     /// An empty lookup; with a state dir, the tombstones kept there come back and the
     /// returned writer keeps the file (run it in the task tracker).
     pub fn open(cfg: LookupConfig, metrics: LookupMetrics) -> Result<(Self, Option<TombstoneWriter>), LookupError> {
-        let mut lookup =
-            Self { index: Arc::default(), learned: Arc::new(Notify::new()), cfg: Arc::new(cfg), store: None, metrics };
+        let pid_max = cfg.host.pid_max();
+        let mut lookup = Self {
+            index: Arc::default(),
+            pid_max,
+            learned: Arc::new(Notify::new()),
+            cfg: Arc::new(cfg),
+            store: None,
+            metrics,
+        };
         let Some(dir) = lookup.cfg.state_dir.clone() else { return Ok((lookup, None)) };
-        let store = TombstoneStore::open(&dir)?;
+        let mut store = TombstoneStore::open(&dir)?;
         let since = SystemTime::now().checked_sub(lookup.cfg.retention).unwrap_or(std::time::UNIX_EPOCH);
-        let stored = store.load(since)?;
+        // The newest within the bounds (twice the bytes, so that the fair eviction
+        // below chooses among pods); the file drops the rest.
+        let stored = store.load_newest(since, lookup.cfg.max_tombstones, lookup.cfg.max_bytes.saturating_mul(2))?;
+        let oldest = stored.first().map(|t| t.removed_at);
         {
+            let mut ops = Vec::new();
             let mut ix = lookup.lock();
             for t in stored {
                 match decode_view(&t.record) {
@@ -217,13 +263,20 @@ impl ContainerLookup {
                         let Some(container) = pod.containers.first().cloned() else { continue };
                         let found = Found { pod: Arc::new(pod), container, removed_at: Some(t.removed_at) };
                         ix.counted.insert(t.id.clone());
-                        ix.index_keys(&found.container);
+                        ix.index_keys(&found.container, t.seen_running);
                         ix.add_tomb(t.id, found, t.record.len());
                     }
                     Err(e) => tracing::warn!(id = %t.id, error = %e, "a tombstone does not decode; skipped"),
                 }
             }
+            ix.expire(SystemTime::now(), &lookup.cfg, &mut ops);
             lookup.metrics.tombstones.set(ix.tombs.len() as i64);
+            drop(ix);
+            let expired = SystemTime::now().checked_sub(lookup.cfg.retention).unwrap_or(std::time::UNIX_EPOCH);
+            store.apply(&ops, expired)?;
+            if let Some(oldest) = oldest {
+                store.drop_older_than(oldest)?;
+            }
         }
         let (tx, rx) = mpsc::channel(tombstones::QUEUE);
         lookup.store = Some(tx);
@@ -239,6 +292,7 @@ impl ContainerLookup {
     /// deaths were counted by the plegd that saw them.
     pub fn seed(&self, pods: &[Arc<PodStatus>]) {
         let mut ops = Vec::new();
+        let clock = self.cfg.host.pid_clock();
         let mut ix = self.lock();
         for pod in pods {
             for c in &pod.containers {
@@ -246,7 +300,7 @@ impl ContainerLookup {
                     ix.counted.insert(c.id.clone());
                 }
             }
-            ix.learn(pod, &mut ops);
+            ix.learn(pod, clock, &mut ops);
         }
         drop(ix);
         self.send(ops);
@@ -256,6 +310,8 @@ impl ContainerLookup {
     /// Learns from published events, in revision order.
     pub fn observe<'a>(&self, events: impl IntoIterator<Item = &'a PodLifecycleEvent>) {
         let now = SystemTime::now();
+        // `/proc/stat`: the kernel's own counters, never behind a cgroup lock.
+        let clock = self.cfg.host.pid_clock();
         let mut ops = Vec::new();
         {
             let mut ix = self.lock();
@@ -267,8 +323,8 @@ impl ContainerLookup {
                     self.count_death(&mut ix, ev);
                 }
                 let gone = match &ev.pod {
-                    Some(status) => ix.learn(status, &mut ops),
-                    None => ix.pods.remove(&ev.pod_uid).unwrap_or_default(),
+                    Some(status) => ix.learn(status, clock, &mut ops),
+                    None => ix.forget_pod(&ev.pod_uid),
                 };
                 for id in gone {
                     ix.bury(&id, ev.observed_at, &mut ops);
@@ -309,13 +365,22 @@ impl ContainerLookup {
             .inc();
     }
 
-    /// Resolves `key`. Tombstones past the retention are dropped first, so a quiet
-    /// node answers as the retention says.
+    /// Resolves `key`, reading the host's `/proc` here for a PID (tests, and callers
+    /// that may block; the API reads it off its threads and calls [`Self::find_read`]).
     pub fn find(&self, key: &LookupKey) -> Answer {
-        // The kernel is asked before the index is locked: reading /proc may wait on the
-        // kernel's cgroup locks, the publish path must not.
         let process = match key {
             LookupKey::Pid(pid) => self.cfg.host.process(*pid),
+            _ => None,
+        };
+        self.find_read(key, process)
+    }
+
+    /// Resolves `key`, given what the host says of the PID now (`process`, for a
+    /// [`LookupKey::Pid`]; `None`: no such process). Tombstones past the retention are
+    /// dropped first, so a quiet node answers as the retention says.
+    pub fn find_read(&self, key: &LookupKey, process: Option<HostProcess>) -> Answer {
+        let clock = match key {
+            LookupKey::Pid(_) if process.is_none() => self.cfg.host.pid_clock(),
             _ => None,
         };
         let mut ops = Vec::new();
@@ -332,51 +397,120 @@ impl ContainerLookup {
                 Some(f) => Answer::Found(f),
                 None => Answer::NotFound(self.unknown(&format!("a container with cgroup id {cg}"))),
             },
-            LookupKey::Pid(pid) => self.find_pid(&ix, *pid, process),
+            LookupKey::Pid(pid) => match process {
+                Some(process) => {
+                    let answer = self.find_live_pid(&ix, *pid, process);
+                    ix.taken(*pid, &answer);
+                    answer
+                }
+                None => self.find_gone_pid(&ix, *pid, clock),
+            },
         }
     }
 
-    fn find_pid(&self, ix: &Index, pid: u32, process: Option<crate::host::HostProcess>) -> Answer {
-        match process {
-            Some(process) => {
-                // A live process: the kernel says whose it is.
-                if let Some(id) = process.cgroup.as_deref().and_then(container_id_in) {
-                    return match ix.get(id) {
-                        Some(f) => Answer::Found(f),
-                        None => Answer::NotYet(id.to_owned()),
-                    };
-                }
-                // No container id in its cgroup: only a container whose init process
-                // is this very process (same start) can claim it.
-                let same = ix.by_pid.get(&pid).and_then(|uses| {
-                    uses.iter().rev().find(|u| u.start_ticks != 0 && Some(u.start_ticks) == process.start_ticks)
-                });
-                match same.and_then(|u| ix.get(&u.id)) {
-                    Some(f) => Answer::Found(f),
-                    None => Answer::NotFound(format!(
-                        "PID {pid} is not in a container plegd knows: its cgroup is {}",
-                        process.cgroup.as_deref().unwrap_or("unknown (no cgroup v2 line)")
-                    )),
-                }
+    /// Whether `container` (as the runtime or the index holds it) is where a process in
+    /// `cgroup` is: at or below the cgroup the runtime set for it, or, where the runtime
+    /// did not say, in the kubelet's pod hierarchy.
+    pub fn holds(container: &ContainerStatus, cgroup: &str) -> bool {
+        match container.process.as_ref().map(|p| p.cgroup_path.as_str()).filter(|p| !p.is_empty()) {
+            Some(path) => placed_in(cgroup, path),
+            None => under_kubepods(cgroup),
+        }
+    }
+
+    /// The runtime said `id` is no pod's container: a PID whose cgroup names it is
+    /// answered so, without asking the runtime again, for [`NOT_A_CONTAINER_FOR`].
+    pub fn not_a_container(&self, id: &str) {
+        let mut ix = self.lock();
+        let now = std::time::Instant::now();
+        if ix.not_containers.len() >= NOT_A_CONTAINER_MAX {
+            ix.not_containers.retain(|_, at| now.duration_since(*at) < NOT_A_CONTAINER_FOR);
+            if ix.not_containers.len() >= NOT_A_CONTAINER_MAX {
+                ix.not_containers.clear();
             }
-            None => {
-                // No such process now: a running container the runtime gave this PID,
-                // else the newest that had it. Without a view of the host's processes
-                // the PID may have been reused since: only a running container answers.
-                let uses = ix.by_pid.get(&pid).map(Vec::as_slice).unwrap_or_default();
-                let mut found: Vec<Found> = uses.iter().filter_map(|u| ix.get(&u.id)).collect();
-                let running = |f: &Found| f.container.state == ContainerState::Running && f.removed_at.is_none();
-                found.sort_by_key(|f| (running(f), f.container.started_at));
-                match found.pop() {
-                    Some(f) if running(&f) || self.cfg.host.sees_processes() => Answer::Found(f),
-                    Some(_) => Answer::NotFound(format!(
-                        "no container runs with PID {pid}, and plegd cannot see the host's processes \
-                         (--host-root {}) to rule out that the PID was reused since one did",
-                        self.cfg.host.root().display()
-                    )),
-                    None => Answer::NotFound(self.unknown(&format!("a container with PID {pid}"))),
+        }
+        ix.not_containers.insert(id.to_owned(), now);
+    }
+
+    /// A PID that has a process now: the kernel says whose it is — the container the
+    /// outermost runtime-named component of its cgroup names, if the process is where
+    /// the runtime put that container.
+    fn find_live_pid(&self, ix: &Index, pid: u32, process: HostProcess) -> Answer {
+        let cgroup = process.cgroup.as_deref().unwrap_or("");
+        if let Some(id) = container_id_in(cgroup) {
+            if let Some(f) = ix.get(id) {
+                if Self::holds(&f.container, cgroup) {
+                    return Answer::Found(f);
                 }
+                let set = f.container.process.as_ref().map_or("", |p| p.cgroup_path.as_str());
+                return Answer::NotFound(format!(
+                    "PID {pid} is in cgroup {cgroup}, which is named after container {id} but is not where the \
+                     runtime put it ({}): the name was chosen by whoever made that cgroup",
+                    if set.is_empty() { "the kubelet's kubepods hierarchy" } else { set }
+                ));
             }
+            if let Some(pod) = ix.sandboxes.get(id) {
+                return Answer::NotFound(format!(
+                    "PID {pid} is in the sandbox {id} of pod {pod} (its pause process), which is not a container"
+                ));
+            }
+            let recent = ix.not_containers.get(id).is_some_and(|at| at.elapsed() < NOT_A_CONTAINER_FOR);
+            if recent {
+                return Answer::NotFound(format!(
+                    "the kernel puts PID {pid} in container {id}, which the runtime does not know as a pod's \
+                     container: a sandbox's pause process, or a container the kubelet did not create"
+                ));
+            }
+            return Answer::NotYet { id: id.to_owned(), cgroup: cgroup.to_owned() };
+        }
+        // No container named in its cgroup: only a container whose init process is this
+        // very process (same start) can claim it.
+        let same = ix.by_pid.get(&pid).and_then(|uses| {
+            uses.iter().rev().find(|u| u.start_ticks != 0 && Some(u.start_ticks) == process.start_ticks)
+        });
+        match same.and_then(|u| ix.get(&u.id)) {
+            Some(f) => Answer::Found(f),
+            None => Answer::NotFound(format!(
+                "PID {pid} is not in a container plegd knows: its cgroup is {}",
+                process.cgroup.as_deref().unwrap_or("unknown (no cgroup v2 line)")
+            )),
+        }
+    }
+
+    /// A PID with no process now: a running container the runtime gave this PID, else
+    /// the newest that had it — if the PID cannot have been another process's since.
+    fn find_gone_pid(&self, ix: &Index, pid: u32, clock: Option<PidClock>) -> Answer {
+        let uses = ix.by_pid.get(&pid).map(Vec::as_slice).unwrap_or_default();
+        let mut found: Vec<(Found, Option<u64>)> =
+            uses.iter().filter_map(|u| ix.get(&u.id).map(|f| (f, u.seen_running))).collect();
+        let running = |f: &Found| f.container.state == ContainerState::Running && f.removed_at.is_none();
+        found.sort_by_key(|(f, _)| (running(f), f.container.started_at));
+        let Some((f, seen_running)) = found.pop() else {
+            return Answer::NotFound(self.unknown(&format!("a container with PID {pid}")));
+        };
+        if running(&f) {
+            return Answer::Found(f);
+        }
+        if !self.cfg.host.sees_processes() {
+            return Answer::NotFound(format!(
+                "no container runs with PID {pid}, and plegd cannot see the host's processes \
+                 (--host-root {}) to rule out that the PID was reused since one did",
+                self.cfg.host.root().display()
+            ));
+        }
+        let cycle = PidClock::cycle(self.pid_max);
+        match (seen_running, clock) {
+            (Some(then), Some(now)) if now.forks >= then && now.forks - then < cycle => Answer::Found(f),
+            (then, now) => Answer::NotFound(format!(
+                "no process has PID {pid} now; container {} had it, but the host has started {} tasks since plegd \
+                 last saw it running (a PID comes round again after {cycle} at the least), so the PID may have \
+                 been another process's since: ask by its container id or cgroup id",
+                f.container.id,
+                match (then, now) {
+                    (Some(then), Some(now)) if now.forks >= then => (now.forks - then).to_string(),
+                    _ => "an unknown number of".to_owned(),
+                }
+            )),
         }
     }
 
@@ -399,6 +533,11 @@ impl ContainerLookup {
         self.lock().tombs.len()
     }
 
+    /// The host it reads PIDs on.
+    pub fn host(&self) -> &Host {
+        &self.cfg.host
+    }
+
     /// The retention.
     pub fn retention(&self) -> Duration {
         self.cfg.retention
@@ -414,19 +553,20 @@ impl Index {
     }
 
     /// Learns a pod's status; returns the ids of its containers that left it.
-    fn learn(&mut self, status: &Arc<PodStatus>, ops: &mut Vec<TombstoneOp>) -> Vec<String> {
+    fn learn(&mut self, status: &Arc<PodStatus>, clock: Option<PidClock>, ops: &mut Vec<TombstoneOp>) -> Vec<String> {
         let uid = crate::labels::shared(&status.uid);
         let ids: Vec<String> = status.containers.iter().map(|c| c.id.clone()).collect();
         for c in &status.containers {
             // A container back from a tombstone (an event that carries its last status
             // after another one's buried it) is live again, its keys and count kept.
             if let Some(t) = self.tombs.remove(&c.id) {
-                self.tomb_bytes -= t.bytes;
+                self.untally(&t);
                 self.order.retain(|o| o != &c.id);
                 ops.push(TombstoneOp::Delete(c.id.clone()));
                 self.live.insert(c.id.clone(), Live { pod: t.found.pod, container: t.found.container });
             }
-            self.index_keys(c);
+            let seen_running = (c.state == ContainerState::Running).then_some(clock).flatten().map(|k| k.forks);
+            self.index_keys(c, seen_running);
             // A status that does not carry the process (a final status the runtime's
             // event stream gave) keeps the one learned before: its PID and cgroup id
             // still find it once it is gone.
@@ -438,23 +578,76 @@ impl Index {
             };
             self.live.insert(c.id.clone(), Live { pod: status.clone(), container });
         }
+        let sandboxes: Vec<String> = status.sandboxes.iter().map(|s| s.id.clone()).collect();
+        for id in &sandboxes {
+            self.sandboxes.entry(id.clone()).or_insert_with(|| format!("{}/{}", status.namespace, status.name));
+        }
+        for old in self.pod_sandboxes.insert(uid.clone(), sandboxes.clone()).unwrap_or_default() {
+            if !sandboxes.contains(&old) {
+                self.sandboxes.remove(&old);
+            }
+        }
         let before = self.pods.insert(uid, ids.clone()).unwrap_or_default();
         before.into_iter().filter(|id| !ids.contains(id)).collect()
     }
 
-    /// Points the container's cgroup id and PID at it.
-    fn index_keys(&mut self, c: &ContainerStatus) {
+    /// Forgets a pod that went away; returns its containers' ids.
+    fn forget_pod(&mut self, uid: &str) -> Vec<String> {
+        for id in self.pod_sandboxes.remove(uid).unwrap_or_default() {
+            self.sandboxes.remove(&id);
+        }
+        self.pods.remove(uid).unwrap_or_default()
+    }
+
+    /// Points the container's cgroup id and PID at it; `seen_running` is the host's
+    /// task count now if the container runs.
+    fn index_keys(&mut self, c: &ContainerStatus, seen_running: Option<u64>) {
         let Some(p) = &c.process else { return };
         if p.cgroup_id != 0 {
             self.by_cgroup.insert(p.cgroup_id, c.id.clone());
         }
         if p.pid != 0 {
             let uses = self.by_pid.entry(p.pid).or_default();
-            if !uses.iter().any(|u| u.id == c.id) {
-                uses.push(PidUse { id: c.id.clone(), start_ticks: p.start_ticks, started_at: c.started_at });
-                uses.sort_by_key(|u| u.started_at);
+            match uses.iter_mut().find(|u| u.id == c.id) {
+                Some(u) => u.seen_running = seen_running.or(u.seen_running),
+                None => {
+                    uses.push(PidUse {
+                        id: c.id.clone(),
+                        start_ticks: p.start_ticks,
+                        started_at: c.started_at,
+                        seen_running,
+                    });
+                    uses.sort_by_key(|u| u.started_at);
+                }
             }
         }
+    }
+
+    /// A live process holds `pid` and is not (or not known to be) a container that no
+    /// longer runs: such containers lose their claim to the PID for good.
+    fn taken(&mut self, pid: u32, answer: &Answer) {
+        let owner = match answer {
+            Answer::Found(f) => Some(f.container.id.clone()),
+            _ => None,
+        };
+        let running: HashSet<String> = self
+            .by_pid
+            .get(&pid)
+            .into_iter()
+            .flatten()
+            .filter(|u| self.live.get(&u.id).is_some_and(|l| l.container.state == ContainerState::Running))
+            .map(|u| u.id.clone())
+            .collect();
+        for u in self.by_pid.get_mut(&pid).into_iter().flatten() {
+            if owner.as_deref() != Some(u.id.as_str()) && !running.contains(&u.id) {
+                u.seen_running = None;
+            }
+        }
+    }
+
+    /// When plegd last saw `id` running with `pid`, by the host's task count.
+    fn seen_running(&self, id: &str, pid: u32) -> Option<u64> {
+        self.by_pid.get(&pid)?.iter().find(|u| u.id == id)?.seen_running
     }
 
     /// Makes a live container a tombstone.
@@ -468,30 +661,43 @@ impl Index {
         let mut pod = PodStatus::clone(&live.pod);
         pod.containers = vec![live.container.clone()];
         let record = encode_view(&pod, &PodMeta::of(&pod));
+        let seen_running = live.container.process.as_ref().and_then(|p| self.seen_running(id, p.pid));
         let found = Found { pod: Arc::new(pod), container: live.container, removed_at: Some(removed_at) };
         self.add_tomb(id.to_owned(), found, record.len());
-        ops.push(TombstoneOp::Put { id: id.to_owned(), removed_at, record });
+        ops.push(TombstoneOp::Put { id: id.to_owned(), removed_at, record, seen_running });
     }
 
     fn add_tomb(&mut self, id: String, found: Found, bytes: usize) {
         if self.tombs.contains_key(&id) {
             self.drop_tomb(&id);
         }
+        let pod = crate::labels::shared(&found.pod.uid);
+        let t = Tomb { found, bytes, pod };
         self.tomb_bytes += bytes;
+        let share = self.pod_tombs.entry(t.pod.clone()).or_default();
+        share.bytes += bytes;
+        share.count += 1;
         self.order.push_back(id.clone());
-        self.tombs.insert(id, Tomb { found, bytes });
+        self.tombs.insert(id, t);
+    }
+
+    /// Takes a tombstone out of the totals.
+    fn untally(&mut self, t: &Tomb) {
+        self.tomb_bytes -= t.bytes;
+        if let Some(share) = self.pod_tombs.get_mut(&t.pod) {
+            share.bytes -= t.bytes;
+            share.count -= 1;
+            if share.count == 0 {
+                self.pod_tombs.remove(&t.pod);
+            }
+        }
     }
 
     /// Forgets a tombstone and what points at it.
     fn drop_tomb(&mut self, id: &str) {
         self.order.retain(|o| o != id);
-        self.forget_tomb(id);
-    }
-
-    /// Forgets a tombstone no longer in `order`.
-    fn forget_tomb(&mut self, id: &str) {
         let Some(t) = self.tombs.remove(id) else { return };
-        self.tomb_bytes -= t.bytes;
+        self.untally(&t);
         if !self.live.contains_key(id) {
             self.forget_keys(id, &t.found.container);
         }
@@ -512,17 +718,31 @@ impl Index {
         }
     }
 
-    /// Drops tombstones past the retention, then the oldest beyond the bounds.
+    /// Drops tombstones past the retention, then, while over a bound, the oldest of the
+    /// pod that holds the most of it: a pod whose records are large (annotations up to
+    /// the API server's 256 KiB) or many gives up its own first.
     fn expire(&mut self, now: SystemTime, cfg: &LookupConfig, ops: &mut Vec<TombstoneOp>) {
         let cutoff = now.checked_sub(cfg.retention).unwrap_or(std::time::UNIX_EPOCH);
         while let Some(id) = self.order.front().cloned() {
-            let t = &self.tombs[&id];
-            let expired = t.found.removed_at.is_some_and(|at| at < cutoff);
-            if !expired && self.tombs.len() <= cfg.max_tombstones && self.tomb_bytes <= cfg.max_bytes {
+            if self.tombs[&id].found.removed_at.is_none_or(|at| at >= cutoff) {
                 break;
             }
-            self.order.pop_front();
-            self.forget_tomb(&id);
+            self.drop_tomb(&id);
+            ops.push(TombstoneOp::Delete(id));
+        }
+        loop {
+            let by_bytes = self.tomb_bytes > cfg.max_bytes;
+            if !by_bytes && self.tombs.len() <= cfg.max_tombstones {
+                break;
+            }
+            let heaviest = self
+                .pod_tombs
+                .iter()
+                .max_by_key(|(_, s)| if by_bytes { s.bytes } else { s.count })
+                .map(|(pod, _)| pod.clone());
+            let Some(pod) = heaviest else { break };
+            let Some(id) = self.order.iter().find(|id| self.tombs[*id].pod == pod).cloned() else { break };
+            self.drop_tomb(&id);
             ops.push(TombstoneOp::Delete(id));
         }
     }

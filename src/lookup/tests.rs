@@ -40,13 +40,22 @@ fn event(uid: &str, kind: EventType, id: &str, status: Option<Arc<PodStatus>>) -
     }
 }
 
-/// A host root whose only process is init: any other PID has no process.
+/// A host root whose only process is init: any other PID has no process. Its task
+/// count (`/proc/stat`) stands still unless a test moves it ([`forks`]).
 fn empty_host() -> std::path::PathBuf {
     let root = tempfile::tempdir().unwrap().keep();
     std::fs::create_dir_all(root.join("proc/1")).unwrap();
+    std::fs::create_dir_all(root.join("proc/sys/kernel")).unwrap();
+    std::fs::write(root.join("proc/sys/kernel/pid_max"), "32768\n").unwrap();
+    forks(&root, 5000);
     std::fs::write(root.join("proc/1/stat"), "1 (init) S 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0 0\n").unwrap();
     std::fs::write(root.join("proc/1/cgroup"), "0::/init.scope\n").unwrap();
     root
+}
+
+/// Sets the host's task count since boot.
+fn forks(root: &std::path::Path, n: u64) {
+    std::fs::write(root.join("proc/stat"), format!("cpu  1 2 3 4\nprocesses {n}\nprocs_running 1\n")).unwrap();
 }
 
 fn lookup(retention: Duration) -> ContainerLookup {
@@ -140,12 +149,17 @@ fn a_live_pid_belongs_to_the_container_its_cgroup_names_never_to_an_earlier_one(
     let new = "b".repeat(64);
     std::fs::write(root.join("proc/600/cgroup"), format!("0::/kubepods.slice/cri-containerd-{new}.scope\n")).unwrap();
     match l.find(&LookupKey::Pid(600)) {
-        Answer::NotYet(id) => assert_eq!(id, new),
+        Answer::NotYet { id, cgroup } => {
+            assert_eq!(id, new);
+            assert!(cgroup.ends_with(&format!("cri-containerd-{new}.scope")), "{cgroup}");
+        }
         other => panic!("expected to wait for {new}, got {other:?}"),
     }
-    // The process is gone: the newest container that had the PID answers.
+    // The process is gone. plegd saw other processes hold the PID since the old
+    // container had it: the old container does not get it back.
     std::fs::remove_dir_all(root.join("proc/600")).unwrap();
-    assert_eq!(found(l.find(&LookupKey::Pid(600))).container.id, old);
+    let why = not_found(l.find(&LookupKey::Pid(600)));
+    assert!(why.contains("another process's"), "{why}");
 }
 
 #[test]
@@ -307,6 +321,8 @@ proptest! {
             let ix = l.lock();
             prop_assert!(ix.tombs.len() <= max);
             prop_assert_eq!(ix.order.len(), ix.tombs.len());
+            prop_assert_eq!(ix.pod_tombs.values().map(|s| s.count).sum::<usize>(), ix.tombs.len());
+            prop_assert_eq!(ix.pod_tombs.values().map(|s| s.bytes).sum::<usize>(), ix.tomb_bytes);
             for id in ix.tombs.keys() {
                 prop_assert!(!ix.live.contains_key(id));
             }
@@ -319,4 +335,102 @@ proptest! {
             }
         }
     }
+}
+
+/// A pod whose containers carry `note` bytes of annotations.
+fn heavy_pod(uid: &str, containers: Vec<Arc<ContainerStatus>>, note: usize) -> Arc<PodStatus> {
+    let filler = "x".repeat(note);
+    Arc::new(PodStatus {
+        containers,
+        annotations: [("note", filler.as_str())].into(),
+        ..PodStatus::empty(uid, "ns", &format!("pod-{uid}"))
+    })
+}
+
+#[test]
+fn one_pods_large_records_evict_its_own_tombstones_never_the_other_pods() {
+    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    cfg.host = Host::new(empty_host());
+    cfg.max_bytes = 4 << 20;
+    let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+    // Ten ordinary pods lose a container each.
+    for i in 0..10 {
+        let uid = format!("small{i}");
+        let c = container(&format!("s{i}"), ContainerState::Exited, 0, 0, 1);
+        l.observe([&event(&uid, EventType::ContainerDied, &c.id, Some(pod(&uid, vec![c.clone()])))]);
+        l.observe([&event(&uid, EventType::PodSync, "", None)]);
+    }
+    // One pod with the API server's largest annotations removes 40 containers.
+    let cs: Vec<_> = (0..40).map(|i| container(&format!("h{i}"), ContainerState::Exited, 0, 0, i)).collect();
+    l.observe([&event("heavy", EventType::PodSync, "", Some(heavy_pod("heavy", cs, 256 << 10)))]);
+    l.observe([&event("heavy", EventType::PodSync, "", None)]);
+    for i in 0..10 {
+        assert!(found(l.find(&LookupKey::Id(format!("s{i}")))).removed_at.is_some(), "s{i} was evicted");
+    }
+    let ix = l.lock();
+    assert!(ix.tomb_bytes <= 4 << 20, "{} bytes", ix.tomb_bytes);
+    let heavy = ix.tombs.keys().filter(|id| id.starts_with('h')).count();
+    assert!((1..40).contains(&heavy), "the heavy pod keeps what fits: {heavy}");
+    // The newest of the heavy pod's are the ones kept.
+    assert!(ix.tombs.contains_key("h39"));
+}
+
+#[test]
+fn a_restart_reads_no_more_tombstones_than_the_bounds_whatever_the_file_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut store = tombstones::TombstoneStore::open(dir.path()).unwrap();
+        let now = SystemTime::now();
+        let ops: Vec<_> = (0..20_000u32)
+            .map(|i| {
+                let c = container(&format!("t{i}"), ContainerState::Exited, 0, u64::from(i) + 1, 1);
+                let p = pod(&format!("u{}", i % 500), vec![c]);
+                TombstoneOp::Put {
+                    id: format!("t{i}"),
+                    removed_at: now - Duration::from_millis(u64::from(20_000 - i)),
+                    record: encode_view(&p, &PodMeta::of(&p)),
+                    seen_running: None,
+                }
+            })
+            .collect();
+        store.apply(&ops, std::time::UNIX_EPOCH).unwrap();
+    }
+    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    cfg.state_dir = Some(dir.path().to_owned());
+    cfg.host = Host::new(empty_host());
+    cfg.max_tombstones = 1000;
+    let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+    assert_eq!(l.tombstones(), 1000);
+    assert!(found(l.find(&LookupKey::Id("t19999".into()))).removed_at.is_some(), "the newest are kept");
+    assert!(matches!(l.find(&LookupKey::Id("t0".into())), Answer::NotFound(_)), "the oldest are not");
+    // The file was cut down to what was read.
+    let left = tombstones::TombstoneStore::open(dir.path()).unwrap().load(std::time::UNIX_EPOCH).unwrap();
+    assert!(left.len() <= 1001, "{} rows left in the file", left.len());
+}
+
+#[test]
+fn a_pid_is_claimed_after_its_container_is_gone_only_until_the_host_could_have_given_it_again() {
+    let root = empty_host();
+    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    cfg.host = Host::new(&root);
+    let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+    forks(&root, 10_000);
+    l.observe([&event(
+        "u",
+        EventType::ContainerStarted,
+        "c",
+        Some(pod("u", vec![container("c", ContainerState::Running, 800, 5, 1)])),
+    )]);
+    l.observe([&event("u", EventType::PodSync, "", None)]);
+    // pid_max 32768: a freed PID comes round after no fewer than (32768 − 300) / 2 new tasks.
+    forks(&root, 10_000 + 16_000);
+    assert_eq!(found(l.find(&LookupKey::Pid(800))).container.id, "c");
+    forks(&root, 10_000 + 16_234);
+    let why = not_found(l.find(&LookupKey::Pid(800)));
+    assert!(why.contains("16234 tasks"), "{why}");
+    // A reboot starts the count again: nothing from before it is claimed.
+    forks(&root, 50);
+    assert!(matches!(l.find(&LookupKey::Pid(800)), Answer::NotFound(_)));
+    // The cgroup id still finds it.
+    assert_eq!(found(l.find(&LookupKey::CgroupId(5))).container.id, "c");
 }

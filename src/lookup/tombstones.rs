@@ -40,6 +40,8 @@ pub enum TombstoneOp {
         removed_at: SystemTime,
         /// Its record (`journal::record::encode_view`).
         record: Vec<u8>,
+        /// The host's task count when plegd last saw it running (its PID's claim).
+        seen_running: Option<u64>,
     },
     /// A tombstone left the index (expired or evicted).
     Delete(String),
@@ -54,6 +56,8 @@ pub struct StoredTombstone {
     pub removed_at: SystemTime,
     /// Its record.
     pub record: Vec<u8>,
+    /// The host's task count when plegd last saw it running.
+    pub seen_running: Option<u64>,
 }
 
 /// The open file.
@@ -91,9 +95,15 @@ impl TombstoneStore {
         conn.execute_batch(
             "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-128;
              CREATE TABLE IF NOT EXISTS tombstones (
-                 id TEXT PRIMARY KEY, removed_at INTEGER NOT NULL, record BLOB NOT NULL);",
+                 id TEXT PRIMARY KEY, removed_at INTEGER NOT NULL, record BLOB NOT NULL, seen_running INTEGER);
+             CREATE INDEX IF NOT EXISTS tombstones_removed ON tombstones (removed_at);",
         )
         .map_err(sql(path))?;
+        // A file from before the column: add it (its rows' PIDs then claim nothing).
+        let has_column = conn.prepare("SELECT seen_running FROM tombstones LIMIT 0").is_ok();
+        if !has_column {
+            conn.execute_batch("ALTER TABLE tombstones ADD COLUMN seen_running INTEGER").map_err(sql(path))?;
+        }
         let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(sql(path))?;
         if check != "ok" {
             return Err(TombstoneError::Sql {
@@ -106,21 +116,52 @@ impl TombstoneStore {
 
     /// The tombstones removed at or after `since`, oldest first.
     pub fn load(&self, since: SystemTime) -> Result<Vec<StoredTombstone>, TombstoneError> {
+        self.load_newest(since, usize::MAX, usize::MAX)
+    }
+
+    /// The newest tombstones removed at or after `since`, at most `max` of them and
+    /// about `max_bytes` of records (rows are read newest first and one at a time, so
+    /// a file of any size costs no more than that), oldest first.
+    pub fn load_newest(
+        &self,
+        since: SystemTime,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<StoredTombstone>, TombstoneError> {
         let path = &self.path;
         let mut stmt = self
             .conn
-            .prepare("SELECT id, removed_at, record FROM tombstones WHERE removed_at >= ?1 ORDER BY removed_at")
+            .prepare(
+                "SELECT id, removed_at, record, seen_running FROM tombstones WHERE removed_at >= ?1 \
+                 ORDER BY removed_at DESC LIMIT ?2",
+            )
             .map_err(sql(path))?;
-        let rows = stmt
-            .query_map(params![system_to_nanos(since)], |r| {
-                Ok(StoredTombstone {
-                    id: r.get(0)?,
-                    removed_at: nanos_to_system(r.get(1)?).unwrap_or(std::time::UNIX_EPOCH),
-                    record: r.get(2)?,
-                })
-            })
-            .map_err(sql(path))?;
-        rows.collect::<Result<_, _>>().map_err(sql(path))
+        let limit = i64::try_from(max).unwrap_or(i64::MAX);
+        let mut rows = stmt.query(params![system_to_nanos(since), limit]).map_err(sql(path))?;
+        let (mut out, mut bytes) = (Vec::new(), 0usize);
+        while let Some(r) = rows.next().map_err(sql(path))? {
+            let t = StoredTombstone {
+                id: r.get(0).map_err(sql(path))?,
+                removed_at: nanos_to_system(r.get(1).map_err(sql(path))?).unwrap_or(std::time::UNIX_EPOCH),
+                record: r.get(2).map_err(sql(path))?,
+                seen_running: r.get::<_, Option<i64>>(3).map_err(sql(path))?.and_then(|v| u64::try_from(v).ok()),
+            };
+            bytes += t.record.len();
+            if bytes > max_bytes && !out.is_empty() {
+                break;
+            }
+            out.push(t);
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    /// Drops every row removed before `t` (what a bounded load left behind).
+    pub fn drop_older_than(&self, t: SystemTime) -> Result<(), TombstoneError> {
+        self.conn
+            .execute("DELETE FROM tombstones WHERE removed_at < ?1", params![system_to_nanos(t)])
+            .map(|_| ())
+            .map_err(sql(&self.path))
     }
 
     /// Applies changes in one transaction, and drops rows removed before `expired`.
@@ -129,9 +170,9 @@ impl TombstoneStore {
         let tx = self.conn.transaction().map_err(sql(&path))?;
         for op in ops {
             match op {
-                TombstoneOp::Put { id, removed_at, record } => tx.execute(
-                    "INSERT OR REPLACE INTO tombstones (id, removed_at, record) VALUES (?1, ?2, ?3)",
-                    params![id, system_to_nanos(*removed_at), record],
+                TombstoneOp::Put { id, removed_at, record, seen_running } => tx.execute(
+                    "INSERT OR REPLACE INTO tombstones (id, removed_at, record, seen_running) VALUES (?1, ?2, ?3, ?4)",
+                    params![id, system_to_nanos(*removed_at), record, seen_running.and_then(|v| i64::try_from(v).ok())],
                 ),
                 TombstoneOp::Delete(id) => tx.execute("DELETE FROM tombstones WHERE id = ?1", params![id]),
             }
@@ -214,9 +255,9 @@ mod tests {
         {
             let mut s = TombstoneStore::open(dir.path()).unwrap();
             let ops = vec![
-                TombstoneOp::Put { id: "a".into(), removed_at: old, record: vec![1] },
-                TombstoneOp::Put { id: "b".into(), removed_at: now, record: vec![2, 3] },
-                TombstoneOp::Put { id: "c".into(), removed_at: now, record: vec![4] },
+                TombstoneOp::Put { id: "a".into(), removed_at: old, record: vec![1], seen_running: None },
+                TombstoneOp::Put { id: "b".into(), removed_at: now, record: vec![2, 3], seen_running: Some(7) },
+                TombstoneOp::Put { id: "c".into(), removed_at: now, record: vec![4], seen_running: None },
                 TombstoneOp::Delete("c".into()),
             ];
             s.apply(&ops, std::time::UNIX_EPOCH).unwrap();
@@ -226,6 +267,7 @@ mod tests {
         assert_eq!(back.len(), 1, "a is too old, c was deleted");
         assert_eq!(back[0].id, "b");
         assert_eq!(back[0].record, vec![2, 3]);
+        assert_eq!(back[0].seen_running, Some(7));
         assert_eq!(s.load(std::time::UNIX_EPOCH).unwrap().len(), 2);
     }
 

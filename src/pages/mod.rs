@@ -111,11 +111,7 @@ async fn pod(
         return respond(StatusCode::BAD_REQUEST, "plegd · bad request", false, &body);
     }
     let since = token(&s);
-    // The timeline is read from disk: off the async threads. Its revisions belong to
-    // the journal's epoch, read with it.
-    let (journal, key) = (s.journal.clone(), uid.clone());
-    let read = tokio::task::spawn_blocking(move || (journal.epoch(), journal.timeline(&key))).await.ok();
-    let Some((epoch, read)) = read else {
+    let Some((epoch, read)) = s.journal.read_timeline(&uid).await else {
         let body = "<main><h1>Unavailable</h1><p class=\"error\" role=\"alert\">Reading the pod's timeline failed; try again.</p></main>";
         return respond(StatusCode::SERVICE_UNAVAILABLE, "plegd · unavailable", false, body);
     };

@@ -307,7 +307,7 @@ async fn enrich_containers<R: RuntimeService>(
             None if c.state != ContainerState::Created
                 && read_ahead.get(&c.id).is_some_and(|v| v.pid != 0 || c.state != ContainerState::Running) =>
             {
-                c.process = Some(process_of(host, &c.id, &read_ahead[&c.id], c.state == ContainerState::Running));
+                c.process = Some(process_of(host, &c.id, &read_ahead[&c.id], c.state == ContainerState::Running).await);
             }
             // A container seen first after it exited still has the PID and cgroup it
             // ran with (a lookup by them finds it), read without the host's word.
@@ -322,7 +322,7 @@ async fn enrich_containers<R: RuntimeService>(
             Ok((_, verbose)) if verbose.pid == 0 && containers[i].state == ContainerState::Running => {}
             Ok((_, verbose)) => {
                 let running = containers[i].state == ContainerState::Running;
-                containers[i].process = Some(process_of(host, &containers[i].id, &verbose, running));
+                containers[i].process = Some(process_of(host, &containers[i].id, &verbose, running).await);
             }
             Err(e) => {
                 tracing::debug!(container = %containers[i].id, error = %e, "verbose status failed; asked again at the next read")
@@ -333,21 +333,34 @@ async fn enrich_containers<R: RuntimeService>(
 
 /// A container's process from its verbose status and the host: the cgroup the kernel
 /// shows for the PID (any cgroup driver), else the one the spec names. The host is
-/// asked only while the container runs: after, the PID may be another process's.
-fn process_of(host: &Host, id: &str, v: &crate::cri::verbose::ContainerVerbose, running: bool) -> Process {
-    // The process is the container's only if the kernel puts it in the container's
-    // cgroup: a PID reused since the runtime's answer is another process's.
-    let seen = if running { host.process(v.pid) } else { None }
-        .filter(|p| p.cgroup.as_deref().and_then(crate::host::container_id_in).is_none_or(|named| named == id));
-    let cgroup_id = seen
-        .as_ref()
-        .and_then(|p| p.cgroup_id)
-        .or_else(|| crate::host::cgroup_path_of(&v.cgroups_path).and_then(|c| host.cgroup_id(&c)));
+/// asked only while the container runs: after, the PID may be another process's. The
+/// host is read off the async threads; a read that does not answer leaves the cgroup
+/// id and start unknown.
+async fn process_of(host: &Host, id: &str, v: &crate::cri::verbose::ContainerVerbose, running: bool) -> Process {
+    let (id, pid, cgroups_path) = (id.to_owned(), v.pid, v.cgroups_path.clone());
+    let read = host
+        .off_thread(move |host| {
+            // The process is the container's only if the kernel puts it in the
+            // container's cgroup: a PID reused since the runtime's answer is another
+            // process's.
+            let seen = if running { host.process(pid) } else { None }
+                .filter(|p| p.cgroup.as_deref().is_none_or(|cg| crate::host::belongs_to(cg, &id, &cgroups_path)));
+            let cgroup_id = seen
+                .as_ref()
+                .and_then(|p| p.cgroup_id)
+                .or_else(|| crate::host::cgroup_path_of(&cgroups_path).and_then(|c| host.cgroup_id(&c)));
+            (cgroup_id, seen.and_then(|p| p.start_ticks))
+        })
+        .await;
+    let (cgroup_id, start_ticks) = read.unwrap_or_else(|e| {
+        tracing::warn!(pid = v.pid, error = %e, "the host's /proc did not answer; the container's cgroup id stays unknown");
+        (None, None)
+    });
     Process {
         pid: v.pid,
         cgroup_path: v.cgroups_path.clone(),
         cgroup_id: cgroup_id.unwrap_or(0),
-        start_ticks: seen.and_then(|p| p.start_ticks).unwrap_or(0),
+        start_ticks: start_ticks.unwrap_or(0),
     }
 }
 
@@ -403,7 +416,7 @@ pub async fn read_container<R: RuntimeService>(
         return Ok(None);
     }
     let mut c = ContainerStatus::from_cri(&st);
-    c.process = Some(process_of(host, &c.id, &verbose, c.state == ContainerState::Running));
+    c.process = Some(process_of(host, &c.id, &verbose, c.state == ContainerState::Running).await);
     Ok(Some((PodStatus::empty(&uid, &label(POD_NAMESPACE), &label(POD_NAME)), c)))
 }
 

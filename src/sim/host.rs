@@ -3,8 +3,13 @@
 //! a lookup must not get wrong) and a cgroup named as containerd's systemd driver
 //! names it. Given a root (`plegd sim --host-root`), the node is also written there as
 //! the kernel shows it: `proc/<pid>/{cgroup,stat}` while the process lives and
-//! `sys/fs/cgroup/<path>/` while its cgroup exists, so plegd run with the same
-//! `--host-root` reads the simulated node like a real one.
+//! `sys/fs/cgroup/<path>/` while its cgroup exists, and `proc/stat`'s task count, so
+//! plegd run with the same `--host-root` reads the simulated node like a real one.
+//!
+//! A real kernel hands a freed PID out again only after its allocator went round the
+//! whole PID range; this node hands it out at once. Its task count says the same as a
+//! real one would: taking a freed PID again counts a whole round of tasks
+//! ([`PID_MAX`]).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -12,6 +17,9 @@ use std::path::PathBuf;
 /// PIDs the simulated node hands out start here: above the PIDs a real machine uses,
 /// so a plegd reading the real `/proc` never mistakes one for a real process.
 pub const FIRST_PID: u32 = 4_100_000;
+
+/// The simulated node's `kernel.pid_max`.
+pub const PID_MAX: u64 = 4_194_304;
 
 /// A process the simulated node started.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -29,6 +37,8 @@ pub struct SimHost {
     next: u32,
     freed: BTreeSet<u32>,
     ticks: u64,
+    /// Tasks started since the simulated boot (`/proc/stat` `processes`).
+    forks: u64,
 }
 
 impl SimHost {
@@ -44,8 +54,29 @@ impl SimHost {
             let _ = std::fs::create_dir_all(&init);
             let _ = std::fs::write(init.join("cgroup"), "0::/init.scope\n");
             let _ = std::fs::write(init.join("stat"), "1 (init) S 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0 0\n");
+            let _ = std::fs::create_dir_all(root.join("proc/sys/kernel"));
+            let _ = std::fs::write(root.join("proc/sys/kernel/pid_max"), format!("{PID_MAX}\n"));
         }
-        Self { root, next: FIRST_PID, freed: BTreeSet::new(), ticks: 1000 }
+        let host = Self { root, next: FIRST_PID, freed: BTreeSet::new(), ticks: 1000, forks: 1000 };
+        host.write_forks();
+        host
+    }
+
+    /// `proc/stat` with the task count.
+    fn write_forks(&self) {
+        if let Some(root) = &self.root {
+            let _ = std::fs::write(
+                root.join("proc/stat"),
+                format!("cpu  0 0 0 0\nprocesses {}\nprocs_running 1\n", self.forks),
+            );
+        }
+    }
+
+    /// Another process took a freed PID: as on a real node, the PID allocator went
+    /// round the whole range first.
+    pub fn count_round(&mut self) {
+        self.forks += PID_MAX;
+        self.write_forks();
     }
 
     /// The cgroups path containerd's systemd driver sets for a container of a pod.
@@ -55,10 +86,13 @@ impl SimHost {
 
     /// Starts a process in the cgroup `cgroups_path` names (creating the cgroup).
     pub fn spawn(&mut self, cgroups_path: &str) -> SimProcess {
-        let pid = self.freed.pop_first().unwrap_or_else(|| {
+        let reused = self.freed.pop_first();
+        let pid = reused.unwrap_or_else(|| {
             self.next += 1;
             self.next - 1
         });
+        self.forks += if reused.is_some() { PID_MAX } else { 1 };
+        self.write_forks();
         self.ticks += 7;
         let p = SimProcess { pid, start_ticks: self.ticks };
         if let Some(root) = &self.root {

@@ -215,6 +215,12 @@ impl SimRuntime {
         *self.inner.host.lock().expect("sim host lock") = host::SimHost::new(Some(root));
     }
 
+    /// Some process on the node took a PID a container had: the node's PID allocator
+    /// went round the whole range first, as a real kernel's does.
+    pub fn count_round(&self) {
+        self.inner.host.lock().expect("sim host lock").count_round();
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.inner.state.lock().expect("sim state lock")
     }
