@@ -461,7 +461,13 @@ fn runtime_view<R: RuntimeService>(
 fn container_reader<R: RuntimeService>(client: R, host: crate::host::Host) -> crate::grpc::ContainerReader {
     Arc::new(move |id: String| {
         let (client, host) = (client.clone(), host.clone());
-        Box::pin(async move { crate::pleg::inspect::read_container(&client, &host, &id).await.ok().flatten() })
+        Box::pin(async move {
+            match crate::pleg::inspect::read_container(&client, &host, &id).await {
+                Ok(Some((pod, container))) => crate::grpc::DirectRead::Found(Box::new((pod, container))),
+                Ok(None) => crate::grpc::DirectRead::NotAPodsContainer,
+                Err(e) => crate::grpc::DirectRead::Failed(e.to_string()),
+            }
+        })
     })
 }
 

@@ -71,6 +71,11 @@ pub struct ApiArgs {
     /// every root agent shares it (0: no cap); past it a Watch gets RESOURCE_EXHAUSTED.
     #[arg(long, env = "PLEGD_MAX_WATCH_STREAMS_PER_UID", default_value_t = 256)]
     pub max_watch_streams_per_uid: usize,
+    /// Watch streams on the node whose client has not read for 10 s that plegd keeps,
+    /// whoever their peers are; past it the connections of the longest stalled are
+    /// closed (0: no ceiling).
+    #[arg(long, env = "PLEGD_MAX_STALLED_WATCH_STREAMS", default_value_t = 64)]
+    pub max_stalled_watch_streams: usize,
     /// A watch stream idle this long gets a bookmark.
     #[arg(long, env = "PLEGD_BOOKMARK_INTERVAL", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub bookmark_interval: Duration,
@@ -368,6 +373,8 @@ impl TryFrom<&RunArgs> for RunConfig {
                 max_wait: Duration::from_secs(300),
                 handshake_timeout: Duration::from_secs(10),
                 max_watch_streams_per_uid: a.api.max_watch_streams_per_uid,
+                max_stalled_watch_streams: a.api.max_stalled_watch_streams,
+                stalled_after: crate::grpc::STALLED_AFTER,
             },
             journal: journal_config(&a.journal, a.api.watch_buffer)?,
             sync: sync_config(&a.sync)?,

@@ -1023,3 +1023,74 @@ async fn the_watch_cap_holds_a_non_root_uid_as_a_whole_and_each_root_process_alo
     drop((nobody, third, root_child, mine));
     p.stop().await;
 }
+
+/// The value of a metric with no labels.
+fn metric_value(p: &support::Plegd, name: &str) -> f64 {
+    p.app
+        .metrics()
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} "))?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_watch_streams_past_the_node_ceiling_are_closed_whoever_holds_them() {
+    let p = start_plegd(|c| {
+        c.api.max_stalled_watch_streams = 4;
+        c.api.stalled_after = Duration::from_millis(300);
+    })
+    .await;
+    // Twelve streams, each on its own connection, that are never read.
+    let mut held = Vec::new();
+    for _ in 0..12 {
+        held.push(p.client().watch(api::WatchRequest::default()).await.expect("served"));
+    }
+    // A client that reads everything, all along.
+    let mut reader = watch(&p, api::WatchRequest::default()).await;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::<String>::new()));
+    let reading = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(m)) = reader.message().await {
+                if let Some(Kind::Event(e)) = m.kind {
+                    seen.lock().unwrap().insert(e.pod_name);
+                }
+            }
+        })
+    };
+    // Events large enough to fill every unread stream's transport buffers (a client takes
+    // 2 MiB per stream unread, the server buffers 400 KiB more).
+    let mut big = ContainerSpec::new("big");
+    big.annotations.insert("note".into(), "x".repeat(256 << 10));
+    for i in 0..8 {
+        p.h.run_pod(&PodSpec::new("default", &format!("big-{i}")), &[big.clone()]).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while metric_value(&p, "plegd_api_stalled_watch_connections_closed_total") < 8.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stalled streams were not closed: {} closed, {} open",
+            metric_value(&p, "plegd_api_stalled_watch_connections_closed_total"),
+            metric_value(&p, "plegd_watch_clients")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // What is left: at most the ceiling of stalled streams, and the reader.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while metric_value(&p, "plegd_watch_clients") > 5.0 {
+        assert!(tokio::time::Instant::now() < deadline, "{} streams open", metric_value(&p, "plegd_watch_clients"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The reader was never touched: it sees the next pod too.
+    p.h.run_pod(&PodSpec::new("default", "after"), &[ContainerSpec::new("app")]).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !seen.lock().unwrap().contains("after") {
+        assert!(tokio::time::Instant::now() < deadline, "the reading client lost its stream");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!((0..8).all(|i| seen.lock().unwrap().contains(&format!("big-{i}"))));
+    reading.abort();
+    drop(held);
+    p.stop().await;
+}

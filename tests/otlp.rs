@@ -518,3 +518,27 @@ async fn a_collector_connection_that_never_answers_is_given_up_for_a_new_one() {
     p.stop().await;
     stop.cancel();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_cannot_stop_the_export_longer_than_the_retry_ceiling() {
+    let c = Collector::default();
+    // RetryInfo: come back in a day.
+    c.script([Reply::Throttle(Duration::from_secs(86_400))]);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let endpoint = c.serve(stop.clone()).await;
+    let capped = {
+        let base = export_to(endpoint, None);
+        move |cfg: &mut plegd::config::RunConfig| {
+            base(cfg);
+            cfg.export.as_mut().unwrap().retry_after_max = Duration::from_secs(1);
+        }
+    };
+    let p = start_plegd(capped).await;
+    churn(&p, 2, "i").await;
+    all_in(&p, &c, Duration::from_secs(15)).await;
+    let at = c.0.lock().unwrap().requests.clone();
+    let waited = at[1] - at[0];
+    assert!(waited >= Duration::from_millis(950) && waited < Duration::from_secs(5), "retried after {waited:?}");
+    p.stop().await;
+    stop.cancel();
+}

@@ -10,8 +10,10 @@
 //     SharedIndexInformer: it takes a snapshot, follows the Watch stream, resumes
 //     after a broken connection or a restarted plegd from the last revision it
 //     applied, and repairs its copy with a fresh snapshot when plegd resets the
-//     stream or lost its journal. Registered [ResourceEventHandler]s are told about
-//     every change, one at a time, in revision order, never twice for one revision.
+//     stream or lost its journal. Each [ResourceEventHandler] added is a
+//     [Registration] with its own buffer and goroutine, told about every change one
+//     call at a time, in revision order, never twice for one revision; a slow one
+//     holds up neither the stream nor the others.
 //
 // A minimal agent:
 //
@@ -21,11 +23,20 @@
 //	}
 //	defer conn.Close()
 //	inf := plegd.NewInformer(conn, plegd.InformerOptions{})
-//	inf.AddEventHandler(plegd.EventHandlerFuncs{
+//	reg, err := inf.AddEventHandler(plegd.EventHandlerFuncs{
 //		UpdateFunc: func(old, new *plegdv1.PodStatus, ev *plegdv1.LifecycleEvent) { ... },
 //	})
-//	go inf.Run(ctx)
-//	if !plegd.WaitForCacheSync(ctx, inf.HasSynced) {
+//	if err != nil {
+//		return err
+//	}
+//	errc := make(chan error, 1)
+//	go func() { errc <- inf.Run(ctx) }()
+//	if !plegd.WaitForCacheSync(ctx, reg.HasSynced) {
 //		return ctx.Err()
 //	}
+//	// ... the handler has been told every pod; the copy is ready (inf.List, inf.Get)
+//	return <-errc // nil once ctx ends
+//
+// [Informer.Start] is Run under controller-runtime's Runnable name, so that
+// mgr.Add(inf) runs it.
 package plegd

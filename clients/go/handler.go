@@ -8,18 +8,24 @@ import (
 )
 
 // ResourceEventHandler is told about the changes to an [Informer]'s copy of the
-// pods. The informer calls one handler method at a time, on its own goroutine, in
-// revision order, and never twice for one revision; the copy already reflects the
-// change when the method runs. The pods passed in are the informer's own: read them,
-// do not modify them.
+// pods. Each handler added by [Informer.AddEventHandler] is a [Registration] with its
+// own buffer and goroutine: the informer calls one method of it at a time, on that
+// goroutine, in revision order, and never twice for one revision. Handlers of
+// different registrations run concurrently, each at its own pace.
 //
-// A handler that blocks holds up the informer: plegd then resets the stream as a
-// slow consumer and the informer repairs its copy with a fresh snapshot, so the
-// handler sees the net change (OnUpdate with a nil event, OnDelete with
-// finalStateUnknown) instead of each event it missed. Hand long work to a queue.
+// The copy already reflects the change when the method runs, and may be ahead of it:
+// List, Get and Revision can show later changes whose calls are still waiting in the
+// buffer. The pods passed in are the informer's own: read them, do not modify them.
+//
+// A handler that is slow holds up only its own registration: the stream goes on
+// being read, the copy stays current and the other registrations are told at their
+// own pace, while this one's notifications wait in memory, in a buffer that grows as
+// long as the handler lags (each growth past 1024 waiting calls is logged). Hand long
+// work to a queue all the same.
 type ResourceEventHandler interface {
 	// OnAdd is called when a pod enters the copy: a pod of the first snapshot, a pod
-	// a resync found, or a live event about a pod the copy did not hold.
+	// a resync found, or a live event about a pod the copy did not hold; and, for a
+	// registration added after the first snapshot, for each pod the copy held then.
 	OnAdd(pod *plegdv1.PodStatus)
 	// OnUpdate is called when a pod of the copy changes. ev is the lifecycle event
 	// that changed it (its Pod is newPod), or nil when a resync found the pod changed
@@ -65,7 +71,8 @@ func (f EventHandlerFuncs) OnDelete(pod *plegdv1.PodStatus, finalStateUnknown bo
 	}
 }
 
-// InformerSynced reports whether an informer has synced; [Informer.HasSynced] is one.
+// InformerSynced reports whether an informer or a registration has synced;
+// [Informer.HasSynced] and [Registration.HasSynced] are ones.
 type InformerSynced func() bool
 
 // WaitForCacheSync waits until every cacheSynced reports true, polling every 100ms,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -49,28 +51,40 @@ type InformerOptions struct {
 // breaks it reconnects with backoff and resumes after the last revision it applied,
 // within the same epoch (plegd's journal), so that a restart of plegd that keeps its
 // state dir loses nothing and repeats nothing. When plegd cannot resume it (a reset:
-// the informer was too slow, its revision is no longer kept, plegd rebuilt its view)
+// the informer read too slowly, its revision is no longer kept, plegd rebuilt its view)
 // or when plegd came back with another journal (a different epoch), the informer
 // takes a fresh snapshot and diffs it against its copy: pods that appeared are added,
 // changed pods updated with a nil event, and pods gone are deleted with
 // finalStateUnknown set.
 //
+// Each handler added by [Informer.AddEventHandler] is a [Registration] with its own
+// buffer and goroutine, as client-go's processorListener: the stream reader applies
+// a change to the copy and appends its notification to every registration's buffer,
+// without waiting for any handler. A slow handler holds up neither the stream nor the
+// other registrations; its notifications wait in memory (the buffer grows without
+// bound; each growth past 1024 is logged).
+//
+// An informer runs once: Run may be called once, and when it has returned the
+// informer is stopped for good.
+//
 // All methods are safe for concurrent use.
 type Informer struct {
 	client  plegdv1.PodLifecycleClient
+	conn    interface{ GetState() connectivity.State } // nil unless conn reports its state
 	filter  *plegdv1.PodFilter
 	types   []plegdv1.LifecycleEventType
 	backoff Backoff
 	log     *slog.Logger
 
-	running atomic.Bool
-	synced  atomic.Bool
+	synced atomic.Bool
 
-	// dispatchMu makes every change to the copy and its notifications one step, so
-	// that handlers run one at a time, and a handler added meanwhile sees each pod
-	// once: either in the replay AddEventHandler gives it, or in a notification.
+	// dispatchMu makes every change to the copy and its hand-off to the registrations
+	// one step (the hand-off never waits for a handler), so that a registration added
+	// meanwhile sees each pod once: either in the replay AddEventHandler gives it, or
+	// in a notification. It also guards the registrations and the informer's state.
 	dispatchMu sync.Mutex
-	handlers   []ResourceEventHandler
+	regs       []*registration
+	state      runState
 
 	// mu guards the copy. Handlers are called without it, so they may read the copy.
 	mu          sync.RWMutex
@@ -82,7 +96,32 @@ type Informer struct {
 	// resumable says the copy is complete at (epoch, revision) and a new stream may
 	// resume after it; false while a snapshot is due. Only Run's goroutine uses it.
 	resumable bool
+
+	// beforeNotify, set by the tests only, is called on a registration's goroutine
+	// before each handler call with the point of the copy the notification belongs to.
+	beforeNotify func(h ResourceEventHandler, epoch, rev uint64)
 }
+
+// runState is where an informer is in its one run.
+type runState uint8
+
+const (
+	notStarted runState = iota
+	running
+	stopped
+)
+
+var (
+	// ErrInformerStarted is returned by a second call of [Informer.Run] (or Start): an
+	// informer runs once.
+	ErrInformerStarted = errors.New("plegd: the informer was already started (Run may be called once)")
+	// ErrInformerStopped is returned by [Informer.AddEventHandler] once Run has
+	// returned.
+	ErrInformerStopped = errors.New("plegd: the informer has stopped")
+	// ErrConnClosed is returned by [Informer.Run] when the gRPC connection it was
+	// given has been closed: it can never watch again.
+	ErrConnClosed = errors.New("plegd: the informer's gRPC connection is closed")
+)
 
 // NewInformer returns an informer over plegd's PodLifecycle service on conn (see
 // [Dial]). It does nothing until [Informer.Run] is called.
@@ -95,7 +134,7 @@ func NewInformer(conn grpc.ClientConnInterface, opts InformerOptions) *Informer 
 	if opts.Filter != nil {
 		filter = proto.Clone(opts.Filter).(*plegdv1.PodFilter)
 	}
-	return &Informer{
+	i := &Informer{
 		client:      plegdv1.NewPodLifecycleClient(conn),
 		filter:      filter,
 		types:       append([]plegdv1.LifecycleEventType(nil), opts.Types...),
@@ -104,24 +143,78 @@ func NewInformer(conn grpc.ClientConnInterface, opts InformerOptions) *Informer 
 		pods:        map[string]*plegdv1.PodStatus{},
 		byContainer: map[string]string{},
 	}
+	if c, ok := conn.(interface{ GetState() connectivity.State }); ok {
+		i.conn = c
+	}
+	return i
 }
 
-// AddEventHandler registers a handler. It is first told about every pod the copy
-// already holds (OnAdd, on the caller's goroutine), then about every later change
-// (on the goroutine of Run). Handlers may be added before or while Run runs, but not
-// from inside a handler (that deadlocks).
-func (i *Informer) AddEventHandler(handler ResourceEventHandler) {
+// AddEventHandler registers handler and returns its [Registration]. The handler is
+// first told about every pod the copy already holds (OnAdd, in UID order), then about
+// every later change, on the registration's own goroutine, one call at a time (see
+// [ResourceEventHandler]). It may be called before Run, while Run runs, and from
+// inside a handler; once Run has returned it fails with [ErrInformerStopped].
+func (i *Informer) AddEventHandler(handler ResourceEventHandler) (Registration, error) {
+	if handler == nil {
+		return nil, errors.New("plegd: AddEventHandler: nil handler")
+	}
 	i.dispatchMu.Lock()
 	defer i.dispatchMu.Unlock()
-	for _, p := range i.List() {
-		handler.OnAdd(p)
+	if i.state == stopped {
+		return nil, ErrInformerStopped
 	}
-	i.handlers = append(i.handlers, handler)
+	r := newRegistration(i, handler)
+	i.mu.RLock()
+	epoch, rev := i.epoch, i.revision
+	uids := make([]string, 0, len(i.pods))
+	for uid := range i.pods {
+		uids = append(uids, uid)
+	}
+	sort.Strings(uids)
+	for _, uid := range uids {
+		r.push(notification{kind: noteAdd, pod: i.pods[uid], epoch: epoch, rev: rev})
+	}
+	i.mu.RUnlock()
+	if i.synced.Load() {
+		// The copy is complete: what it holds is this registration's initial list.
+		r.push(notification{kind: noteSynced})
+		r.markerSent = true
+	}
+	i.regs = append(i.regs, r)
+	if i.state == running {
+		r.start()
+	}
+	return r, nil
+}
+
+// RemoveEventHandler removes a registration of this informer. When it returns, the
+// registration's handler is not running and is never called again: a call in flight
+// is waited for, and the notifications still buffered are dropped. So it must not be
+// called from the registration's own handler, which it would wait for (there, call it
+// on another goroutine: the current call is then the last but may still be running
+// when RemoveEventHandler returns). Removing a registration twice, or after Run has
+// returned, is allowed and does nothing more; a registration of another informer is an
+// error.
+func (i *Informer) RemoveEventHandler(reg Registration) error {
+	r, ok := reg.(*registration)
+	if !ok || r == nil {
+		return fmt.Errorf("plegd: RemoveEventHandler: %T is not a registration made by AddEventHandler", reg)
+	}
+	if r.inf != i {
+		return errors.New("plegd: RemoveEventHandler: the registration belongs to another informer")
+	}
+	i.dispatchMu.Lock()
+	i.regs = slices.DeleteFunc(i.regs, func(x *registration) bool { return x == r })
+	r.halt()
+	i.dispatchMu.Unlock()
+	<-r.done
+	return nil
 }
 
 // HasSynced reports whether the copy has been complete at least once: the first
 // snapshot has arrived. It stays true afterwards, while the informer reconnects or
-// resyncs.
+// resyncs. The handlers may not have been told yet: [Registration.HasSynced] says
+// that.
 func (i *Informer) HasSynced() bool {
 	return i.synced.Load()
 }
@@ -171,20 +264,32 @@ func (i *Informer) Revision() (epoch, rev uint64) {
 }
 
 // Run follows plegd's Watch stream and keeps the copy current until ctx ends,
-// reconnecting, resuming and resyncing by itself; it returns when ctx is done. The
-// handlers run on Run's goroutine. A second Run while one is running returns at
-// once; a Run after an earlier one returned carries on from the copy it left.
-func (i *Informer) Run(ctx context.Context) {
-	if !i.running.CompareAndSwap(false, true) {
-		i.log.Warn("Run called while the informer is already running; ignored")
-		return
+// reconnecting, resuming and resyncing by itself, and returns nil when ctx ends.
+// Every failure of the stream (plegd down or restarting, a refused request, a
+// protocol violation) is retried with backoff. Run returns an error only for what it
+// cannot retry:
+//   - [ErrInformerStarted], at once, when Run was called before on this informer
+//     (it is still running, or has returned): an informer runs once;
+//   - [ErrConnClosed] (wrapping the stream's error) when conn, a *grpc.ClientConn,
+//     was closed.
+//
+// Before it returns, Run stops every registration: notifications still buffered are
+// dropped, and handler calls in flight are waited for. Afterwards the copy stays
+// readable, and AddEventHandler fails with [ErrInformerStopped].
+func (i *Informer) Run(ctx context.Context) error {
+	if err := i.begin(); err != nil {
+		return err
 	}
-	defer i.running.Store(false)
+	defer i.end()
 	b := newBackoffState(i.backoff)
 	for ctx.Err() == nil {
 		live, err := i.watch(ctx)
 		if ctx.Err() != nil {
-			return
+			return nil
+		}
+		if i.conn != nil && i.conn.GetState() == connectivity.Shutdown {
+			i.log.Error("the gRPC connection was closed; the informer stops", "error", err)
+			return fmt.Errorf("%w: %w", ErrConnClosed, err)
 		}
 		if live {
 			b.reset()
@@ -212,140 +317,110 @@ func (i *Informer) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return nil
 		case <-t.C:
 		}
 	}
+	return nil
 }
 
-// errProtocol marks a stream that broke the Watch protocol (a plegd bug): the
-// informer drops it and starts over with a snapshot.
-var errProtocol = errors.New("protocol violation")
-
-func protocolError(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errProtocol, fmt.Sprintf(format, args...))
+// Start is Run, in the shape of controller-runtime's Runnable (mgr.Add(inf)).
+func (i *Informer) Start(ctx context.Context) error {
+	return i.Run(ctx)
 }
 
-// foreignEpochError: plegd resumed the stream in another journal than the copy's.
-type foreignEpochError struct{ known, got uint64 }
-
-func (e *foreignEpochError) Error() string {
-	return fmt.Sprintf("plegd resumed in epoch %d, not the copy's epoch %d", e.got, e.known)
+// begin marks the informer running and starts the registrations added before.
+func (i *Informer) begin() error {
+	i.dispatchMu.Lock()
+	defer i.dispatchMu.Unlock()
+	if i.state != notStarted {
+		return ErrInformerStarted
+	}
+	i.state = running
+	for _, r := range i.regs {
+		r.start()
+	}
+	return nil
 }
 
-// The phases of one stream.
-type phase int
-
-const (
-	phaseOpening  phase = iota // start comes next
-	phaseSnapshot              // snapshots until synced
-	phaseLive                  // events and bookmarks
-)
+// end marks the informer stopped, stops every registration and waits for them.
+func (i *Informer) end() {
+	i.dispatchMu.Lock()
+	i.state = stopped
+	regs := slices.Clone(i.regs)
+	for _, r := range regs {
+		r.halt()
+	}
+	i.dispatchMu.Unlock()
+	for _, r := range regs {
+		<-r.done
+	}
+}
 
 // watch opens one stream and follows it until it breaks or ctx ends. It reports
 // whether the stream got as far as live events, and why it ended.
 func (i *Informer) watch(ctx context.Context) (live bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	s := &stream{resume: i.resumable}
 	req := &plegdv1.WatchRequest{Filter: i.filter, Types: i.types}
-	if i.resumable {
-		req.Epoch, req.SinceRevision = i.Revision()
+	if s.resume {
+		s.epoch, s.rev = i.Revision()
+		req.Epoch, req.SinceRevision = s.epoch, s.rev
 	}
-	stream, err := i.client.Watch(ctx, req)
+	w, err := i.client.Watch(ctx, req)
 	if err != nil {
 		return false, err
 	}
-	ph := phaseOpening
-	var building map[string]*plegdv1.PodStatus
-	// Until the stream proves otherwise, the copy must be rebuilt from a snapshot.
-	fresh := func() {
-		i.resumable = false
-		ph = phaseSnapshot
-		building = map[string]*plegdv1.PodStatus{}
-	}
 	for {
-		m, err := stream.Recv()
+		m, err := w.Recv()
 		if err != nil {
 			if err == io.EOF {
 				err = errors.New("plegd ended the stream")
 			}
-			return live, err
+			// A broken stream leaves the copy as resumable as it was.
+			return s.live, err
 		}
-		switch k := m.GetKind().(type) {
-		case *plegdv1.WatchEvent_Start:
-			if ph != phaseOpening {
-				i.resumable = false
-				return live, protocolError("a second start on one stream")
+		act, err := s.step(m)
+		if err != nil || act == actRebuild {
+			// The one place the copy stops being resumable: a snapshot is due, on this
+			// stream (a start without resume, a reset) or, after a protocol violation
+			// or a foreign epoch, on the next.
+			i.resumable = false
+		}
+		if err != nil {
+			return s.live, err
+		}
+		switch act {
+		case actRebuild:
+			if r := m.GetReset_(); r != nil {
+				i.log.Info("plegd reset the stream; taking a fresh snapshot",
+					"reason", r.GetReason().String(), "message", r.GetMessage())
 			}
-			if !k.Start.GetResumed() {
-				fresh()
-				continue
-			}
-			epoch, rev := i.Revision()
-			switch {
-			case !i.resumable:
-				return live, protocolError("resumed after %d though the informer asked for a snapshot", m.GetRevision())
-			case k.Start.GetEpoch() != epoch:
-				i.resumable = false
-				return live, &foreignEpochError{known: epoch, got: k.Start.GetEpoch()}
-			case m.GetRevision() != rev:
-				i.resumable = false
-				return live, protocolError("resumed after %d, not after the informer's revision %d", m.GetRevision(), rev)
-			}
-			ph, live = phaseLive, true
-		case *plegdv1.WatchEvent_Reset_:
-			if ph == phaseOpening {
-				i.resumable = false
-				return live, protocolError("a reset before start")
-			}
-			i.log.Info("plegd reset the stream; taking a fresh snapshot",
-				"reason", k.Reset_.GetReason().String(), "message", k.Reset_.GetMessage())
-			fresh()
-		case *plegdv1.WatchEvent_Snapshot:
-			if ph != phaseSnapshot {
-				i.resumable = false
-				return live, protocolError("a snapshot outside a snapshot")
-			}
-			if p := k.Snapshot; p != nil {
-				building[p.GetUid()] = p
-			}
-		case *plegdv1.WatchEvent_Synced:
-			if ph != phaseSnapshot {
-				i.resumable = false
-				return live, protocolError("synced outside a snapshot")
-			}
-			if n := int(k.Synced.GetPods()); n != len(building) {
-				i.resumable = false
-				return live, protocolError("synced says %d pods after %d snapshots", n, len(building))
-			}
-			i.replace(building, k.Synced.GetEpoch(), m.GetRevision())
-			building = nil
+		case actReplace:
+			i.replace(s.takeSnapshot(), m.GetSynced().GetEpoch(), m.GetRevision())
 			i.resumable = true
-			i.synced.Store(true)
-			ph, live = phaseLive, true
-		case *plegdv1.WatchEvent_Event:
-			if ph != phaseLive {
-				i.resumable = false
-				return live, protocolError("event %d before synced", m.GetRevision())
-			}
-			i.apply(m.GetRevision(), k.Event)
-		case *plegdv1.WatchEvent_Bookmark:
-			if ph != phaseLive {
-				i.resumable = false
-				return live, protocolError("bookmark %d before synced", m.GetRevision())
-			}
+		case actApply:
+			i.apply(m.GetRevision(), m.GetEvent())
+		case actAdvance:
 			i.mu.Lock()
 			if m.GetRevision() > i.revision {
 				i.revision = m.GetRevision()
 			}
 			i.mu.Unlock()
-		default:
-			// A kind this client does not know (a newer plegd): nothing to do.
 		}
 	}
 }
 
-// apply applies one live event at rev and tells the handlers.
+// notifyLocked hands n to every registration. i.dispatchMu must be held.
+func (i *Informer) notifyLocked(n notification) {
+	for _, r := range i.regs {
+		r.push(n)
+	}
+}
+
+// apply applies one live event at rev and hands its notification to the
+// registrations.
 func (i *Informer) apply(rev uint64, ev *plegdv1.LifecycleEvent) {
 	i.dispatchMu.Lock()
 	defer i.dispatchMu.Unlock()
@@ -357,6 +432,7 @@ func (i *Informer) apply(rev uint64, ev *plegdv1.LifecycleEvent) {
 		return
 	}
 	i.revision = rev
+	epoch := i.epoch
 	uid := ev.GetPodUid()
 	if p := ev.GetPod(); p != nil && p.GetUid() != "" {
 		uid = p.GetUid()
@@ -370,21 +446,23 @@ func (i *Informer) apply(rev uint64, ev *plegdv1.LifecycleEvent) {
 		i.deleteLocked(uid, old)
 	}
 	i.mu.Unlock()
-	for _, h := range i.handlers {
-		switch {
-		case pod != nil && had:
-			h.OnUpdate(old, pod, ev)
-		case pod != nil:
-			h.OnAdd(pod)
-		case had:
-			h.OnDelete(old, false)
-		}
+	n := notification{epoch: epoch, rev: rev}
+	switch {
+	case pod != nil && had:
+		n.kind, n.old, n.pod, n.ev = noteUpdate, old, pod, ev
+	case pod != nil:
+		n.kind, n.pod = noteAdd, pod
+	case had:
+		n.kind, n.pod = noteDelete, old
+	default:
+		return
 	}
+	i.notifyLocked(n)
 }
 
-// replace makes pods (a complete snapshot at rev of epoch) the copy and tells the
-// handlers the difference: deletions first, then additions and updates, each in
-// UID order.
+// replace makes pods (a complete snapshot at rev of epoch) the copy and hands the
+// registrations the difference: deletions first, then additions and updates, each in
+// UID order. The first time, it also ends the initial list of every registration.
 func (i *Informer) replace(pods map[string]*plegdv1.PodStatus, epoch, rev uint64) {
 	i.dispatchMu.Lock()
 	defer i.dispatchMu.Unlock()
@@ -397,6 +475,7 @@ func (i *Informer) replace(pods map[string]*plegdv1.PodStatus, epoch, rev uint64
 	}
 	i.epoch, i.revision = epoch, rev
 	i.mu.Unlock()
+	i.synced.Store(true)
 
 	var gone, seen []string
 	for uid := range old {
@@ -411,23 +490,23 @@ func (i *Informer) replace(pods map[string]*plegdv1.PodStatus, epoch, rev uint64
 	sort.Strings(seen)
 	added, updated := 0, 0
 	for _, uid := range gone {
-		for _, h := range i.handlers {
-			h.OnDelete(old[uid], true)
-		}
+		i.notifyLocked(notification{kind: noteDelete, pod: old[uid], unknown: true, epoch: epoch, rev: rev})
 	}
 	for _, uid := range seen {
 		p, prev := pods[uid], old[uid]
 		switch {
 		case prev == nil:
 			added++
-			for _, h := range i.handlers {
-				h.OnAdd(p)
-			}
+			i.notifyLocked(notification{kind: noteAdd, pod: p, epoch: epoch, rev: rev})
 		case !proto.Equal(prev, p):
 			updated++
-			for _, h := range i.handlers {
-				h.OnUpdate(prev, p, nil)
-			}
+			i.notifyLocked(notification{kind: noteUpdate, old: prev, pod: p, epoch: epoch, rev: rev})
+		}
+	}
+	for _, r := range i.regs {
+		if !r.markerSent {
+			r.push(notification{kind: noteSynced})
+			r.markerSent = true
 		}
 	}
 	i.log.Info("synced with plegd", "epoch", epoch, "revision", rev, "pods", len(pods),

@@ -225,15 +225,16 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // --- a recording handler ------------------------------------------------------------
 
 // recorder is an event handler that rebuilds the pods from its notifications alone
-// and checks each notification against what came before.
+// and checks each notification against what came before. The informer's test hook
+// (plegd.SetNotifyHook) tells it, before each call, the revision the call belongs to.
 type recorder struct {
 	name  string
-	inf   *plegd.Informer
 	stall func(n int) time.Duration // how long to block in the n-th notification
 
 	busy atomic.Int32
 
 	mu             sync.Mutex
+	epoch, rev     uint64 // of the call in progress, from the hook
 	pods           map[string]*plegdv1.PodStatus
 	calls          int
 	adds           int
@@ -244,11 +245,21 @@ type recorder struct {
 	lastLive       map[uint64]uint64 // epoch → revision of the last event-driven call
 	lastAny        map[uint64]uint64 // epoch → revision of the last call of any kind
 	died           int
+	seq            []string // every call, in order: kind, pod, revision
 	errs           []string
 }
 
 func newRecorder(name string) *recorder {
 	return &recorder{name: name, pods: map[string]*plegdv1.PodStatus{}, lastLive: map[uint64]uint64{}, lastAny: map[uint64]uint64{}}
+}
+
+// notifyHook passes the revision of each notification to the recorder it is for.
+func notifyHook(h plegd.ResourceEventHandler, epoch, rev uint64) {
+	if r, ok := h.(*recorder); ok {
+		r.mu.Lock()
+		r.epoch, r.rev = epoch, rev
+		r.mu.Unlock()
+	}
 }
 
 func (r *recorder) failf(format string, args ...any) {
@@ -278,9 +289,10 @@ func (r *recorder) enter() func() {
 
 // revision checks the order of notifications: in one epoch they never go back, and
 // those that carry an event (live: an update with its event, a delete told by plegd)
-// each come at a revision of their own.
+// each come at a revision of their own. r.mu must be held.
 func (r *recorder) revision(live bool, what string) {
-	epoch, rev := r.inf.Revision()
+	epoch, rev := r.epoch, r.rev
+	r.seq = append(r.seq, fmt.Sprintf("%s @%d/%d", what, epoch, rev))
 	if rev < r.lastAny[epoch] {
 		r.failf("%s at revision %d after a notification at %d (epoch %d)", what, rev, r.lastAny[epoch], epoch)
 	}
@@ -349,17 +361,84 @@ func (r *recorder) OnDelete(pod *plegdv1.PodStatus, finalStateUnknown bool) {
 	delete(r.pods, pod.GetUid())
 }
 
-type counts struct{ adds, updates, resyncUpdates, deletes, unknownDeletes, died int }
+type counts struct{ calls, adds, updates, resyncUpdates, deletes, unknownDeletes, died int }
+
+// live is how many calls carried an event of their own.
+func (n counts) live() int { return n.updates - n.resyncUpdates + n.deletes - n.unknownDeletes }
 
 func (r *recorder) counts() counts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return counts{r.adds, r.updates, r.resyncUpdates, r.deletes, r.unknownDeletes, r.died}
+	return r.countsLocked()
+}
+
+func (r *recorder) countsLocked() counts {
+	return counts{r.calls, r.adds, r.updates, r.resyncUpdates, r.deletes, r.unknownDeletes, r.died}
+}
+
+// --- a spy on the Watch streams of a connection -------------------------------------
+
+// watchSpy is a gRPC client interceptor that counts what goes over the Watch streams
+// of its connection: the calls, those that asked for a snapshot instead of a resume,
+// the snapshots plegd completed (synced) and the resets it sent. stall, if set, blocks the n-th receive (so the informer
+// stops reading its stream) for the duration it returns.
+type watchSpy struct {
+	stall         func(n int64) time.Duration
+	recvs         atomic.Int64
+	calls         atomic.Int64
+	snapshotAsks  atomic.Int64
+	synceds       atomic.Int64
+	resets        atomic.Int64
+	slowConsumers atomic.Int64
+}
+
+func (s *watchSpy) interceptor(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
+	streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil || method != plegdv1.PodLifecycle_Watch_FullMethodName {
+		return cs, err
+	}
+	return &spiedStream{ClientStream: cs, spy: s}, nil
+}
+
+type spiedStream struct {
+	grpc.ClientStream
+	spy *watchSpy
+}
+
+func (w *spiedStream) SendMsg(m any) error {
+	if r, ok := m.(*plegdv1.WatchRequest); ok {
+		w.spy.calls.Add(1)
+		if r.GetSinceRevision() == 0 {
+			w.spy.snapshotAsks.Add(1)
+		}
+	}
+	return w.ClientStream.SendMsg(m)
+}
+
+func (w *spiedStream) RecvMsg(m any) error {
+	n := w.spy.recvs.Add(1)
+	if w.spy.stall != nil {
+		if d := w.spy.stall(n); d > 0 {
+			time.Sleep(d)
+		}
+	}
+	err := w.ClientStream.RecvMsg(m)
+	if e, ok := m.(*plegdv1.WatchEvent); ok && err == nil && e.GetSynced() != nil {
+		w.spy.synceds.Add(1)
+	}
+	if e, ok := m.(*plegdv1.WatchEvent); ok && err == nil && e.GetReset_() != nil {
+		w.spy.resets.Add(1)
+		if e.GetReset_().GetReason() == plegdv1.ResetReason_SLOW_CONSUMER {
+			w.spy.slowConsumers.Add(1)
+		}
+	}
+	return err
 }
 
 // --- log capture --------------------------------------------------------------------
 
-// logs collects an informer's log records.
+// logs collects an informer's log records, to show when a test fails.
 type logs struct {
 	mu   sync.Mutex
 	recs []string
@@ -378,18 +457,6 @@ func (l *logs) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-func (l *logs) count(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, r := range l.recs {
-		if strings.Contains(r, substr) {
-			n++
-		}
-	}
-	return n
-}
-
 func (l *logs) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -398,56 +465,111 @@ func (l *logs) String() string {
 
 // --- a running informer -------------------------------------------------------------
 
+// subject is an informer under test, on a connection of its own with a watchSpy,
+// and the recorder of its first registration.
 type subject struct {
+	t      *testing.T
 	name   string
 	filter *plegdv1.PodFilter
 	inf    *plegd.Informer
+	spy    *watchSpy
 	rec    *recorder
+	reg    plegd.Registration
 	logs   *logs
 	cancel context.CancelFunc
 	done   chan struct{}
+	runErr error
 }
 
-func (c *cluster) runInformer(name string, filter *plegdv1.PodFilter, stall func(int) time.Duration) *subject {
+// informer makes an informer (not running yet) whose stream stalls as spy.stall says.
+func (c *cluster) informer(name string, filter *plegdv1.PodFilter, stall func(int64) time.Duration) *subject {
 	t := c.t
-	l := &logs{}
-	conn := c.conn
-	if os.Getenv("PLEGD_TEST_OWN_CONN") != "" {
-		var err error
-		conn, err = plegd.Dial(context.Background(), "unix://"+c.apiSock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
+	spy := &watchSpy{stall: stall}
+	conn, err := plegd.Dial(context.Background(), "unix://"+c.apiSock, grpc.WithStreamInterceptor(spy.interceptor))
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { conn.Close() })
+	l := &logs{}
 	inf := plegd.NewInformer(conn, plegd.InformerOptions{
 		Filter:        filter,
 		ResyncBackoff: plegd.Backoff{Duration: 50 * time.Millisecond, Cap: time.Second},
 		Logger:        slog.New(l),
 	})
-	rec := newRecorder(name)
-	rec.inf, rec.stall = inf, stall
-	inf.AddEventHandler(rec)
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &subject{name: name, filter: filter, inf: inf, rec: rec, logs: l, cancel: cancel, done: make(chan struct{})}
-	go func() { inf.Run(ctx); close(s.done) }()
-	t.Cleanup(s.stop)
+	plegd.SetNotifyHook(inf, notifyHook)
+	s := &subject{t: t, name: name, filter: filter, inf: inf, spy: spy, logs: l, done: make(chan struct{})}
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("PLEGD_TEST_LOGS") != "" {
 			t.Logf("--- informer %s log:\n%s", name, l)
 		}
 	})
-	waitCtx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer wcancel()
-	if !plegd.WaitForCacheSync(waitCtx, inf.HasSynced) {
-		t.Fatalf("informer %s did not sync", name)
-	}
 	return s
 }
 
+// handle registers rec; the first one registered is the subject's.
+func (s *subject) handle(rec *recorder) plegd.Registration {
+	reg, err := s.inf.AddEventHandler(rec)
+	if err != nil {
+		s.t.Fatalf("AddEventHandler: %v", err)
+	}
+	if s.rec == nil {
+		s.rec, s.reg = rec, reg
+	}
+	return reg
+}
+
+// run starts the informer and waits until its first registration has synced.
+func (s *subject) run() {
+	t := s.t
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go func() { s.runErr = s.inf.Run(ctx); close(s.done) }()
+	t.Cleanup(s.stop)
+	waitFor(t, 20*time.Second, "informer "+s.name+" and its handler to sync", func() bool {
+		return s.inf.HasSynced() && s.reg.HasSynced()
+	})
+}
+
+// stop ends Run and checks that it returned nil.
 func (s *subject) stop() {
 	s.cancel()
-	<-s.done
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		s.t.Fatalf("informer %s: Run did not return within 10s of its context's end", s.name)
+	}
+	if s.runErr != nil {
+		s.t.Errorf("informer %s: Run returned %v when its context ended, want nil", s.name, s.runErr)
+	}
+}
+
+// drained reports whether reg's handler has been told everything the informer has
+// applied so far.
+func drained(reg plegd.Registration) bool {
+	waiting, busy := plegd.Backlog(reg)
+	return waiting == 0 && !busy
+}
+
+// runInformer starts an informer with one recording handler and waits until it has
+// synced.
+func (c *cluster) runInformer(name string, filter *plegdv1.PodFilter, stall func(int) time.Duration) *subject {
+	s := c.informer(name, filter, nil)
+	rec := newRecorder(name)
+	rec.stall = stall
+	s.handle(rec)
+	s.run()
+	return s
+}
+
+// reached waits until the informer's copy is current to the revision plegd is at
+// now (bookmarks bring a filtered informer there too).
+func (c *cluster) reached(s *subject, timeout time.Duration) {
+	c.t.Helper()
+	lp := c.listPods(nil)
+	waitFor(c.t, timeout, fmt.Sprintf("informer %s to reach revision %d of epoch %d", s.name, lp.GetRevision(), lp.GetEpoch()), func() bool {
+		e, r := s.inf.Revision()
+		return e == lp.GetEpoch() && r >= lp.GetRevision()
+	})
 }
 
 // containerStates sums up a pod for comparison: its containers and sandboxes with
@@ -495,8 +617,9 @@ func byUID(pods []*plegdv1.PodStatus) map[string]*plegdv1.PodStatus {
 }
 
 // verify checks, once plegd is quiet, that the informer's copy is plegd's (ListPods
-// with the same filter), that the copy the handler rebuilt is the informer's, that
-// the container index finds every pod, and that no handler check failed.
+// with the same filter), that its first registration has been told everything and
+// the copy that handler rebuilt is the informer's, that the container index finds
+// every pod, and that no handler check failed. It stops the informer.
 func (c *cluster) verify(s *subject) {
 	t := c.t
 	t.Helper()
@@ -508,6 +631,10 @@ func (c *cluster) verify(s *subject) {
 		last = diffPods("informer "+s.name, byUID(s.inf.List()), byUID(lp.GetPods()))
 		if epoch != lp.GetEpoch() {
 			last = fmt.Sprintf("informer %s is in epoch %d, plegd in %d\n%s", s.name, epoch, lp.GetEpoch(), last)
+		}
+		if last == "" && !drained(s.reg) {
+			waiting, busy := plegd.Backlog(s.reg)
+			last = fmt.Sprintf("informer %s's handler has %d notifications waiting (in a call: %v)", s.name, waiting, busy)
 		}
 		if last == "" {
 			// The cache and the copy should agree on more than container states.
@@ -553,16 +680,32 @@ func (c *cluster) verify(s *subject) {
 	if _, ok := s.inf.GetByContainerID("no-such-container"); ok {
 		t.Errorf("informer %s: GetByContainerID finds a container that does not exist", s.name)
 	}
-	t.Logf("informer %s: %d pods; %+v", s.name, len(s.rec.pods), s.rec.countsLocked())
-}
-
-func (r *recorder) countsLocked() counts {
-	return counts{r.adds, r.updates, r.resyncUpdates, r.deletes, r.unknownDeletes, r.died}
+	t.Logf("informer %s: %d pods; %+v; watch calls %d (snapshots asked %d), snapshots %d, resets %d",
+		s.name, len(s.rec.pods), s.rec.countsLocked(), s.spy.calls.Load(), s.spy.snapshotAsks.Load(),
+		s.spy.synceds.Load(), s.spy.resets.Load())
 }
 
 // webAndAPI selects about half of the simulated pods (the simulator's apps are web,
 // api, cache and worker).
 var webAndAPI = &plegdv1.PodFilter{LabelSelector: "app in (web,api)"}
+
+// churned waits until every subject's handler has been told at least n more events
+// than it had been when churned was called.
+func churned(t *testing.T, n int, subjects ...*subject) {
+	t.Helper()
+	base := make([]int, len(subjects))
+	for k, s := range subjects {
+		base[k] = s.rec.counts().live()
+	}
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d events of churn", n), func() bool {
+		for k, s := range subjects {
+			if s.rec.counts().live() < base[k]+n {
+				return false
+			}
+		}
+		return true
+	})
+}
 
 // --- the attacks --------------------------------------------------------------------
 
@@ -575,15 +718,20 @@ func TestResumeAcrossKill9(t *testing.T) {
 	epoch := c.listPods(nil).GetEpoch()
 	all := c.runInformer("all", nil, nil)
 	web := c.runInformer("web+api", webAndAPI, nil)
-	time.Sleep(3 * time.Second)
+	churned(t, 20, all, web)
 	for round := 0; round < 2; round++ {
 		c.plegd.kill()
-		time.Sleep(time.Second) // the pods change while plegd is down
+		// Not a wait for anything: the pods change while plegd is down, and the
+		// restarted plegd must report those changes as events.
+		time.Sleep(time.Second)
 		c.startPlegd("state", "--bookmark-interval", "300ms")
 		if e := c.listPods(nil).GetEpoch(); e != epoch {
 			t.Fatalf("plegd restarted on its state dir in epoch %d, not %d", e, epoch)
 		}
-		time.Sleep(3 * time.Second)
+		for _, s := range []*subject{all, web} {
+			c.reached(s, 20*time.Second)
+		}
+		churned(t, 20, all, web)
 	}
 	c.quiesce()
 	for _, s := range []*subject{all, web} {
@@ -592,14 +740,14 @@ func TestResumeAcrossKill9(t *testing.T) {
 		if n.resyncUpdates != 0 || n.unknownDeletes != 0 {
 			t.Errorf("informer %s resynced across restarts with the state dir: %+v", s.name, n)
 		}
-		if r := s.logs.count("plegd reset the stream"); r != 0 {
+		if r := s.spy.resets.Load(); r != 0 {
 			t.Errorf("informer %s got %d resets across restarts with the state dir", s.name, r)
 		}
-		if r := s.logs.count("synced with plegd"); r != 1 {
-			t.Errorf("informer %s took %d snapshots, not just the first", s.name, r)
+		if a, g := s.spy.snapshotAsks.Load(), s.spy.synceds.Load(); a != 1 || g != 1 {
+			t.Errorf("informer %s asked for %d snapshots and got %d, not just the first", s.name, a, g)
 		}
-		if r := s.logs.count("watch stream ended"); r < 2 {
-			t.Errorf("informer %s saw %d broken streams, expected at least the 2 kills", s.name, r)
+		if w := s.spy.calls.Load(); w < 3 {
+			t.Errorf("informer %s opened %d Watch streams, expected one more after each of the 2 kills", s.name, w)
 		}
 		if n.updates-n.resyncUpdates == 0 || n.deletes == 0 {
 			t.Errorf("informer %s saw too little churn to mean anything: %+v", s.name, n)
@@ -616,23 +764,31 @@ func TestResyncOnForeignEpoch(t *testing.T) {
 	first := c.listPods(nil).GetEpoch()
 	all := c.runInformer("all", nil, nil)
 	web := c.runInformer("web+api", webAndAPI, nil)
-	time.Sleep(2 * time.Second)
+	churned(t, 10, all, web)
 	c.plegd.kill()
-	time.Sleep(2 * time.Second) // long enough for some pods to be replaced
+	// Not a wait for anything: long enough for some pods to be replaced while plegd
+	// is down (the simulator replaces about one pod in five per churn step).
+	time.Sleep(2 * time.Second)
 	c.startPlegd("state-2", "--bookmark-interval", "300ms")
 	second := c.listPods(nil).GetEpoch()
 	if second == first {
 		t.Fatalf("plegd kept epoch %d on a new state dir", first)
 	}
-	time.Sleep(3 * time.Second)
+	for _, s := range []*subject{all, web} {
+		waitFor(t, 20*time.Second, "informer "+s.name+" to move to the new epoch", func() bool {
+			e, _ := s.inf.Revision()
+			return e == second
+		})
+	}
+	churned(t, 10, all, web)
 	c.quiesce()
 	for _, s := range []*subject{all, web} {
 		c.verify(s)
 		if e, _ := s.inf.Revision(); e != second {
 			t.Errorf("informer %s is in epoch %d, not plegd's new %d", s.name, e, second)
 		}
-		if r := s.logs.count("synced with plegd"); r < 2 {
-			t.Errorf("informer %s took %d snapshots; the new epoch needs a second", s.name, r)
+		if g := s.spy.synceds.Load(); g < 2 {
+			t.Errorf("informer %s got %d snapshots; the new epoch needs a second", s.name, g)
 		}
 		n := s.rec.counts()
 		if n.unknownDeletes == 0 {
@@ -641,15 +797,16 @@ func TestResyncOnForeignEpoch(t *testing.T) {
 	}
 }
 
-// TestSlowHandler stalls a handler past the bookmark interval and past plegd's
-// slow-consumer limit (--watch-buffer 8): plegd resets the stream and the informer
-// repairs its copy by the resync diff, while a filtered informer with a quick
-// handler follows the same plegd.
-func TestSlowHandler(t *testing.T) {
+// TestResetRepairs stops the informer reading its stream (the connection's
+// interceptor stalls a receive) past the bookmark interval and past plegd's
+// slow-consumer limit (--watch-buffer 8), twice: plegd resets the stream and the
+// informer repairs its copy by the resync diff, while a filtered informer follows the
+// same plegd.
+func TestResetRepairs(t *testing.T) {
 	c := newCluster(t, 40, 40)
 	c.startPlegd("state", "--watch-buffer", "8", "--bookmark-interval", "200ms")
 	var stalls atomic.Int32
-	stall := func(n int) time.Duration {
+	stall := func(n int64) time.Duration {
 		// Stall twice, a while after the first snapshot: long enough for the journal
 		// to drop this subscriber, and for bookmarks to come due meanwhile.
 		if n == 150 || n == 400 {
@@ -658,20 +815,88 @@ func TestSlowHandler(t *testing.T) {
 		}
 		return 0
 	}
-	slow := c.runInformer("slow", nil, stall)
+	slow := c.informer("stalled", nil, stall)
+	slow.handle(newRecorder("stalled"))
+	slow.run()
 	web := c.runInformer("web+api", webAndAPI, nil)
-	waitFor(t, 60*time.Second, "the slow handler to stall twice and recover", func() bool {
-		return stalls.Load() == 2 && slow.logs.count("SLOW_CONSUMER") >= 1
+	waitFor(t, 60*time.Second, "the stream to stall twice and be reset", func() bool {
+		return stalls.Load() == 2 && slow.spy.slowConsumers.Load() >= 1
 	})
-	time.Sleep(2 * time.Second)
+	c.reached(slow, 20*time.Second)
 	c.quiesce()
 	c.verify(slow)
 	c.verify(web)
-	if r := slow.logs.count("SLOW_CONSUMER"); r < 1 {
-		t.Errorf("the slow handler was never reset as a slow consumer")
-	}
 	n := slow.rec.counts()
 	if n.resyncUpdates == 0 && n.unknownDeletes == 0 {
 		t.Errorf("the resyncs after the stalls repaired nothing: %+v", n)
+	}
+}
+
+// TestSlowRegistration attacks the informer with a slow handler: two registrations
+// on one informer, one taking 200ms per call, under a burst of events. The fast
+// registration must keep up with plegd, the slow one must fall far behind without
+// losing anything, and the stream must never be reset or resynced. plegd's buffer per
+// watcher (--watch-buffer 256) holds any burst of the churn for a client that reads
+// on, but not the backlog of a stream whose reader waits 200ms per event.
+func TestSlowRegistration(t *testing.T) {
+	c := newCluster(t, 40, 40)
+	c.startPlegd("state", "--watch-buffer", "256", "--bookmark-interval", "200ms")
+	s := c.informer("shared", nil, nil)
+	fast, slow := newRecorder("fast"), newRecorder("slow")
+	slow.stall = func(int) time.Duration { return 200 * time.Millisecond }
+	s.handle(fast)
+	slowReg := s.handle(slow)
+	s.run()
+	// The burst: the slow handler alone would need 20s for these events.
+	churned(t, 100, s)
+	c.quiesce()
+	// plegd is quiet: the fast registration must have been told everything within a
+	// bounded time, while the slow one is still far behind.
+	c.reached(s, 5*time.Second)
+	waitFor(t, 5*time.Second, "the fast registration to be told everything", func() bool { return drained(s.reg) })
+	total := fast.counts().calls
+	sc := slow.counts().calls
+	waiting, _ := plegd.Backlog(slowReg)
+	t.Logf("fast registration: %d calls, all told; slow registration: %d calls, %d waiting", total, sc, waiting)
+	if sc > total/2 {
+		t.Errorf("the slow registration made %d calls of %d: not held back by its 200ms handler?", sc, total)
+	}
+	// Nothing of the slow registration's is lost: what it has not been told yet waits
+	// (its end-of-initial-list mark may wait too).
+	if got := sc + waiting; got != total && got != total+1 {
+		t.Errorf("the slow registration has %d calls made and %d waiting; the fast one made %d", sc, waiting, total)
+	}
+	if r := s.spy.resets.Load(); r != 0 {
+		t.Errorf("the stream was reset %d times: the slow handler held up the stream", r)
+	}
+	if w := s.spy.calls.Load(); w != 1 {
+		t.Errorf("%d Watch streams were opened, not one", w)
+	}
+	if s.reg.HasSynced() != true {
+		t.Error("the fast registration has not synced")
+	}
+	c.verify(s) // stops the informer, with the slow registration still behind
+	for _, r := range []*recorder{fast, slow} {
+		n := r.counts()
+		if n.resyncUpdates != 0 || n.unknownDeletes != 0 {
+			t.Errorf("registration %s was told of a resync: %+v", r.name, n)
+		}
+	}
+	// The slow registration was told the same calls as the fast one, in the same
+	// order, as far as it got.
+	fast.mu.Lock()
+	slow.mu.Lock()
+	defer fast.mu.Unlock()
+	defer slow.mu.Unlock()
+	for _, e := range slow.errs {
+		t.Errorf("registration slow: %s", e)
+	}
+	if len(slow.seq) > len(fast.seq) {
+		t.Fatalf("the slow registration was told %d calls, the fast one %d", len(slow.seq), len(fast.seq))
+	}
+	for k := range slow.seq {
+		if slow.seq[k] != fast.seq[k] {
+			t.Fatalf("call %d: the slow registration was told %q, the fast one %q", k, slow.seq[k], fast.seq[k])
+		}
 	}
 }

@@ -53,6 +53,8 @@ pub struct ExportConfig {
     pub backoff_initial: Duration,
     /// Longest retry delay.
     pub backoff_max: Duration,
+    /// Longest delay a collector's `RetryInfo` may ask for.
+    pub retry_after_max: Duration,
 }
 
 /// A header as gRPC metadata.
@@ -114,6 +116,7 @@ impl ExportConfig {
             timeout: Duration::from_secs(10),
             backoff_initial: Duration::from_millis(500),
             backoff_max: Duration::from_secs(30),
+            retry_after_max: Duration::from_secs(300),
         }
     }
 }
@@ -524,7 +527,9 @@ impl OtlpExporter {
                 }
                 Outcome::Retry { after, error } => {
                     self.metrics.failed.inc();
-                    let delay = after.map_or(backoff, |a| a.max(self.cfg.backoff_initial));
+                    // The collector's RetryInfo is honoured, within reason: a collector
+                    // cannot stop the export for longer than `retry_after_max` at a time.
+                    let delay = after.map_or(backoff, |a| a.clamp(self.cfg.backoff_initial, self.cfg.retry_after_max));
                     if attempt == 1 || attempt.is_power_of_two() {
                         tracing::warn!(%error, attempt, ?delay, "OTLP export failed; retrying");
                     }

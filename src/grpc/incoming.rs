@@ -98,8 +98,21 @@ async fn read_preface(mut conn: UnixStream, timeout: Duration, refused: Option<A
     };
     tokio::time::timeout(timeout, check).await.map_err(|_| Refused::Slow(timeout))??;
     let ends = refused.as_ref().map(|_| Box::pin(tokio::time::sleep(REFUSED_FOR)));
-    Ok(Prefaced { replayed: 0, inner: conn, refused, ends })
+    let cut = CancellationToken::new();
+    let id = NEXT_CONNECTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(Prefaced {
+        replayed: 0,
+        inner: conn,
+        refused,
+        ends,
+        cut: Box::pin(cut.clone().cancelled_owned()),
+        token: cut,
+        id,
+    })
 }
+
+/// Connection numbers, for telling connections apart.
+static NEXT_CONNECTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// How long a refused peer's connection stays open: long enough to read the answers
 /// that tell it why, not long enough to hold plegd's memory with idle connections.
@@ -112,6 +125,11 @@ pub struct Prefaced {
     refused: Option<Arc<str>>,
     /// For a refused peer: when its connection ends (reads see the end of the stream).
     ends: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Closes the connection from plegd's side: reads see its end, writes fail, and the
+    /// HTTP/2 server drops it with every stream and buffer it holds.
+    cut: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+    token: CancellationToken,
+    id: u64,
 }
 
 /// What the gRPC services learn of a connection's peer.
@@ -121,6 +139,10 @@ pub struct Peer {
     pub refused: Option<Arc<str>>,
     /// The socket's own connect info.
     pub uds: <UnixStream as tonic::transport::server::Connected>::ConnectInfo,
+    /// Closes this connection (see [`Prefaced`]).
+    pub cut: CancellationToken,
+    /// This connection's number.
+    pub id: u64,
 }
 
 impl tokio::io::AsyncRead for Prefaced {
@@ -132,6 +154,9 @@ impl tokio::io::AsyncRead for Prefaced {
         if let Some(ends) = self.ends.as_mut()
             && ends.as_mut().poll(cx).is_ready()
         {
+            return std::task::Poll::Ready(Ok(()));
+        }
+        if self.cut.as_mut().poll(cx).is_ready() {
             return std::task::Poll::Ready(Ok(()));
         }
         if self.replayed < PREFACE.len() {
@@ -151,6 +176,9 @@ impl tokio::io::AsyncWrite for Prefaced {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.token.is_cancelled() {
+            return std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
+        }
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
@@ -170,6 +198,9 @@ impl tokio::io::AsyncWrite for Prefaced {
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.token.is_cancelled() {
+            return std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
+        }
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
 
@@ -182,7 +213,7 @@ impl tonic::transport::server::Connected for Prefaced {
     type ConnectInfo = Peer;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        Peer { refused: self.refused.clone(), uds: self.inner.connect_info() }
+        Peer { refused: self.refused.clone(), uds: self.inner.connect_info(), cut: self.token.clone(), id: self.id }
     }
 }
 

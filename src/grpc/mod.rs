@@ -57,7 +57,16 @@ pub struct ApiConfig {
     /// Watch streams one peer uid may hold open at once, or one process of uid 0 (0: no
     /// cap).
     pub max_watch_streams_per_uid: usize,
+    /// Stalled Watch streams kept on the node, whatever their peers (0: no ceiling).
+    pub max_stalled_watch_streams: usize,
+    /// A stream whose client has not taken its next message for this long is stalled.
+    pub stalled_after: Duration,
 }
+
+/// A Watch stream whose transport has not asked for its next message for this long is
+/// stalled: its client stopped reading (a live client reads within a bookmark, and an
+/// idle stream is waiting for an event, not for its client).
+pub const STALLED_AFTER: Duration = Duration::from_secs(10);
 
 impl Default for ApiConfig {
     fn default() -> Self {
@@ -69,6 +78,8 @@ impl Default for ApiConfig {
             max_wait: Duration::from_secs(300),
             handshake_timeout: Duration::from_secs(10),
             max_watch_streams_per_uid: 256,
+            max_stalled_watch_streams: 64,
+            stalled_after: STALLED_AFTER,
         }
     }
 }
@@ -84,6 +95,8 @@ pub struct ApiMetrics {
     pub accepted: Counter,
     /// `plegd_api_watch_streams_refused_total`.
     pub watch_refused: Counter,
+    /// `plegd_api_stalled_watch_connections_closed_total`.
+    pub stalled_closed: Counter,
 }
 
 impl ApiMetrics {
@@ -101,6 +114,11 @@ impl ApiMetrics {
             "plegd_api_watch_streams_refused",
             "Watch streams refused because their peer uid held --max-watch-streams-per-uid open",
             api.watch_refused.clone(),
+        );
+        registry.register(
+            "plegd_api_stalled_watch_connections_closed",
+            "Connections closed because plegd held more than --max-stalled-watch-streams stalled Watch streams",
+            api.stalled_closed.clone(),
         );
         api
     }
@@ -177,16 +195,24 @@ pub struct PodLifecycleService {
 }
 
 /// Reads one container from the runtime at once, for a `GetContainer` by PID whose
-/// container the relister has not published yet: the pod (identity only) and the
-/// container, or `None`.
-pub type ContainerReader = Arc<
-    dyn Fn(
-            String,
-        ) -> std::pin::Pin<
-            Box<dyn std::future::Future<Output = Option<(PodStatus, crate::model::ContainerStatus)>> + Send>,
-        > + Send
-        + Sync,
->;
+/// container the relister has not published yet.
+pub type ContainerReader =
+    Arc<dyn Fn(String) -> std::pin::Pin<Box<dyn std::future::Future<Output = DirectRead> + Send>> + Send + Sync>;
+
+/// What the runtime said of a container read at once.
+#[derive(Clone, Debug)]
+pub enum DirectRead {
+    /// The pod (identity only) and the container.
+    Found(Box<(PodStatus, crate::model::ContainerStatus)>),
+    /// The runtime does not know it, or not as a pod's container.
+    NotAPodsContainer,
+    /// The read failed (or did not answer in time): nothing is learned from it.
+    Failed(String),
+}
+
+/// HTTP/2 streams one API connection may have open at once (calls past it wait for the
+/// client's own HTTP/2 layer to open them).
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
 
 /// The longest a `GetContainer` by PID waits for a container the kernel already names
 /// and plegd has not published yet (one it is reading right now).
@@ -292,9 +318,11 @@ impl PodLifecycle for PodLifecycleService {
     type WatchStream = watch::FeedStream;
 
     async fn watch(&self, req: Request<api::WatchRequest>) -> Result<Response<watch::FeedStream>, Status> {
-        let peer = req.extensions().get::<incoming::Peer>().and_then(|p| p.uds.peer_cred);
-        let holder = peer.map(|c| watch::Holder::of(c.uid(), c.pid()));
-        Ok(Response::new(watch::open(self, holder, req.into_inner())?))
+        let peer = req.extensions().get::<incoming::Peer>().cloned();
+        let holder =
+            peer.as_ref().and_then(|p| Some(watch::Holder::of(p.uds.peer_cred?.uid(), p.uds.peer_cred?.pid(), p.id)));
+        let cut = peer.map(|p| p.cut);
+        Ok(Response::new(watch::open(self, holder, cut, req.into_inner())?))
     }
 
     async fn list_pods(&self, req: Request<api::ListPodsRequest>) -> Result<Response<api::ListPodsResponse>, Status> {
@@ -423,13 +451,25 @@ impl PodLifecycleService {
                     // (which a runtime without an event stream leaves to the next
                     // relist).
                     if let Some(reads) = &self.reads {
-                        let direct = tokio::time::timeout_at(until, reads.read(&id)).await.ok().flatten();
-                        let Some((pod, container)) = direct else {
-                            lookup.not_a_container(&id);
-                            return Err(Status::not_found(format!(
-                                "the kernel puts {key:?} in container {id}, which the runtime does not know as a \
-                                 pod's container: a sandbox's pause process, or a container the kubelet did not create"
-                            )));
+                        let direct = tokio::time::timeout_at(until, reads.read(&id))
+                            .await
+                            .unwrap_or_else(|_| DirectRead::Failed(format!("no answer within {wait:?}")));
+                        let (pod, container) = match direct {
+                            DirectRead::Found(found) => *found,
+                            DirectRead::Failed(why) => {
+                                return Err(Status::unavailable(format!(
+                                    "the kernel puts {key:?} in container {id}, which plegd has not published, \
+                                     and reading it from the runtime failed ({why}); try again"
+                                )));
+                            }
+                            DirectRead::NotAPodsContainer => {
+                                lookup.not_a_container(&id);
+                                return Err(Status::not_found(format!(
+                                    "the kernel puts {key:?} in container {id}, which the runtime does not know as \
+                                     a pod's container: a sandbox's pause process, or a container the kubelet did \
+                                     not create"
+                                )));
+                            }
                         };
                         if !ContainerLookup::holds(&container, &cgroup) {
                             return Err(Status::not_found(format!(
@@ -475,7 +515,6 @@ struct DirectReads {
     turns: Arc<tokio::sync::Semaphore>,
 }
 
-type DirectRead = Option<(PodStatus, crate::model::ContainerStatus)>;
 type SharedRead = futures_util::future::Shared<std::pin::Pin<Box<dyn std::future::Future<Output = DirectRead> + Send>>>;
 
 /// Runtime reads of unpublished containers under way at once.
@@ -497,7 +536,7 @@ impl DirectReads {
         let read: std::pin::Pin<Box<dyn std::future::Future<Output = DirectRead> + Send>> = Box::pin(async move {
             let answer = match this.turns.acquire().await {
                 Ok(_turn) => (this.reader)(key.clone()).await,
-                Err(_) => None,
+                Err(_) => DirectRead::Failed("plegd is shutting down".into()),
             };
             this.inflight.lock().expect("direct reads lock").remove(&key);
             answer
@@ -542,13 +581,17 @@ pub async fn serve(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
     let (cfg, metrics, tasks) = (svc.cfg.clone(), svc.metrics.clone(), svc.tasks.clone());
+    if cfg.max_stalled_watch_streams > 0 {
+        tasks.spawn(svc.streams.clone().close_stalled(cfg.clone(), metrics.stalled_closed.clone(), shutdown.clone()));
+    }
     let lifecycle = PodLifecycleServer::new(svc).max_decoding_message_size(MAX_REQUEST_BYTES);
     let incoming = incoming::incoming(listener, cfg, metrics, beat, tasks, shutdown.clone());
     let res = tonic::transport::Server::builder()
         .http2_max_header_list_size(16 * 1024)
-        .concurrency_limit_per_connection(256)
+        .concurrency_limit_per_connection(MAX_STREAMS_PER_CONNECTION as usize)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
         .layer(tower::layer::layer_fn(incoming::Screened))
         .add_service(health)
         .add_service(reflection_v1)
@@ -562,6 +605,18 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn root_peers_whose_process_plegd_cannot_see_are_held_per_connection() {
+        use watch::Holder;
+        // In plegd's own PID namespace (the DaemonSet), every other pod's process is PID 0.
+        assert_eq!(Holder::of(0, Some(0), 7), Holder::RootConnection(7));
+        assert_eq!(Holder::of(0, None, 8), Holder::RootConnection(8));
+        assert_ne!(Holder::of(0, Some(0), 7), Holder::of(0, Some(0), 8), "two agents are two holders");
+        assert_eq!(Holder::of(0, Some(42), 7), Holder::RootProcess(42));
+        assert_eq!(Holder::of(1000, Some(42), 7), Holder::Uid(1000));
+        assert_eq!(Holder::of(1000, Some(0), 9), Holder::Uid(1000));
+    }
 
     #[test]
     fn grpc_timeouts_parse() {

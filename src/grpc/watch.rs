@@ -27,7 +27,12 @@ use crate::proto::plegd as api;
 /// Starts a watch: a stream that makes the snapshot or the replay, then live
 /// events and bookmarks, as the transport asks for them. It ends at shutdown;
 /// dropping it (the client went away) unsubscribes.
-pub fn open(svc: &PodLifecycleService, holder: Option<Holder>, r: api::WatchRequest) -> Result<FeedStream, Status> {
+pub fn open(
+    svc: &PodLifecycleService,
+    holder: Option<Holder>,
+    cut: Option<CancellationToken>,
+    r: api::WatchRequest,
+) -> Result<FeedStream, Status> {
     let filter = Arc::new(to_filter(r.filter, &r.types)?);
     let slot = match holder {
         Some(holder) => Some(svc.streams.take(holder, svc.cfg.max_watch_streams_per_uid).inspect_err(|_| {
@@ -35,6 +40,8 @@ pub fn open(svc: &PodLifecycleService, holder: Option<Holder>, r: api::WatchRequ
         })?),
         None => None,
     };
+    let handed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let tracked = cut.map(|cut| svc.streams.track(handed.clone(), cut));
     let since = if r.since_revision == 0 { Since::Snapshot } else { Since::Revision(r.since_revision, r.epoch) };
     svc.metrics.watch_clients.inc();
     let feed = WatchFeed {
@@ -55,9 +62,15 @@ pub fn open(svc: &PodLifecycleService, holder: Option<Holder>, r: api::WatchRequ
         replays: svc.replays.clone(),
         _guard: ClientGuard(svc.metrics.watch_clients.clone()),
         _slot: slot,
+        _tracked: tracked,
+        handed,
     };
     Ok(Box::pin(futures_util::stream::unfold(feed, |mut feed| async move {
+        use std::sync::atomic::Ordering::Relaxed;
+        feed.handed.store(0, Relaxed);
         let item = feed.next().await?;
+        // From now until the transport asks again, this stream waits for its client.
+        feed.handed.store(millis_since_start().max(1), Relaxed);
         Some((Ok(item), feed))
     })))
 }
@@ -93,6 +106,11 @@ struct WatchFeed {
     _guard: ClientGuard,
     /// Its place among its holder's streams (none when the peer is not known).
     _slot: Option<StreamSlot>,
+    /// Its place among the node's streams, for the stalled-stream ceiling.
+    _tracked: Option<Tracked>,
+    /// When it last handed its transport a message and has not been asked for the next
+    /// since ([`millis_since_start`]; 0: it is being asked).
+    handed: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Where a [`WatchFeed`] is.
@@ -376,20 +394,26 @@ impl WatchFeed {
 
 /// Who holds Watch streams against the cap: a uid as a whole, except root, whose
 /// processes are held each to it (every root agent on a node shares uid 0; one that
-/// leaks streams must not lock the others out).
+/// leaks streams must not lock the others out). A root peer whose process plegd cannot
+/// see (in another PID namespace, as every other pod's is from plegd's DaemonSet pod,
+/// the kernel says PID 0) is held per connection: all such agents would otherwise share
+/// one cap. The node-wide ceiling on stalled streams bounds them all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Holder {
     /// Every process of a uid other than 0.
     Uid(u32),
     /// One process of uid 0.
     RootProcess(i32),
+    /// One connection of a uid-0 peer whose process is not visible.
+    RootConnection(u64),
 }
 
 impl Holder {
-    /// The holder a peer with these credentials counts against.
-    pub fn of(uid: u32, pid: Option<i32>) -> Self {
+    /// The holder a peer with these credentials, on connection `conn`, counts against.
+    pub fn of(uid: u32, pid: Option<i32>, conn: u64) -> Self {
         match (uid, pid) {
-            (0, Some(pid)) => Self::RootProcess(pid),
+            (0, Some(pid)) if pid > 0 => Self::RootProcess(pid),
+            (0, _) => Self::RootConnection(conn),
             _ => Self::Uid(uid),
         }
     }
@@ -400,16 +424,45 @@ impl std::fmt::Display for Holder {
         match self {
             Self::Uid(uid) => write!(f, "peer uid {uid}"),
             Self::RootProcess(pid) => write!(f, "peer process {pid} (uid 0)"),
+            Self::RootConnection(c) => write!(f, "connection {c} of a uid-0 peer in another PID namespace"),
         }
     }
 }
 
-/// Open Watch streams per [`Holder`]: a local user allowed on the socket cannot hold
-/// plegd's memory with stalled streams (each can hold its HTTP/2 send buffer) beyond
-/// `--max-watch-streams-per-uid` of them, nor can one root agent that leaks streams.
+/// Milliseconds since plegd's first call (a clock for [`WatchFeed::handed`]).
+fn millis_since_start() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64
+}
+
+/// Open Watch streams: per holder, so that one local user cannot fill plegd's memory
+/// with stalled streams (each can hold its HTTP/2 send buffer, up to 400 KiB) beyond
+/// `--max-watch-streams-per-uid` of them; and on the node, so that however many peers
+/// there are, at most `--max-stalled-watch-streams` stalled streams are kept.
 #[derive(Clone, Default)]
 pub(super) struct PeerStreams {
     open: Arc<std::sync::Mutex<std::collections::HashMap<Holder, usize>>>,
+    node: Arc<std::sync::Mutex<std::collections::HashMap<u64, Watched>>>,
+    next: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// A stream as the ceiling sees it: when it last waited for its client, and how to
+/// close its connection.
+struct Watched {
+    handed: Arc<std::sync::atomic::AtomicU64>,
+    cut: CancellationToken,
+}
+
+/// A stream's place among the node's, given back when the stream ends.
+pub(super) struct Tracked {
+    streams: PeerStreams,
+    id: u64,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.streams.node.lock().expect("node streams lock").remove(&self.id);
+    }
 }
 
 impl PeerStreams {
@@ -426,6 +479,65 @@ impl PeerStreams {
         }
         *n += 1;
         Ok(StreamSlot { streams: self.clone(), holder })
+    }
+
+    /// Counts a stream on the node; `cut` closes its connection.
+    fn track(&self, handed: Arc<std::sync::atomic::AtomicU64>, cut: CancellationToken) -> Tracked {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.node.lock().expect("node streams lock").insert(id, Watched { handed, cut });
+        Tracked { streams: self.clone(), id }
+    }
+
+    /// Closes the connections of the longest-stalled streams beyond the ceiling;
+    /// returns how many it closed.
+    pub(super) fn close_stalled_once(&self, max: usize, after: Duration) -> usize {
+        let now = millis_since_start();
+        let after = after.as_millis() as u64;
+        let node = self.node.lock().expect("node streams lock");
+        let mut stalled: Vec<(u64, &CancellationToken)> = node
+            .values()
+            .filter(|w| !w.cut.is_cancelled())
+            .filter_map(|w| {
+                let at = w.handed.load(std::sync::atomic::Ordering::Relaxed);
+                (at != 0 && now.saturating_sub(at) >= after).then_some((at, &w.cut))
+            })
+            .collect();
+        if stalled.len() <= max {
+            return 0;
+        }
+        stalled.sort_by_key(|(at, _)| *at);
+        let over = stalled.len() - max;
+        for (_, cut) in &stalled[..over] {
+            cut.cancel();
+        }
+        over
+    }
+
+    /// Keeps the node's stalled streams within `cfg.max_stalled_watch_streams`, checking
+    /// every second, until shutdown.
+    pub(super) async fn close_stalled(
+        self,
+        cfg: Arc<super::ApiConfig>,
+        closed: prometheus_client::metrics::counter::Counter,
+        shutdown: CancellationToken,
+    ) {
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            let n = self.close_stalled_once(cfg.max_stalled_watch_streams, cfg.stalled_after);
+            if n > 0 {
+                closed.inc_by(n as u64);
+                tracing::warn!(
+                    closed = n,
+                    ceiling = cfg.max_stalled_watch_streams,
+                    "closed the connections of Watch streams whose clients stopped reading (--max-stalled-watch-streams)"
+                );
+            }
+        }
     }
 }
 

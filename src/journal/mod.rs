@@ -701,11 +701,13 @@ impl Journal {
     }
 
     /// [`Self::timeline`] with the journal's epoch, read off the async threads, at
-    /// most [`TIMELINE_READS`] at once (more wait their turn): the pages and the debug
-    /// API each read one per request, and a pod's timeline can be large. `None` when
-    /// the read failed.
+    /// most [`TIMELINE_READS`] at once (more wait their turn, up to 10 s): the pages and
+    /// the debug API each read one per request, and a pod's timeline can be large.
+    /// `None` when the read failed or found no turn.
     pub async fn read_timeline(&self, uid: &str) -> Option<(u64, Option<Vec<Arc<Entry>>>)> {
-        let _turn = self.shared.timeline_reads.acquire().await.ok()?;
+        // A turn within 10 s, or the caller is told to come back.
+        let turn = tokio::time::timeout(Duration::from_secs(10), self.shared.timeline_reads.acquire()).await;
+        let _turn = turn.ok()?.ok()?;
         let (journal, uid) = (self.clone(), uid.to_owned());
         // Its revisions belong to the journal's epoch, read with it.
         tokio::task::spawn_blocking(move || (journal.epoch(), journal.timeline(&uid))).await.ok()

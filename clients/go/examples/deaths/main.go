@@ -5,7 +5,7 @@
 //	go run ./examples/deaths --socket unix:///run/plegd/plegd.sock
 //
 // Deaths come from plegd's CONTAINER_DIED events. When the informer had to resync
-// (it fell behind, or plegd came back with another journal) the deaths in between
+// (plegd reset its stream, or came back with another journal) the deaths in between
 // have no event of their own; the resync's update shows them as containers that ran
 // before and have exited now, and they are printed marked "(resync)".
 package main
@@ -45,7 +45,7 @@ func main() {
 		Filter: &plegdv1.PodFilter{Namespace: *namespace, LabelSelector: *selector},
 		Logger: log,
 	})
-	inf.AddEventHandler(plegd.EventHandlerFuncs{
+	_, err = inf.AddEventHandler(plegd.EventHandlerFuncs{
 		UpdateFunc: func(old, pod *plegdv1.PodStatus, ev *plegdv1.LifecycleEvent) {
 			if ev == nil {
 				// A resync: the events in between are unknown; compare the states.
@@ -72,7 +72,14 @@ func main() {
 				ev.GetContainerName(), short(ev.GetContainerId()))
 		},
 	})
-	inf.Run(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deaths:", err)
+		os.Exit(1)
+	}
+	if err := inf.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "deaths:", err)
+		os.Exit(1)
+	}
 }
 
 // ranBefore reports whether the container was running in old.
