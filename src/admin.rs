@@ -536,6 +536,36 @@ fn bad_request(e: QueryError) -> Response {
     (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
 }
 
+/// The history query `/debug/events` takes (`since`, `until`, `seq`, `last`, and
+/// whether `format=text`), checked.
+pub fn events_query(
+    params: &std::collections::HashMap<String, String>,
+) -> Result<(crate::syncloop::Query, bool), QueryError> {
+    let mut q = crate::syncloop::Query::default();
+    let mut text = false;
+    for (k, v) in params {
+        match k.as_str() {
+            "since" => q.since = Some(parse_time(k, v)?),
+            "until" => q.until = Some(parse_time(k, v)?),
+            "seq" => q.seq = Some(parse_num(k, v)?),
+            "last" => q.last = Some(parse_num(k, v)?),
+            "format" => match v.as_str() {
+                "text" => text = true,
+                "json" => {}
+                _ => {
+                    return Err(QueryError::Choice {
+                        name: "format".into(),
+                        value: v.clone(),
+                        expected: "json or text",
+                    });
+                }
+            },
+            _ => return Err(QueryError::Unknown { name: k.clone(), known: "since, until, seq, last, format" }),
+        }
+    }
+    Ok((q, text))
+}
+
 fn parse_time(name: &str, v: &str) -> Result<std::time::SystemTime, QueryError> {
     humantime::parse_rfc3339_weak(v).map_err(|source| QueryError::Time { name: name.into(), value: v.into(), source })
 }
@@ -548,28 +578,10 @@ async fn debug_events(
     State(s): State<Arc<AdminState>>,
     axum::extract::Query(params): axum::extract::Query<std::collections::HashMap<String, String>>,
 ) -> Response {
-    let mut q = crate::syncloop::Query::default();
-    let mut text = false;
-    for (k, v) in &params {
-        let res = match k.as_str() {
-            "since" => parse_time(k, v).map(|t| q.since = Some(t)),
-            "until" => parse_time(k, v).map(|t| q.until = Some(t)),
-            "seq" => parse_num(k, v).map(|n| q.seq = Some(n)),
-            "last" => parse_num(k, v).map(|n| q.last = Some(n)),
-            "format" => match v.as_str() {
-                "text" => {
-                    text = true;
-                    Ok(())
-                }
-                "json" => Ok(()),
-                _ => Err(QueryError::Choice { name: "format".into(), value: v.clone(), expected: "json or text" }),
-            },
-            _ => Err(QueryError::Unknown { name: k.clone(), known: "since, until, seq, last, format" }),
-        };
-        if let Err(msg) = res {
-            return bad_request(msg);
-        }
-    }
+    let (q, text) = match events_query(&params) {
+        Ok(q) => q,
+        Err(msg) => return bad_request(msg),
+    };
     let records = s.history.lock().expect("history lock").query(&q);
     if !text {
         return axum::Json(records).into_response();

@@ -636,6 +636,8 @@ mod tests {
             (vec!["--otlp-endpoint", "http://x:1", "--otlp-header", "bad key=v"], "--otlp-header"),
             (vec!["--otlp-endpoint", "https://x:1", "--otlp-ca-file", "/nonexistent/ca.pem"], "--otlp-ca-file"),
             (vec!["--otlp-endpoint", "https://x:1", "--otlp-ca-file", not_pem.to_str().unwrap()], "--otlp-ca-file"),
+            (vec!["--otlp-endpoint", "http://x:1", "--otlp-header", "x-key=a\r\nx-evil: 1"], "--otlp-header"),
+            (vec!["--otlp-endpoint", "http://x:1", "--otlp-header", "x-key=a\0b"], "--otlp-header"),
             (vec!["--otlp-endpoint", "http://x:99999"], "--otlp-endpoint"),
             (vec!["--otlp-endpoint", "http://x:0"], "--otlp-endpoint"),
             (vec!["--otlp-endpoint", "http://x:4317/v1/logs"], "--otlp-endpoint"),
@@ -652,12 +654,15 @@ mod tests {
             (vec!["--otlp-endpoint", "http://x:1", "--otlp-header", "authorization=Bearer s3cr3t\u{7f}"], "s3cr3t"),
             (vec!["--otlp-endpoint", "http://x:1", "--otlp-header", "bad key=s3cr3t"], "s3cr3t"),
             (vec!["--otlp-endpoint", "http://user:s3cr3t@collector:4317"], "s3cr3t"),
+            (vec!["--otlp-endpoint", "http://s3cr3t@collector:4317"], "s3cr3t"),
+            (vec!["--otlp-endpoint", "http://u:s3/cr3t@collector:4317"], "s3/cr3t"),
         ] {
             let e = run_args(&args).unwrap_err();
             assert!(!e.contains(secret), "{args:?} printed the secret: {e}");
             assert!(e.contains("--otlp-"), "{args:?}: {e}");
         }
-        assert_eq!(crate::export::redacted("http://u:pw@h:4317/x"), "http://u:***@h:4317/x");
+        assert_eq!(crate::export::redacted("http://u:pw@h:4317/x"), "http://***@h:4317/x");
+        assert_eq!(crate::export::redacted("http://t0ken@h:4317"), "http://***@h:4317");
         assert_eq!(crate::export::redacted("http://h:4317"), "http://h:4317");
     }
 }

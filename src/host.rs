@@ -234,9 +234,16 @@ fn runtime_named(part: &str) -> Option<&str> {
     if hex(part) {
         return Some(part);
     }
-    if let Some(unit) = part.strip_suffix(".scope") {
-        let (prefix, id) = unit.rsplit_once('-')?;
-        return (PREFIXES.contains(&prefix) && hex(id)).then_some(id);
+    // `cri-containerd-<id>.scope`, `crio-<id>.scope` (systemd), `crio-<id>` (CRI-O's
+    // cgroupfs manager).
+    if let Some((prefix, id)) = part.strip_suffix(".scope").unwrap_or(part).rsplit_once('-')
+        && PREFIXES.contains(&prefix)
+        && hex(id)
+    {
+        return Some(id);
+    }
+    if part.ends_with(".scope") {
+        return None;
     }
     // containerd's systemd-style path under the cgroupfs driver: `slice:prefix:id`.
     let mut f = part.rsplitn(3, ':');
@@ -251,13 +258,13 @@ fn runtime_named(part: &str) -> Option<&str> {
 /// container's path must appear whole in the process's, ending at the container's own
 /// component; otherwise it must be its beginning.
 pub fn placed_in(process_cgroup: &str, cgroups_path: &str) -> bool {
-    let expanded = match cgroups_path {
-        p if p.contains(':') => match cgroup_path_of(p) {
-            Some(p) => p,
-            None => return false,
-        },
-        p => p.to_owned(),
-    };
+    // A `slice:prefix:name` path is systemd's unit — or, under the cgroupfs driver, a
+    // directory of that very name below the runtime's own cgroup.
+    let expanded = cgroups_path.contains(':').then(|| cgroup_path_of(cgroups_path)).flatten();
+    expanded.is_some_and(|p| placed_at(process_cgroup, &p)) || placed_at(process_cgroup, cgroups_path)
+}
+
+fn placed_at(process_cgroup: &str, expanded: &str) -> bool {
     let container: Vec<&str> = expanded.split('/').filter(|c| !c.is_empty()).collect();
     let all: Vec<&str> = process_cgroup.split('/').filter(|c| !c.is_empty()).collect();
     let outside_ns = all.iter().take_while(|c| **c == "..").count();
@@ -286,6 +293,13 @@ pub fn belongs_to(cgroup: &str, id: &str, cgroups_path: &str) -> bool {
     }
 }
 
+/// Whether a cgroup path lies in a tree that unprivileged users may be given: systemd's
+/// `user.slice` (each user's `user@UID.service` manager can make scopes and slices
+/// there, named as it likes). A container runtime never puts pods' containers there.
+pub fn user_delegated(cgroup: &str) -> bool {
+    cgroup.split('/').any(|c| c == "user.slice" || (c.starts_with("user@") && c.ends_with(".service")))
+}
+
 /// Whether a cgroup path lies in the kubelet's pod hierarchy (`/kubepods…` at its top,
 /// after any `/..` of plegd's own cgroup namespace): where a runtime puts pods'
 /// containers, and where an unprivileged user cannot make cgroups.
@@ -293,31 +307,42 @@ pub fn under_kubepods(cgroup: &str) -> bool {
     cgroup.split('/').find(|c| !c.is_empty() && *c != "..").is_some_and(|top| top.starts_with("kubepods"))
 }
 
-/// The host's PID allocation, for telling whether a PID freed at one time can have been
-/// handed to another process since: Linux gives out PIDs in a cycle, so a freed PID is
-/// given again only after the allocator came round, which takes at least
-/// [`PidClock::cycle`] new tasks (`/proc/stat`'s `processes`, every fork and thread
-/// since boot, counted in every PID namespace).
+/// The host's PID allocation, for telling whether a PID can have been handed to another
+/// process since a container's process took it. Linux gives out PIDs in a cycle from a
+/// cursor, skipping those in use: once a PID is taken, it comes round again only after
+/// the cursor went round the whole range, which takes at least half of it in new tasks
+/// while no more than half the range is in use. `/proc/stat`'s `processes` counts every
+/// fork and thread since boot, in every PID namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PidClock {
     /// Tasks created since boot (`/proc/stat` `processes`).
     pub forks: u64,
+    /// When the host booted (`/proc/stat` `btime`, seconds since the epoch).
+    pub boot: u64,
 }
 
 impl PidClock {
-    /// New tasks that surely do not reach a freed PID again: half the PIDs above the
-    /// reserved 300 (`pid_max`), allowing half of them to be in use.
-    pub fn cycle(pid_max: u64) -> u64 {
-        pid_max.saturating_sub(300) / 2
+    /// New tasks after a container's process took its PID within which the PID cannot
+    /// have been another process's: a quarter of the PIDs above the reserved 300. The
+    /// other quarter of the half-range is left for the tasks made between the process's
+    /// start and plegd's first sight of it (plegd takes a count only within
+    /// [`FRESH_START`] of the start).
+    pub fn window(pid_max: u64) -> u64 {
+        pid_max.saturating_sub(300) / 4
     }
 }
 
+/// How soon after a container's start plegd must see it running for its task count to
+/// stand for the moment its PID was taken.
+pub const FRESH_START: Duration = Duration::from_secs(5);
+
 impl Host {
-    /// The host's task count now, or `None` when `/proc/stat` is not readable.
+    /// The host's task count and boot time now, or `None` when `/proc/stat` is not
+    /// readable.
     pub fn pid_clock(&self) -> Option<PidClock> {
         let stat = std::fs::read_to_string(self.root.join("proc/stat")).ok()?;
-        let forks = stat.lines().find_map(|l| l.strip_prefix("processes "))?.trim().parse().ok()?;
-        Some(PidClock { forks })
+        let field = |name: &str| stat.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok());
+        Some(PidClock { forks: field("processes ")?, boot: field("btime ").unwrap_or(0) })
     }
 
     /// `kernel.pid_max` (32768, the smallest default, when it is not readable).
@@ -388,6 +413,8 @@ mod tests {
             None
         );
         assert_eq!(container_id_in(&format!("/user.slice/run-{b}.scope")), None);
+        // CRI-O's cgroupfs manager: `crio-<id>` without `.scope`.
+        assert_eq!(container_id_in(&format!("/kubepods/besteffort/pod1/crio-{b}")), Some(b.as_str()));
         // conmon's scope is CRI-O's monitor, not the container.
         assert_eq!(container_id_in(&format!("/kubepods.slice/crio-conmon-{b}.scope")), None);
     }
@@ -413,6 +440,11 @@ mod tests {
         assert!(placed_in(&format!("/kubepods/besteffort/pod1/{id}"), &format!("/kubepods/besteffort/pod1/{id}")));
         assert!(!placed_in(&format!("/tmp/{id}"), &format!("/kubepods/besteffort/pod1/{id}")));
         assert!(placed_in(&format!("/system.slice/containerd.service/k8s.io/{id}"), &format!("k8s.io/{id}")));
+        // containerd's cgroupfs driver given a systemd-shaped path: a directory of that name.
+        let literal = format!("kubepods-pod1.slice:cri-containerd:{id}");
+        assert!(placed_in(&format!("/system.slice/containerd.service/{literal}"), &literal));
+        assert!(user_delegated("/user.slice/user-1000.slice/user@1000.service/app.slice/x.scope"));
+        assert!(!user_delegated(&path));
         assert!(!placed_in("/", &systemd));
         assert!(!placed_in(&path, ""));
     }
@@ -439,9 +471,9 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.path().join("proc/sys/kernel/pid_max"), "4194304\n").unwrap();
-        assert_eq!(host.pid_clock(), Some(PidClock { forks: 123_456 }));
+        assert_eq!(host.pid_clock(), Some(PidClock { forks: 123_456, boot: 1 }));
         assert_eq!(host.pid_max(), 4_194_304);
-        assert_eq!(PidClock::cycle(32_768), 16_234);
+        assert_eq!(PidClock::window(32_768), 8_117);
     }
 
     #[test]

@@ -171,6 +171,9 @@ async fn bad_lookups_get_a_clear_error_and_change_nothing() {
         (api::GetContainerRequest { key: Some(Key::CgroupId(0)) }, tonic::Code::InvalidArgument),
         (api::GetContainerRequest { key: Some(Key::ContainerId("nope".into())) }, tonic::Code::NotFound),
         (api::GetContainerRequest { key: Some(Key::CgroupId(12345)) }, tonic::Code::NotFound),
+        // The node's init, and a PID no kernel gives.
+        (api::GetContainerRequest { key: Some(Key::Pid(1)) }, tonic::Code::NotFound),
+        (api::GetContainerRequest { key: Some(Key::Pid(u32::MAX)) }, tonic::Code::NotFound),
     ] {
         let e = p.client().get_container(req.clone()).await.expect_err("an error");
         assert_eq!(e.code(), code, "{req:?}: {}", e.message());

@@ -36,14 +36,19 @@ pub enum CursorError {
 /// gap, and the `log.record.uid` of each lets a backend drop them).
 pub fn load(dir: &Path) -> Option<Cursor> {
     let path = dir.join(FILE);
-    let text = std::fs::read_to_string(&path).ok()?;
-    match serde_json::from_str(&text) {
+    let bytes = std::fs::read(&path).ok()?;
+    match parse(&bytes) {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "the OTLP cursor does not parse; exporting what the journal holds");
             None
         }
     }
+}
+
+/// A cursor file's contents, parsed.
+pub fn parse(bytes: &[u8]) -> Result<Cursor, serde_json::Error> {
+    serde_json::from_slice(bytes)
 }
 
 /// Writes `cursor` to `dir`: a temporary file, synced, renamed over the old one.

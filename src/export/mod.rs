@@ -65,7 +65,12 @@ impl ExportConfig {
     /// password (they are logged and printed).
     pub fn check(&self) -> Result<(tonic::codegen::http::Uri, Vec<Header>), ExportError> {
         let bad = |reason: &str| ExportError::Endpoint { endpoint: redacted(&self.endpoint), reason: reason.into() };
-        let uri: tonic::codegen::http::Uri = self.endpoint.parse().map_err(|_| bad("not a URL"))?;
+        // A URL that does not parse may hide credentials anywhere: only its scheme is shown.
+        let unparsed = || ExportError::Endpoint {
+            endpoint: format!("{}://…", self.endpoint.split_once("://").map_or("?", |(s, _)| s)),
+            reason: "not a URL".into(),
+        };
+        let uri: tonic::codegen::http::Uri = self.endpoint.parse().map_err(|_| unparsed())?;
         match uri.scheme_str() {
             Some("http") | Some("https") => {}
             _ => return Err(bad("expected http://host:port or https://host:port (OTLP over gRPC)")),
@@ -324,8 +329,9 @@ impl OtlpExporter {
                     head = self.journal.revision(),
                     "{why}; exporting again all the journal holds"
                 );
+                // Named, not counted: the collector may well have them.
                 match oldest.checked_sub(1).filter(|to| *to >= 1) {
-                    Some(to) => (next, Some((records::lost_record(node, epoch, 1, Some(to), &why), to))),
+                    Some(to) => (next, Some((records::lost_record(node, epoch, 1, Some(to), &why), 0))),
                     None => (next, None),
                 }
             }
@@ -529,7 +535,8 @@ impl OtlpExporter {
                     self.metrics.failed.inc();
                     // The collector's RetryInfo is honoured, within reason: a collector
                     // cannot stop the export for longer than `retry_after_max` at a time.
-                    let delay = after.map_or(backoff, |a| a.clamp(self.cfg.backoff_initial, self.cfg.retry_after_max));
+                    let delay =
+                        after.map_or(backoff, |a| a.min(self.cfg.retry_after_max).max(self.cfg.backoff_initial));
                     if attempt == 1 || attempt.is_power_of_two() {
                         tracing::warn!(%error, attempt, ?delay, "OTLP export failed; retrying");
                     }
@@ -617,13 +624,10 @@ enum Follow {
 /// replaced by `***`.
 pub fn redacted(endpoint: &str) -> String {
     let Some((scheme, rest)) = endpoint.split_once("://") else { return endpoint.to_owned() };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***@{host}{tail}")
-        }
+    // Whatever stands before the last `@` is credentials, a user name or a token alike
+    // (it may hold `/`, `?` or `#` too).
+    match rest.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://***@{host}"),
         None => endpoint.to_owned(),
     }
 }

@@ -278,6 +278,17 @@ impl PodLifecycleService {
     }
 }
 
+/// The lookup a `GetContainerRequest` asks for, validated.
+pub fn lookup_key(req: api::GetContainerRequest) -> Result<LookupKey, RequestError> {
+    use api::get_container_request::Key;
+    match req.key {
+        Some(Key::ContainerId(id)) if !id.is_empty() => Ok(LookupKey::Id(id)),
+        Some(Key::CgroupId(cg)) if cg != 0 => Ok(LookupKey::CgroupId(cg)),
+        Some(Key::Pid(pid)) if pid != 0 => Ok(LookupKey::Pid(pid)),
+        _ => Err(RequestError::Missing("one of container_id, cgroup_id and pid (non-zero)")),
+    }
+}
+
 /// Builds a journal filter from the request, validating it.
 pub fn to_filter(f: Option<api::PodFilter>, types: &[i32]) -> Result<Filter, RequestError> {
     let f = f.unwrap_or_default();
@@ -408,14 +419,8 @@ impl PodLifecycleService {
         &self,
         req: Request<api::GetContainerRequest>,
     ) -> Result<api::GetContainerResponse, Status> {
-        use api::get_container_request::Key;
         let deadline = grpc_timeout(req.metadata()).unwrap_or(self.cfg.max_wait).min(self.cfg.max_wait);
-        let key = match req.into_inner().key {
-            Some(Key::ContainerId(id)) if !id.is_empty() => LookupKey::Id(id),
-            Some(Key::CgroupId(cg)) if cg != 0 => LookupKey::CgroupId(cg),
-            Some(Key::Pid(pid)) if pid != 0 => LookupKey::Pid(pid),
-            _ => return Err(RequestError::Missing("one of container_id, cgroup_id and pid (non-zero)").into()),
-        };
+        let key = lookup_key(req.into_inner())?;
         let Some(lookup) = &self.lookup else {
             return Err(Status::unimplemented("this server keeps no container lookup"));
         };
@@ -424,13 +429,13 @@ impl PodLifecycleService {
         let until = tokio::time::Instant::now() + wait;
         // The kernel's word on the PID, read off the async threads: a read that blocks
         // holds up this call only.
-        let process = match &key {
+        let (process, clock) = match &key {
             &LookupKey::Pid(pid) => lookup
                 .host()
-                .off_thread(move |h| h.process(pid))
+                .off_thread(move |h| (h.process(pid), h.pid_clock()))
                 .await
                 .map_err(|e| Status::unavailable(format!("{e}; try again")))?,
-            _ => None,
+            _ => (None, None),
         };
         let found = |f: crate::lookup::Found| api::GetContainerResponse {
             pod: Some(pod_api(&f.pod, &self.cache)),
@@ -442,7 +447,7 @@ impl PodLifecycleService {
             let learned = lookup.learned();
             tokio::pin!(learned);
             learned.as_mut().enable();
-            match lookup.find_read(&key, process.clone()) {
+            match lookup.find_read(&key, process.clone(), clock) {
                 Answer::Found(f) => return Ok(found(f)),
                 Answer::NotFound(why) => return Err(Status::not_found(why)),
                 Answer::NotYet { id, cgroup } => {
@@ -520,12 +525,17 @@ type SharedRead = futures_util::future::Shared<std::pin::Pin<Box<dyn std::future
 /// Runtime reads of unpublished containers under way at once.
 pub const DIRECT_READS: usize = 4;
 
+/// The longest one such read (its wait for a turn included) runs.
+pub const DIRECT_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl DirectReads {
     fn new(reader: ContainerReader) -> Self {
         Self { reader, inflight: Arc::default(), turns: Arc::new(tokio::sync::Semaphore::new(DIRECT_READS)) }
     }
 
-    /// The runtime's answer for `id`: the read under way for it, or a new one.
+    /// The runtime's answer for `id`: the read under way for it, or a new one. A read
+    /// runs as a task of its own to its end (at most [`DIRECT_READ_TIMEOUT`]), whether or
+    /// not anyone still waits for it, so its turn and its place in the map always return.
     fn read(&self, id: &str) -> SharedRead {
         use futures_util::FutureExt;
         let mut inflight = self.inflight.lock().expect("direct reads lock");
@@ -533,14 +543,21 @@ impl DirectReads {
             return r.clone();
         }
         let (this, key) = (self.clone(), id.to_owned());
-        let read: std::pin::Pin<Box<dyn std::future::Future<Output = DirectRead> + Send>> = Box::pin(async move {
-            let answer = match this.turns.acquire().await {
-                Ok(_turn) => (this.reader)(key.clone()).await,
-                Err(_) => DirectRead::Failed("plegd is shutting down".into()),
+        let task = tokio::spawn(async move {
+            let read = async {
+                let _turn = this.turns.acquire().await.ok()?;
+                Some((this.reader)(key.clone()).await)
+            };
+            let answer = match tokio::time::timeout(DIRECT_READ_TIMEOUT, read).await {
+                Ok(Some(answer)) => answer,
+                Ok(None) => DirectRead::Failed("plegd is shutting down".into()),
+                Err(_) => DirectRead::Failed(format!("the runtime did not answer within {DIRECT_READ_TIMEOUT:?}")),
             };
             this.inflight.lock().expect("direct reads lock").remove(&key);
             answer
         });
+        let read: std::pin::Pin<Box<dyn std::future::Future<Output = DirectRead> + Send>> =
+            Box::pin(async move { task.await.unwrap_or_else(|e| DirectRead::Failed(e.to_string())) });
         let shared = read.shared();
         inflight.insert(id.to_owned(), shared.clone());
         shared
@@ -605,6 +622,34 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stalled_stream_ceiling_closes_the_leaking_holders_streams_first_and_never_a_read_one() {
+        use std::sync::atomic::AtomicU64;
+        use watch::Holder;
+        let streams = watch::PeerStreams::default();
+        let mut tracked = Vec::new();
+        let mut add = |holder: Holder, handed: u64| {
+            let cut = CancellationToken::new();
+            tracked.push(streams.track(Arc::new(AtomicU64::new(handed)), cut.clone(), Some(holder)));
+            cut
+        };
+        // A leaking agent with five stalled streams, a paused client with one (stalled
+        // longest), and a client that reads (0: its transport is asking for more).
+        let leak: Vec<_> = (0..5).map(|i| add(Holder::RootProcess(42), 10 + i)).collect();
+        let paused = add(Holder::Uid(1000), 1);
+        let reader = add(Holder::Uid(1001), 0);
+        // Within the ceiling nothing is closed.
+        assert_eq!(streams.close_stalled_once(6, Duration::ZERO), 0);
+        assert_eq!(streams.close_stalled_once(2, Duration::ZERO), 4);
+        assert_eq!(leak.iter().filter(|c| c.is_cancelled()).count(), 4, "the leak pays first");
+        assert!(!leak[4].is_cancelled(), "its newest stall is the one kept");
+        assert!(!paused.is_cancelled() && !reader.is_cancelled());
+        // A stream that is read is never closed, whatever the ceiling.
+        assert_eq!(streams.close_stalled_once(0, Duration::ZERO), 2);
+        assert!(paused.is_cancelled() && !reader.is_cancelled());
+        drop(tracked);
+    }
 
     #[test]
     fn root_peers_whose_process_plegd_cannot_see_are_held_per_connection() {

@@ -41,7 +41,7 @@ pub fn open(
         None => None,
     };
     let handed = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let tracked = cut.map(|cut| svc.streams.track(handed.clone(), cut));
+    let tracked = cut.map(|cut| svc.streams.track(handed.clone(), cut, holder));
     let since = if r.since_revision == 0 { Since::Snapshot } else { Since::Revision(r.since_revision, r.epoch) };
     svc.metrics.watch_clients.inc();
     let feed = WatchFeed {
@@ -429,6 +429,9 @@ impl std::fmt::Display for Holder {
     }
 }
 
+/// How many per-holder caps uid-0 peers in other PID namespaces share in all.
+pub const ROOT_CONNECTIONS_SHARE: usize = 4;
+
 /// Milliseconds since plegd's first call (a clock for [`WatchFeed::handed`]).
 fn millis_since_start() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
@@ -451,6 +454,7 @@ pub(super) struct PeerStreams {
 struct Watched {
     handed: Arc<std::sync::atomic::AtomicU64>,
     cut: CancellationToken,
+    holder: Option<Holder>,
 }
 
 /// A stream's place among the node's, given back when the stream ends.
@@ -470,6 +474,17 @@ impl PeerStreams {
     /// when it holds `max` already (0: no cap).
     fn take(&self, holder: Holder, max: usize) -> Result<StreamSlot, Status> {
         let mut open = self.open.lock().expect("peer streams lock");
+        if let Holder::RootConnection(_) = holder {
+            // Such peers cannot be told apart by process: together they hold at most
+            // ROOT_CONNECTIONS_SHARE caps' worth.
+            let all: usize = open.iter().filter(|(h, _)| matches!(h, Holder::RootConnection(_))).map(|(_, n)| n).sum();
+            if max > 0 && all >= max.saturating_mul(ROOT_CONNECTIONS_SHARE) {
+                return Err(Status::resource_exhausted(format!(
+                    "uid-0 peers in other PID namespaces hold {all} Watch streams open, \
+                     {ROOT_CONNECTIONS_SHARE} times --max-watch-streams-per-uid; close one"
+                )));
+            }
+        }
         let n = open.entry(holder).or_insert(0);
         if max > 0 && *n >= max {
             return Err(Status::resource_exhausted(format!(
@@ -482,32 +497,42 @@ impl PeerStreams {
     }
 
     /// Counts a stream on the node; `cut` closes its connection.
-    fn track(&self, handed: Arc<std::sync::atomic::AtomicU64>, cut: CancellationToken) -> Tracked {
+    pub(super) fn track(
+        &self,
+        handed: Arc<std::sync::atomic::AtomicU64>,
+        cut: CancellationToken,
+        holder: Option<Holder>,
+    ) -> Tracked {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.node.lock().expect("node streams lock").insert(id, Watched { handed, cut });
+        self.node.lock().expect("node streams lock").insert(id, Watched { handed, cut, holder });
         Tracked { streams: self.clone(), id }
     }
 
-    /// Closes the connections of the longest-stalled streams beyond the ceiling;
-    /// returns how many it closed.
+    /// Closes the connections of stalled streams beyond the ceiling: first of the holder
+    /// with the most stalled streams (the leak), the longest stalled first; returns how
+    /// many it closed.
     pub(super) fn close_stalled_once(&self, max: usize, after: Duration) -> usize {
         let now = millis_since_start();
         let after = after.as_millis() as u64;
         let node = self.node.lock().expect("node streams lock");
-        let mut stalled: Vec<(u64, &CancellationToken)> = node
+        let mut stalled: Vec<(u64, &CancellationToken, Option<Holder>)> = node
             .values()
             .filter(|w| !w.cut.is_cancelled())
             .filter_map(|w| {
                 let at = w.handed.load(std::sync::atomic::Ordering::Relaxed);
-                (at != 0 && now.saturating_sub(at) >= after).then_some((at, &w.cut))
+                (at != 0 && now.saturating_sub(at) >= after).then_some((at, &w.cut, w.holder))
             })
             .collect();
         if stalled.len() <= max {
             return 0;
         }
-        stalled.sort_by_key(|(at, _)| *at);
+        let mut per_holder: std::collections::HashMap<Option<Holder>, usize> = Default::default();
+        for (_, _, h) in &stalled {
+            *per_holder.entry(*h).or_default() += 1;
+        }
+        stalled.sort_by_key(|(at, _, h)| (std::cmp::Reverse(per_holder[h]), *at));
         let over = stalled.len() - max;
-        for (_, cut) in &stalled[..over] {
+        for (_, cut, _) in &stalled[..over] {
             cut.cancel();
         }
         over

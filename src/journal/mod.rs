@@ -241,10 +241,16 @@ struct Inner {
     epoch: u64,
 }
 
+impl Shared {
+    async fn timeline_reads_owned(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.timeline_reads.clone().acquire_owned().await.ok()
+    }
+}
+
 struct Shared {
     inner: Mutex<Inner>,
     /// Turns to read a timeline ([`Journal::read_timeline`]).
-    timeline_reads: tokio::sync::Semaphore,
+    timeline_reads: Arc<tokio::sync::Semaphore>,
     revision: AtomicU64,
     epoch: AtomicU64,
     capacity: usize,
@@ -397,7 +403,7 @@ impl Journal {
         }
         Self {
             shared: Arc::new(Shared {
-                timeline_reads: tokio::sync::Semaphore::new(TIMELINE_READS),
+                timeline_reads: Arc::new(tokio::sync::Semaphore::new(TIMELINE_READS)),
                 inner: Mutex::new(Inner {
                     ring: VecDeque::new(),
                     ring_bytes: 0,
@@ -705,12 +711,20 @@ impl Journal {
     /// the debug API each read one per request, and a pod's timeline can be large.
     /// `None` when the read failed or found no turn.
     pub async fn read_timeline(&self, uid: &str) -> Option<(u64, Option<Vec<Arc<Entry>>>)> {
-        // A turn within 10 s, or the caller is told to come back.
-        let turn = tokio::time::timeout(Duration::from_secs(10), self.shared.timeline_reads.acquire()).await;
-        let _turn = turn.ok()?.ok()?;
+        // A turn within 10 s, or the caller is told to come back. The turn goes with the
+        // read and ends with it, even when the caller leaves meanwhile.
+        let reads = self.shared.clone();
+        let turn = tokio::time::timeout(Duration::from_secs(10), async move { reads.timeline_reads_owned().await })
+            .await
+            .ok()??;
         let (journal, uid) = (self.clone(), uid.to_owned());
         // Its revisions belong to the journal's epoch, read with it.
-        tokio::task::spawn_blocking(move || (journal.epoch(), journal.timeline(&uid))).await.ok()
+        tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            (journal.epoch(), journal.timeline(&uid))
+        })
+        .await
+        .ok()
     }
 
     /// The oldest revision the journal still holds, in memory or on disk (the next

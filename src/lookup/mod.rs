@@ -28,12 +28,14 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{Notify, mpsc};
 
-use crate::host::{Host, HostProcess, PidClock, container_id_in, placed_in, under_kubepods};
+use crate::host::{
+    FRESH_START, Host, HostProcess, PidClock, container_id_in, placed_in, under_kubepods, user_delegated,
+};
 use crate::journal::PodMeta;
 use crate::journal::record::{decode_view, encode_view};
 use crate::metrics::Registry;
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
-use crate::model::{ContainerState, ContainerStatus, PodStatus};
+use crate::model::{ContainerState, ContainerStatus, PodStatus, nanos_to_system};
 pub use tombstones::TombstoneWriter;
 use tombstones::{TombstoneOp, TombstoneStore};
 
@@ -192,10 +194,11 @@ struct PidUse {
     id: String,
     start_ticks: u64,
     started_at: i64,
-    /// The host's task count when plegd last saw the container running (`None`: never
-    /// seen running with the clock readable). The PID cannot have been given to another
-    /// process before the count has grown by a cycle past it ([`crate::host::PidClock`]).
-    seen_running: Option<u64>,
+    /// The host's task count when plegd first saw the container running, taken only
+    /// within [`crate::host::FRESH_START`] of its start (`None` otherwise, or once plegd
+    /// saw another process hold the PID). The PID cannot have been another process's
+    /// before the count has grown by [`PidClock::window`] past it.
+    forks_at_start: Option<u64>,
 }
 
 /// Ids the runtime said are not a pod's container (a read for a PID's cgroup), and
@@ -254,6 +257,11 @@ impl ContainerLookup {
         // below chooses among pods); the file drops the rest.
         let stored = store.load_newest(since, lookup.cfg.max_tombstones, lookup.cfg.max_bytes.saturating_mul(2))?;
         let oldest = stored.first().map(|t| t.removed_at);
+        let boot = lookup
+            .cfg
+            .host
+            .pid_clock()
+            .map_or(SystemTime::now(), |c| std::time::UNIX_EPOCH + Duration::from_secs(c.boot));
         {
             let mut ops = Vec::new();
             let mut ix = lookup.lock();
@@ -263,7 +271,9 @@ impl ContainerLookup {
                         let Some(container) = pod.containers.first().cloned() else { continue };
                         let found = Found { pod: Arc::new(pod), container, removed_at: Some(t.removed_at) };
                         ix.counted.insert(t.id.clone());
-                        ix.index_keys(&found.container, t.seen_running);
+                        // A stamp from before this boot counted another boot's tasks.
+                        let stamp = t.forks_at_start.filter(|_| t.removed_at >= boot);
+                        ix.index_keys(&found.container, stamp);
                         ix.add_tomb(t.id, found, t.record.len());
                     }
                     Err(e) => tracing::warn!(id = %t.id, error = %e, "a tombstone does not decode; skipped"),
@@ -292,7 +302,9 @@ impl ContainerLookup {
     /// deaths were counted by the plegd that saw them.
     pub fn seed(&self, pods: &[Arc<PodStatus>]) {
         let mut ops = Vec::new();
-        let clock = self.cfg.host.pid_clock();
+        // What the journal held was seen by an earlier plegd, perhaps before a reboot:
+        // none of it stands for when a PID was taken.
+        let clock = None;
         let mut ix = self.lock();
         for pod in pods {
             for c in &pod.containers {
@@ -368,21 +380,18 @@ impl ContainerLookup {
     /// Resolves `key`, reading the host's `/proc` here for a PID (tests, and callers
     /// that may block; the API reads it off its threads and calls [`Self::find_read`]).
     pub fn find(&self, key: &LookupKey) -> Answer {
-        let process = match key {
-            LookupKey::Pid(pid) => self.cfg.host.process(*pid),
-            _ => None,
+        let (process, clock) = match key {
+            LookupKey::Pid(pid) => (self.cfg.host.process(*pid), self.cfg.host.pid_clock()),
+            _ => (None, None),
         };
-        self.find_read(key, process)
+        self.find_read(key, process, clock)
     }
 
     /// Resolves `key`, given what the host says of the PID now (`process`, for a
-    /// [`LookupKey::Pid`]; `None`: no such process). Tombstones past the retention are
-    /// dropped first, so a quiet node answers as the retention says.
-    pub fn find_read(&self, key: &LookupKey, process: Option<HostProcess>) -> Answer {
-        let clock = match key {
-            LookupKey::Pid(_) if process.is_none() => self.cfg.host.pid_clock(),
-            _ => None,
-        };
+    /// [`LookupKey::Pid`]; `None`: no such process) and its task count (`clock`).
+    /// Tombstones past the retention are dropped first, so a quiet node answers as the
+    /// retention says.
+    pub fn find_read(&self, key: &LookupKey, process: Option<HostProcess>, clock: Option<PidClock>) -> Answer {
         let mut ops = Vec::new();
         let mut ix = self.lock();
         ix.expire(SystemTime::now(), &self.cfg, &mut ops);
@@ -410,7 +419,7 @@ impl ContainerLookup {
 
     /// Whether `container` (as the runtime or the index holds it) is where a process in
     /// `cgroup` is: at or below the cgroup the runtime set for it, or, where the runtime
-    /// did not say, in the kubelet's pod hierarchy.
+    /// does not say (no verbose status), in the kubelet's pod hierarchy.
     pub fn holds(container: &ContainerStatus, cgroup: &str) -> bool {
         match container.process.as_ref().map(|p| p.cgroup_path.as_str()).filter(|p| !p.is_empty()) {
             Some(path) => placed_in(cgroup, path),
@@ -425,8 +434,12 @@ impl ContainerLookup {
         let now = std::time::Instant::now();
         if ix.not_containers.len() >= NOT_A_CONTAINER_MAX {
             ix.not_containers.retain(|_, at| now.duration_since(*at) < NOT_A_CONTAINER_FOR);
+            // Still full: the oldest quarter goes.
             if ix.not_containers.len() >= NOT_A_CONTAINER_MAX {
-                ix.not_containers.clear();
+                let mut ats: Vec<std::time::Instant> = ix.not_containers.values().copied().collect();
+                ats.sort();
+                let cut = ats[NOT_A_CONTAINER_MAX / 4];
+                ix.not_containers.retain(|_, at| *at > cut);
             }
         }
         ix.not_containers.insert(id.to_owned(), now);
@@ -442,6 +455,11 @@ impl ContainerLookup {
                 if Self::holds(&f.container, cgroup) {
                     return Answer::Found(f);
                 }
+                if f.container.process.as_ref().is_none_or(|p| p.cgroup_path.is_empty()) {
+                    // Published before plegd read where the runtime put it (created, not
+                    // yet started): the runtime's answer decides.
+                    return Answer::NotYet { id: id.to_owned(), cgroup: cgroup.to_owned() };
+                }
                 let set = f.container.process.as_ref().map_or("", |p| p.cgroup_path.as_str());
                 return Answer::NotFound(format!(
                     "PID {pid} is in cgroup {cgroup}, which is named after container {id} but is not where the \
@@ -452,6 +470,12 @@ impl ContainerLookup {
             if let Some(pod) = ix.sandboxes.get(id) {
                 return Answer::NotFound(format!(
                     "PID {pid} is in the sandbox {id} of pod {pod} (its pause process), which is not a container"
+                ));
+            }
+            if user_delegated(cgroup) {
+                return Answer::NotFound(format!(
+                    "PID {pid} is in cgroup {cgroup}, a user's own tree: no runtime puts a pod's container there, \
+                     whatever the cgroup is named"
                 ));
             }
             let recent = ix.not_containers.get(id).is_some_and(|at| at.elapsed() < NOT_A_CONTAINER_FOR);
@@ -482,10 +506,10 @@ impl ContainerLookup {
     fn find_gone_pid(&self, ix: &Index, pid: u32, clock: Option<PidClock>) -> Answer {
         let uses = ix.by_pid.get(&pid).map(Vec::as_slice).unwrap_or_default();
         let mut found: Vec<(Found, Option<u64>)> =
-            uses.iter().filter_map(|u| ix.get(&u.id).map(|f| (f, u.seen_running))).collect();
+            uses.iter().filter_map(|u| ix.get(&u.id).map(|f| (f, u.forks_at_start))).collect();
         let running = |f: &Found| f.container.state == ContainerState::Running && f.removed_at.is_none();
         found.sort_by_key(|(f, _)| (running(f), f.container.started_at));
-        let Some((f, seen_running)) = found.pop() else {
+        let Some((f, forks_at_start)) = found.pop() else {
             return Answer::NotFound(self.unknown(&format!("a container with PID {pid}")));
         };
         if running(&f) {
@@ -498,17 +522,21 @@ impl ContainerLookup {
                 self.cfg.host.root().display()
             ));
         }
-        let cycle = PidClock::cycle(self.pid_max);
-        match (seen_running, clock) {
-            (Some(then), Some(now)) if now.forks >= then && now.forks - then < cycle => Answer::Found(f),
+        let window = PidClock::window(self.pid_max);
+        match (forks_at_start, clock) {
+            (Some(then), Some(now)) if now.forks >= then && now.forks - then < window => Answer::Found(f),
             (then, now) => Answer::NotFound(format!(
-                "no process has PID {pid} now; container {} had it, but the host has started {} tasks since plegd \
-                 last saw it running (a PID comes round again after {cycle} at the least), so the PID may have \
-                 been another process's since: ask by its container id or cgroup id",
+                "no process has PID {pid} now; container {} had it, but {}, so the PID may have been another \
+                 process's since: ask by its container id or cgroup id",
                 f.container.id,
                 match (then, now) {
-                    (Some(then), Some(now)) if now.forks >= then => (now.forks - then).to_string(),
-                    _ => "an unknown number of".to_owned(),
+                    (Some(then), Some(now)) if now.forks >= then => format!(
+                        "the host has started {} tasks since its process took the PID (a PID can come round again \
+                         after {window})",
+                        now.forks - then
+                    ),
+                    (Some(_), _) => "the host has rebooted since".to_owned(),
+                    (None, _) => "plegd did not see it start, or saw another process with the PID since".to_owned(),
                 }
             )),
         }
@@ -565,8 +593,12 @@ impl Index {
                 ops.push(TombstoneOp::Delete(c.id.clone()));
                 self.live.insert(c.id.clone(), Live { pod: t.found.pod, container: t.found.container });
             }
-            let seen_running = (c.state == ContainerState::Running).then_some(clock).flatten().map(|k| k.forks);
-            self.index_keys(c, seen_running);
+            let fresh = nanos_to_system(c.started_at)
+                .and_then(|at| SystemTime::now().duration_since(at).ok())
+                .is_some_and(|age| age <= FRESH_START);
+            let forks_at_start =
+                (c.state == ContainerState::Running && fresh).then_some(clock).flatten().map(|k| k.forks);
+            self.index_keys(c, forks_at_start);
             // A status that does not carry the process (a final status the runtime's
             // event stream gave) keeps the one learned before: its PID and cgroup id
             // still find it once it is gone.
@@ -599,23 +631,24 @@ impl Index {
         self.pods.remove(uid).unwrap_or_default()
     }
 
-    /// Points the container's cgroup id and PID at it; `seen_running` is the host's
-    /// task count now if the container runs.
-    fn index_keys(&mut self, c: &ContainerStatus, seen_running: Option<u64>) {
+    /// Points the container's cgroup id and PID at it; `forks_at_start` is the host's
+    /// task count near its start, if plegd has it.
+    fn index_keys(&mut self, c: &ContainerStatus, forks_at_start: Option<u64>) {
         let Some(p) = &c.process else { return };
         if p.cgroup_id != 0 {
             self.by_cgroup.insert(p.cgroup_id, c.id.clone());
         }
         if p.pid != 0 {
             let uses = self.by_pid.entry(p.pid).or_default();
+            // Only the first sight stands for when the PID was taken: later ones are later.
             match uses.iter_mut().find(|u| u.id == c.id) {
-                Some(u) => u.seen_running = seen_running.or(u.seen_running),
+                Some(_) => {}
                 None => {
                     uses.push(PidUse {
                         id: c.id.clone(),
                         start_ticks: p.start_ticks,
                         started_at: c.started_at,
-                        seen_running,
+                        forks_at_start,
                     });
                     uses.sort_by_key(|u| u.started_at);
                 }
@@ -640,14 +673,14 @@ impl Index {
             .collect();
         for u in self.by_pid.get_mut(&pid).into_iter().flatten() {
             if owner.as_deref() != Some(u.id.as_str()) && !running.contains(&u.id) {
-                u.seen_running = None;
+                u.forks_at_start = None;
             }
         }
     }
 
     /// When plegd last saw `id` running with `pid`, by the host's task count.
-    fn seen_running(&self, id: &str, pid: u32) -> Option<u64> {
-        self.by_pid.get(&pid)?.iter().find(|u| u.id == id)?.seen_running
+    fn forks_at_start(&self, id: &str, pid: u32) -> Option<u64> {
+        self.by_pid.get(&pid)?.iter().find(|u| u.id == id)?.forks_at_start
     }
 
     /// Makes a live container a tombstone.
@@ -661,10 +694,10 @@ impl Index {
         let mut pod = PodStatus::clone(&live.pod);
         pod.containers = vec![live.container.clone()];
         let record = encode_view(&pod, &PodMeta::of(&pod));
-        let seen_running = live.container.process.as_ref().and_then(|p| self.seen_running(id, p.pid));
+        let forks_at_start = live.container.process.as_ref().and_then(|p| self.forks_at_start(id, p.pid));
         let found = Found { pod: Arc::new(pod), container: live.container, removed_at: Some(removed_at) };
         self.add_tomb(id.to_owned(), found, record.len());
-        ops.push(TombstoneOp::Put { id: id.to_owned(), removed_at, record, seen_running });
+        ops.push(TombstoneOp::Put { id: id.to_owned(), removed_at, record, forks_at_start });
     }
 
     fn add_tomb(&mut self, id: String, found: Found, bytes: usize) {

@@ -7,12 +7,14 @@ use super::*;
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::model::{ContainerState, ContainerStatus, PodStatus, Process};
 
+/// A container that started `started_at` nanoseconds after this test began (so that
+/// plegd sees it running just after its start, and the order of starts is kept).
 fn container(id: &str, state: ContainerState, pid: u32, cgroup_id: u64, started_at: i64) -> Arc<ContainerStatus> {
     Arc::new(ContainerStatus {
         id: id.into(),
         name: format!("n-{id}"),
         state,
-        started_at,
+        started_at: crate::model::system_to_nanos(SystemTime::now()) + started_at,
         reason: if state == ContainerState::Exited { "OOMKilled".into() } else { String::new() },
         process: (pid != 0).then(|| Process { pid, cgroup_path: format!("/cg/{id}"), cgroup_id, start_ticks: 0 }),
         ..Default::default()
@@ -389,7 +391,7 @@ fn a_restart_reads_no_more_tombstones_than_the_bounds_whatever_the_file_holds() 
                     id: format!("t{i}"),
                     removed_at: now - Duration::from_millis(u64::from(20_000 - i)),
                     record: encode_view(&p, &PodMeta::of(&p)),
-                    seen_running: None,
+                    forks_at_start: None,
                 }
             })
             .collect();
@@ -422,15 +424,53 @@ fn a_pid_is_claimed_after_its_container_is_gone_only_until_the_host_could_have_g
         Some(pod("u", vec![container("c", ContainerState::Running, 800, 5, 1)])),
     )]);
     l.observe([&event("u", EventType::PodSync, "", None)]);
-    // pid_max 32768: a freed PID comes round after no fewer than (32768 − 300) / 2 new tasks.
-    forks(&root, 10_000 + 16_000);
+    // pid_max 32768: within (32768 − 300) / 4 new tasks of its start the PID is still its.
+    forks(&root, 10_000 + 8_000);
     assert_eq!(found(l.find(&LookupKey::Pid(800))).container.id, "c");
-    forks(&root, 10_000 + 16_234);
+    forks(&root, 10_000 + 8_117);
     let why = not_found(l.find(&LookupKey::Pid(800)));
-    assert!(why.contains("16234 tasks"), "{why}");
+    assert!(why.contains("8117 tasks"), "{why}");
     // A reboot starts the count again: nothing from before it is claimed.
     forks(&root, 50);
     assert!(matches!(l.find(&LookupKey::Pid(800)), Answer::NotFound(_)));
+    // A container plegd first sees long after its start (a restart of plegd, a missed
+    // start) has no count near its start: its PID is not claimed once its process is gone.
+    forks(&root, 20_000);
+    let late = Arc::new(ContainerStatus {
+        started_at: crate::model::system_to_nanos(SystemTime::now() - Duration::from_secs(60)),
+        ..ContainerStatus::clone(&container("late", ContainerState::Running, 801, 6, 0))
+    });
+    l.observe([&event("v", EventType::ContainerStarted, "late", Some(pod("v", vec![late])))]);
+    l.observe([&event("v", EventType::PodSync, "", None)]);
+    let why = not_found(l.find(&LookupKey::Pid(801)));
+    assert!(why.contains("did not see it start"), "{why}");
     // The cgroup id still finds it.
     assert_eq!(found(l.find(&LookupKey::CgroupId(5))).container.id, "c");
+}
+
+#[test]
+fn a_container_published_before_its_cgroup_was_read_is_left_to_the_runtimes_answer() {
+    let root = empty_host();
+    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    cfg.host = Host::new(&root);
+    let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+    let id = "c".repeat(64);
+    // Created: plegd has not read its process yet.
+    let created = Arc::new(ContainerStatus { id: id.clone(), state: ContainerState::Created, ..Default::default() });
+    l.observe([&event("u", EventType::PodSync, "", Some(pod("u", vec![created])))]);
+    std::fs::create_dir_all(root.join("proc/900")).unwrap();
+    std::fs::write(root.join("proc/900/cgroup"), format!("0::/k8s.io/{id}\n")).unwrap();
+    match l.find(&LookupKey::Pid(900)) {
+        Answer::NotYet { id: named, cgroup } => assert_eq!((named, cgroup), (id.clone(), format!("/k8s.io/{id}"))),
+        other => panic!("expected the runtime to be asked, got {other:?}"),
+    }
+    // What the runtime then says of it places the process.
+    let read = ContainerStatus {
+        id: id.clone(),
+        state: ContainerState::Running,
+        process: Some(Process { pid: 900, cgroup_path: format!("/k8s.io/{id}"), cgroup_id: 0, start_ticks: 0 }),
+        ..Default::default()
+    };
+    assert!(ContainerLookup::holds(&read, &format!("/k8s.io/{id}")));
+    assert!(!ContainerLookup::holds(&read, &format!("/user.slice/k8s.io/{id}")));
 }

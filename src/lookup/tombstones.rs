@@ -41,7 +41,7 @@ pub enum TombstoneOp {
         /// Its record (`journal::record::encode_view`).
         record: Vec<u8>,
         /// The host's task count when plegd last saw it running (its PID's claim).
-        seen_running: Option<u64>,
+        forks_at_start: Option<u64>,
     },
     /// A tombstone left the index (expired or evicted).
     Delete(String),
@@ -57,7 +57,7 @@ pub struct StoredTombstone {
     /// Its record.
     pub record: Vec<u8>,
     /// The host's task count when plegd last saw it running.
-    pub seen_running: Option<u64>,
+    pub forks_at_start: Option<u64>,
 }
 
 /// The open file.
@@ -95,14 +95,14 @@ impl TombstoneStore {
         conn.execute_batch(
             "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-128;
              CREATE TABLE IF NOT EXISTS tombstones (
-                 id TEXT PRIMARY KEY, removed_at INTEGER NOT NULL, record BLOB NOT NULL, seen_running INTEGER);
+                 id TEXT PRIMARY KEY, removed_at INTEGER NOT NULL, record BLOB NOT NULL, forks_at_start INTEGER);
              CREATE INDEX IF NOT EXISTS tombstones_removed ON tombstones (removed_at);",
         )
         .map_err(sql(path))?;
         // A file from before the column: add it (its rows' PIDs then claim nothing).
-        let has_column = conn.prepare("SELECT seen_running FROM tombstones LIMIT 0").is_ok();
+        let has_column = conn.prepare("SELECT forks_at_start FROM tombstones LIMIT 0").is_ok();
         if !has_column {
-            conn.execute_batch("ALTER TABLE tombstones ADD COLUMN seen_running INTEGER").map_err(sql(path))?;
+            conn.execute_batch("ALTER TABLE tombstones ADD COLUMN forks_at_start INTEGER").map_err(sql(path))?;
         }
         let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(sql(path))?;
         if check != "ok" {
@@ -132,7 +132,7 @@ impl TombstoneStore {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT id, removed_at, record, seen_running FROM tombstones WHERE removed_at >= ?1 \
+                "SELECT id, removed_at, record, forks_at_start FROM tombstones WHERE removed_at >= ?1 \
                  ORDER BY removed_at DESC LIMIT ?2",
             )
             .map_err(sql(path))?;
@@ -144,7 +144,7 @@ impl TombstoneStore {
                 id: r.get(0).map_err(sql(path))?,
                 removed_at: nanos_to_system(r.get(1).map_err(sql(path))?).unwrap_or(std::time::UNIX_EPOCH),
                 record: r.get(2).map_err(sql(path))?,
-                seen_running: r.get::<_, Option<i64>>(3).map_err(sql(path))?.and_then(|v| u64::try_from(v).ok()),
+                forks_at_start: r.get::<_, Option<i64>>(3).map_err(sql(path))?.and_then(|v| u64::try_from(v).ok()),
             };
             bytes += t.record.len();
             if bytes > max_bytes && !out.is_empty() {
@@ -170,9 +170,9 @@ impl TombstoneStore {
         let tx = self.conn.transaction().map_err(sql(&path))?;
         for op in ops {
             match op {
-                TombstoneOp::Put { id, removed_at, record, seen_running } => tx.execute(
-                    "INSERT OR REPLACE INTO tombstones (id, removed_at, record, seen_running) VALUES (?1, ?2, ?3, ?4)",
-                    params![id, system_to_nanos(*removed_at), record, seen_running.and_then(|v| i64::try_from(v).ok())],
+                TombstoneOp::Put { id, removed_at, record, forks_at_start } => tx.execute(
+                    "INSERT OR REPLACE INTO tombstones (id, removed_at, record, forks_at_start) VALUES (?1, ?2, ?3, ?4)",
+                    params![id, system_to_nanos(*removed_at), record, forks_at_start.and_then(|v| i64::try_from(v).ok())],
                 ),
                 TombstoneOp::Delete(id) => tx.execute("DELETE FROM tombstones WHERE id = ?1", params![id]),
             }
@@ -255,9 +255,9 @@ mod tests {
         {
             let mut s = TombstoneStore::open(dir.path()).unwrap();
             let ops = vec![
-                TombstoneOp::Put { id: "a".into(), removed_at: old, record: vec![1], seen_running: None },
-                TombstoneOp::Put { id: "b".into(), removed_at: now, record: vec![2, 3], seen_running: Some(7) },
-                TombstoneOp::Put { id: "c".into(), removed_at: now, record: vec![4], seen_running: None },
+                TombstoneOp::Put { id: "a".into(), removed_at: old, record: vec![1], forks_at_start: None },
+                TombstoneOp::Put { id: "b".into(), removed_at: now, record: vec![2, 3], forks_at_start: Some(7) },
+                TombstoneOp::Put { id: "c".into(), removed_at: now, record: vec![4], forks_at_start: None },
                 TombstoneOp::Delete("c".into()),
             ];
             s.apply(&ops, std::time::UNIX_EPOCH).unwrap();
@@ -267,7 +267,7 @@ mod tests {
         assert_eq!(back.len(), 1, "a is too old, c was deleted");
         assert_eq!(back[0].id, "b");
         assert_eq!(back[0].record, vec![2, 3]);
-        assert_eq!(back[0].seen_running, Some(7));
+        assert_eq!(back[0].forks_at_start, Some(7));
         assert_eq!(s.load(std::time::UNIX_EPOCH).unwrap().len(), 2);
     }
 

@@ -307,7 +307,7 @@ async fn enrich_containers<R: RuntimeService>(
             None if c.state != ContainerState::Created
                 && read_ahead.get(&c.id).is_some_and(|v| v.pid != 0 || c.state != ContainerState::Running) =>
             {
-                c.process = Some(process_of(host, &c.id, &read_ahead[&c.id], c.state == ContainerState::Running).await);
+                c.process = process_of(host, &c.id, &read_ahead[&c.id], c.state == ContainerState::Running).await;
             }
             // A container seen first after it exited still has the PID and cgroup it
             // ran with (a lookup by them finds it), read without the host's word.
@@ -322,7 +322,7 @@ async fn enrich_containers<R: RuntimeService>(
             Ok((_, verbose)) if verbose.pid == 0 && containers[i].state == ContainerState::Running => {}
             Ok((_, verbose)) => {
                 let running = containers[i].state == ContainerState::Running;
-                containers[i].process = Some(process_of(host, &containers[i].id, &verbose, running).await);
+                containers[i].process = process_of(host, &containers[i].id, &verbose, running).await;
             }
             Err(e) => {
                 tracing::debug!(container = %containers[i].id, error = %e, "verbose status failed; asked again at the next read")
@@ -334,9 +334,14 @@ async fn enrich_containers<R: RuntimeService>(
 /// A container's process from its verbose status and the host: the cgroup the kernel
 /// shows for the PID (any cgroup driver), else the one the spec names. The host is
 /// asked only while the container runs: after, the PID may be another process's. The
-/// host is read off the async threads; a read that does not answer leaves the cgroup
-/// id and start unknown.
-async fn process_of(host: &Host, id: &str, v: &crate::cri::verbose::ContainerVerbose, running: bool) -> Process {
+/// host is read off the async threads; a read that does not answer leaves the process
+/// unread (`None`), to be read again at the next read of the pod.
+async fn process_of(
+    host: &Host,
+    id: &str,
+    v: &crate::cri::verbose::ContainerVerbose,
+    running: bool,
+) -> Option<Process> {
     let (id, pid, cgroups_path) = (id.to_owned(), v.pid, v.cgroups_path.clone());
     let read = host
         .off_thread(move |host| {
@@ -352,16 +357,19 @@ async fn process_of(host: &Host, id: &str, v: &crate::cri::verbose::ContainerVer
             (cgroup_id, seen.and_then(|p| p.start_ticks))
         })
         .await;
-    let (cgroup_id, start_ticks) = read.unwrap_or_else(|e| {
-        tracing::warn!(pid = v.pid, error = %e, "the host's /proc did not answer; the container's cgroup id stays unknown");
-        (None, None)
-    });
-    Process {
+    let (cgroup_id, start_ticks) = match read {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(pid = v.pid, error = %e, "the host's /proc did not answer; the container's process is read again later");
+            return None;
+        }
+    };
+    Some(Process {
         pid: v.pid,
         cgroup_path: v.cgroups_path.clone(),
         cgroup_id: cgroup_id.unwrap_or(0),
         start_ticks: start_ticks.unwrap_or(0),
-    }
+    })
 }
 
 /// Gives each ready sandbox its PID and network namespace: the previous status's, or
@@ -416,7 +424,7 @@ pub async fn read_container<R: RuntimeService>(
         return Ok(None);
     }
     let mut c = ContainerStatus::from_cri(&st);
-    c.process = Some(process_of(host, &c.id, &verbose, c.state == ContainerState::Running).await);
+    c.process = process_of(host, &c.id, &verbose, c.state == ContainerState::Running).await;
     Ok(Some((PodStatus::empty(&uid, &label(POD_NAMESPACE), &label(POD_NAME)), c)))
 }
 
