@@ -21,6 +21,25 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The inode of each namespace of a process (0: not read).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Namespaces {
+    /// PID namespace.
+    pub pid: u64,
+    /// Mount namespace.
+    pub mnt: u64,
+    /// Network namespace.
+    pub net: u64,
+    /// UTS namespace.
+    pub uts: u64,
+    /// IPC namespace.
+    pub ipc: u64,
+    /// cgroup namespace.
+    pub cgroup: u64,
+    /// User namespace.
+    pub user: u64,
+}
+
 /// The host's filesystem as plegd sees it.
 #[derive(Clone, Debug)]
 pub struct Host {
@@ -129,6 +148,29 @@ impl Host {
         })
     }
 
+    /// The inodes of the process's namespaces (`/proc/PID/ns/*` name `type:[inode]`; 0
+    /// for one that cannot be read: reading another user's needs `CAP_SYS_PTRACE`).
+    pub fn namespaces(&self, pid: u32) -> Namespaces {
+        let ns = |name: &str| -> u64 {
+            if pid == 0 {
+                return 0;
+            }
+            std::fs::read_link(self.proc(pid, &format!("ns/{name}")))
+                .ok()
+                .and_then(|target| namespace_inode(&target.to_string_lossy()))
+                .unwrap_or(0)
+        };
+        Namespaces {
+            pid: ns("pid"),
+            mnt: ns("mnt"),
+            net: ns("net"),
+            uts: ns("uts"),
+            ipc: ns("ipc"),
+            cgroup: ns("cgroup"),
+            user: ns("user"),
+        }
+    }
+
     /// Where a `/proc/PID/cgroup` places the process: its path and the hierarchy's
     /// mount. The unified hierarchy where the process sits below its root, else the
     /// `memory` hierarchy (v1).
@@ -164,6 +206,12 @@ impl Host {
 
 fn inode(dir: &Path) -> Option<u64> {
     std::fs::metadata(dir).ok().filter(|m| m.is_dir()).map(|m| m.ino())
+}
+
+/// The inode a `/proc/PID/ns/*` link names (`mnt:[4026531840]`).
+pub fn namespace_inode(target: &str) -> Option<u64> {
+    let (_, rest) = target.split_once(":[")?;
+    rest.strip_suffix(']')?.parse().ok()
 }
 
 /// The unified hierarchy's line (`0::/path`) of a `/proc/PID/cgroup`.

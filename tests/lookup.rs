@@ -421,3 +421,96 @@ async fn a_proc_read_that_blocks_holds_up_only_its_own_lookup() {
     release.send(()).unwrap();
     p.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_is_found_by_its_log_file_its_attempt_and_its_namespaces_live_removed_and_after_a_restart() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let t = tune(state.path().into(), root.path().into(), Duration::from_secs(3600));
+    let p = start_plegd(t.clone()).await;
+    p.h.sim.set_host_root(root.path().into());
+    let pod = PodSpec::new("shop", "web").kubelet_logs();
+    let (sid, ids) = p.h.run_pod(&pod, &[ContainerSpec::new("main")]).await;
+    let first = until(&p, Key::ContainerId(ids[0].clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+    let c = first.container.clone().unwrap();
+    let dir = format!("/var/log/pods/shop_web_{}", pod.uid);
+    assert_eq!(c.log_path, format!("{dir}/main/0.log"), "the runtime's log path, as containerd joins it");
+    let ns = c.namespaces.expect("the init process's namespaces");
+    assert!(ns.mnt != 0 && ns.pid != 0 && ns.net != 0);
+    // The next attempt: a file of its own.
+    let mut again = ContainerSpec::new("main");
+    again.attempt = 1;
+    p.h.stop_container(&ids[0]).await;
+    let second = p.h.start_container(&pod, &sid, &again).await;
+    until(&p, Key::ContainerId(second.clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+
+    let by = |key: Key| {
+        let p = &p;
+        async move { get(p, key.clone()).await.unwrap_or_else(|e| panic!("{key:?}: {e}")).container.unwrap().id }
+    };
+    let attempt = |n: u32| {
+        Key::Container(api::ContainerRef { pod_uid: pod.uid.clone(), container_name: "main".into(), attempt: n })
+    };
+    for (key, want) in [
+        (Key::LogPath(format!("{dir}/main/0.log")), &ids[0]),
+        (Key::LogPath(format!("{dir}/main/0.log.20261128-010203")), &ids[0]),
+        (Key::LogPath(format!("{dir}/main/0.log.20261128-010203.gz")), &ids[0]),
+        (Key::LogPath(format!("{dir}/main/1.log")), &second),
+        (Key::LogPath(format!("{dir}/main/1.log.1")), &second),
+        (Key::LogPath(format!("/var/log/containers/web_shop_main-{second}.log")), &second),
+        (attempt(0), &ids[0]),
+        (attempt(1), &second),
+        (Key::MntNs(ns.mnt), &ids[0]),
+        (Key::PidNs(ns.pid), &ids[0]),
+    ] {
+        assert_eq!(&by(key.clone()).await, want, "{key:?}");
+    }
+    // A link whose name says another pod is not taken at its word.
+    let e = get(&p, Key::LogPath(format!("/var/log/containers/other_shop_main-{second}.log"))).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    // The host's own namespace and an inode no container has are no container's.
+    for key in [Key::MntNs(plegd::sim::host::HOST_NS + 1), Key::PidNs(plegd::sim::host::HOST_NS), Key::MntNs(12345)] {
+        let e = get(&p, key.clone()).await.expect_err("not a container's");
+        assert_eq!(e.code(), tonic::Code::NotFound, "{key:?}: {e}");
+    }
+
+    // Removed, then plegd restarts: still found by each key.
+    p.h.stop_pod(&sid).await;
+    p.h.remove_pod(&sid).await;
+    until(&p, Key::ContainerId(ids[0].clone()), |r| r.removed).await;
+    let h = p.stop_plegd().await;
+    let p = start_plegd_on(h, t).await;
+    for (key, want) in
+        [(Key::LogPath(format!("{dir}/main/0.log.3")), &ids[0]), (attempt(1), &second), (Key::MntNs(ns.mnt), &ids[0])]
+    {
+        let r = get(&p, key.clone()).await.unwrap_or_else(|e| panic!("{key:?} after the restart: {e}"));
+        assert_eq!((&r.container.unwrap().id, r.removed), (want, true), "{key:?}");
+        assert_eq!(r.pod.unwrap().name, "web");
+    }
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_lookup_keys_are_invalid_arguments_naming_their_field() {
+    let p = start_plegd(|_| {}).await;
+    for (key, field) in [
+        (Key::LogPath("relative/0.log".into()), "log_path"),
+        (Key::LogPath("/var/log/pods/ns_pod_uid/c/../0.log".into()), "log_path"),
+        (Key::LogPath("/var/log/syslog".into()), "log_path"),
+        (Key::LogPath("/var/log/pods/nodir/c/0.log".into()), "log_path"),
+        (
+            Key::Container(api::ContainerRef { pod_uid: String::new(), container_name: "c".into(), attempt: 0 }),
+            "container.pod_uid",
+        ),
+        (
+            Key::Container(api::ContainerRef { pod_uid: "u".into(), container_name: String::new(), attempt: 0 }),
+            "container.container_name",
+        ),
+        (Key::MntNs(0), "mnt_ns"),
+        (Key::PidNs(0), "pid_ns"),
+    ] {
+        let e = get(&p, key.clone()).await.expect_err("refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{key:?}: {e}");
+        assert!(e.message().starts_with(field), "{key:?}: {}", e.message());
+    }
+    p.stop().await;
+}

@@ -272,7 +272,10 @@ pub fn container_json(c: &api::ContainerInfo) -> Value {
         "created_at": ts_json(&c.created_at), "started_at": ts_json(&c.started_at),
         "finished_at": ts_json(&c.finished_at), "exit_code": c.exit_code, "reason": c.reason,
         "message": c.message, "image": c.image, "image_ref": c.image_ref, "image_id": c.image_id,
-        "pid": c.pid, "cgroup_path": c.cgroup_path, "cgroup_id": c.cgroup_id,
+        "pid": c.pid, "cgroup_path": c.cgroup_path, "cgroup_id": c.cgroup_id, "log_path": c.log_path,
+        "namespaces": c.namespaces.as_ref().map(|n| json!({
+            "pid": n.pid, "mnt": n.mnt, "net": n.net, "uts": n.uts, "ipc": n.ipc, "cgroup": n.cgroup, "user": n.user,
+        })),
         "resources": c.resources.as_ref().map(|r| json!({
             "cpu_shares": r.cpu_shares, "cpu_quota": r.cpu_quota, "cpu_period": r.cpu_period,
             "memory_limit_bytes": r.memory_limit_bytes,
@@ -342,6 +345,12 @@ pub async fn get(socket: &str, key: api::get_container_request::Key, output: Out
         writeln!(out, "pid:        {}", c.pid)?;
     }
     writeln!(out, "cgroup:     {} (id {})", c.cgroup_path, c.cgroup_id)?;
+    if !c.log_path.is_empty() {
+        writeln!(out, "log:        {}", c.log_path)?;
+    }
+    if let Some(n) = &c.namespaces {
+        writeln!(out, "namespaces: pid {} mnt {} net {}", n.pid, n.mnt, n.net)?;
+    }
     if let Some(at) = removed_at {
         writeln!(out, "removed:    {}", at.as_str().unwrap_or_default())?;
     }

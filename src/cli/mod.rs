@@ -54,14 +54,15 @@ pub enum Command {
     Watch(WatchArgs),
     /// List the pods a running plegd has cached.
     Pods(PodsArgs),
-    /// Find one container by id, cgroup id or PID, running or recently removed.
+    /// Find one container by id, cgroup id, PID, log file, pod and name, or namespace,
+    /// running or recently removed.
     #[command(visible_alias = "inspect")]
     Get(GetArgs),
 }
 
 /// `plegd get`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("key").required(true).args(["id", "cgroup_id", "pid"])))]
+#[command(group(clap::ArgGroup::new("key").required(true).args(["id", "cgroup_id", "pid", "log_path", "pod_uid", "mnt_ns", "pid_ns"])))]
 pub struct GetArgs {
     /// plegd's gRPC socket.
     #[arg(long, env = "PLEGD_SOCKET", default_value = "unix:///run/plegd/plegd.sock")]
@@ -75,6 +76,25 @@ pub struct GetArgs {
     /// Host PID of any process of the container.
     #[arg(long)]
     pub pid: Option<u32>,
+    /// A log file the container wrote (`/var/log/pods/…/<attempt>.log`, rotated or not,
+    /// or its `/var/log/containers/…` link).
+    #[arg(long)]
+    pub log_path: Option<String>,
+    /// A pod's uid, with `--container-name` (and `--attempt`).
+    #[arg(long, requires = "container_name")]
+    pub pod_uid: Option<String>,
+    /// The container's name in the pod.
+    #[arg(long, requires = "pod_uid")]
+    pub container_name: Option<String>,
+    /// The container's attempt (0: the first).
+    #[arg(long, requires = "pod_uid", default_value_t = 0)]
+    pub attempt: u32,
+    /// The inode of the container's mount namespace.
+    #[arg(long)]
+    pub mnt_ns: Option<u64>,
+    /// The inode of the container's PID namespace.
+    #[arg(long)]
+    pub pid_ns: Option<u64>,
     /// Output: readable lines, or JSON.
     #[arg(short = 'o', long, env = "PLEGD_OUTPUT", value_enum, default_value = "text")]
     pub output: OutputFormat,
@@ -87,11 +107,29 @@ impl GetArgs {
     /// The request's key.
     pub fn key(&self) -> crate::proto::plegd::get_container_request::Key {
         use crate::proto::plegd::get_container_request::Key;
-        match (&self.id, self.cgroup_id, self.pid) {
-            (Some(id), _, _) => Key::ContainerId(id.clone()),
-            (_, Some(cg), _) => Key::CgroupId(cg),
-            (_, _, pid) => Key::Pid(pid.unwrap_or_default()),
+        if let Some(id) = &self.id {
+            return Key::ContainerId(id.clone());
         }
+        if let Some(cg) = self.cgroup_id {
+            return Key::CgroupId(cg);
+        }
+        if let Some(path) = &self.log_path {
+            return Key::LogPath(path.clone());
+        }
+        if let Some(uid) = &self.pod_uid {
+            return Key::Container(crate::proto::plegd::ContainerRef {
+                pod_uid: uid.clone(),
+                container_name: self.container_name.clone().unwrap_or_default(),
+                attempt: self.attempt,
+            });
+        }
+        if let Some(ns) = self.mnt_ns {
+            return Key::MntNs(ns);
+        }
+        if let Some(ns) = self.pid_ns {
+            return Key::PidNs(ns);
+        }
+        Key::Pid(self.pid.unwrap_or_default())
     }
 }
 
@@ -250,4 +288,42 @@ pub fn churn_config(a: &ChurnArgs) -> Result<ChurnConfig, ConfigError> {
         return Err(ConfigError { flag: "--churn-per-sec", reason: "must be a number ≥ 0".into() });
     }
     Ok(ChurnConfig { pods: a.pods, containers_per_pod: a.containers_per_pod, churn_per_sec: a.churn_per_sec })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::proto::plegd::get_container_request::Key;
+
+    fn key(args: &[&str]) -> Result<Key, String> {
+        let cli =
+            Cli::try_parse_from(std::iter::once("plegd").chain(args.iter().copied())).map_err(|e| e.to_string())?;
+        match cli.command {
+            Command::Get(g) => Ok(g.key()),
+            other => Err(format!("not get: {other:?}")),
+        }
+    }
+
+    #[test]
+    fn plegd_get_takes_each_key_and_exactly_one() {
+        assert_eq!(
+            key(&["get", "--log-path", "/var/log/pods/a_b_c/d/0.log"]),
+            Ok(Key::LogPath("/var/log/pods/a_b_c/d/0.log".into()))
+        );
+        assert_eq!(
+            key(&["get", "--pod-uid", "u", "--container-name", "app", "--attempt", "2"]),
+            Ok(Key::Container(crate::proto::plegd::ContainerRef {
+                pod_uid: "u".into(),
+                container_name: "app".into(),
+                attempt: 2
+            }))
+        );
+        assert_eq!(key(&["get", "--mnt-ns", "4026532001"]), Ok(Key::MntNs(4_026_532_001)));
+        assert_eq!(key(&["get", "--pid-ns", "4026532002"]), Ok(Key::PidNs(4_026_532_002)));
+        assert!(key(&["get", "--pod-uid", "u"]).is_err(), "a pod needs the container's name");
+        assert!(key(&["get", "--pid", "1", "--mnt-ns", "2"]).is_err(), "one key");
+        assert!(key(&["get"]).is_err(), "a key");
+    }
 }

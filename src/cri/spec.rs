@@ -29,6 +29,8 @@ pub struct PodSpec {
     pub host_network: bool,
     /// Parent cgroup (empty: the runtime's default).
     pub cgroup_parent: String,
+    /// The pod's log directory (empty: none, and containers get no log path).
+    pub log_directory: String,
 }
 
 impl PodSpec {
@@ -49,7 +51,16 @@ impl PodSpec {
             labels: HashMap::new(),
             host_network: true,
             cgroup_parent: String::new(),
+            log_directory: String::new(),
         }
+    }
+
+    /// Logs where the kubelet puts them: the pod's directory
+    /// `/var/log/pods/<namespace>_<name>_<uid>`, each container's file
+    /// `<container>/<attempt>.log` in it.
+    pub fn kubelet_logs(mut self) -> Self {
+        self.log_directory = format!("/var/log/pods/{}_{}_{}", self.namespace, self.name, self.uid);
+        self
     }
 
     /// Adds a pod label.
@@ -78,7 +89,7 @@ impl PodSpec {
                 attempt: self.attempt,
             }),
             hostname: String::new(),
-            log_directory: String::new(),
+            log_directory: self.log_directory.clone(),
             dns_config: None,
             labels,
             annotations: HashMap::new(),
@@ -116,7 +127,10 @@ impl PodSpec {
                 mounts: Vec::new(),
                 labels,
                 annotations: c.annotations.clone(),
-                log_path: c.log_path.clone(),
+                log_path: match c.log_path.as_str() {
+                    "" if !self.log_directory.is_empty() => format!("{}/{}.log", c.name, c.attempt),
+                    p => p.to_owned(),
+                },
                 linux: c.resources.map(|r| v1::LinuxContainerConfig { resources: Some(r), security_context: None }),
             }),
             sandbox_config: Some(self.sandbox_config()),

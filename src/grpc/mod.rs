@@ -147,6 +147,14 @@ pub enum RequestError {
     /// A required field is empty.
     #[error("{0} is required")]
     Missing(&'static str),
+    /// A field holds what it cannot.
+    #[error("{field}: {why}")]
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A timestamp whose nanoseconds are not within a second.
     #[error("min_timestamp.nanos {0} is not within 0..999999999")]
     Timestamp(i32),
@@ -281,11 +289,28 @@ impl PodLifecycleService {
 /// The lookup a `GetContainerRequest` asks for, validated.
 pub fn lookup_key(req: api::GetContainerRequest) -> Result<LookupKey, RequestError> {
     use api::get_container_request::Key;
+    let invalid = |field: &'static str, why: String| RequestError::Invalid { field, why };
     match req.key {
         Some(Key::ContainerId(id)) if !id.is_empty() => Ok(LookupKey::Id(id)),
         Some(Key::CgroupId(cg)) if cg != 0 => Ok(LookupKey::CgroupId(cg)),
         Some(Key::Pid(pid)) if pid != 0 => Ok(LookupKey::Pid(pid)),
-        _ => Err(RequestError::Missing("one of container_id, cgroup_id and pid (non-zero)")),
+        Some(Key::LogPath(path)) => {
+            crate::lookup::log_file(&path).map(LookupKey::LogPath).map_err(|why| invalid("log_path", why))
+        }
+        Some(Key::Container(r)) if r.pod_uid.is_empty() => Err(invalid("container.pod_uid", "is required".into())),
+        Some(Key::Container(r)) if r.container_name.is_empty() => {
+            Err(invalid("container.container_name", "is required".into()))
+        }
+        Some(Key::Container(r)) => {
+            Ok(LookupKey::Attempt { pod_uid: r.pod_uid, name: r.container_name, attempt: r.attempt })
+        }
+        Some(Key::MntNs(inode)) if inode != 0 => Ok(LookupKey::MntNs(inode)),
+        Some(Key::PidNs(inode)) if inode != 0 => Ok(LookupKey::PidNs(inode)),
+        Some(Key::MntNs(_)) => Err(invalid("mnt_ns", "is 0: a namespace inode is never 0".into())),
+        Some(Key::PidNs(_)) => Err(invalid("pid_ns", "is 0: a namespace inode is never 0".into())),
+        _ => Err(RequestError::Missing(
+            "one of container_id, cgroup_id, pid, log_path, container, mnt_ns and pid_ns (non-zero)",
+        )),
     }
 }
 
@@ -450,6 +475,7 @@ impl PodLifecycleService {
             match lookup.find_read(&key, process.clone(), clock) {
                 Answer::Found(f) => return Ok(found(f)),
                 Answer::NotFound(why) => return Err(Status::not_found(why)),
+                Answer::Ambiguous(why) => return Err(Status::invalid_argument(why)),
                 Answer::NotYet { id, cgroup } => {
                     // The kernel already runs it; the runtime is asked once (however
                     // many ask at the same time) rather than waiting for the relister

@@ -11,8 +11,8 @@ use super::PodMeta;
 use crate::labels::{Labels, shared};
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::model::{
-    ContainerState, ContainerStatus, PodStatus, Process, Resources, SandboxState, SandboxStatus, nanos_to_system,
-    system_to_nanos,
+    ContainerState, ContainerStatus, Namespaces, PodStatus, Process, Resources, SandboxState, SandboxStatus,
+    nanos_to_system, system_to_nanos,
 };
 
 /// Why a record could not be read back.
@@ -151,6 +151,8 @@ struct StoredContainer {
     resources: Option<StoredResources>,
     #[prost(message, optional, tag = "17")]
     process: Option<StoredProcess>,
+    #[prost(string, tag = "18")]
+    log_path: String,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -175,6 +177,9 @@ struct StoredProcess {
     cgroup_id: u64,
     #[prost(uint64, tag = "4")]
     start_ticks: u64,
+    /// pid, mnt, net, uts, ipc, cgroup, user: the namespaces' inodes (empty: not read).
+    #[prost(uint64, repeated, tag = "5")]
+    namespaces: Vec<u64>,
 }
 
 /// A pod in the journal's view, as the pods table keeps it.
@@ -355,11 +360,27 @@ fn stored_pod(p: &PodStatus) -> StoredPod {
                     cgroup_path: p.cgroup_path.clone(),
                     cgroup_id: p.cgroup_id,
                     start_ticks: p.start_ticks,
+                    namespaces: stored_namespaces(&p.namespaces),
                 }),
+                log_path: c.log_path.clone(),
             })
             .collect(),
         observed_at: system_to_nanos(p.observed_at),
     }
+}
+
+fn stored_namespaces(n: &Namespaces) -> Vec<u64> {
+    if *n == Namespaces::default() {
+        return Vec::new();
+    }
+    vec![n.pid, n.mnt, n.net, n.uts, n.ipc, n.cgroup, n.user]
+}
+
+/// Namespaces from a record: seven inodes, or none (a record of a version that knew
+/// fewer reads as many as it has).
+fn namespaces_of(v: &[u64]) -> Namespaces {
+    let at = |i: usize| v.get(i).copied().unwrap_or(0);
+    Namespaces { pid: at(0), mnt: at(1), net: at(2), uts: at(3), ipc: at(4), cgroup: at(5), user: at(6) }
 }
 
 fn pod_of(p: StoredPod) -> Result<PodStatus, RecordError> {
@@ -424,7 +445,9 @@ fn pod_of(p: StoredPod) -> Result<PodStatus, RecordError> {
                     cgroup_path: p.cgroup_path,
                     cgroup_id: p.cgroup_id,
                     start_ticks: p.start_ticks,
+                    namespaces: namespaces_of(&p.namespaces),
                 }),
+                log_path: c.log_path,
             }))
         })
         .collect::<Result<_, _>>()?;

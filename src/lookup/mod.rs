@@ -15,6 +15,7 @@
 //! never to an earlier container that had the same PID. Only a PID with no process
 //! left falls back to the newest container that had it.
 
+pub mod keys;
 pub mod tombstones;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -36,6 +37,7 @@ use crate::journal::record::{decode_view, encode_view};
 use crate::metrics::Registry;
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::model::{ContainerState, ContainerStatus, PodStatus, nanos_to_system};
+pub use keys::{LogFile, LookupKey, log_file};
 pub use tombstones::TombstoneWriter;
 use tombstones::{TombstoneOp, TombstoneStore};
 
@@ -84,17 +86,6 @@ impl LookupConfig {
     }
 }
 
-/// What a lookup asks by.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LookupKey {
-    /// Container id.
-    Id(String),
-    /// cgroup id (the cgroup directory's inode).
-    CgroupId(u64),
-    /// Host PID of any process of the container.
-    Pid(u32),
-}
-
 /// A container found.
 #[derive(Clone, Debug)]
 pub struct Found {
@@ -123,6 +114,8 @@ pub enum Answer {
     },
     /// Not found; the sentence says why.
     NotFound(String),
+    /// The key names more than one container; the sentence says which.
+    Ambiguous(String),
 }
 
 /// Failures of opening the lookup.
@@ -229,6 +222,22 @@ struct Index {
     pod_sandboxes: HashMap<Arc<str>, Vec<String>>,
     /// Ids the runtime said are no pod's container, and when it said so.
     not_containers: HashMap<String, std::time::Instant>,
+    /// Containers by their log file ([`LogFile::Attempt`]'s path).
+    by_log: HashMap<String, String>,
+    /// Containers by pod, name and attempt.
+    by_attempt: HashMap<(Arc<str>, String, u32), String>,
+    /// Containers by a namespace's inode (a pod may share its PID namespace).
+    by_ns: HashMap<(NsKind, u64), Vec<String>>,
+    /// The host's own namespaces (PID 1's): a container that shares one (`hostPID`) is
+    /// not found by it.
+    host_ns: crate::model::Namespaces,
+}
+
+/// The namespaces a lookup asks by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum NsKind {
+    Mnt,
+    Pid,
 }
 
 #[derive(Default)]
@@ -242,6 +251,7 @@ impl ContainerLookup {
     /// returned writer keeps the file (run it in the task tracker).
     pub fn open(cfg: LookupConfig, metrics: LookupMetrics) -> Result<(Self, Option<TombstoneWriter>), LookupError> {
         let pid_max = cfg.host.pid_max();
+        let host_ns = cfg.host.namespaces(1);
         let mut lookup = Self {
             index: Arc::default(),
             pid_max,
@@ -250,6 +260,7 @@ impl ContainerLookup {
             store: None,
             metrics,
         };
+        lookup.lock().host_ns = host_ns;
         let Some(dir) = lookup.cfg.state_dir.clone() else { return Ok((lookup, None)) };
         let mut store = TombstoneStore::open(&dir)?;
         let since = SystemTime::now().checked_sub(lookup.cfg.retention).unwrap_or(std::time::UNIX_EPOCH);
@@ -273,7 +284,8 @@ impl ContainerLookup {
                         ix.counted.insert(t.id.clone());
                         // A stamp from before this boot counted another boot's tasks.
                         let stamp = t.forks_at_start.filter(|_| t.removed_at >= boot);
-                        ix.index_keys(&found.container, stamp);
+                        let uid = crate::labels::shared(&found.pod.uid);
+                        ix.index_keys(&found.container, &uid, stamp);
                         ix.add_tomb(t.id, found, t.record.len());
                     }
                     Err(e) => tracing::warn!(id = %t.id, error = %e, "a tombstone does not decode; skipped"),
@@ -406,6 +418,31 @@ impl ContainerLookup {
                 Some(f) => Answer::Found(f),
                 None => Answer::NotFound(self.unknown(&format!("a container with cgroup id {cg}"))),
             },
+            LookupKey::LogPath(LogFile::Attempt(path)) => match ix.by_log.get(path).and_then(|id| ix.get(id)) {
+                Some(f) => Answer::Found(f),
+                None => Answer::NotFound(self.unknown(&format!("a container that writes {path}"))),
+            },
+            LookupKey::LogPath(LogFile::Link { pod, namespace, container, id }) => match ix.get(id) {
+                Some(f) if f.pod.name == *pod && f.pod.namespace == *namespace && f.container.name == *container => {
+                    Answer::Found(f)
+                }
+                Some(f) => Answer::NotFound(format!(
+                    "container {id} is {}/{}'s {}, not {namespace}/{pod}'s {container} as the link's name says",
+                    f.pod.namespace, f.pod.name, f.container.name
+                )),
+                None => Answer::NotFound(self.unknown(&format!("container {id:?}"))),
+            },
+            LookupKey::Attempt { pod_uid, name, attempt } => {
+                let key = (crate::labels::shared(pod_uid), name.clone(), *attempt);
+                match ix.by_attempt.get(&key).and_then(|id| ix.get(id)) {
+                    Some(f) => Answer::Found(f),
+                    None => Answer::NotFound(
+                        self.unknown(&format!("attempt {attempt} of container {name:?} of pod {pod_uid}")),
+                    ),
+                }
+            }
+            LookupKey::MntNs(inode) => self.find_ns(&ix, NsKind::Mnt, *inode),
+            LookupKey::PidNs(inode) => self.find_ns(&ix, NsKind::Pid, *inode),
             LookupKey::Pid(pid) => match process {
                 Some(process) => {
                     let answer = self.find_live_pid(&ix, *pid, process);
@@ -542,6 +579,33 @@ impl ContainerLookup {
         }
     }
 
+    /// A namespace's container: the one live container in it, else the one removed
+    /// container that was; more than one is ambiguous (a pod that shares its PID
+    /// namespace), and the host's own namespace is no container's.
+    fn find_ns(&self, ix: &Index, kind: NsKind, inode: u64) -> Answer {
+        let (name, host) = match kind {
+            NsKind::Mnt => ("mount", ix.host_ns.mnt),
+            NsKind::Pid => ("PID", ix.host_ns.pid),
+        };
+        if inode == host {
+            return Answer::NotFound(format!("{name} namespace {inode} is the host's own, not a container's"));
+        }
+        let found: Vec<Found> =
+            ix.by_ns.get(&(kind, inode)).into_iter().flatten().filter_map(|id| ix.get(id)).collect();
+        let live: Vec<&Found> = found.iter().filter(|f| f.removed_at.is_none()).collect();
+        let pick: Vec<&Found> = if live.is_empty() { found.iter().collect() } else { live };
+        match pick.as_slice() {
+            [] => Answer::NotFound(self.unknown(&format!("a container in {name} namespace {inode}"))),
+            [one] => Answer::Found((*one).clone()),
+            many => Answer::Ambiguous(format!(
+                "{name} namespace {inode} holds {} containers ({}): the pod shares it; ask by mnt_ns, PID or \
+                 container id",
+                many.len(),
+                many.iter().map(|f| format!("{}/{}", f.pod.name, f.container.name)).collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+
     fn unknown(&self, what: &str) -> String {
         format!(
             "plegd knows no {what} on this node: it never saw one, or it was removed more than {} ago \
@@ -598,7 +662,7 @@ impl Index {
                 .is_some_and(|age| age <= FRESH_START);
             let forks_at_start =
                 (c.state == ContainerState::Running && fresh).then_some(clock).flatten().map(|k| k.forks);
-            self.index_keys(c, forks_at_start);
+            self.index_keys(c, &uid, forks_at_start);
             // A status that does not carry the process (a final status the runtime's
             // event stream gave) keeps the one learned before: its PID and cgroup id
             // still find it once it is gone.
@@ -633,8 +697,22 @@ impl Index {
 
     /// Points the container's cgroup id and PID at it; `forks_at_start` is the host's
     /// task count near its start, if plegd has it.
-    fn index_keys(&mut self, c: &ContainerStatus, forks_at_start: Option<u64>) {
+    fn index_keys(&mut self, c: &ContainerStatus, uid: &Arc<str>, forks_at_start: Option<u64>) {
+        self.by_attempt.insert((uid.clone(), c.name.clone(), c.attempt), c.id.clone());
+        if let Ok(LogFile::Attempt(path)) = log_file(&c.log_path) {
+            self.by_log.insert(path, c.id.clone());
+        }
         let Some(p) = &c.process else { return };
+        for (kind, inode, host) in
+            [(NsKind::Mnt, p.namespaces.mnt, self.host_ns.mnt), (NsKind::Pid, p.namespaces.pid, self.host_ns.pid)]
+        {
+            if inode != 0 && inode != host {
+                let ids = self.by_ns.entry((kind, inode)).or_default();
+                if !ids.contains(&c.id) {
+                    ids.push(c.id.clone());
+                }
+            }
+        }
         if p.cgroup_id != 0 {
             self.by_cgroup.insert(p.cgroup_id, c.id.clone());
         }
@@ -732,12 +810,31 @@ impl Index {
         let Some(t) = self.tombs.remove(id) else { return };
         self.untally(&t);
         if !self.live.contains_key(id) {
-            self.forget_keys(id, &t.found.container);
+            self.forget_keys(id, &t.pod, &t.found.container);
         }
     }
 
-    fn forget_keys(&mut self, id: &str, c: &ContainerStatus) {
+    fn forget_keys(&mut self, id: &str, uid: &Arc<str>, c: &ContainerStatus) {
         self.counted.remove(id);
+        let attempt = (uid.clone(), c.name.clone(), c.attempt);
+        if self.by_attempt.get(&attempt).is_some_and(|x| x == id) {
+            self.by_attempt.remove(&attempt);
+        }
+        if let Ok(LogFile::Attempt(path)) = log_file(&c.log_path)
+            && self.by_log.get(&path).is_some_and(|x| x == id)
+        {
+            self.by_log.remove(&path);
+        }
+        if let Some(p) = &c.process {
+            for key in [(NsKind::Mnt, p.namespaces.mnt), (NsKind::Pid, p.namespaces.pid)] {
+                if let Some(ids) = self.by_ns.get_mut(&key) {
+                    ids.retain(|x| x != id);
+                    if ids.is_empty() {
+                        self.by_ns.remove(&key);
+                    }
+                }
+            }
+        }
         if let Some(p) = &c.process {
             if self.by_cgroup.get(&p.cgroup_id).is_some_and(|x| x == id) {
                 self.by_cgroup.remove(&p.cgroup_id);

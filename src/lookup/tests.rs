@@ -16,7 +16,7 @@ fn container(id: &str, state: ContainerState, pid: u32, cgroup_id: u64, started_
         state,
         started_at: crate::model::system_to_nanos(SystemTime::now()) + started_at,
         reason: if state == ContainerState::Exited { "OOMKilled".into() } else { String::new() },
-        process: (pid != 0).then(|| Process { pid, cgroup_path: format!("/cg/{id}"), cgroup_id, start_ticks: 0 }),
+        process: (pid != 0).then(|| Process { pid, cgroup_path: format!("/cg/{id}"), cgroup_id, ..Default::default() }),
         ..Default::default()
     })
 }
@@ -468,9 +468,53 @@ fn a_container_published_before_its_cgroup_was_read_is_left_to_the_runtimes_answ
     let read = ContainerStatus {
         id: id.clone(),
         state: ContainerState::Running,
-        process: Some(Process { pid: 900, cgroup_path: format!("/k8s.io/{id}"), cgroup_id: 0, start_ticks: 0 }),
+        process: Some(Process { pid: 900, cgroup_path: format!("/k8s.io/{id}"), ..Default::default() }),
         ..Default::default()
     };
     assert!(ContainerLookup::holds(&read, &format!("/k8s.io/{id}")));
     assert!(!ContainerLookup::holds(&read, &format!("/user.slice/k8s.io/{id}")));
+}
+
+#[test]
+fn a_pid_namespace_a_pod_shares_is_ambiguous_and_a_mount_namespace_is_not() {
+    let l = lookup(Duration::from_secs(3600));
+    let with_ns = |id: &str, mnt: u64| {
+        let mut c = ContainerStatus::clone(&container(id, ContainerState::Running, 0, 0, 1));
+        c.process = Some(Process {
+            pid: 0,
+            namespaces: crate::model::Namespaces { pid: 77, mnt, ..Default::default() },
+            ..Default::default()
+        });
+        Arc::new(c)
+    };
+    l.observe([&event("u", EventType::PodSync, "", Some(pod("u", vec![with_ns("a", 100), with_ns("b", 101)])))]);
+    match l.find(&LookupKey::PidNs(77)) {
+        Answer::Ambiguous(why) => assert!(why.contains("2 containers"), "{why}"),
+        other => panic!("expected ambiguous, got {other:?}"),
+    }
+    assert_eq!(found(l.find(&LookupKey::MntNs(101))).container.id, "b");
+}
+
+#[test]
+fn log_paths_are_read_in_the_kubelets_forms_rotated_files_included_and_nothing_else() {
+    let uid = "0b3c5d7e-1111-4222-8333-444455556666";
+    let want = format!("/var/log/pods/ns_web_{uid}/app/3.log");
+    for path in ["", ".1", ".20261128-010203", ".20261128-010203.gz"] {
+        assert_eq!(log_file(&format!("{want}{path}")), Ok(LogFile::Attempt(want.clone())), "{path}");
+    }
+    let id = "a".repeat(64);
+    assert_eq!(
+        log_file(&format!("/var/log/containers/web-7f_ns_app-{id}.log")),
+        Ok(LogFile::Link { pod: "web-7f".into(), namespace: "ns".into(), container: "app".into(), id })
+    );
+    for bad in [
+        "",
+        "0.log",
+        "/var/log/pods/ns_web_u/app/x.log",
+        "/var/log/pods/ns_web_u/app/3.txt",
+        "/3.log",
+        "/var/log/pods/../etc/0.log",
+    ] {
+        assert!(log_file(bad).is_err(), "{bad}");
+    }
 }

@@ -10,6 +10,8 @@ use serde::Serialize;
 use crate::labels::Labels;
 use crate::proto::{plegd as api, runtime as cri};
 
+pub use crate::host::Namespaces;
+
 /// A container's state, as the CRI reports it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -74,6 +76,8 @@ pub struct ContainerStatus {
     pub resources: Option<Resources>,
     /// Its process and cgroup, read once when plegd first sees it running.
     pub process: Option<Process>,
+    /// Its log file as the runtime reports it.
+    pub log_path: String,
     /// Labels.
     pub labels: Labels,
     /// Annotations.
@@ -106,6 +110,8 @@ pub struct Process {
     pub cgroup_id: u64,
     /// The init process's start time, clock ticks after boot (0: unknown).
     pub start_ticks: u64,
+    /// The init process's namespaces, read once while it runs.
+    pub namespaces: Namespaces,
 }
 
 /// One sandbox of a pod, from `PodSandboxStatus`.
@@ -217,6 +223,7 @@ impl ContainerStatus {
                 memory_limit_bytes: l.memory_limit_in_bytes,
             }),
             process: None,
+            log_path: s.log_path.clone(),
             labels: s.labels.iter().collect(),
             annotations: s.annotations.iter().collect(),
         }
@@ -251,6 +258,19 @@ impl ContainerStatus {
                 cpu_quota: r.cpu_quota,
                 cpu_period: r.cpu_period,
                 memory_limit_bytes: r.memory_limit_bytes,
+            }),
+            log_path: self.log_path.clone(),
+            namespaces: (process.namespaces != Namespaces::default()).then(|| {
+                let n = process.namespaces;
+                api::ContainerNamespaces {
+                    pid: n.pid,
+                    mnt: n.mnt,
+                    net: n.net,
+                    uts: n.uts,
+                    ipc: n.ipc,
+                    cgroup: n.cgroup,
+                    user: n.user,
+                }
             }),
         }
     }

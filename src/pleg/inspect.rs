@@ -354,10 +354,11 @@ async fn process_of(
                 .as_ref()
                 .and_then(|p| p.cgroup_id)
                 .or_else(|| crate::host::cgroup_path_of(&cgroups_path).and_then(|c| host.cgroup_id(&c)));
-            (cgroup_id, seen.and_then(|p| p.start_ticks))
+            let namespaces = if seen.is_some() { host.namespaces(pid) } else { Default::default() };
+            (cgroup_id, seen.and_then(|p| p.start_ticks), namespaces)
         })
         .await;
-    let (cgroup_id, start_ticks) = match read {
+    let (cgroup_id, start_ticks, namespaces) = match read {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(pid = v.pid, error = %e, "the host's /proc did not answer; the container's process is read again later");
@@ -369,6 +370,7 @@ async fn process_of(
         cgroup_path: v.cgroups_path.clone(),
         cgroup_id: cgroup_id.unwrap_or(0),
         start_ticks: start_ticks.unwrap_or(0),
+        namespaces,
     })
 }
 

@@ -54,6 +54,7 @@ impl SimHost {
             let _ = std::fs::create_dir_all(&init);
             let _ = std::fs::write(init.join("cgroup"), "0::/init.scope\n");
             let _ = std::fs::write(init.join("stat"), "1 (init) S 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0 0\n");
+            write_namespaces(&init, HOST_NS);
             let _ = std::fs::create_dir_all(root.join("proc/sys/kernel"));
             let _ = std::fs::write(root.join("proc/sys/kernel/pid_max"), format!("{PID_MAX}\n"));
         }
@@ -105,6 +106,8 @@ impl SimHost {
                 dir.join("stat"),
                 format!("{pid} (sim) S 1 {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {} 0 0\n", p.start_ticks),
             );
+            // Namespaces of its own, numbered after its start (unique on this node).
+            write_namespaces(&dir, NS_BASE + p.start_ticks * 8);
         }
         p
     }
@@ -121,6 +124,21 @@ impl SimHost {
                 let _ = std::fs::remove_dir(root.join("sys/fs/cgroup").join(cgroup.trim_start_matches('/')));
             }
         }
+    }
+}
+
+/// The host's own namespaces' inodes (a real kernel's first ones are 4026531835 on).
+pub const HOST_NS: u64 = 4_026_531_835;
+/// Where the simulated processes' namespaces are numbered from.
+const NS_BASE: u64 = 4_026_600_000;
+
+/// `ns/{pid,mnt,net,uts,ipc,cgroup,user}` links of a `/proc/PID` directory, the inodes
+/// numbered from `base` in that order.
+fn write_namespaces(dir: &std::path::Path, base: u64) {
+    let ns = dir.join("ns");
+    let _ = std::fs::create_dir_all(&ns);
+    for (i, name) in ["pid", "mnt", "net", "uts", "ipc", "cgroup", "user"].iter().enumerate() {
+        let _ = std::os::unix::fs::symlink(format!("{name}:[{}]", base + i as u64), ns.join(name));
     }
 }
 

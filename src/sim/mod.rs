@@ -540,6 +540,13 @@ impl SimRuntime {
         let Some(md) = config.metadata.clone() else {
             return Err(Status::invalid_argument("container config must include metadata"));
         };
+        // As containerd: the sandbox's log directory joined with the container's log
+        // path, when both are given.
+        let log_dir = req.sandbox_config.as_ref().map(|c| c.log_directory.as_str()).unwrap_or_default();
+        let log_path = match (log_dir, config.log_path.as_str()) {
+            ("", _) | (_, "") => String::new(),
+            (dir, file) => format!("{}/{file}", dir.trim_end_matches('/')),
+        };
         let (id, ev) = {
             let mut s = self.state();
             let Some(sid) = resolve(&s.sandboxes, &req.pod_sandbox_id).cloned() else {
@@ -578,7 +585,7 @@ impl SimRuntime {
                     reason: String::new(),
                     labels: config.labels,
                     annotations: config.annotations,
-                    log_path: config.log_path,
+                    log_path,
                     name,
                     exit_at: None,
                     resources: config.linux.and_then(|l| l.resources),

@@ -419,7 +419,13 @@ type ContainerInfo struct {
 	// The image's id on the node.
 	ImageId string `protobuf:"bytes,18,opt,name=image_id,json=imageId,proto3" json:"image_id,omitempty"`
 	// The resources the runtime applied, where it reports them.
-	Resources     *ContainerResources `protobuf:"bytes,19,opt,name=resources,proto3" json:"resources,omitempty"`
+	Resources *ContainerResources `protobuf:"bytes,19,opt,name=resources,proto3" json:"resources,omitempty"`
+	// The container's log file as the runtime reports it (the kubelet's
+	// /var/log/pods/<namespace>_<pod>_<uid>/<container>/<attempt>.log).
+	LogPath string `protobuf:"bytes,20,opt,name=log_path,json=logPath,proto3" json:"log_path,omitempty"`
+	// The inodes of its init process's namespaces, where plegd can read the host's /proc
+	// (0: not read).
+	Namespaces    *ContainerNamespaces `protobuf:"bytes,21,opt,name=namespaces,proto3" json:"namespaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -587,6 +593,113 @@ func (x *ContainerInfo) GetResources() *ContainerResources {
 	return nil
 }
 
+func (x *ContainerInfo) GetLogPath() string {
+	if x != nil {
+		return x.LogPath
+	}
+	return ""
+}
+
+func (x *ContainerInfo) GetNamespaces() *ContainerNamespaces {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+// The inode of each namespace of a container's init process.
+type ContainerNamespaces struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pid           uint64                 `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	Mnt           uint64                 `protobuf:"varint,2,opt,name=mnt,proto3" json:"mnt,omitempty"`
+	Net           uint64                 `protobuf:"varint,3,opt,name=net,proto3" json:"net,omitempty"`
+	Uts           uint64                 `protobuf:"varint,4,opt,name=uts,proto3" json:"uts,omitempty"`
+	Ipc           uint64                 `protobuf:"varint,5,opt,name=ipc,proto3" json:"ipc,omitempty"`
+	Cgroup        uint64                 `protobuf:"varint,6,opt,name=cgroup,proto3" json:"cgroup,omitempty"`
+	User          uint64                 `protobuf:"varint,7,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContainerNamespaces) Reset() {
+	*x = ContainerNamespaces{}
+	mi := &file_plegd_v1_plegd_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContainerNamespaces) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContainerNamespaces) ProtoMessage() {}
+
+func (x *ContainerNamespaces) ProtoReflect() protoreflect.Message {
+	mi := &file_plegd_v1_plegd_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContainerNamespaces.ProtoReflect.Descriptor instead.
+func (*ContainerNamespaces) Descriptor() ([]byte, []int) {
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ContainerNamespaces) GetPid() uint64 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *ContainerNamespaces) GetMnt() uint64 {
+	if x != nil {
+		return x.Mnt
+	}
+	return 0
+}
+
+func (x *ContainerNamespaces) GetNet() uint64 {
+	if x != nil {
+		return x.Net
+	}
+	return 0
+}
+
+func (x *ContainerNamespaces) GetUts() uint64 {
+	if x != nil {
+		return x.Uts
+	}
+	return 0
+}
+
+func (x *ContainerNamespaces) GetIpc() uint64 {
+	if x != nil {
+		return x.Ipc
+	}
+	return 0
+}
+
+func (x *ContainerNamespaces) GetCgroup() uint64 {
+	if x != nil {
+		return x.Cgroup
+	}
+	return 0
+}
+
+func (x *ContainerNamespaces) GetUser() uint64 {
+	if x != nil {
+		return x.User
+	}
+	return 0
+}
+
 // Linux resources of a container, as the runtime reports them (0: not set).
 type ContainerResources struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -600,7 +713,7 @@ type ContainerResources struct {
 
 func (x *ContainerResources) Reset() {
 	*x = ContainerResources{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[2]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +725,7 @@ func (x *ContainerResources) String() string {
 func (*ContainerResources) ProtoMessage() {}
 
 func (x *ContainerResources) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[2]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +738,7 @@ func (x *ContainerResources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerResources.ProtoReflect.Descriptor instead.
 func (*ContainerResources) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{2}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ContainerResources) GetCpuShares() int64 {
@@ -676,7 +789,7 @@ type SandboxInfo struct {
 
 func (x *SandboxInfo) Reset() {
 	*x = SandboxInfo{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[3]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +801,7 @@ func (x *SandboxInfo) String() string {
 func (*SandboxInfo) ProtoMessage() {}
 
 func (x *SandboxInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[3]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +814,7 @@ func (x *SandboxInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxInfo.ProtoReflect.Descriptor instead.
 func (*SandboxInfo) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{3}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SandboxInfo) GetId() string {
@@ -790,7 +903,7 @@ type PodStatus struct {
 
 func (x *PodStatus) Reset() {
 	*x = PodStatus{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[4]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +915,7 @@ func (x *PodStatus) String() string {
 func (*PodStatus) ProtoMessage() {}
 
 func (x *PodStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[4]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +928,7 @@ func (x *PodStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodStatus.ProtoReflect.Descriptor instead.
 func (*PodStatus) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{4}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PodStatus) GetUid() string {
@@ -913,7 +1026,7 @@ type LifecycleEvent struct {
 
 func (x *LifecycleEvent) Reset() {
 	*x = LifecycleEvent{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[5]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1038,7 @@ func (x *LifecycleEvent) String() string {
 func (*LifecycleEvent) ProtoMessage() {}
 
 func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[5]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1051,7 @@ func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleEvent.ProtoReflect.Descriptor instead.
 func (*LifecycleEvent) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{5}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LifecycleEvent) GetPodUid() string {
@@ -1041,7 +1154,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[6]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1166,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[6]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1179,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{6}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WatchRequest) GetSinceRevision() uint64 {
@@ -1109,7 +1222,7 @@ type Synced struct {
 
 func (x *Synced) Reset() {
 	*x = Synced{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[7]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1234,7 @@ func (x *Synced) String() string {
 func (*Synced) ProtoMessage() {}
 
 func (x *Synced) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[7]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1247,7 @@ func (x *Synced) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Synced.ProtoReflect.Descriptor instead.
 func (*Synced) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{7}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Synced) GetEpoch() uint64 {
@@ -1161,7 +1274,7 @@ type Reset struct {
 
 func (x *Reset) Reset() {
 	*x = Reset{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[8]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1286,7 @@ func (x *Reset) String() string {
 func (*Reset) ProtoMessage() {}
 
 func (x *Reset) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[8]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1299,7 @@ func (x *Reset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reset.ProtoReflect.Descriptor instead.
 func (*Reset) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{8}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Reset) GetReason() ResetReason {
@@ -1211,7 +1324,7 @@ type Bookmark struct {
 
 func (x *Bookmark) Reset() {
 	*x = Bookmark{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[9]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1336,7 @@ func (x *Bookmark) String() string {
 func (*Bookmark) ProtoMessage() {}
 
 func (x *Bookmark) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[9]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1349,7 @@ func (x *Bookmark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bookmark.ProtoReflect.Descriptor instead.
 func (*Bookmark) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{9}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{10}
 }
 
 // The first message of every Watch stream, resumed or not: which journal the revisions
@@ -1254,7 +1367,7 @@ type StreamStart struct {
 
 func (x *StreamStart) Reset() {
 	*x = StreamStart{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[10]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1379,7 @@ func (x *StreamStart) String() string {
 func (*StreamStart) ProtoMessage() {}
 
 func (x *StreamStart) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[10]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1392,7 @@ func (x *StreamStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamStart.ProtoReflect.Descriptor instead.
 func (*StreamStart) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{10}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StreamStart) GetEpoch() uint64 {
@@ -1314,7 +1427,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[11]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1439,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[11]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1452,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{11}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WatchEvent) GetRevision() uint64 {
@@ -1459,7 +1572,7 @@ type ListPodsRequest struct {
 
 func (x *ListPodsRequest) Reset() {
 	*x = ListPodsRequest{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[12]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1584,7 @@ func (x *ListPodsRequest) String() string {
 func (*ListPodsRequest) ProtoMessage() {}
 
 func (x *ListPodsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[12]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1597,7 @@ func (x *ListPodsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPodsRequest.ProtoReflect.Descriptor instead.
 func (*ListPodsRequest) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{12}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListPodsRequest) GetFilter() *PodFilter {
@@ -1505,7 +1618,7 @@ type ListPodsResponse struct {
 
 func (x *ListPodsResponse) Reset() {
 	*x = ListPodsResponse{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[13]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1630,7 @@ func (x *ListPodsResponse) String() string {
 func (*ListPodsResponse) ProtoMessage() {}
 
 func (x *ListPodsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[13]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1643,7 @@ func (x *ListPodsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPodsResponse.ProtoReflect.Descriptor instead.
 func (*ListPodsResponse) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{13}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListPodsResponse) GetPods() []*PodStatus {
@@ -1565,7 +1678,7 @@ type GetPodStatusRequest struct {
 
 func (x *GetPodStatusRequest) Reset() {
 	*x = GetPodStatusRequest{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[14]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1690,7 @@ func (x *GetPodStatusRequest) String() string {
 func (*GetPodStatusRequest) ProtoMessage() {}
 
 func (x *GetPodStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[14]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1703,7 @@ func (x *GetPodStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPodStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetPodStatusRequest) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{14}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetPodStatusRequest) GetPodUid() string {
@@ -1623,7 +1736,7 @@ type GetPodStatusResponse struct {
 
 func (x *GetPodStatusResponse) Reset() {
 	*x = GetPodStatusResponse{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[15]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1748,7 @@ func (x *GetPodStatusResponse) String() string {
 func (*GetPodStatusResponse) ProtoMessage() {}
 
 func (x *GetPodStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[15]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1761,7 @@ func (x *GetPodStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPodStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetPodStatusResponse) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{15}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetPodStatusResponse) GetPod() *PodStatus {
@@ -1681,6 +1794,10 @@ type GetContainerRequest struct {
 	//	*GetContainerRequest_ContainerId
 	//	*GetContainerRequest_CgroupId
 	//	*GetContainerRequest_Pid
+	//	*GetContainerRequest_LogPath
+	//	*GetContainerRequest_Container
+	//	*GetContainerRequest_MntNs
+	//	*GetContainerRequest_PidNs
 	Key           isGetContainerRequest_Key `protobuf_oneof:"key"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1688,7 +1805,7 @@ type GetContainerRequest struct {
 
 func (x *GetContainerRequest) Reset() {
 	*x = GetContainerRequest{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[16]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1817,7 @@ func (x *GetContainerRequest) String() string {
 func (*GetContainerRequest) ProtoMessage() {}
 
 func (x *GetContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[16]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1830,7 @@ func (x *GetContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContainerRequest.ProtoReflect.Descriptor instead.
 func (*GetContainerRequest) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{16}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetContainerRequest) GetKey() isGetContainerRequest_Key {
@@ -1750,6 +1867,42 @@ func (x *GetContainerRequest) GetPid() uint32 {
 	return 0
 }
 
+func (x *GetContainerRequest) GetLogPath() string {
+	if x != nil {
+		if x, ok := x.Key.(*GetContainerRequest_LogPath); ok {
+			return x.LogPath
+		}
+	}
+	return ""
+}
+
+func (x *GetContainerRequest) GetContainer() *ContainerRef {
+	if x != nil {
+		if x, ok := x.Key.(*GetContainerRequest_Container); ok {
+			return x.Container
+		}
+	}
+	return nil
+}
+
+func (x *GetContainerRequest) GetMntNs() uint64 {
+	if x != nil {
+		if x, ok := x.Key.(*GetContainerRequest_MntNs); ok {
+			return x.MntNs
+		}
+	}
+	return 0
+}
+
+func (x *GetContainerRequest) GetPidNs() uint64 {
+	if x != nil {
+		if x, ok := x.Key.(*GetContainerRequest_PidNs); ok {
+			return x.PidNs
+		}
+	}
+	return 0
+}
+
 type isGetContainerRequest_Key interface {
 	isGetContainerRequest_Key()
 }
@@ -1767,11 +1920,106 @@ type GetContainerRequest_Pid struct {
 	Pid uint32 `protobuf:"varint,3,opt,name=pid,proto3,oneof"`
 }
 
+type GetContainerRequest_LogPath struct {
+	// The file a log record came from: the kubelet's
+	// /var/log/pods/<namespace>_<pod>_<uid>/<container>/<attempt>.log (as the runtime
+	// reports the container's log path), a rotated file of it (.log.<n>,
+	// .log.<timestamp>, .gz), or the /var/log/containers/<pod>_<namespace>_<container>-<id>.log
+	// link to it.
+	LogPath string `protobuf:"bytes,4,opt,name=log_path,json=logPath,proto3,oneof"`
+}
+
+type GetContainerRequest_Container struct {
+	// A pod's container by name and attempt.
+	Container *ContainerRef `protobuf:"bytes,5,opt,name=container,proto3,oneof"`
+}
+
+type GetContainerRequest_MntNs struct {
+	// The inode of the container's init process's mount namespace (what eBPF tools
+	// key containers by).
+	MntNs uint64 `protobuf:"varint,6,opt,name=mnt_ns,json=mntNs,proto3,oneof"`
+}
+
+type GetContainerRequest_PidNs struct {
+	// The inode of its PID namespace (ambiguous when the pod shares one namespace
+	// between its containers).
+	PidNs uint64 `protobuf:"varint,7,opt,name=pid_ns,json=pidNs,proto3,oneof"`
+}
+
 func (*GetContainerRequest_ContainerId) isGetContainerRequest_Key() {}
 
 func (*GetContainerRequest_CgroupId) isGetContainerRequest_Key() {}
 
 func (*GetContainerRequest_Pid) isGetContainerRequest_Key() {}
+
+func (*GetContainerRequest_LogPath) isGetContainerRequest_Key() {}
+
+func (*GetContainerRequest_Container) isGetContainerRequest_Key() {}
+
+func (*GetContainerRequest_MntNs) isGetContainerRequest_Key() {}
+
+func (*GetContainerRequest_PidNs) isGetContainerRequest_Key() {}
+
+// A pod's container by name and attempt (0 is the first).
+type ContainerRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PodUid        string                 `protobuf:"bytes,1,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
+	ContainerName string                 `protobuf:"bytes,2,opt,name=container_name,json=containerName,proto3" json:"container_name,omitempty"`
+	Attempt       uint32                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContainerRef) Reset() {
+	*x = ContainerRef{}
+	mi := &file_plegd_v1_plegd_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContainerRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContainerRef) ProtoMessage() {}
+
+func (x *ContainerRef) ProtoReflect() protoreflect.Message {
+	mi := &file_plegd_v1_plegd_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContainerRef.ProtoReflect.Descriptor instead.
+func (*ContainerRef) Descriptor() ([]byte, []int) {
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ContainerRef) GetPodUid() string {
+	if x != nil {
+		return x.PodUid
+	}
+	return ""
+}
+
+func (x *ContainerRef) GetContainerName() string {
+	if x != nil {
+		return x.ContainerName
+	}
+	return ""
+}
+
+func (x *ContainerRef) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
 
 type GetContainerResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1788,7 +2036,7 @@ type GetContainerResponse struct {
 
 func (x *GetContainerResponse) Reset() {
 	*x = GetContainerResponse{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[17]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +2048,7 @@ func (x *GetContainerResponse) String() string {
 func (*GetContainerResponse) ProtoMessage() {}
 
 func (x *GetContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[17]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +2061,7 @@ func (x *GetContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContainerResponse.ProtoReflect.Descriptor instead.
 func (*GetContainerResponse) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{17}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetContainerResponse) GetPod() *PodStatus {
@@ -1853,7 +2101,7 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\apod_uid\x18\x02 \x01(\tR\x06podUid\x12\x19\n" +
 	"\bpod_name\x18\x03 \x01(\tR\apodName\x12%\n" +
-	"\x0elabel_selector\x18\x04 \x01(\tR\rlabelSelector\"\xdd\x06\n" +
+	"\x0elabel_selector\x18\x04 \x01(\tR\rlabelSelector\"\xb7\a\n" +
 	"\rContainerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -1878,13 +2126,25 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\tcgroup_id\x18\x10 \x01(\x04R\bcgroupId\x12\x1b\n" +
 	"\timage_ref\x18\x11 \x01(\tR\bimageRef\x12\x19\n" +
 	"\bimage_id\x18\x12 \x01(\tR\aimageId\x12:\n" +
-	"\tresources\x18\x13 \x01(\v2\x1c.plegd.v1.ContainerResourcesR\tresources\x1a9\n" +
+	"\tresources\x18\x13 \x01(\v2\x1c.plegd.v1.ContainerResourcesR\tresources\x12\x19\n" +
+	"\blog_path\x18\x14 \x01(\tR\alogPath\x12=\n" +
+	"\n" +
+	"namespaces\x18\x15 \x01(\v2\x1d.plegd.v1.ContainerNamespacesR\n" +
+	"namespaces\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9b\x01\n" +
+	"\x13ContainerNamespaces\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\x04R\x03pid\x12\x10\n" +
+	"\x03mnt\x18\x02 \x01(\x04R\x03mnt\x12\x10\n" +
+	"\x03net\x18\x03 \x01(\x04R\x03net\x12\x10\n" +
+	"\x03uts\x18\x04 \x01(\x04R\x03uts\x12\x10\n" +
+	"\x03ipc\x18\x05 \x01(\x04R\x03ipc\x12\x16\n" +
+	"\x06cgroup\x18\x06 \x01(\x04R\x06cgroup\x12\x12\n" +
+	"\x04user\x18\a \x01(\x04R\x04user\"\x9d\x01\n" +
 	"\x12ContainerResources\x12\x1d\n" +
 	"\n" +
 	"cpu_shares\x18\x01 \x01(\x03R\tcpuShares\x12\x1b\n" +
@@ -1979,12 +2239,20 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\x14GetPodStatusResponse\x12%\n" +
 	"\x03pod\x18\x01 \x01(\v2\x13.plegd.v1.PodStatusR\x03pod\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x1b\n" +
-	"\tnot_found\x18\x03 \x01(\bR\bnotFound\"t\n" +
+	"\tnot_found\x18\x03 \x01(\bR\bnotFound\"\xfb\x01\n" +
 	"\x13GetContainerRequest\x12#\n" +
 	"\fcontainer_id\x18\x01 \x01(\tH\x00R\vcontainerId\x12\x1d\n" +
 	"\tcgroup_id\x18\x02 \x01(\x04H\x00R\bcgroupId\x12\x12\n" +
-	"\x03pid\x18\x03 \x01(\rH\x00R\x03pidB\x05\n" +
-	"\x03key\"\xc9\x01\n" +
+	"\x03pid\x18\x03 \x01(\rH\x00R\x03pid\x12\x1b\n" +
+	"\blog_path\x18\x04 \x01(\tH\x00R\alogPath\x126\n" +
+	"\tcontainer\x18\x05 \x01(\v2\x16.plegd.v1.ContainerRefH\x00R\tcontainer\x12\x17\n" +
+	"\x06mnt_ns\x18\x06 \x01(\x04H\x00R\x05mntNs\x12\x17\n" +
+	"\x06pid_ns\x18\a \x01(\x04H\x00R\x05pidNsB\x05\n" +
+	"\x03key\"h\n" +
+	"\fContainerRef\x12\x17\n" +
+	"\apod_uid\x18\x01 \x01(\tR\x06podUid\x12%\n" +
+	"\x0econtainer_name\x18\x02 \x01(\tR\rcontainerName\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\rR\aattempt\"\xc9\x01\n" +
 	"\x14GetContainerResponse\x12%\n" +
 	"\x03pod\x18\x01 \x01(\v2\x13.plegd.v1.PodStatusR\x03pod\x125\n" +
 	"\tcontainer\x18\x02 \x01(\v2\x17.plegd.v1.ContainerInfoR\tcontainer\x12\x18\n" +
@@ -2044,7 +2312,7 @@ func file_plegd_v1_plegd_proto_rawDescGZIP() []byte {
 }
 
 var file_plegd_v1_plegd_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_plegd_v1_plegd_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_plegd_v1_plegd_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_plegd_v1_plegd_proto_goTypes = []any{
 	(LifecycleEventType)(0),       // 0: plegd.v1.LifecycleEventType
 	(EventSource)(0),              // 1: plegd.v1.EventSource
@@ -2053,78 +2321,82 @@ var file_plegd_v1_plegd_proto_goTypes = []any{
 	(SandboxState)(0),             // 4: plegd.v1.SandboxState
 	(*PodFilter)(nil),             // 5: plegd.v1.PodFilter
 	(*ContainerInfo)(nil),         // 6: plegd.v1.ContainerInfo
-	(*ContainerResources)(nil),    // 7: plegd.v1.ContainerResources
-	(*SandboxInfo)(nil),           // 8: plegd.v1.SandboxInfo
-	(*PodStatus)(nil),             // 9: plegd.v1.PodStatus
-	(*LifecycleEvent)(nil),        // 10: plegd.v1.LifecycleEvent
-	(*WatchRequest)(nil),          // 11: plegd.v1.WatchRequest
-	(*Synced)(nil),                // 12: plegd.v1.Synced
-	(*Reset)(nil),                 // 13: plegd.v1.Reset
-	(*Bookmark)(nil),              // 14: plegd.v1.Bookmark
-	(*StreamStart)(nil),           // 15: plegd.v1.StreamStart
-	(*WatchEvent)(nil),            // 16: plegd.v1.WatchEvent
-	(*ListPodsRequest)(nil),       // 17: plegd.v1.ListPodsRequest
-	(*ListPodsResponse)(nil),      // 18: plegd.v1.ListPodsResponse
-	(*GetPodStatusRequest)(nil),   // 19: plegd.v1.GetPodStatusRequest
-	(*GetPodStatusResponse)(nil),  // 20: plegd.v1.GetPodStatusResponse
-	(*GetContainerRequest)(nil),   // 21: plegd.v1.GetContainerRequest
-	(*GetContainerResponse)(nil),  // 22: plegd.v1.GetContainerResponse
-	nil,                           // 23: plegd.v1.ContainerInfo.LabelsEntry
-	nil,                           // 24: plegd.v1.ContainerInfo.AnnotationsEntry
-	nil,                           // 25: plegd.v1.PodStatus.LabelsEntry
-	nil,                           // 26: plegd.v1.PodStatus.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*ContainerNamespaces)(nil),   // 7: plegd.v1.ContainerNamespaces
+	(*ContainerResources)(nil),    // 8: plegd.v1.ContainerResources
+	(*SandboxInfo)(nil),           // 9: plegd.v1.SandboxInfo
+	(*PodStatus)(nil),             // 10: plegd.v1.PodStatus
+	(*LifecycleEvent)(nil),        // 11: plegd.v1.LifecycleEvent
+	(*WatchRequest)(nil),          // 12: plegd.v1.WatchRequest
+	(*Synced)(nil),                // 13: plegd.v1.Synced
+	(*Reset)(nil),                 // 14: plegd.v1.Reset
+	(*Bookmark)(nil),              // 15: plegd.v1.Bookmark
+	(*StreamStart)(nil),           // 16: plegd.v1.StreamStart
+	(*WatchEvent)(nil),            // 17: plegd.v1.WatchEvent
+	(*ListPodsRequest)(nil),       // 18: plegd.v1.ListPodsRequest
+	(*ListPodsResponse)(nil),      // 19: plegd.v1.ListPodsResponse
+	(*GetPodStatusRequest)(nil),   // 20: plegd.v1.GetPodStatusRequest
+	(*GetPodStatusResponse)(nil),  // 21: plegd.v1.GetPodStatusResponse
+	(*GetContainerRequest)(nil),   // 22: plegd.v1.GetContainerRequest
+	(*ContainerRef)(nil),          // 23: plegd.v1.ContainerRef
+	(*GetContainerResponse)(nil),  // 24: plegd.v1.GetContainerResponse
+	nil,                           // 25: plegd.v1.ContainerInfo.LabelsEntry
+	nil,                           // 26: plegd.v1.ContainerInfo.AnnotationsEntry
+	nil,                           // 27: plegd.v1.PodStatus.LabelsEntry
+	nil,                           // 28: plegd.v1.PodStatus.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
 }
 var file_plegd_v1_plegd_proto_depIdxs = []int32{
 	3,  // 0: plegd.v1.ContainerInfo.state:type_name -> plegd.v1.ContainerState
-	27, // 1: plegd.v1.ContainerInfo.created_at:type_name -> google.protobuf.Timestamp
-	27, // 2: plegd.v1.ContainerInfo.started_at:type_name -> google.protobuf.Timestamp
-	27, // 3: plegd.v1.ContainerInfo.finished_at:type_name -> google.protobuf.Timestamp
-	23, // 4: plegd.v1.ContainerInfo.labels:type_name -> plegd.v1.ContainerInfo.LabelsEntry
-	24, // 5: plegd.v1.ContainerInfo.annotations:type_name -> plegd.v1.ContainerInfo.AnnotationsEntry
-	7,  // 6: plegd.v1.ContainerInfo.resources:type_name -> plegd.v1.ContainerResources
-	4,  // 7: plegd.v1.SandboxInfo.state:type_name -> plegd.v1.SandboxState
-	27, // 8: plegd.v1.SandboxInfo.created_at:type_name -> google.protobuf.Timestamp
-	25, // 9: plegd.v1.PodStatus.labels:type_name -> plegd.v1.PodStatus.LabelsEntry
-	26, // 10: plegd.v1.PodStatus.annotations:type_name -> plegd.v1.PodStatus.AnnotationsEntry
-	8,  // 11: plegd.v1.PodStatus.sandboxes:type_name -> plegd.v1.SandboxInfo
-	6,  // 12: plegd.v1.PodStatus.containers:type_name -> plegd.v1.ContainerInfo
-	27, // 13: plegd.v1.PodStatus.observed_at:type_name -> google.protobuf.Timestamp
-	0,  // 14: plegd.v1.LifecycleEvent.type:type_name -> plegd.v1.LifecycleEventType
-	1,  // 15: plegd.v1.LifecycleEvent.source:type_name -> plegd.v1.EventSource
-	27, // 16: plegd.v1.LifecycleEvent.observed_at:type_name -> google.protobuf.Timestamp
-	27, // 17: plegd.v1.LifecycleEvent.runtime_timestamp:type_name -> google.protobuf.Timestamp
-	9,  // 18: plegd.v1.LifecycleEvent.pod:type_name -> plegd.v1.PodStatus
-	5,  // 19: plegd.v1.WatchRequest.filter:type_name -> plegd.v1.PodFilter
-	0,  // 20: plegd.v1.WatchRequest.types:type_name -> plegd.v1.LifecycleEventType
-	2,  // 21: plegd.v1.Reset.reason:type_name -> plegd.v1.ResetReason
-	9,  // 22: plegd.v1.WatchEvent.snapshot:type_name -> plegd.v1.PodStatus
-	12, // 23: plegd.v1.WatchEvent.synced:type_name -> plegd.v1.Synced
-	10, // 24: plegd.v1.WatchEvent.event:type_name -> plegd.v1.LifecycleEvent
-	13, // 25: plegd.v1.WatchEvent.reset:type_name -> plegd.v1.Reset
-	14, // 26: plegd.v1.WatchEvent.bookmark:type_name -> plegd.v1.Bookmark
-	15, // 27: plegd.v1.WatchEvent.start:type_name -> plegd.v1.StreamStart
-	5,  // 28: plegd.v1.ListPodsRequest.filter:type_name -> plegd.v1.PodFilter
-	9,  // 29: plegd.v1.ListPodsResponse.pods:type_name -> plegd.v1.PodStatus
-	27, // 30: plegd.v1.GetPodStatusRequest.min_timestamp:type_name -> google.protobuf.Timestamp
-	9,  // 31: plegd.v1.GetPodStatusResponse.pod:type_name -> plegd.v1.PodStatus
-	27, // 32: plegd.v1.GetPodStatusResponse.timestamp:type_name -> google.protobuf.Timestamp
-	9,  // 33: plegd.v1.GetContainerResponse.pod:type_name -> plegd.v1.PodStatus
-	6,  // 34: plegd.v1.GetContainerResponse.container:type_name -> plegd.v1.ContainerInfo
-	27, // 35: plegd.v1.GetContainerResponse.removed_at:type_name -> google.protobuf.Timestamp
-	11, // 36: plegd.v1.PodLifecycle.Watch:input_type -> plegd.v1.WatchRequest
-	17, // 37: plegd.v1.PodLifecycle.ListPods:input_type -> plegd.v1.ListPodsRequest
-	19, // 38: plegd.v1.PodLifecycle.GetPodStatus:input_type -> plegd.v1.GetPodStatusRequest
-	21, // 39: plegd.v1.PodLifecycle.GetContainer:input_type -> plegd.v1.GetContainerRequest
-	16, // 40: plegd.v1.PodLifecycle.Watch:output_type -> plegd.v1.WatchEvent
-	18, // 41: plegd.v1.PodLifecycle.ListPods:output_type -> plegd.v1.ListPodsResponse
-	20, // 42: plegd.v1.PodLifecycle.GetPodStatus:output_type -> plegd.v1.GetPodStatusResponse
-	22, // 43: plegd.v1.PodLifecycle.GetContainer:output_type -> plegd.v1.GetContainerResponse
-	40, // [40:44] is the sub-list for method output_type
-	36, // [36:40] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	29, // 1: plegd.v1.ContainerInfo.created_at:type_name -> google.protobuf.Timestamp
+	29, // 2: plegd.v1.ContainerInfo.started_at:type_name -> google.protobuf.Timestamp
+	29, // 3: plegd.v1.ContainerInfo.finished_at:type_name -> google.protobuf.Timestamp
+	25, // 4: plegd.v1.ContainerInfo.labels:type_name -> plegd.v1.ContainerInfo.LabelsEntry
+	26, // 5: plegd.v1.ContainerInfo.annotations:type_name -> plegd.v1.ContainerInfo.AnnotationsEntry
+	8,  // 6: plegd.v1.ContainerInfo.resources:type_name -> plegd.v1.ContainerResources
+	7,  // 7: plegd.v1.ContainerInfo.namespaces:type_name -> plegd.v1.ContainerNamespaces
+	4,  // 8: plegd.v1.SandboxInfo.state:type_name -> plegd.v1.SandboxState
+	29, // 9: plegd.v1.SandboxInfo.created_at:type_name -> google.protobuf.Timestamp
+	27, // 10: plegd.v1.PodStatus.labels:type_name -> plegd.v1.PodStatus.LabelsEntry
+	28, // 11: plegd.v1.PodStatus.annotations:type_name -> plegd.v1.PodStatus.AnnotationsEntry
+	9,  // 12: plegd.v1.PodStatus.sandboxes:type_name -> plegd.v1.SandboxInfo
+	6,  // 13: plegd.v1.PodStatus.containers:type_name -> plegd.v1.ContainerInfo
+	29, // 14: plegd.v1.PodStatus.observed_at:type_name -> google.protobuf.Timestamp
+	0,  // 15: plegd.v1.LifecycleEvent.type:type_name -> plegd.v1.LifecycleEventType
+	1,  // 16: plegd.v1.LifecycleEvent.source:type_name -> plegd.v1.EventSource
+	29, // 17: plegd.v1.LifecycleEvent.observed_at:type_name -> google.protobuf.Timestamp
+	29, // 18: plegd.v1.LifecycleEvent.runtime_timestamp:type_name -> google.protobuf.Timestamp
+	10, // 19: plegd.v1.LifecycleEvent.pod:type_name -> plegd.v1.PodStatus
+	5,  // 20: plegd.v1.WatchRequest.filter:type_name -> plegd.v1.PodFilter
+	0,  // 21: plegd.v1.WatchRequest.types:type_name -> plegd.v1.LifecycleEventType
+	2,  // 22: plegd.v1.Reset.reason:type_name -> plegd.v1.ResetReason
+	10, // 23: plegd.v1.WatchEvent.snapshot:type_name -> plegd.v1.PodStatus
+	13, // 24: plegd.v1.WatchEvent.synced:type_name -> plegd.v1.Synced
+	11, // 25: plegd.v1.WatchEvent.event:type_name -> plegd.v1.LifecycleEvent
+	14, // 26: plegd.v1.WatchEvent.reset:type_name -> plegd.v1.Reset
+	15, // 27: plegd.v1.WatchEvent.bookmark:type_name -> plegd.v1.Bookmark
+	16, // 28: plegd.v1.WatchEvent.start:type_name -> plegd.v1.StreamStart
+	5,  // 29: plegd.v1.ListPodsRequest.filter:type_name -> plegd.v1.PodFilter
+	10, // 30: plegd.v1.ListPodsResponse.pods:type_name -> plegd.v1.PodStatus
+	29, // 31: plegd.v1.GetPodStatusRequest.min_timestamp:type_name -> google.protobuf.Timestamp
+	10, // 32: plegd.v1.GetPodStatusResponse.pod:type_name -> plegd.v1.PodStatus
+	29, // 33: plegd.v1.GetPodStatusResponse.timestamp:type_name -> google.protobuf.Timestamp
+	23, // 34: plegd.v1.GetContainerRequest.container:type_name -> plegd.v1.ContainerRef
+	10, // 35: plegd.v1.GetContainerResponse.pod:type_name -> plegd.v1.PodStatus
+	6,  // 36: plegd.v1.GetContainerResponse.container:type_name -> plegd.v1.ContainerInfo
+	29, // 37: plegd.v1.GetContainerResponse.removed_at:type_name -> google.protobuf.Timestamp
+	12, // 38: plegd.v1.PodLifecycle.Watch:input_type -> plegd.v1.WatchRequest
+	18, // 39: plegd.v1.PodLifecycle.ListPods:input_type -> plegd.v1.ListPodsRequest
+	20, // 40: plegd.v1.PodLifecycle.GetPodStatus:input_type -> plegd.v1.GetPodStatusRequest
+	22, // 41: plegd.v1.PodLifecycle.GetContainer:input_type -> plegd.v1.GetContainerRequest
+	17, // 42: plegd.v1.PodLifecycle.Watch:output_type -> plegd.v1.WatchEvent
+	19, // 43: plegd.v1.PodLifecycle.ListPods:output_type -> plegd.v1.ListPodsResponse
+	21, // 44: plegd.v1.PodLifecycle.GetPodStatus:output_type -> plegd.v1.GetPodStatusResponse
+	24, // 45: plegd.v1.PodLifecycle.GetContainer:output_type -> plegd.v1.GetContainerResponse
+	42, // [42:46] is the sub-list for method output_type
+	38, // [38:42] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_plegd_v1_plegd_proto_init() }
@@ -2132,7 +2404,7 @@ func file_plegd_v1_plegd_proto_init() {
 	if File_plegd_v1_plegd_proto != nil {
 		return
 	}
-	file_plegd_v1_plegd_proto_msgTypes[11].OneofWrappers = []any{
+	file_plegd_v1_plegd_proto_msgTypes[12].OneofWrappers = []any{
 		(*WatchEvent_Snapshot)(nil),
 		(*WatchEvent_Synced)(nil),
 		(*WatchEvent_Event)(nil),
@@ -2140,10 +2412,14 @@ func file_plegd_v1_plegd_proto_init() {
 		(*WatchEvent_Bookmark)(nil),
 		(*WatchEvent_Start)(nil),
 	}
-	file_plegd_v1_plegd_proto_msgTypes[16].OneofWrappers = []any{
+	file_plegd_v1_plegd_proto_msgTypes[17].OneofWrappers = []any{
 		(*GetContainerRequest_ContainerId)(nil),
 		(*GetContainerRequest_CgroupId)(nil),
 		(*GetContainerRequest_Pid)(nil),
+		(*GetContainerRequest_LogPath)(nil),
+		(*GetContainerRequest_Container)(nil),
+		(*GetContainerRequest_MntNs)(nil),
+		(*GetContainerRequest_PidNs)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2151,7 +2427,7 @@ func file_plegd_v1_plegd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plegd_v1_plegd_proto_rawDesc), len(file_plegd_v1_plegd_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,101 @@
+//! What a lookup asks by: the keys agents and collectors hold, and how a log file path
+//! a collector holds is read.
+
+/// What a lookup asks by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LookupKey {
+    /// Container id.
+    Id(String),
+    /// cgroup id (the cgroup directory's inode).
+    CgroupId(u64),
+    /// Host PID of any process of the container.
+    Pid(u32),
+    /// A log file the container wrote ([`log_file`] says which forms).
+    LogPath(LogFile),
+    /// A pod's container by name and attempt.
+    Attempt {
+        /// The pod's uid.
+        pod_uid: String,
+        /// The container's name.
+        name: String,
+        /// Its attempt (0: the first).
+        attempt: u32,
+    },
+    /// The inode of the container's init process's mount namespace.
+    MntNs(u64),
+    /// The inode of its PID namespace.
+    PidNs(u64),
+}
+
+/// A log file path, as a lookup reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogFile {
+    /// The kubelet's `…/<namespace>_<pod>_<uid>/<container>/<attempt>.log`, without
+    /// any rotation suffix: the file the runtime names as the container's log path.
+    Attempt(String),
+    /// A `/var/log/containers/<pod>_<namespace>_<container>-<id>.log` link.
+    Link {
+        /// The pod's name.
+        pod: String,
+        /// Its namespace.
+        namespace: String,
+        /// The container's name.
+        container: String,
+        /// The container's id.
+        id: String,
+    },
+}
+
+/// Reads a log file path a collector holds: the kubelet's
+/// `/var/log/pods/<namespace>_<pod>_<uid>/<container>/<attempt>.log`, a rotated file of
+/// it (`.log.1`, `.log.20260101-120000`, `.log.20260101-120000.gz`), or the
+/// `/var/log/containers/<pod>_<namespace>_<container>-<id>.log` link to it. Anything
+/// else is an error saying what was expected.
+pub fn log_file(path: &str) -> Result<LogFile, String> {
+    if !path.starts_with('/') {
+        return Err(format!("{path:?} is not an absolute path"));
+    }
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.iter().any(|p| *p == "." || *p == "..") {
+        return Err(format!("{path:?} is not a plain path (it has . or .. in it)"));
+    }
+    let expected = "expected the kubelet's <pods log dir>/<namespace>_<pod>_<uid>/<container>/<attempt>.log \
+                    (or a rotated file of it) or /var/log/containers/<pod>_<namespace>_<container>-<id>.log";
+    let Some((file, dirs)) = parts.split_last() else { return Err(format!("{path:?}: {expected}")) };
+    if dirs.last() == Some(&"containers")
+        && let Some(stem) = file.strip_suffix(".log")
+        && let Some((names, id)) = stem.rsplit_once('-')
+        && id.len() == 64
+        && id.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        let mut f = names.splitn(3, '_');
+        if let (Some(pod), Some(namespace), Some(container)) = (f.next(), f.next(), f.next())
+            && !pod.is_empty()
+            && !namespace.is_empty()
+            && !container.is_empty()
+        {
+            return Ok(LogFile::Link {
+                pod: pod.into(),
+                namespace: namespace.into(),
+                container: container.into(),
+                id: id.into(),
+            });
+        }
+    }
+    // `<attempt>.log`, then any rotation suffix.
+    let digits = file.bytes().take_while(u8::is_ascii_digit).count();
+    let rest = &file[digits..];
+    let rotated = rest == ".log" || rest.starts_with(".log.");
+    let pod_dir = dirs.len().checked_sub(2).map(|i| dirs[i]);
+    let pod_dir_ok = pod_dir.is_some_and(|d| d.split('_').filter(|p| !p.is_empty()).count() >= 3);
+    if digits == 0 || !rotated || !pod_dir_ok {
+        return Err(format!("{path:?}: {expected}"));
+    }
+    let mut key = String::from("/");
+    for d in dirs {
+        key.push_str(d);
+        key.push('/');
+    }
+    key.push_str(&file[..digits + ".log".len()]);
+    Ok(LogFile::Attempt(key))
+}
