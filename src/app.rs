@@ -375,6 +375,9 @@ impl Stores {
                 .await
                 .expect("opening the lookup panicked")?
         };
+        // Removals the tombstone file had not written when the last plegd stopped (killed
+        // right after publishing them) are in the journal: learned again, then the pods.
+        lookup.catch_up(journal.recent(lookup.catch_up_since()).iter().map(|e| &*e.event));
         lookup.seed(&journal.pods());
         let detail = format!("plegd {} pid {} mode {mode:?}", env!("CARGO_PKG_VERSION"), std::process::id());
         let runlog = tokio::task::spawn_blocking(move || {

@@ -514,3 +514,46 @@ async fn malformed_lookup_keys_are_invalid_arguments_naming_their_field() {
     }
     p.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_the_tombstone_file_had_not_written_when_plegd_died_is_found_after_the_restart() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let t = tune(state.path().into(), root.path().into(), Duration::from_secs(3600));
+    let p = start_plegd(t.clone()).await;
+    p.h.sim.set_host_root(root.path().into());
+    let early = PodSpec::new("shop", "early");
+    let (_, early_ids) = p.h.run_pod(&early, &[ContainerSpec::new("main")]).await;
+    p.h.stop_container(&early_ids[0]).await;
+    p.h.remove_container(&early_ids[0]).await;
+    until(&p, Key::ContainerId(early_ids[0].clone()), |r| r.removed).await;
+    let pod = PodSpec::new("shop", "late");
+    let (_, ids) = p.h.run_pod(&pod, &[ContainerSpec::new("main")]).await;
+    let id = ids[0].clone();
+    until(&p, Key::ContainerId(id.clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+    p.h.stop_container(&id).await;
+    p.h.remove_container(&id).await;
+    until(&p, Key::ContainerId(id.clone()), |r| r.removed).await;
+    let h = p.stop_plegd().await;
+
+    // The file as a plegd killed right after publishing the removal leaves it: the
+    // journal has the removal, the file only what was written before.
+    let db = rusqlite::Connection::open(state.path().join("tombstones.sqlite")).unwrap();
+    let gone = db.execute("DELETE FROM tombstones WHERE id = ?1", [&id]).unwrap();
+    assert_eq!(gone, 1, "the removal had been written before the stop");
+    drop(db);
+
+    let p = start_plegd_on(h, t).await;
+    for id in [&id, &early_ids[0]] {
+        let r = get(&p, Key::ContainerId(id.clone())).await.unwrap_or_else(|e| panic!("{id} after the restart: {e}"));
+        assert!(r.removed, "{id}");
+        assert_eq!(r.pod.unwrap().namespace, "shop");
+    }
+    let r = get(
+        &p,
+        Key::Container(api::ContainerRef { pod_uid: pod.uid.clone(), container_name: "main".into(), attempt: 0 }),
+    )
+    .await
+    .expect("by pod, name and attempt too");
+    assert_eq!(r.container.unwrap().id, id);
+    p.stop().await;
+}

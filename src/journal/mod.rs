@@ -492,6 +492,12 @@ impl Journal {
         self.lock().view.values().cloned().collect()
     }
 
+    /// The entries held in memory that were observed at or after `since`, oldest first
+    /// (at start: the newest records the disk held).
+    pub fn recent(&self, since: std::time::SystemTime) -> Vec<Arc<Entry>> {
+        self.lock().ring.iter().filter(|e| e.event.observed_at >= since).cloned().collect()
+    }
+
     /// `None` while the journal is durable or has no state dir by choice; otherwise
     /// why events are kept in memory only.
     pub fn disk_problem(&self) -> Option<String> {

@@ -15,6 +15,7 @@
 //! never to an earlier container that had the same PID. Only a PID with no process
 //! left falls back to the newest container that had it.
 
+mod catch_up;
 pub mod keys;
 pub mod tombstones;
 
@@ -333,9 +334,13 @@ impl ContainerLookup {
 
     /// Learns from published events, in revision order.
     pub fn observe<'a>(&self, events: impl IntoIterator<Item = &'a PodLifecycleEvent>) {
-        let now = SystemTime::now();
         // `/proc/stat`: the kernel's own counters, never behind a cgroup lock.
-        let clock = self.cfg.host.pid_clock();
+        self.take(events, self.cfg.host.pid_clock(), true);
+    }
+
+    /// Learns events, in revision order; `live`: as they happen (deaths counted).
+    fn take<'a>(&self, events: impl IntoIterator<Item = &'a PodLifecycleEvent>, clock: Option<PidClock>, live: bool) {
+        let now = SystemTime::now();
         let mut ops = Vec::new();
         {
             let mut ix = self.lock();
@@ -343,7 +348,7 @@ impl ContainerLookup {
                 if ev.source == EventSource::Reconciler {
                     continue;
                 }
-                if ev.kind == EventType::ContainerDied && !ev.is_sandbox {
+                if live && ev.kind == EventType::ContainerDied && !ev.is_sandbox {
                     self.count_death(&mut ix, ev);
                 }
                 let gone = match &ev.pod {
