@@ -1,0 +1,468 @@
+package plegdprocessor
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+type assocKey uint8
+
+const (
+	assocContainerID assocKey = iota
+	assocPodUID
+	assocLogFilePath
+	assocProcessPID
+)
+
+func assocKeyOf(name string) assocKey {
+	switch name {
+	case KeyContainerID:
+		return assocContainerID
+	case KeyPodUID:
+		return assocPodUID
+	case KeyLogFilePath:
+		return assocLogFilePath
+	default:
+		return assocProcessPID
+	}
+}
+
+// memoKey names a lookup within one batch.
+type memoKey struct {
+	k    assocKey
+	s, c string
+	i    int64
+}
+
+// batch resolves the records of one ConsumeX call: every distinct key once, and
+// every GetContainer call within one lookup_timeout.
+type batch struct {
+	p      *plegdProcessor
+	ctx    context.Context
+	cancel context.CancelFunc
+	memo   map[memoKey]answer
+	// scratch for the grouping of one resource's records
+	groups  []*placement
+	groupOf map[*placement]int // each placement's group, found once per resource
+	// whether each placement conflicts with the resource's attributes
+	conflictOf map[*placement]bool
+	assign     []int
+	// sdk: whether the current resource is an OpenTelemetry SDK's (0: not looked yet,
+	// 1: no, 2: yes).
+	sdk uint8
+}
+
+func (p *plegdProcessor) newBatch(ctx context.Context) *batch {
+	bctx, cancel := context.WithTimeout(ctx, p.cfg.LookupTimeout)
+	return &batch{p: p, ctx: bctx, cancel: cancel, memo: make(map[memoKey]answer, 8)}
+}
+
+func get(res, rec pcommon.Map, name string) (pcommon.Value, bool) {
+	if v, ok := res.Get(name); ok {
+		return v, true
+	}
+	if rec == (pcommon.Map{}) {
+		return pcommon.Value{}, false
+	}
+	return rec.Get(name)
+}
+
+func getStr(res, rec pcommon.Map, name string) string {
+	v, ok := get(res, rec, name)
+	if !ok {
+		return ""
+	}
+	if v.Type() == pcommon.ValueTypeStr {
+		return v.Str()
+	}
+	return v.AsString()
+}
+
+func getInt(res, rec pcommon.Map, name string) (int64, bool) {
+	v, ok := get(res, rec, name)
+	if !ok {
+		return 0, false
+	}
+	switch v.Type() {
+	case pcommon.ValueTypeInt:
+		return v.Int(), true
+	case pcommon.ValueTypeDouble:
+		return int64(v.Double()), true
+	case pcommon.ValueTypeStr:
+		n, err := strconv.ParseInt(v.Str(), 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// lookup answers one association key of a record; present is false when neither the
+// resource nor the record carries it.
+func (b *batch) lookup(k assocKey, res, rec pcommon.Map) (a answer, present bool) {
+	var mk memoKey
+	switch k {
+	case assocContainerID:
+		mk.s = getStr(res, rec, KeyContainerID)
+	case assocPodUID:
+		mk.s = getStr(res, rec, KeyPodUID)
+		if mk.s != "" {
+			mk.c = getStr(res, rec, attrContainerName)
+			mk.i = -1
+			if n, ok := getInt(res, rec, attrRestartCount); ok && mk.c != "" {
+				mk.i = n
+			}
+		}
+	case assocLogFilePath:
+		mk.s = getStr(res, rec, KeyLogFilePath)
+	case assocProcessPID:
+		// plegd knows host PIDs. An SDK's resource carries the process's PID in its
+		// own PID namespace — in a container, another process's host PID, if any.
+		if b.sdkResource(res) {
+			return answer{}, false
+		}
+		n, ok := getInt(res, rec, KeyProcessPID)
+		if !ok {
+			return answer{}, false
+		}
+		mk.i = n
+	}
+	if mk.s == "" && k != assocProcessPID {
+		return answer{}, false
+	}
+	mk.k = k
+	if a, ok := b.memo[mk]; ok {
+		return a, true
+	}
+	r := b.p.r
+	switch k {
+	case assocContainerID:
+		a = r.byContainerID(b.ctx, mk.s)
+	case assocPodUID:
+		a = r.byPodUID(b.ctx, mk.s, mk.c, mk.i)
+	case assocLogFilePath:
+		a = r.byLogPath(b.ctx, mk.s)
+	case assocProcessPID:
+		a = r.byPID(b.ctx, mk.i)
+	}
+	b.memo[mk] = a
+	return a, true
+}
+
+// sdkResource says whether res is an OpenTelemetry SDK's resource (it carries
+// telemetry.sdk.* attributes).
+func (b *batch) sdkResource(res pcommon.Map) bool {
+	if b.sdk == 0 {
+		b.sdk = 1
+		res.Range(func(k string, _ pcommon.Value) bool {
+			if strings.HasPrefix(k, "telemetry.sdk.") {
+				b.sdk = 2
+				return false
+			}
+			return true
+		})
+	}
+	return b.sdk == 2
+}
+
+// resolve places one record: the keys in the configured order, each read from the
+// resource, then from the record. A key that finds only a pod (k8s.pod.uid without
+// the container's name) is kept while later keys may still name the container in
+// that pod. A record whose resource already names another pod or container than
+// the one found is not placed (conflict).
+func (b *batch) resolve(res, rec pcommon.Map) answer {
+	a := b.find(res, rec)
+	if a.p == nil {
+		return a
+	}
+	c, ok := b.conflictOf[a.p]
+	if !ok {
+		c = a.p.conflicts(res)
+		if b.conflictOf == nil {
+			b.conflictOf = make(map[*placement]bool, 8)
+		}
+		b.conflictOf[a.p] = c
+	}
+	if c {
+		return answer{why: reasonConflict}
+	}
+	return a
+}
+
+func (b *batch) find(res, rec pcommon.Map) answer {
+	var podOnly *placement
+	why := reasonNoKey
+	for _, k := range b.p.keys {
+		a, present := b.lookup(k, res, rec)
+		if !present {
+			continue
+		}
+		if a.p == nil {
+			why = max(why, a.why)
+			continue
+		}
+		if a.p.containerID == "" {
+			if podOnly == nil {
+				podOnly = a.p
+			}
+			continue
+		}
+		if podOnly != nil && podOnly.podUID != a.p.podUID {
+			if _, onRes := res.Get(KeyContainerID); onRes && k == assocContainerID {
+				// The resource's container.id is another pod's container: whichever
+				// pod it is given, it would name two.
+				return answer{why: reasonConflict}
+			}
+			break // an earlier key named another pod: it wins
+		}
+		return a
+	}
+	if podOnly != nil {
+		return answer{p: podOnly}
+	}
+	return answer{why: why}
+}
+
+// group adds a record's placement to the resource's groups and returns its index:
+// the records of one container make one group, whichever keys found them.
+func (b *batch) group(p *placement) int {
+	if i, ok := b.groupOf[p]; ok {
+		return i
+	}
+	i := 0
+	for ; i < len(b.groups) && !sameTarget(b.groups[i], p); i++ {
+	}
+	if i == len(b.groups) {
+		b.groups = append(b.groups, p)
+	}
+	if b.groupOf == nil {
+		b.groupOf = make(map[*placement]int, 8)
+	}
+	b.groupOf[p] = i
+	return i
+}
+
+// reset starts a new resource.
+func (b *batch) reset() {
+	b.groups = b.groups[:0]
+	b.assign = b.assign[:0]
+	clear(b.groupOf)
+	clear(b.conflictOf)
+	b.sdk = 0
+}
+
+func (p *plegdProcessor) processLogs(ctx context.Context, ld plog.Logs) (plog.Logs, error) {
+	b := p.newBatch(ctx)
+	defer b.cancel()
+	var c counts
+	rls := ld.ResourceLogs()
+	n := rls.Len()
+	for i := 0; i < n; i++ {
+		rl := rls.At(i)
+		res := rl.Resource().Attributes()
+		b.reset()
+		sls := rl.ScopeLogs()
+		for j := 0; j < sls.Len(); j++ {
+			lrs := sls.At(j).LogRecords()
+			for k := 0; k < lrs.Len(); k++ {
+				a := b.resolve(res, lrs.At(k).Attributes())
+				c[a.why]++
+				b.assign = append(b.assign, b.group(a.p))
+			}
+		}
+		if len(b.groups) <= 1 {
+			if len(b.groups) == 1 && b.groups[0] != nil {
+				b.groups[0].apply(res)
+			}
+			continue
+		}
+		// The records belong to several containers: the first group stays, each other
+		// gets a copy of the resource and scopes, and its records move there.
+		out := make([]plog.ResourceLogs, len(b.groups))
+		out[0] = rl
+		for g := 1; g < len(b.groups); g++ {
+			out[g] = rls.AppendEmpty()
+			rl.Resource().CopyTo(out[g].Resource())
+			out[g].SetSchemaUrl(rl.SchemaUrl())
+		}
+		idx := 0
+		for j := 0; j < sls.Len(); j++ {
+			sl := sls.At(j)
+			lrs := sl.LogRecords()
+			targets := make([]plog.ScopeLogs, len(b.groups))
+			made := make([]bool, len(b.groups))
+			for k := 0; k < lrs.Len(); k++ {
+				g := b.assign[idx+k]
+				if g == 0 {
+					continue
+				}
+				if !made[g] {
+					targets[g] = out[g].ScopeLogs().AppendEmpty()
+					sl.Scope().CopyTo(targets[g].Scope())
+					targets[g].SetSchemaUrl(sl.SchemaUrl())
+					made[g] = true
+				}
+				lrs.At(k).MoveTo(targets[g].LogRecords().AppendEmpty())
+			}
+			k := 0
+			lrs.RemoveIf(func(plog.LogRecord) bool {
+				g := b.assign[idx+k]
+				k++
+				return g != 0
+			})
+			idx += k
+		}
+		sls.RemoveIf(func(sl plog.ScopeLogs) bool { return sl.LogRecords().Len() == 0 })
+		for g, pl := range b.groups {
+			if pl != nil {
+				pl.apply(out[g].Resource().Attributes())
+			}
+		}
+	}
+	p.r.tel.record(ctx, signalLogs, &c)
+	return ld, nil
+}
+
+func (p *plegdProcessor) processTraces(ctx context.Context, td ptrace.Traces) (ptrace.Traces, error) {
+	b := p.newBatch(ctx)
+	defer b.cancel()
+	var c counts
+	rss := td.ResourceSpans()
+	n := rss.Len()
+	for i := 0; i < n; i++ {
+		rs := rss.At(i)
+		res := rs.Resource().Attributes()
+		b.reset()
+		sss := rs.ScopeSpans()
+		for j := 0; j < sss.Len(); j++ {
+			spans := sss.At(j).Spans()
+			for k := 0; k < spans.Len(); k++ {
+				a := b.resolve(res, spans.At(k).Attributes())
+				c[a.why]++
+				b.assign = append(b.assign, b.group(a.p))
+			}
+		}
+		if len(b.groups) <= 1 {
+			if len(b.groups) == 1 && b.groups[0] != nil {
+				b.groups[0].apply(res)
+			}
+			continue
+		}
+		out := make([]ptrace.ResourceSpans, len(b.groups))
+		out[0] = rs
+		for g := 1; g < len(b.groups); g++ {
+			out[g] = rss.AppendEmpty()
+			rs.Resource().CopyTo(out[g].Resource())
+			out[g].SetSchemaUrl(rs.SchemaUrl())
+		}
+		idx := 0
+		for j := 0; j < sss.Len(); j++ {
+			ss := sss.At(j)
+			spans := ss.Spans()
+			targets := make([]ptrace.ScopeSpans, len(b.groups))
+			made := make([]bool, len(b.groups))
+			for k := 0; k < spans.Len(); k++ {
+				g := b.assign[idx+k]
+				if g == 0 {
+					continue
+				}
+				if !made[g] {
+					targets[g] = out[g].ScopeSpans().AppendEmpty()
+					ss.Scope().CopyTo(targets[g].Scope())
+					targets[g].SetSchemaUrl(ss.SchemaUrl())
+					made[g] = true
+				}
+				spans.At(k).MoveTo(targets[g].Spans().AppendEmpty())
+			}
+			k := 0
+			spans.RemoveIf(func(ptrace.Span) bool {
+				g := b.assign[idx+k]
+				k++
+				return g != 0
+			})
+			idx += k
+		}
+		sss.RemoveIf(func(ss ptrace.ScopeSpans) bool { return ss.Spans().Len() == 0 })
+		for g, pl := range b.groups {
+			if pl != nil {
+				pl.apply(out[g].Resource().Attributes())
+			}
+		}
+	}
+	p.r.tel.record(ctx, signalTraces, &c)
+	return td, nil
+}
+
+// processMetrics places each resource by its attributes, then by its data points'
+// attributes. Metrics are not split: when the data points of one resource belong to
+// several containers (or some to none), the resource is left as it is; its points
+// that were found are counted as unplaced (mixed), the others keep their own reason.
+func (p *plegdProcessor) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetric.Metrics, error) {
+	b := p.newBatch(ctx)
+	defer b.cancel()
+	var c counts
+	rms := md.ResourceMetrics()
+	for i := 0; i < rms.Len(); i++ {
+		rm := rms.At(i)
+		res := rm.Resource().Attributes()
+		b.reset()
+		var rc counts
+		sms := rm.ScopeMetrics()
+		for j := 0; j < sms.Len(); j++ {
+			ms := sms.At(j).Metrics()
+			for k := 0; k < ms.Len(); k++ {
+				forEachPoint(ms.At(k), func(attrs pcommon.Map) {
+					a := b.resolve(res, attrs)
+					rc[a.why]++
+					b.group(a.p)
+				})
+			}
+		}
+		switch {
+		case len(b.groups) == 1 && b.groups[0] != nil:
+			b.groups[0].apply(res)
+		case len(b.groups) > 1:
+			rc[reasonMixed] += rc[placed]
+			rc[placed] = 0
+		}
+		for r := range c {
+			c[r] += rc[r]
+		}
+	}
+	p.r.tel.record(ctx, signalMetrics, &c)
+	return md, nil
+}
+
+func forEachPoint(m pmetric.Metric, fn func(pcommon.Map)) {
+	switch m.Type() {
+	case pmetric.MetricTypeGauge:
+		dps := m.Gauge().DataPoints()
+		for i := 0; i < dps.Len(); i++ {
+			fn(dps.At(i).Attributes())
+		}
+	case pmetric.MetricTypeSum:
+		dps := m.Sum().DataPoints()
+		for i := 0; i < dps.Len(); i++ {
+			fn(dps.At(i).Attributes())
+		}
+	case pmetric.MetricTypeHistogram:
+		dps := m.Histogram().DataPoints()
+		for i := 0; i < dps.Len(); i++ {
+			fn(dps.At(i).Attributes())
+		}
+	case pmetric.MetricTypeExponentialHistogram:
+		dps := m.ExponentialHistogram().DataPoints()
+		for i := 0; i < dps.Len(); i++ {
+			fn(dps.At(i).Attributes())
+		}
+	case pmetric.MetricTypeSummary:
+		dps := m.Summary().DataPoints()
+		for i := 0; i < dps.Len(); i++ {
+			fn(dps.At(i).Attributes())
+		}
+	}
+}
