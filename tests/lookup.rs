@@ -557,3 +557,37 @@ async fn a_removal_the_tombstone_file_had_not_written_when_plegd_died_is_found_a
     assert_eq!(r.container.unwrap().id, id);
     p.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_file_a_recreated_static_pod_writes_again_is_the_new_containers_and_the_old_one_keeps_its_id() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let t = tune(state.path().into(), root.path().into(), Duration::from_secs(3600));
+    let p = start_plegd(t).await;
+    p.h.sim.set_host_root(root.path().into());
+    // A static pod's UID is a hash of its manifest: deleted and written again, the pod
+    // comes back with the same UID, and its container writes the same file.
+    let pod = PodSpec::new("kube-system", "etcd").kubelet_logs();
+    let (sid, old) = p.h.run_pod(&pod, &[ContainerSpec::new("etcd")]).await;
+    until(&p, Key::ContainerId(old[0].clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+    p.h.stop_pod(&sid).await;
+    p.h.remove_pod(&sid).await;
+    until(&p, Key::ContainerId(old[0].clone()), |r| r.removed).await;
+    let (_, new) = p.h.run_pod(&pod, &[ContainerSpec::new("etcd")]).await;
+    until(&p, Key::ContainerId(new[0].clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+
+    let file = format!("/var/log/pods/kube-system_etcd_{}/etcd/0.log", pod.uid);
+    for key in [Key::LogPath(file.clone()), Key::LogPath(format!("{file}.1"))] {
+        let r = get(&p, key.clone()).await.unwrap_or_else(|e| panic!("{key:?}: {e}"));
+        assert_eq!((&r.container.unwrap().id, r.removed), (&new[0], false), "{key:?}: the pod's current container");
+    }
+    let attempt0 =
+        Key::Container(api::ContainerRef { pod_uid: pod.uid.clone(), container_name: "etcd".into(), attempt: 0 });
+    assert_eq!(get(&p, attempt0).await.unwrap().container.unwrap().id, new[0]);
+    // The removed one is still itself by its id, and by its link under /var/log/containers.
+    let r = get(&p, Key::ContainerId(old[0].clone())).await.unwrap();
+    assert!(r.removed);
+    let link = format!("/var/log/containers/etcd_kube-system_etcd-{}.log", old[0]);
+    let r = get(&p, Key::LogPath(link)).await.unwrap();
+    assert_eq!((&r.container.unwrap().id, r.removed), (&old[0], true));
+    p.stop().await;
+}
