@@ -11,6 +11,10 @@
 #   containerd.sh resume V             starts containerd again on the same root and socket
 #   containerd.sh import V FILE NAME   imports an OCI archive (scripts/build-image.sh) as NAME
 #   containerd.sh ctr V ARGS...        runs ctr against containerd V (namespace k8s.io)
+#
+# PLEGD_E2E_INSTANCE runs a second containerd of a version beside the first;
+# PLEGD_E2E_CNI_CONF_DIR and PLEGD_E2E_METRICS_ADDR, at start, give it a CNI
+# configuration directory and a metrics listener (tests/kubelet uses all three).
 set -euo pipefail
 
 E2E=${PLEGD_E2E_ROOT:-/var/tmp/plegd-e2e}
@@ -28,7 +32,9 @@ bin_dir() {
   esac
 }
 
-run_dir() { echo "$E2E/run-$1"; }
+# PLEGD_E2E_INSTANCE names a second private containerd of the same version (its own root,
+# state and socket), for suites that must not see each other's pods.
+run_dir() { echo "$E2E/run${PLEGD_E2E_INSTANCE:+-$PLEGD_E2E_INSTANCE}-$1"; }
 
 install() {
   export DEBIAN_FRONTEND=noninteractive
@@ -140,10 +146,16 @@ start() {
   image
   mkdir -p "$dir/root" "$dir/state"
   PATH="$bin:$PATH" "$bin/containerd" config default >"$dir/config.toml"
-  python3 - "$dir/config.toml" "$SANDBOX_IMAGE" "$v" <<'PY'
+  python3 - "$dir/config.toml" "$SANDBOX_IMAGE" "$v" "${PLEGD_E2E_CNI_CONF_DIR:-}" "${PLEGD_E2E_METRICS_ADDR:-}" <<'PY'
 import re, sys
-path, sandbox, version = sys.argv[1], sys.argv[2], sys.argv[3]
+path, sandbox, version, cni_conf_dir, metrics = sys.argv[1:6]
 s = open(path).read()
+# A pod network from the test's own CNI configuration (PLEGD_E2E_CNI_CONF_DIR), and
+# containerd's own gRPC metrics on PLEGD_E2E_METRICS_ADDR (host:port), when asked.
+if cni_conf_dir:
+    s = re.sub(r"conf_dir = ['\"]/etc/cni/net.d['\"]", f"conf_dir = '{cni_conf_dir}'", s)
+if metrics:
+    s = re.sub(r"(\[metrics\]\s*\n\s*address = )['\"]['\"]", lambda m: f"{m.group(1)}'{metrics}'", s)
 # Version 2 configs (1.6, 1.7) quote with ", version 3 (2.x) with '.
 s = re.sub(r"restrict_oom_score_adj = false", "restrict_oom_score_adj = true", s)
 s = re.sub(r"disable_apparmor = false", "disable_apparmor = true", s)

@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
 # Runs plegd's end-to-end suite against real containerd 1.6, 1.7 and 2.1. Installs what it
 # needs (apt), starts each containerd privately, runs the ignored e2e tests, tears down.
-# On the versions in PLEGD_E2E_POD_VERSIONS (default 2.1) it also runs plegd as a pod from
-# its image (tests/e2e_pod.rs); the image is built by scripts/build-image.sh unless
-# PLEGD_E2E_IMAGE names an archive already built. Set PLEGD_E2E_POD_VERSIONS="" to skip it.
+# plegd as a pod from its image runs under a real kubelet: tests/kubelet/run.sh.
 # On the versions in PLEGD_SOAK_VERSIONS (default 2.1) it runs the soak under chaos
 # (tests/soak.rs) for PLEGD_SOAK_SECS (default 300) when no test filter is given.
 # Extra arguments go to the test binaries (a test-name filter, say).
@@ -12,13 +10,7 @@ cd "$(dirname "$0")/../.."
 CTL="$PWD/tests/e2e/containerd.sh"
 [ "$(id -u)" = 0 ] || { echo "tests/e2e/run.sh: needs root to run containerd" >&2; exit 1; }
 "$CTL" install
-cargo test --locked --test e2e_containerd --test e2e_lookup --test e2e_pod --test soak --no-run
-pod_versions=${PLEGD_E2E_POD_VERSIONS-2.1}
-if [ -n "$pod_versions" ] && [ -z "${PLEGD_E2E_IMAGE:-}" ]; then
-  echo "== plegd's image (scripts/build-image.sh)"
-  bash scripts/build-image.sh
-  export PLEGD_E2E_IMAGE=$PWD/target/image/plegd-oci.tar
-fi
+cargo test --locked --test e2e_containerd --test e2e_lookup --test soak --no-run
 failed=()
 export PLEGD_E2E_FIGURES=${PLEGD_E2E_FIGURES:-/tmp/plegd-e2e-figures.txt}
 : >"$PLEGD_E2E_FIGURES"
@@ -45,17 +37,6 @@ for v in ${PLEGD_E2E_VERSIONS:-1.6 1.7 2.1}; do
   set -e
   [ "$rc" = 0 ] || failed+=("$v (lookup)")
   ran=$((ran + $(passed "/tmp/plegd-e2e-lookup-$v.log")))
-  if [[ " $pod_versions " == *" $v "* ]]; then
-    echo "== containerd $v: plegd as a pod"
-    set +e
-    PLEGD_E2E_ENDPOINT=$endpoint PLEGD_E2E_VERSION=$v PLEGD_E2E_CTL=$CTL \
-      cargo test --locked --test e2e_pod -- --ignored --test-threads=1 --nocapture "$@" 2>&1 \
-      | tee "/tmp/plegd-e2e-pod-$v.log"
-    rc=${PIPESTATUS[0]}
-    set -e
-    [ "$rc" = 0 ] || failed+=("$v (pod)")
-    ran=$((ran + $(passed "/tmp/plegd-e2e-pod-$v.log")))
-  fi
   if [[ " ${PLEGD_SOAK_VERSIONS-2.1} " == *" $v "* ]] && [ -z "$*" ]; then
     echo "== containerd $v: the soak under chaos (${PLEGD_SOAK_SECS:-300} s)"
     set +e
