@@ -123,6 +123,7 @@ fn a_runtime_missing_at_start_is_not_ready_then_ready_once_it_appears() {
     let mut sidecar = Killed(
         Command::new(BIN)
             .args(["run", "--runtime-endpoint", &endpoint, "--admin-addr", &format!("127.0.0.1:{port}")])
+            .args(["--debug-addr", "127.0.0.1:0"])
             .args(["--listen", &format!("unix://{}", dir.path().join("api/plegd.sock").display())])
             .args(["--state-dir", &dir.path().join("state").display().to_string()])
             .args(["--relist-period", "100ms"])
@@ -181,7 +182,7 @@ fn a_sigterm_while_waiting_for_another_plegds_state_dir_exits_zero_at_once() {
     let state = dir.path().join("state").display().to_string();
     let spawn = |n: usize, port: u16| {
         Command::new(BIN)
-            .args(["run", "--runtime-endpoint", "unix:///nonexistent/cri.sock"])
+            .args(["run", "--runtime-endpoint", "unix:///nonexistent/cri.sock", "--debug-addr", "127.0.0.1:0"])
             .args(["--admin-addr", &format!("127.0.0.1:{port}"), "--state-dir", &state])
             .args(["--listen", &format!("unix://{}", dir.path().join(format!("api{n}.sock")).display())])
             .stdout(Stdio::null())
@@ -237,6 +238,8 @@ fn an_admin_address_in_use_is_a_clear_error() {
         &listen,
         "--state-dir",
         "",
+        "--debug-addr",
+        "127.0.0.1:0",
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -300,6 +303,7 @@ fn evented_mode_is_not_ready_without_a_stream_and_ready_with_one() {
         let _sidecar = Killed(
             Command::new(BIN)
                 .args(["run", "--mode", "evented", "--runtime-endpoint", &endpoint, "--state-dir", ""])
+                .args(["--debug-addr", "127.0.0.1:0"])
                 .args(["--listen", &format!("unix://{}", dir.path().join("plegd.sock").display())])
                 .args(["--admin-addr", &format!("127.0.0.1:{port}"), "--relist-period", "100ms"])
                 .stdout(Stdio::null())
@@ -345,6 +349,7 @@ impl Node {
         self.run = Some(Killed(
             Command::new(BIN)
                 .args(["run", "--runtime-endpoint", &endpoint, "--listen", &self.api()])
+                .args(["--debug-addr", "127.0.0.1:0"])
                 .args(["--state-dir", &self.dir.path().join("state").display().to_string()])
                 .args(["--admin-addr", &format!("127.0.0.1:{port}"), "--relist-period", "200ms"])
                 .stdout(Stdio::null())
@@ -475,7 +480,17 @@ fn a_state_dir_that_cannot_be_created_and_a_bad_budget_are_usage_errors() {
     std::fs::write(&file, "").unwrap();
     let state = file.join("state").display().to_string();
     let listen = format!("unix://{}", dir.path().join("plegd.sock").display());
-    let out = plegd(&["run", "--state-dir", &state, "--listen", &listen, "--admin-addr", "127.0.0.1:0"]);
+    let out = plegd(&[
+        "run",
+        "--state-dir",
+        &state,
+        "--listen",
+        &listen,
+        "--admin-addr",
+        "127.0.0.1:0",
+        "--debug-addr",
+        "127.0.0.1:0",
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("--state-dir") && stderr.contains(&state), "names the flag and the path: {stderr}");

@@ -42,7 +42,7 @@ async fn start(endpoint: &str, state: &std::path::Path, dir: &std::path::Path) -
     let socket = format!("unix://{}", dir.join("api/plegd.sock").display());
     let child = Command::new(BIN)
         .args(["run", "--runtime-endpoint", endpoint, "--listen", &socket])
-        .args(["--admin-addr", &admin.to_string(), "--relist-period", "100ms"])
+        .args(["--admin-addr", &admin.to_string(), "--relist-period", "100ms", "--debug-addr", "127.0.0.1:0"])
         .arg("--state-dir")
         .arg(state)
         .env("RUST_LOG", "warn")
