@@ -16,7 +16,8 @@ use super::evented::StreamState;
 use super::final_statuses::{FinalStatuses, Settled};
 use super::health::PlegHealth;
 use super::hints::{Hint, PodHints};
-use super::inspect::{Prefetched, inspect_pod, inspect_prefetched, list_pod};
+use super::inspect::{Prefetched, inspect_pod, inspect_prefetched};
+use super::list::list_pod;
 use super::lost_exits::LostExits;
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
@@ -349,7 +350,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
         self.listing.fingerprint = None;
         let (sandboxes, containers) =
-            super::inspect::decode_listing(&self.runtime, &listing).await.map_err(PlegError::Decode)?;
+            super::list::decode_listing(&self.runtime, &listing).await.map_err(PlegError::Decode)?;
         drop(listing);
         let pods = group_pods(sandboxes, containers);
         let mut outcome = RelistOutcome { pods: pods.len(), ..Default::default() };
