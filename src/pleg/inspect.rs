@@ -181,7 +181,8 @@ pub async fn inspect_prefetched<R: RuntimeService>(
     let sandbox_reads = present(sandbox_reads)?;
     let container_reads = present(container_reads)?;
     let mut sandboxes: Vec<SandboxStatus> = sandbox_reads.iter().map(|r| sandbox_status(r, previous)).collect();
-    let containers = join_all(container_reads.iter().map(|r| container_status(r, host, previous))).await;
+    let mut containers: Vec<_> = container_reads.iter().map(|r| ContainerStatus::from_cri(&r.status)).collect();
+    give_processes(&mut containers, &container_reads, host, previous).await;
     let mut containers: Vec<_> = containers.into_iter().map(|c| share_unchanged(c, previous)).collect();
     let about = About::of(pod, &sandbox_reads, previous);
     sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
@@ -280,65 +281,69 @@ fn sandbox_status(read: &SandboxRead, previous: Option<&PodStatus>) -> SandboxSt
     s
 }
 
-/// A container's status, with its process: the previous status's where it had one,
-/// else what the verbose status read with it and the host say. A container seen first
-/// after it exited still has the PID and cgroup it ran with (a lookup by them finds
-/// it), read without the host's word; a running one the runtime names no PID for is
-/// left without, to be asked again (verbose) at the next read.
-async fn container_status(read: &ContainerRead, host: Option<&Host>, previous: Option<&PodStatus>) -> ContainerStatus {
-    let mut c = ContainerStatus::from_cri(&read.status);
-    let running = c.state == ContainerState::Running;
-    c.process = match (previous.and_then(|p| p.known_process(&c.id)), host, &read.verbose) {
-        (Some(known), _, _) => Some(known.clone()),
-        (None, Some(host), Some(v)) if c.state != ContainerState::Created && (v.pid != 0 || !running) => {
-            process_of(host, &c.id, v, running).await
+/// Gives each container its process: the previous status's where it had one, else what
+/// the verbose status read with it and the host say, the host read once for the whole
+/// pod off the async threads. A container seen first after it exited still has the PID
+/// and cgroup it ran with (a lookup by them finds it), read without the host's word; a
+/// running one the runtime names no PID for is left without, to be asked again
+/// (verbose) at the next read, as is every one when the host does not answer.
+async fn give_processes(
+    containers: &mut [ContainerStatus],
+    reads: &[ContainerRead],
+    host: Option<&Host>,
+    previous: Option<&PodStatus>,
+) {
+    let mut ask = Vec::new();
+    for (i, (c, read)) in containers.iter_mut().zip(reads).enumerate() {
+        let running = c.state == ContainerState::Running;
+        match (previous.and_then(|p| p.known_process(&c.id)), &read.verbose) {
+            (Some(known), _) => c.process = Some(known.clone()),
+            (None, Some(v)) if c.state != ContainerState::Created && (v.pid != 0 || !running) => {
+                ask.push((i, ProcessAsk { id: c.id.clone(), verbose: v.clone(), running }));
+            }
+            (None, _) => {}
         }
-        (None, _, _) => None,
-    };
-    c
+    }
+    let Some(host) = host.filter(|_| !ask.is_empty()) else { return };
+    let read = host.off_thread(move |host| ask.into_iter().map(|(i, a)| (i, a.read(host))).collect::<Vec<_>>()).await;
+    match read {
+        Ok(found) => found.into_iter().for_each(|(i, p)| containers[i].process = Some(p)),
+        Err(e) => {
+            tracing::warn!(error = %e, "the host's /proc did not answer; the containers' processes are read again later")
+        }
+    }
 }
 
-/// A container's process from its verbose status and the host: the cgroup the kernel
-/// shows for the PID (any cgroup driver), else the one the spec names. The host is
-/// asked only while the container runs: after, the PID may be another process's. The
-/// host is read off the async threads; a read that does not answer leaves the process
-/// unread (`None`), to be read again at the next read of the pod.
-async fn process_of(
-    host: &Host,
-    id: &str,
-    v: &crate::cri::verbose::ContainerVerbose,
+/// What the host is asked of one container's process.
+struct ProcessAsk {
+    id: String,
+    verbose: crate::cri::verbose::ContainerVerbose,
     running: bool,
-) -> Option<Process> {
-    let (id, pid, cgroups_path) = (id.to_owned(), v.pid, v.cgroups_path.clone());
-    let read = host
-        .off_thread(move |host| {
-            // The process is the container's only if the kernel puts it in the
-            // container's cgroup: a PID reused since the runtime's answer is another
-            // process's.
-            let seen = if running { host.process(pid) } else { None }
-                .filter(|p| p.cgroup.as_deref().is_none_or(|cg| crate::host::belongs_to(cg, &id, &cgroups_path)));
-            let cgroup_id = seen
-                .as_ref()
-                .and_then(|p| p.cgroup_id)
-                .or_else(|| crate::host::cgroup_path_of(&cgroups_path).and_then(|c| host.cgroup_id(&c)));
-            let namespaces = if seen.is_some() { host.namespaces(pid) } else { Default::default() };
-            (cgroup_id, seen.and_then(|p| p.start_ticks), namespaces)
-        })
-        .await;
-    let (cgroup_id, start_ticks, namespaces) = match read {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(pid = v.pid, error = %e, "the host's /proc did not answer; the container's process is read again later");
-            return None;
+}
+
+impl ProcessAsk {
+    /// The process from the verbose status and the host: the cgroup the kernel shows
+    /// for the PID (any cgroup driver), else the one the spec names. The host is asked
+    /// only while the container runs: after, the PID may be another process's. Blocks.
+    fn read(&self, host: &Host) -> Process {
+        let (pid, cgroups_path) = (self.verbose.pid, &self.verbose.cgroups_path);
+        // The process is the container's only if the kernel puts it in the container's
+        // cgroup: a PID reused since the runtime's answer is another process's.
+        let seen = if self.running { host.process(pid) } else { None }
+            .filter(|p| p.cgroup.as_deref().is_none_or(|cg| crate::host::belongs_to(cg, &self.id, cgroups_path)));
+        let cgroup_id = seen
+            .as_ref()
+            .and_then(|p| p.cgroup_id)
+            .or_else(|| crate::host::cgroup_path_of(cgroups_path).and_then(|c| host.cgroup_id(&c)));
+        let namespaces = if seen.is_some() { host.namespaces(pid) } else { Default::default() };
+        Process {
+            pid,
+            cgroup_path: cgroups_path.clone(),
+            cgroup_id: cgroup_id.unwrap_or(0),
+            start_ticks: seen.and_then(|p| p.start_ticks).unwrap_or(0),
+            namespaces,
         }
-    };
-    Some(Process {
-        pid: v.pid,
-        cgroup_path: v.cgroups_path.clone(),
-        cgroup_id: cgroup_id.unwrap_or(0),
-        start_ticks: start_ticks.unwrap_or(0),
-        namespaces,
-    })
+    }
 }
 
 /// One container read from the runtime at once (verbose: with its process), and the
@@ -362,7 +367,14 @@ pub async fn read_container<R: RuntimeService>(
         return Ok(None);
     }
     let mut c = ContainerStatus::from_cri(&st);
-    c.process = process_of(host, &c.id, &verbose, c.state == ContainerState::Running).await;
+    let ask = ProcessAsk { id: c.id.clone(), verbose, running: c.state == ContainerState::Running };
+    c.process = match host.off_thread(move |host| ask.read(host)).await {
+        Ok(p) => Some(p),
+        Err(e) => {
+            tracing::warn!(error = %e, "the host's /proc did not answer; the container's process is read again later");
+            None
+        }
+    };
     Ok(Some((PodStatus::empty(&uid, &label(POD_NAMESPACE), &label(POD_NAME)), c)))
 }
 
