@@ -58,8 +58,25 @@ pub(super) struct PidUse {
     pub(super) forks_at_start: Option<u64>,
 }
 
-/// A container's pod, name and attempt.
-type AttemptKey = (Arc<str>, String, u32);
+/// A container's log file, or its pod, name and attempt, as a key: a hash, so that a
+/// container's keys cost no copy of its strings. A lookup checks the container it finds
+/// against what it asked ([`Index::by_log_path`], [`Index::by_attempt_of`]).
+type KeyHash = u64;
+
+fn hash_of(key: impl std::hash::Hash) -> KeyHash {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(key)
+}
+
+/// The key of a log file ([`LogFile::Attempt`]'s path).
+fn log_key(path: &str) -> KeyHash {
+    hash_of(path)
+}
+
+/// The key of pod `uid`'s container `name`, attempt `attempt`.
+fn attempt_key(uid: &str, name: &str, attempt: u32) -> KeyHash {
+    hash_of((uid, name, attempt))
+}
 
 #[derive(Default)]
 pub(super) struct Index {
@@ -83,9 +100,9 @@ pub(super) struct Index {
     /// Ids the runtime said are no pod's container, and when it said so.
     pub(super) not_containers: HashMap<String, Instant>,
     /// Containers by their log file ([`LogFile::Attempt`]'s path).
-    pub(super) by_log: HashMap<String, Id>,
+    pub(super) by_log: HashMap<KeyHash, Id>,
     /// Containers by pod, name and attempt.
-    pub(super) by_attempt: HashMap<AttemptKey, Id>,
+    pub(super) by_attempt: HashMap<KeyHash, Id>,
     /// Containers by a namespace's inode (a pod may share its PID namespace).
     pub(super) by_ns: HashMap<(NsKind, u64), Vec<Id>>,
     /// The host's own namespaces (PID 1's): a container that shares one (`hostPID`) is
@@ -119,20 +136,17 @@ fn entry<T>() -> usize {
 }
 
 /// What a tombstone costs in memory: its record; its id (one allocation); the
-/// `tombs`, `order` and `counted` entries that name it; and its keys — the attempt
-/// (with the container's name), the log file, the cgroup id, the PID and two
-/// namespaces — as if all were set, each in a table at its lowest load.
-pub(super) fn tomb_cost(id: &str, record_len: usize, c: &ContainerStatus, log_key: Option<&str>) -> usize {
+/// `tombs`, `order` and `counted` entries that name it; and its keys — the attempt, the
+/// log file, the cgroup id, the PID and two namespaces — as if all were set, each in a
+/// table at its lowest load.
+pub(super) fn tomb_cost(id: &str, record_len: usize) -> usize {
     let one_of = |slot: usize| block(slot);
     block(record_len)
         + block(id.len() + 2 * size_of::<usize>())
         + entry::<(Id, Tomb)>()
         + 2 * size_of::<Id>()
         + entry::<Id>()
-        + entry::<(AttemptKey, Id)>()
-        + block(c.name.len())
-        + entry::<(String, Id)>()
-        + log_key.map_or(0, |k| block(k.len()))
+        + 2 * entry::<(KeyHash, Id)>()
         + entry::<(u64, Id)>()
         + entry::<(u32, Vec<PidUse>)>()
         + one_of(size_of::<PidUse>())
@@ -145,6 +159,18 @@ impl Index {
             return Some(Found { pod: l.pod.clone(), container: l.container.clone(), removed_at: None });
         }
         self.tombs.get(id).and_then(Tomb::found)
+    }
+
+    /// The container that writes log file `path`.
+    pub(super) fn by_log_path(&self, path: &str) -> Option<Found> {
+        let f = self.by_log.get(&log_key(path)).and_then(|id| self.get(id))?;
+        matches!(log_file(&f.container.log_path), Ok(LogFile::Attempt(p)) if p == path).then_some(f)
+    }
+
+    /// Pod `uid`'s container `name`, attempt `attempt`.
+    pub(super) fn by_attempt_of(&self, uid: &str, name: &str, attempt: u32) -> Option<Found> {
+        let f = self.by_attempt.get(&attempt_key(uid, name, attempt)).and_then(|id| self.get(id))?;
+        (*f.pod.uid == *uid && f.container.name == name && f.container.attempt == attempt).then_some(f)
     }
 
     /// The shared id of a container the index holds, or a new one.
@@ -231,14 +257,9 @@ impl Index {
     /// Points the container's attempt, log file, namespaces, cgroup id and PID at it;
     /// `forks_at_start` is the host's task count near its start, if plegd has it.
     pub(super) fn index_keys(&mut self, id: &Id, c: &ContainerStatus, uid: &Arc<str>, forks_at_start: Option<u64>) {
-        self.by_attempt.insert((uid.clone(), c.name.clone(), c.attempt), id.clone());
+        self.by_attempt.insert(attempt_key(uid, &c.name, c.attempt), id.clone());
         if let Ok(LogFile::Attempt(path)) = log_file(&c.log_path) {
-            match self.by_log.get_mut(&path) {
-                Some(owner) => *owner = id.clone(),
-                None => {
-                    self.by_log.insert(path, id.clone());
-                }
-            }
+            self.by_log.insert(log_key(&path), id.clone());
         }
         let Some(p) = &c.process else { return };
         for (kind, inode, host) in
@@ -305,27 +326,16 @@ impl Index {
         let record = encode_pod_view(&pod);
         let forks_at_start = live.container.process.as_ref().and_then(|p| self.forks_at_start(&id, p.pid));
         let uid = crate::labels::shared(&pod.uid);
-        self.add_tomb(id.clone(), &uid, &live.container, record.clone(), removed_at);
+        self.add_tomb(id.clone(), &uid, record.clone(), removed_at);
         ops.push(TombstoneOp::Put { id: id.to_string(), removed_at, record, forks_at_start });
     }
 
-    /// Keeps `record` as the tombstone of container `c` of pod `uid`.
-    pub(super) fn add_tomb(
-        &mut self,
-        id: Id,
-        uid: &Arc<str>,
-        c: &ContainerStatus,
-        record: Vec<u8>,
-        removed_at: SystemTime,
-    ) {
+    /// Keeps `record` as the tombstone of container `id` of pod `uid`.
+    pub(super) fn add_tomb(&mut self, id: Id, uid: &Arc<str>, record: Vec<u8>, removed_at: SystemTime) {
         if self.tombs.contains_key(&id) {
             self.drop_tomb(&id);
         }
-        let log_key = match log_file(&c.log_path) {
-            Ok(LogFile::Attempt(path)) => Some(path),
-            _ => None,
-        };
-        let bytes = tomb_cost(&id, record.len(), c, log_key.as_deref());
+        let bytes = tomb_cost(&id, record.len());
         let t = Tomb { record: record.into_boxed_slice(), removed_at, pod: uid.clone(), bytes };
         self.tomb_bytes += bytes;
         let share = self.pod_tombs.entry(t.pod.clone()).or_default();
@@ -363,14 +373,14 @@ impl Index {
 
     fn forget_keys(&mut self, id: &str, uid: &Arc<str>, c: &ContainerStatus) {
         self.counted.remove(id);
-        let attempt = (uid.clone(), c.name.clone(), c.attempt);
+        let attempt = attempt_key(uid, &c.name, c.attempt);
         if self.by_attempt.get(&attempt).is_some_and(|x| &**x == id) {
             self.by_attempt.remove(&attempt);
         }
         if let Ok(LogFile::Attempt(path)) = log_file(&c.log_path)
-            && self.by_log.get(&path).is_some_and(|x| &**x == id)
+            && self.by_log.get(&log_key(&path)).is_some_and(|x| &**x == id)
         {
-            self.by_log.remove(&path);
+            self.by_log.remove(&log_key(&path));
         }
         let Some(p) = &c.process else { return };
         for key in [(NsKind::Mnt, p.namespaces.mnt), (NsKind::Pid, p.namespaces.pid)] {

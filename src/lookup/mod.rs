@@ -216,7 +216,7 @@ impl ContainerLookup {
                         let stamp = t.forks_at_start.filter(|_| t.removed_at >= boot);
                         let uid = crate::labels::shared(&found.pod.uid);
                         ix.index_keys(&id, &found.container, &uid, stamp);
-                        ix.add_tomb(id, &uid, &found.container, t.record, t.removed_at);
+                        ix.add_tomb(id, &uid, t.record, t.removed_at);
                     }
                     Err(e) => tracing::warn!(id = %t.id, error = %e, "a tombstone does not decode; skipped"),
                 }
@@ -348,7 +348,7 @@ impl ContainerLookup {
                 Some(f) => Answer::Found(f),
                 None => Answer::NotFound(self.unknown(&format!("a container with cgroup id {cg}"))),
             },
-            LookupKey::LogPath(LogFile::Attempt(path)) => match ix.by_log.get(path).and_then(|id| ix.get(id)) {
+            LookupKey::LogPath(LogFile::Attempt(path)) => match ix.by_log_path(path) {
                 Some(f) => Answer::Found(f),
                 None => Answer::NotFound(self.unknown(&format!("a container that writes {path}"))),
             },
@@ -362,15 +362,12 @@ impl ContainerLookup {
                 )),
                 None => Answer::NotFound(self.unknown(&format!("container {id:?}"))),
             },
-            LookupKey::Attempt { pod_uid, name, attempt } => {
-                let key = (crate::labels::shared(pod_uid), name.clone(), *attempt);
-                match ix.by_attempt.get(&key).and_then(|id| ix.get(id)) {
-                    Some(f) => Answer::Found(f),
-                    None => Answer::NotFound(
-                        self.unknown(&format!("attempt {attempt} of container {name:?} of pod {pod_uid}")),
-                    ),
+            LookupKey::Attempt { pod_uid, name, attempt } => match ix.by_attempt_of(pod_uid, name, *attempt) {
+                Some(f) => Answer::Found(f),
+                None => {
+                    Answer::NotFound(self.unknown(&format!("attempt {attempt} of container {name:?} of pod {pod_uid}")))
                 }
-            }
+            },
             LookupKey::MntNs(inode) => self.find_ns(&ix, NsKind::Mnt, *inode),
             LookupKey::PidNs(inode) => self.find_ns(&ix, NsKind::Pid, *inode),
             LookupKey::Pid(pid) => match process {
