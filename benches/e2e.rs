@@ -603,7 +603,8 @@ async fn ms<T>(f: impl std::future::Future<Output = T>) -> f64 {
 /// the inspection: one round trip), 300 times after a warm-up round.
 async fn cri_calls() {
     use plegd::cri::RuntimeService;
-    use plegd::pleg::inspect::{Prefetched, inspect_prefetched, list_pod};
+    use plegd::pleg::inspect::{Prefetched, inspect_prefetched};
+    use plegd::pleg::list::list_pod;
     use plegd::proto::runtime as cri;
     let endpoint = std::env::var("PLEGD_E2E_ENDPOINT").unwrap();
     let client = plegd::cri::client::CriClient::new(&endpoint, Default::default(), None).unwrap();

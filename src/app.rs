@@ -190,44 +190,18 @@ pub async fn start_on<R: RuntimeService>(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Result<Sidecar, AppError> {
+    crate::clock::start();
     let RunConfig { runtime, pleg: pleg_cfg, admin: admin_cfg, api, journal, sync: sync_cfg, memory, lookup, export } =
         cfg.clone();
-    crate::clock::start();
     // Where the host's /proc and cgroupfs are: the relister reads a new container's
     // process there, the lookup and the runtime view too.
     let lookup_host = lookup.host.clone();
     let liveness = Liveness::new();
     let stores = Stores::open(&journal, lookup, pleg_cfg.mode, &metrics, shutdown).await?;
+    let Pleg { relister, publisher, watcher, cache, health, readiness, stream: state_rx } =
+        Pleg::build(cfg, client.clone(), &stores, &metrics, &liveness);
     let Stores { journal, lookup, tombstones, runlog } = stores;
-
-    // The PLEG: the relister (the cache's only writer), the event stream, health.
-    let (writer, cache) = cache::new();
-    let health = PlegHealth::new(pleg_cfg.threshold);
-    let (events_tx, publisher) = publish::channel(4096, journal.clone(), Some(metrics.events.clone()));
-    let publisher = publisher
-        .with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT))
-        .priming(health.clone())
-        .with_lookup(lookup.clone());
-    let (state_tx, state_rx) = evented::stream_state();
-    let relist_limit = relist_liveness_limit(pleg_cfg.relist_period, pleg_cfg.inspect_timeout, runtime.request_timeout);
-    let relister = GenericPleg::new(
-        client.clone(),
-        writer,
-        events_tx,
-        health.clone(),
-        Some(metrics.pleg.clone()),
-        pleg_cfg.relist(lookup_host.clone()),
-    )
-    // What the journal's last events said of each pod: the first relist turns what
-    // changed while plegd was down into events.
-    .with_seed(journal.pods())
-    .with_liveness(liveness.register("relist", relist_limit))
-    .with_stream(state_rx.clone(), pleg_cfg.net_period)
-    .with_stream_check(pleg_cfg.stream_check);
     let (relist_handle, hints) = (relister.handle(), relister.hints());
-    let readiness =
-        Readiness { health: health.clone(), stream: state_rx.clone(), require_stream: pleg_cfg.mode == Mode::Evented };
-
     let pipeline = Pipeline::build(&sync_cfg, &journal, &cache, &client, &health, &publisher, &liveness, &metrics);
 
     // Bind every socket before starting anything.
@@ -247,12 +221,7 @@ pub async fn start_on<R: RuntimeService>(
         work: Default::default(),
         runlog: runlog.clone(),
     });
-    let admin = HttpServer::bind(admin_cfg.addr, crate::admin::admin_router(admin_state.clone()), HttpLimits::ADMIN)
-        .await?
-        .counting_refusals(metrics.http.refused_on("admin"));
-    let debug = HttpServer::bind(admin_cfg.debug_addr, crate::admin::debug_router(admin_state), HttpLimits::DEBUG)
-        .await?
-        .counting_refusals(metrics.http.refused_on("debug"));
+    let (admin, debug) = bind_admin(&admin_cfg, admin_state, &metrics).await?;
     let (admin_addr, debug_addr) = (admin.local_addr(), debug.local_addr());
     let exporter = match export {
         Some(ecfg) => Some(crate::export::OtlpExporter::new(ecfg, journal.clone(), metrics.export.clone())?),
@@ -264,25 +233,8 @@ pub async fn start_on<R: RuntimeService>(
     if let Some(exporter) = exporter {
         spawn(tracker, "otlp_export", exporter.run(shutdown.clone()));
     }
-    if let Some(w) = tombstones {
-        spawn(tracker, "tombstones", w.run(shutdown.clone()));
-    }
-    let scavenger = crate::memory::Scavenger::new(memory, metrics.memory.clone());
-    spawn(tracker, "memory_trim", scavenger.run(shutdown.clone()));
-    if let Some(checkpointer) = journal.checkpointer() {
-        spawn(tracker, "journal_checkpoint", checkpointer.run(shutdown.clone()));
-    }
-    if pleg_cfg.mode == Mode::Generic {
-        state_tx.send_replace(StreamState::Disabled);
-    } else {
-        let watcher = EventedWatcher::new(
-            client.clone(),
-            hints.clone(),
-            state_tx,
-            Some(metrics.pleg.clone()),
-            pleg_cfg.stream.clone(),
-        )
-        .with_liveness(liveness.register("event stream", QUICK_LOOP_LIMIT));
+    spawn_upkeep(tracker, shutdown, tombstones, memory, &metrics, &journal);
+    if let Some(watcher) = watcher {
         spawn(tracker, "event_stream", watcher.run(shutdown.clone()));
     }
     spawn(tracker, "run_log", keep_run_log(runlog, state_rx.clone(), health.clone(), shutdown.clone()));
@@ -304,15 +256,8 @@ pub async fn start_on<R: RuntimeService>(
         shutdown.clone(),
     )
     .with_lookup(lookup.clone(), Some(container_reader(client.clone(), lookup_host.clone())));
-    let (sd, ready, socket) = (shutdown.clone(), readiness.clone(), api.socket.clone());
     let api_beat = liveness.register("api", QUICK_LOOP_LIMIT);
-    spawn(tracker, "grpc", async move {
-        if let Err(e) = crate::grpc::serve(api_listener, svc, ready, api_beat, sd.clone()).await {
-            tracing::error!(error = %e, "gRPC API stopped");
-            sd.cancel();
-        }
-        let _ = std::fs::remove_file(&socket);
-    });
+    serve_api(tracker, api_listener, svc, readiness.clone(), api_beat, api.socket.clone(), shutdown);
     tracing::info!(
         runtime = %runtime.endpoint, api = %api.socket.display(), admin = %admin_addr, debug = %debug_addr,
         mode = ?pleg_cfg.mode, "plegd started"
@@ -335,6 +280,120 @@ pub async fn start_on<R: RuntimeService>(
         hints,
         lookup,
     })
+}
+
+/// The PLEG: the relister (the cache's only writer) seeded with what the journal last
+/// said of each pod, the publisher it feeds, the event stream's watcher (none in
+/// generic mode), health and readiness.
+struct Pleg<R: RuntimeService> {
+    relister: GenericPleg<R>,
+    publisher: publish::Publisher,
+    watcher: Option<EventedWatcher<R>>,
+    cache: PodCache,
+    health: PlegHealth,
+    readiness: Readiness,
+    stream: tokio::sync::watch::Receiver<StreamState>,
+}
+
+impl<R: RuntimeService> Pleg<R> {
+    fn build(cfg: &RunConfig, client: R, stores: &Stores, metrics: &Metrics, liveness: &Liveness) -> Self {
+        let pleg_cfg = &cfg.pleg;
+        let (writer, cache) = cache::new();
+        let health = PlegHealth::new(pleg_cfg.threshold);
+        let (events_tx, publisher) = publish::channel(4096, stores.journal.clone(), Some(metrics.events.clone()));
+        let publisher = publisher
+            .with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT))
+            .priming(health.clone())
+            .with_lookup(stores.lookup.clone());
+        let (state_tx, state_rx) = evented::stream_state();
+        let relist_limit =
+            relist_liveness_limit(pleg_cfg.relist_period, pleg_cfg.inspect_timeout, cfg.runtime.request_timeout);
+        let relist = pleg_cfg.relist(cfg.lookup.host.clone());
+        let relister =
+            GenericPleg::new(client.clone(), writer, events_tx, health.clone(), Some(metrics.pleg.clone()), relist)
+                // What the journal's last events said of each pod: the first relist turns
+                // what changed while plegd was down into events.
+                .with_seed(stores.journal.pods())
+                .with_liveness(liveness.register("relist", relist_limit))
+                .with_stream(state_rx.clone(), pleg_cfg.net_period)
+                .with_stream_check(pleg_cfg.stream_check);
+        let readiness = Readiness {
+            health: health.clone(),
+            stream: state_rx.clone(),
+            require_stream: pleg_cfg.mode == Mode::Evented,
+        };
+        let watcher = if pleg_cfg.mode == Mode::Generic {
+            state_tx.send_replace(StreamState::Disabled);
+            None
+        } else {
+            let watcher = EventedWatcher::new(
+                client,
+                relister.hints(),
+                state_tx,
+                Some(metrics.pleg.clone()),
+                pleg_cfg.stream.clone(),
+            )
+            .with_liveness(liveness.register("event stream", QUICK_LOOP_LIMIT));
+            Some(watcher)
+        };
+        Self { relister, publisher, watcher, cache, health, readiness, stream: state_rx }
+    }
+}
+
+/// Binds the admin listener (metrics, health) and the debug listener (pages, views).
+async fn bind_admin(
+    cfg: &crate::admin::AdminConfig,
+    state: Arc<AdminState>,
+    metrics: &Metrics,
+) -> Result<(HttpServer, HttpServer), AppError> {
+    let admin = HttpServer::bind(cfg.addr, crate::admin::admin_router(state.clone()), HttpLimits::ADMIN)
+        .await?
+        .counting_refusals(metrics.http.refused_on("admin"));
+    let debug = HttpServer::bind(cfg.debug_addr, crate::admin::debug_router(state), HttpLimits::DEBUG)
+        .await?
+        .counting_refusals(metrics.http.refused_on("debug"));
+    Ok((admin, debug))
+}
+
+/// Spawns what keeps the state dir and the memory in shape: the tombstone file's
+/// writer, the journal's checkpointer, the memory scavenger.
+fn spawn_upkeep(
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+    tombstones: Option<crate::lookup::TombstoneWriter>,
+    memory: crate::memory::ScavengerConfig,
+    metrics: &Metrics,
+    journal: &Journal,
+) {
+    if let Some(w) = tombstones {
+        spawn(tracker, "tombstones", w.run(shutdown.clone()));
+    }
+    let scavenger = crate::memory::Scavenger::new(memory, metrics.memory.clone());
+    spawn(tracker, "memory_trim", scavenger.run(shutdown.clone()));
+    if let Some(checkpointer) = journal.checkpointer() {
+        spawn(tracker, "journal_checkpoint", checkpointer.run(shutdown.clone()));
+    }
+}
+
+/// Serves the gRPC API on its bound socket until shutdown; the socket file goes with
+/// it. A server that fails stops plegd.
+fn serve_api(
+    tracker: &TaskTracker,
+    listener: tokio::net::UnixListener,
+    svc: PodLifecycleService,
+    ready: Readiness,
+    beat: crate::liveness::Beat,
+    socket: std::path::PathBuf,
+    shutdown: &CancellationToken,
+) {
+    let sd = shutdown.clone();
+    spawn(tracker, "grpc", async move {
+        if let Err(e) = crate::grpc::serve(listener, svc, ready, beat, sd.clone()).await {
+            tracing::error!(error = %e, "gRPC API stopped");
+            sd.cancel();
+        }
+        let _ = std::fs::remove_file(&socket);
+    });
 }
 
 /// What lives in the state dir: the journal, the lookup's tombstones, the run log.

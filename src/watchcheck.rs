@@ -215,40 +215,7 @@ impl WatchChecker {
             let Kind::Start(s) = kind else {
                 return self.fail(format!("the stream did not open with its epoch but with {}", name(kind)));
             };
-            let other_journal = self.epoch.is_some_and(|e| e != s.epoch);
-            self.epoch = Some(s.epoch);
-            if s.resumed {
-                self.phase = Phase::Live;
-                let asked = self.resume;
-                self.next = Some(r + 1);
-                self.floor = r;
-                if other_journal {
-                    return self.fail(format!("resumed into another journal (epoch {})", s.epoch));
-                }
-                if self.runs.last().is_none_or(|&(e, _, to)| (e, to) != (s.epoch, r)) {
-                    self.runs.push((s.epoch, r, r));
-                }
-                match asked {
-                    None => return self.fail(format!("resumed after {r} though the client asked for a snapshot")),
-                    Some(p) if p != r => {
-                        return self.fail(format!("resumed after {r}, not after the client's point {p}"));
-                    }
-                    _ => {}
-                }
-            } else {
-                // A resume the client asked for, refused: a reset must come first.
-                // (Revision 0 asks for a snapshot.)
-                self.expect_reset = self.resume.is_some_and(|p| p > 0);
-                // A snapshot follows: until its `synced`, the client has no point to
-                // resume from (a break now must not resume the old copy into this
-                // journal).
-                self.phase = Phase::Snapshot;
-                self.building.clear();
-                self.resume = None;
-                self.next = None;
-                self.floor = 0;
-            }
-            return Ok(());
+            return self.opening(s, r);
         }
         if std::mem::take(&mut self.expect_reset) && !matches!(kind, Kind::Reset(_)) {
             return self.fail(format!("a refused resume went on with {} instead of a reset", name(kind)));
@@ -274,70 +241,124 @@ impl WatchChecker {
                 if self.phase != Phase::Snapshot {
                     return self.fail("synced outside a snapshot".into());
                 }
-                self.phase = Phase::Live;
-                self.view = std::mem::take(&mut self.building);
-                let wrong_count = s.pods as usize != self.view.len();
-                let wrong_epoch = self.epoch.is_some_and(|e| e != s.epoch);
-                self.epoch = Some(s.epoch);
-                self.floor = r;
-                self.resume = Some(r);
-                self.next = Some(r + 1);
-                self.runs.push((s.epoch, r, r));
-                if wrong_count {
-                    return self.fail(format!("synced says {} pods after {} snapshots", s.pods, self.view.len()));
-                }
-                if wrong_epoch {
-                    return self.fail(format!("synced's epoch {} is not the stream's", s.epoch));
-                }
-                Ok(())
+                self.synced(s, r)
             }
             Kind::Event(e) => {
                 if self.phase != Phase::Live {
                     return self.fail(format!("event {r} before synced"));
                 }
-                let expected = self.next;
-                let floor = self.floor;
-                self.floor = r;
-                self.resume = Some(r);
-                self.next = Some(r + 1);
-                self.reach(r);
-                if r <= floor {
-                    return self.fail(format!(
-                        "event {r} ({} of {}) at or below revision {floor}, already passed",
-                        e.r#type, e.pod_uid
-                    ));
-                }
-                if !self.filtered && expected.is_some_and(|n| n != r) {
-                    return self
-                        .fail(format!("event {r} where {} was due: a gap with no reset", expected.unwrap_or(0)));
-                }
-                Ok(())
+                self.event(e, r)
             }
             Kind::Bookmark(_) => {
                 self.bookmarks += 1;
                 if self.phase != Phase::Live {
                     return self.fail(format!("bookmark {r} before synced"));
                 }
-                let floor = self.floor;
-                let expected = self.next;
-                self.floor = self.floor.max(r);
-                self.resume = Some(self.floor);
-                self.reach(r);
-                if r < floor {
-                    return self.fail(format!("bookmark {r} below revision {floor}, already passed"));
-                }
-                if !self.filtered && expected.is_some_and(|n| r >= n) {
-                    return self.fail(format!(
-                        "bookmark {r} on an unfiltered stream whose next event is {}: it overtakes events",
-                        expected.unwrap_or(0)
-                    ));
-                }
-                if r >= floor {
-                    self.next = Some(r + 1);
-                }
-                Ok(())
+                self.bookmark(r)
             }
         }
+    }
+
+    /// The stream's start: a resume goes live at once, where the client asked; a
+    /// refused one, or a snapshot, waits for the snapshot's `synced`.
+    fn opening(&mut self, s: &api::StreamStart, r: u64) -> Result<(), Violation> {
+        let other_journal = self.epoch.is_some_and(|e| e != s.epoch);
+        self.epoch = Some(s.epoch);
+        if s.resumed {
+            self.phase = Phase::Live;
+            let asked = self.resume;
+            self.next = Some(r + 1);
+            self.floor = r;
+            if other_journal {
+                return self.fail(format!("resumed into another journal (epoch {})", s.epoch));
+            }
+            if self.runs.last().is_none_or(|&(e, _, to)| (e, to) != (s.epoch, r)) {
+                self.runs.push((s.epoch, r, r));
+            }
+            match asked {
+                None => return self.fail(format!("resumed after {r} though the client asked for a snapshot")),
+                Some(p) if p != r => {
+                    return self.fail(format!("resumed after {r}, not after the client's point {p}"));
+                }
+                _ => {}
+            }
+        } else {
+            // A resume the client asked for, refused: a reset must come first.
+            // (Revision 0 asks for a snapshot.)
+            self.expect_reset = self.resume.is_some_and(|p| p > 0);
+            // A snapshot follows: until its `synced`, the client has no point to
+            // resume from (a break now must not resume the old copy into this
+            // journal).
+            self.phase = Phase::Snapshot;
+            self.building.clear();
+            self.resume = None;
+            self.next = None;
+            self.floor = 0;
+        }
+        Ok(())
+    }
+
+    /// A snapshot's end: the copy built from it becomes the view, and the stream is live.
+    fn synced(&mut self, s: &api::Synced, r: u64) -> Result<(), Violation> {
+        self.phase = Phase::Live;
+        self.view = std::mem::take(&mut self.building);
+        let wrong_count = s.pods as usize != self.view.len();
+        let wrong_epoch = self.epoch.is_some_and(|e| e != s.epoch);
+        self.epoch = Some(s.epoch);
+        self.floor = r;
+        self.resume = Some(r);
+        self.next = Some(r + 1);
+        self.runs.push((s.epoch, r, r));
+        if wrong_count {
+            return self.fail(format!("synced says {} pods after {} snapshots", s.pods, self.view.len()));
+        }
+        if wrong_epoch {
+            return self.fail(format!("synced's epoch {} is not the stream's", s.epoch));
+        }
+        Ok(())
+    }
+
+    /// An event: above every revision passed, and on an unfiltered stream the very next.
+    fn event(&mut self, e: &api::LifecycleEvent, r: u64) -> Result<(), Violation> {
+        let expected = self.next;
+        let floor = self.floor;
+        self.floor = r;
+        self.resume = Some(r);
+        self.next = Some(r + 1);
+        self.reach(r);
+        if r <= floor {
+            return self.fail(format!(
+                "event {r} ({} of {}) at or below revision {floor}, already passed",
+                e.r#type, e.pod_uid
+            ));
+        }
+        if !self.filtered && expected.is_some_and(|n| n != r) {
+            return self.fail(format!("event {r} where {} was due: a gap with no reset", expected.unwrap_or(0)));
+        }
+        Ok(())
+    }
+
+    /// A bookmark: never below a revision passed, and on an unfiltered stream never
+    /// ahead of an event still due.
+    fn bookmark(&mut self, r: u64) -> Result<(), Violation> {
+        let floor = self.floor;
+        let expected = self.next;
+        self.floor = self.floor.max(r);
+        self.resume = Some(self.floor);
+        self.reach(r);
+        if r < floor {
+            return self.fail(format!("bookmark {r} below revision {floor}, already passed"));
+        }
+        if !self.filtered && expected.is_some_and(|n| r >= n) {
+            return self.fail(format!(
+                "bookmark {r} on an unfiltered stream whose next event is {}: it overtakes events",
+                expected.unwrap_or(0)
+            ));
+        }
+        if r >= floor {
+            self.next = Some(r + 1);
+        }
+        Ok(())
     }
 }
 

@@ -326,3 +326,140 @@ fn the_checker_sees_an_upward_import_and_ignores_comments_and_tests() {
     let found: Vec<String> = imports(&production_code(code)).into_iter().map(|(m, _)| m).collect();
     assert_eq!(found, ["model", "cli", "grpc"], "a test-only item inside production code still counts");
 }
+
+/// `text` with comments and the contents of string and char literals blanked (newlines
+/// kept), so that braces are only the code's.
+fn code_only(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let blank = |c: u8| if c == b'\n' { b'\n' } else { b' ' };
+    let mut i = 0;
+    while i < b.len() {
+        let rest = &b[i..];
+        if rest.starts_with(b"//") {
+            while i < b.len() && b[i] != b'\n' {
+                out.push(b' ');
+                i += 1;
+            }
+        } else if rest.starts_with(b"/*") {
+            let end = text[i + 2..].find("*/").map_or(b.len(), |e| i + 2 + e + 2);
+            out.extend(b[i..end].iter().map(|&c| blank(c)));
+            i = end;
+        } else if b[i] == b'r' && (rest.starts_with(b"r\"") || rest.starts_with(b"r#")) && !ident_byte(b, i) {
+            // A raw string: r"…", r#"…"#, …
+            let hashes = rest[1..].iter().take_while(|&&c| c == b'#').count();
+            if rest.get(1 + hashes) != Some(&b'"') {
+                out.push(b[i]);
+                i += 1;
+                continue;
+            }
+            let close = format!("\"{}", "#".repeat(hashes));
+            let start = i + 2 + hashes;
+            let end = text[start..].find(&close).map_or(b.len(), |e| start + e + close.len());
+            out.extend(b[i..end].iter().map(|&c| blank(c)));
+            i = end;
+        } else if b[i] == b'"' {
+            out.push(b' ');
+            i += 1;
+            while i < b.len() && b[i] != b'"' {
+                let n = if b[i] == b'\\' { 2 } else { 1 };
+                out.extend(b[i..(i + n).min(b.len())].iter().map(|&c| blank(c)));
+                i += n;
+            }
+            out.push(b' ');
+            i += 1;
+        } else if b[i] == b'\'' {
+            // A char literal ('x', '\n', '\u{7f}'), not a lifetime ('a).
+            let len = if rest.get(1) == Some(&b'\\') {
+                rest[2..].iter().position(|&c| c == b'\'').map(|p| p + 3)
+            } else {
+                let ch = text[i + 1..].chars().next().map_or(1, char::len_utf8);
+                (rest.get(1 + ch) == Some(&b'\'')).then_some(ch + 2)
+            };
+            let len = len.unwrap_or(1);
+            out.extend(std::iter::repeat_n(b' ', len));
+            i += len;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).expect("ASCII blanks keep the text UTF-8")
+}
+
+fn ident_byte(b: &[u8], i: usize) -> bool {
+    i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')
+}
+
+/// The functions in `text` with a body, as (name, first line, lines from `fn` to the
+/// closing brace).
+fn function_lengths(text: &str) -> Vec<(String, usize, usize)> {
+    let code = code_only(text);
+    let b = code.as_bytes();
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = code[from..].find("fn ") {
+        let at = from + i;
+        from = at + 3;
+        if ident_byte(b, at) {
+            continue;
+        }
+        let name: String =
+            code[at + 3..].trim_start().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        // The body opens at the first `{` before any `;` (a declaration has none).
+        let Some(open) = code[at..].find(['{', ';']).map(|j| at + j).filter(|&j| b[j] == b'{') else { continue };
+        let mut depth = 0usize;
+        let mut close = None;
+        for (j, &c) in b.iter().enumerate().skip(open) {
+            match c {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(j);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(close) = close else { continue };
+        if !name.is_empty() {
+            out.push((name, line_of(at), line_of(close) - line_of(at) + 1));
+        }
+    }
+    out
+}
+
+/// Whether a source file holds only test code (a `tests` module kept in its own file).
+fn test_only(file: &Path) -> bool {
+    file.file_name().is_some_and(|n| n == "tests.rs") || file.components().any(|c| c.as_os_str() == "tests")
+}
+
+#[test]
+fn no_function_outside_tests_is_longer_than_100_lines() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut long = Vec::new();
+    for f in files.iter().filter(|f| !test_only(f.strip_prefix(src()).unwrap())) {
+        let text = std::fs::read_to_string(f).unwrap();
+        let code = match text.find(TEST_MODULE) {
+            Some(i) => &text[..i],
+            None => &text,
+        };
+        for (name, line, n) in function_lengths(code) {
+            if n > 100 {
+                long.push(format!("{}:{line} {name}: {n} lines", f.strip_prefix(src()).unwrap().display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "split these by what they do: {long:#?}");
+}
+
+#[test]
+fn the_length_check_counts_a_body_braces_in_strings_comments_and_chars_aside() {
+    let code = "pub async fn a<T: Fn() -> u8>(x: T) -> u8 {\n    let s = \"}\"; // }\n    let r = r#\"{\"#;\n    let c = '{';\n    x()\n}\nfn decl(&self);\nfn b<'a>(s: &'a str) -> &'a str { s }\n";
+    let found: Vec<(String, usize, usize)> = function_lengths(code);
+    assert_eq!(found, [("a".into(), 1, 6), ("b".into(), 8, 1)]);
+}

@@ -313,7 +313,7 @@ async fn the_projected_listing_over_the_socket_is_the_full_one_without_labels() 
         .await;
     }
     let c = h.client();
-    let (sandboxes, containers) = plegd::pleg::inspect::list_everything(&c).await.unwrap();
+    let (sandboxes, containers) = plegd::pleg::list::list_everything(&c).await.unwrap();
     let full_sandboxes = c.list_pod_sandboxes(None).await.unwrap();
     let full_containers = c.list_containers(None).await.unwrap();
     assert_eq!((sandboxes.len(), containers.len()), (3, 6));
@@ -546,4 +546,97 @@ fn not_found_reads(metrics: &str) -> u64 {
         .filter(|l| l.starts_with("plegd_cri_requests_total{") && l.contains("Status\"") && l.contains("NotFound"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
+}
+
+/// A runtime that says nothing of its containers' processes in their verbose status
+/// (no `info`, as the trait's defaults answer): the simulated runtime's calls, counted
+/// by the simulator, with none of its verbose facts.
+#[derive(Clone)]
+struct NoPids(plegd::sim::SimRuntime);
+
+impl RuntimeService for NoPids {
+    fn endpoint(&self) -> &str {
+        self.0.endpoint()
+    }
+    async fn version(&self) -> Result<plegd::proto::runtime::VersionResponse, plegd::cri::CriError> {
+        RuntimeService::version(&self.0).await
+    }
+    async fn list_pod_sandboxes(
+        &self,
+        filter: Option<plegd::proto::runtime::PodSandboxFilter>,
+    ) -> Result<Vec<plegd::proto::runtime::PodSandbox>, plegd::cri::CriError> {
+        RuntimeService::list_pod_sandboxes(&self.0, filter).await
+    }
+    async fn pod_sandbox_status(
+        &self,
+        id: &str,
+    ) -> Result<plegd::proto::runtime::PodSandboxStatus, plegd::cri::CriError> {
+        RuntimeService::pod_sandbox_status(&self.0, id).await
+    }
+    async fn list_containers(
+        &self,
+        filter: Option<plegd::proto::runtime::ContainerFilter>,
+    ) -> Result<Vec<plegd::proto::runtime::Container>, plegd::cri::CriError> {
+        RuntimeService::list_containers(&self.0, filter).await
+    }
+    async fn container_status(&self, id: &str) -> Result<plegd::proto::runtime::ContainerStatus, plegd::cri::CriError> {
+        RuntimeService::container_status(&self.0, id).await
+    }
+    async fn container_events(&self) -> Result<plegd::cri::EventStream, plegd::cri::CriError> {
+        RuntimeService::container_events(&self.0).await
+    }
+    async fn remove_container(&self, id: &str) -> Result<(), plegd::cri::CriError> {
+        RuntimeService::remove_container(&self.0, id).await
+    }
+}
+
+#[tokio::test]
+async fn a_runtime_that_names_no_pid_is_asked_one_container_status_per_container_per_read() {
+    // The kubelet's TestRelistWithCache and TestRemoveCacheEntry: one ContainerStatus
+    // per container per read, whatever the runtime's verbose status holds.
+    use plegd::model::event::EventSource;
+    use plegd::pleg::generic::GenericPleg;
+    use plegd::pleg::health::PlegHealth;
+    use plegd::pleg::hints::Hint;
+    use std::collections::BTreeSet;
+
+    let sim = plegd::sim::SimRuntime::new();
+    let (writer, _cache) = plegd::cache::new();
+    let (tx, mut events) = tokio::sync::mpsc::channel(1000);
+    let mut pleg = GenericPleg::new(
+        NoPids(sim.clone()),
+        writer,
+        tx,
+        PlegHealth::new(Duration::from_secs(180)),
+        None,
+        Default::default(),
+    );
+    let pod = PodSpec::new("default", "web");
+    let sid = sim.run_pod_sandbox(pod.run_request()).await.unwrap();
+    for name in ["app", "log"] {
+        let id = sim.create_container(pod.create_request(&sid, &ContainerSpec::new(name))).await.unwrap();
+        sim.start_container(&id).await.unwrap();
+    }
+    let statuses = || sim.calls("ContainerStatus");
+
+    let before = statuses();
+    pleg.relist().await.unwrap();
+    assert_eq!(statuses() - before, 2, "a full relist reads each new container once");
+    assert_eq!(events.try_recv().expect("events").len(), 3);
+
+    // A new container the runtime's event names: the pod's read asks each of its three
+    // containers once, the new one included.
+    let third = sim.create_container(pod.create_request(&sid, &ContainerSpec::new("late"))).await.unwrap();
+    sim.start_container(&third).await.unwrap();
+    let hint = Hint {
+        source: EventSource::CriEvent,
+        first_seen: Instant::now(),
+        sandbox_ids: BTreeSet::from([sid.clone()]),
+        container_ids: BTreeSet::from([third.clone()]),
+    };
+    let before = statuses();
+    let outcome = pleg.relist_pods(vec![(pod.uid.clone(), hint)]).await;
+    assert_eq!((outcome.pods, outcome.failed), (1, 0));
+    assert_eq!(statuses() - before, 3, "a targeted read reads each container once");
+    assert_eq!(events.try_recv().expect("an event")[0].container_id, third);
 }

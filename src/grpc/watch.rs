@@ -209,187 +209,220 @@ impl WatchFeed {
             if let Some(m) = self.queued.take() {
                 return Some(m);
             }
-            match &mut self.phase {
+            let turn = match &self.phase {
                 Phase::Done => return None,
-                Phase::Subscribe(since) => {
-                    let mut sub = self.journal.subscribe(*since, self.filter.clone());
-                    if matches!(sub.start, Start::Snapshot { .. }) && !self.journal.is_primed() {
-                        // Until plegd's first full relist is in, its view is empty (a
-                        // new journal) or last run's: a snapshot now would tell the
-                        // client of pods plegd has not read yet. A resume the journal
-                        // can replay needs no wait.
-                        drop(sub);
-                        tokio::select! {
-                            _ = self.journal.primed() => {}
-                            _ = self.shutdown.cancelled() => self.phase = Phase::Done,
-                        }
-                        continue;
-                    }
-                    let resumed = matches!(sub.start, Start::Replay(_));
-                    let after = match (&sub.start, since) {
-                        (Start::Replay(_), Since::Revision(r, _)) => *r,
-                        _ => 0,
-                    };
-                    let snapshot_at = match &sub.start {
-                        Start::Snapshot { revision, .. } => *revision,
-                        Start::Replay(_) => 0,
-                    };
-                    self.phase = match std::mem::replace(&mut sub.start, Start::Replay(Replay::default())) {
-                        Start::Snapshot { pods, revision } => Phase::Snapshot(self.convert(pods, revision, sub.epoch)),
-                        Start::Replay(Replay { disk, memory }) => Phase::Replay {
-                            page: Vec::new().into_iter(),
-                            disk: disk.map(Box::new),
-                            memory: Some(memory),
-                        },
-                    };
-                    let refused = sub.reset;
-                    self.sub = Some(sub);
-                    if let Some(reason) = refused {
-                        let msg = match reason {
-                            ResetReason::RuntimeResync => {
-                                "a pod this stream selected changed its labels and left the selection after the requested revision; here is a fresh snapshot"
-                            }
-                            _ => {
-                                "the requested revision is no longer kept (or belongs to another plegd process); here is a fresh snapshot"
-                            }
-                        };
-                        self.queued = Some(self.reset_at(snapshot_at, reason, msg));
-                    }
-                    if !std::mem::replace(&mut self.announced, true) {
-                        // Every stream tells its epoch before anything else.
-                        let start = api::StreamStart { epoch: self.sub.as_ref().map_or(0, |s| s.epoch), resumed };
-                        return Some(Self::message(after, api::watch_event::Kind::Start(start)));
-                    }
-                }
-                Phase::Snapshot(rx) => {
-                    tokio::select! {
-                        _ = self.shutdown.cancelled() => self.phase = Phase::Done,
-                        m = rx.recv() => match m {
-                            Some(m) => return Some(m),
-                            None => self.go_live(),
-                        },
-                    }
-                }
-                Phase::Replay { page, disk, memory } => {
-                    if self.sub.as_ref().is_some_and(|s| s.overflowed()) {
-                        // Live entries overflowed while the replay was being sent: stop
-                        // reading the disk; the live phase sends the reset.
-                        self.go_live();
-                        continue;
-                    }
-                    if let Some(e) = page.next() {
-                        return Some(self.tail.frame(&e));
-                    }
-                    if let Some(mut d) = disk.take() {
-                        // Wait for a turn to read a page (few at once, so a crowd of
-                        // resuming clients cannot multiply the readers' memory). The
-                        // turn goes with the read off the async threads and ends with
-                        // it, even when the client leaves meanwhile.
-                        let turn = tokio::select! {
-                            _ = self.shutdown.cancelled() => None,
-                            t = self.replays.clone().acquire_owned() => t.ok(),
-                        };
-                        let Some(turn) = turn else {
-                            self.phase = Phase::Done;
-                            continue;
-                        };
-                        let read = tokio::task::spawn_blocking(move || {
-                            let _turn = turn;
-                            d.next_page().map(|p| (p, d))
-                        })
-                        .await;
-                        match read {
-                            Ok(Ok((Some(p), d))) => {
-                                *page = p.into_iter();
-                                *disk = Some(d);
-                            }
-                            Ok(Ok((None, _))) => {}
-                            failed => {
-                                let left = matches!(&failed, Ok(Err(ReplayError::LeftSelection { .. })));
-                                let why = match failed {
-                                    Ok(Err(e)) => e.to_string(),
-                                    Err(e) => e.to_string(),
-                                    Ok(Ok(_)) => unreachable!("matched above"),
-                                };
-                                tracing::info!(error = %why, "a replay from disk stopped short; the client starts over");
-                                self.sub = None;
-                                self.phase = Phase::Subscribe(Since::Snapshot);
-                                let (reason, msg) = if left {
-                                    (ResetReason::RuntimeResync, format!("{why}; here is a fresh snapshot"))
-                                } else {
-                                    (
-                                        ResetReason::RevisionTooOld,
-                                        format!(
-                                            "the rest of the requested revisions is no longer kept ({why}); here is a fresh snapshot"
-                                        ),
-                                    )
-                                };
-                                self.journal.count_reset(reason);
-                                return Some(self.reset(reason, &msg));
-                            }
-                        }
-                        continue;
-                    }
-                    match memory.take() {
-                        Some(m) => *page = m.into_iter(),
-                        None => self.go_live(),
-                    }
-                }
-                Phase::Live => {
-                    let sub = self.sub.as_mut()?;
-                    tokio::select! {
-                        // Queued events always go before a bookmark.
-                        biased;
-                        _ = self.shutdown.cancelled() => self.phase = Phase::Done,
-                        entry = sub.next() => match entry {
-                            Some(e) => {
-                                self.last_sent = Instant::now();
-                                self.burst += 1;
-                                if self.burst >= LIVE_BURST {
-                                    self.burst = 0;
-                                    tokio::task::yield_now().await;
-                                }
-                                return Some(self.tail.frame(&e));
-                            }
-                            None => {
-                                // Dropped by the journal: the client must start over.
-                                let reason = sub.dropped_because().unwrap_or(ResetReason::SlowConsumer);
-                                let new_epoch = sub.epoch_changed();
-                                self.sub = None;
-                                self.phase = Phase::Subscribe(Since::Snapshot);
-                                self.journal.count_reset(reason);
-                                let msg = if reason == ResetReason::SlowConsumer {
-                                    tracing::info!("watch client fell behind; sending a reset and a fresh snapshot");
-                                    "this client did not keep up; here is a fresh snapshot"
-                                } else if new_epoch {
-                                    "the journal could not write to disk and began a new epoch in memory; here is a fresh snapshot"
-                                } else {
-                                    "a pod this stream selected changed its labels and left the selection; here is a fresh snapshot"
-                                };
-                                return Some(self.reset(reason, msg));
-                            }
-                        },
-                        _ = &mut self.idle => {
-                            let due = self.last_sent + self.bookmark;
-                            // The journal hands an entry to its subscribers before it
-                            // publishes the entry's revision: with the revision read
-                            // first, an empty buffer means every entry up to it that this
-                            // stream matches has been sent. Otherwise the queued events go
-                            // first and the bookmark waits.
-                            let revision = self.journal.revision();
-                            if Instant::now() >= due && sub.is_drained() {
-                                self.last_sent = Instant::now();
-                                self.idle.as_mut().reset(self.last_sent + self.bookmark);
-                                let bookmark = api::watch_event::Kind::Bookmark(api::Bookmark {});
-                                return Some(Self::message(revision, bookmark));
-                            }
-                            self.idle.as_mut().reset(due.max(Instant::now() + Duration::from_millis(1)));
-                        }
-                    }
-                }
+                Phase::Subscribe(since) => self.subscribe(*since).await,
+                Phase::Snapshot(_) => self.snapshot_turn().await,
+                Phase::Replay { .. } => self.replay_turn().await,
+                Phase::Live => self.live_turn().await,
+            };
+            match turn {
+                Turn::Send(m) => return Some(m),
+                Turn::Again => {}
+                Turn::End => return None,
             }
         }
     }
+
+    /// Subscribes to the journal from `since`: a snapshot once plegd's first relist is
+    /// in, or the replay a resume asked for; a refused resume queues its reset. The
+    /// stream's first message tells its epoch.
+    async fn subscribe(&mut self, since: Since) -> Turn {
+        let mut sub = self.journal.subscribe(since, self.filter.clone());
+        if matches!(sub.start, Start::Snapshot { .. }) && !self.journal.is_primed() {
+            // Until plegd's first full relist is in, its view is empty (a new journal)
+            // or last run's: a snapshot now would tell the client of pods plegd has not
+            // read yet. A resume the journal can replay needs no wait.
+            drop(sub);
+            tokio::select! {
+                _ = self.journal.primed() => {}
+                _ = self.shutdown.cancelled() => self.phase = Phase::Done,
+            }
+            return Turn::Again;
+        }
+        let resumed = matches!(sub.start, Start::Replay(_));
+        let after = match (&sub.start, since) {
+            (Start::Replay(_), Since::Revision(r, _)) => r,
+            _ => 0,
+        };
+        let snapshot_at = match &sub.start {
+            Start::Snapshot { revision, .. } => *revision,
+            Start::Replay(_) => 0,
+        };
+        self.phase = match std::mem::replace(&mut sub.start, Start::Replay(Replay::default())) {
+            Start::Snapshot { pods, revision } => Phase::Snapshot(self.convert(pods, revision, sub.epoch)),
+            Start::Replay(Replay { disk, memory }) => {
+                Phase::Replay { page: Vec::new().into_iter(), disk: disk.map(Box::new), memory: Some(memory) }
+            }
+        };
+        let refused = sub.reset;
+        self.sub = Some(sub);
+        if let Some(reason) = refused {
+            let msg = match reason {
+                ResetReason::RuntimeResync => {
+                    "a pod this stream selected changed its labels and left the selection after the requested revision; here is a fresh snapshot"
+                }
+                _ => {
+                    "the requested revision is no longer kept (or belongs to another plegd process); here is a fresh snapshot"
+                }
+            };
+            self.queued = Some(self.reset_at(snapshot_at, reason, msg));
+        }
+        if !std::mem::replace(&mut self.announced, true) {
+            // Every stream tells its epoch before anything else.
+            let start = api::StreamStart { epoch: self.sub.as_ref().map_or(0, |s| s.epoch), resumed };
+            return Turn::Send(Self::message(after, api::watch_event::Kind::Start(start)));
+        }
+        Turn::Again
+    }
+
+    /// The snapshot's next converted message; live once it is all sent.
+    async fn snapshot_turn(&mut self) -> Turn {
+        let Phase::Snapshot(rx) = &mut self.phase else { return Turn::Again };
+        tokio::select! {
+            _ = self.shutdown.cancelled() => self.phase = Phase::Done,
+            m = rx.recv() => match m {
+                Some(m) => return Turn::Send(m),
+                None => self.go_live(),
+            },
+        }
+        Turn::Again
+    }
+
+    /// The replay's next entry: the page being sent, then the disk's next page, then
+    /// memory's part; live once it is all sent, or as soon as live entries overflowed.
+    async fn replay_turn(&mut self) -> Turn {
+        if self.sub.as_ref().is_some_and(|s| s.overflowed()) {
+            // Live entries overflowed while the replay was being sent: stop reading the
+            // disk; the live phase sends the reset.
+            self.go_live();
+            return Turn::Again;
+        }
+        let Phase::Replay { page, disk, memory } = &mut self.phase else { return Turn::Again };
+        if let Some(e) = page.next() {
+            return Turn::Send(self.tail.frame(&e));
+        }
+        if let Some(d) = disk.take() {
+            return self.read_disk_page(d).await;
+        }
+        match memory.take() {
+            Some(m) => *page = m.into_iter(),
+            None => self.go_live(),
+        }
+        Turn::Again
+    }
+
+    /// Reads the replay's next page from disk, in a turn of its own (few at once, so a
+    /// crowd of resuming clients cannot multiply the readers' memory). The turn goes
+    /// with the read off the async threads and ends with it, even when the client
+    /// leaves meanwhile. A read that fails starts the client over with a reset.
+    async fn read_disk_page(&mut self, mut d: Box<DiskReplay>) -> Turn {
+        let turn = tokio::select! {
+            _ = self.shutdown.cancelled() => None,
+            t = self.replays.clone().acquire_owned() => t.ok(),
+        };
+        let Some(turn) = turn else {
+            self.phase = Phase::Done;
+            return Turn::Again;
+        };
+        let read = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            d.next_page().map(|p| (p, d))
+        })
+        .await;
+        let (left, why) = match read {
+            Ok(Ok((Some(p), d))) => {
+                if let Phase::Replay { page, disk, .. } = &mut self.phase {
+                    *page = p.into_iter();
+                    *disk = Some(d);
+                }
+                return Turn::Again;
+            }
+            Ok(Ok((None, _))) => return Turn::Again,
+            Ok(Err(e)) => (matches!(e, ReplayError::LeftSelection { .. }), e.to_string()),
+            Err(e) => (false, e.to_string()),
+        };
+        tracing::info!(error = %why, "a replay from disk stopped short; the client starts over");
+        self.sub = None;
+        self.phase = Phase::Subscribe(Since::Snapshot);
+        let (reason, msg) = if left {
+            (ResetReason::RuntimeResync, format!("{why}; here is a fresh snapshot"))
+        } else {
+            (
+                ResetReason::RevisionTooOld,
+                format!("the rest of the requested revisions is no longer kept ({why}); here is a fresh snapshot"),
+            )
+        };
+        self.journal.count_reset(reason);
+        Turn::Send(self.reset(reason, &msg))
+    }
+
+    /// The next live entry, a reset when the journal dropped this stream, or a bookmark
+    /// when the stream has been quiet and every entry it matches is sent.
+    async fn live_turn(&mut self) -> Turn {
+        let Some(sub) = self.sub.as_mut() else { return Turn::End };
+        tokio::select! {
+            // Queued events always go before a bookmark.
+            biased;
+            _ = self.shutdown.cancelled() => self.phase = Phase::Done,
+            entry = sub.next() => match entry {
+                Some(e) => {
+                    self.last_sent = Instant::now();
+                    self.burst += 1;
+                    if self.burst >= LIVE_BURST {
+                        self.burst = 0;
+                        tokio::task::yield_now().await;
+                    }
+                    return Turn::Send(self.tail.frame(&e));
+                }
+                None => return Turn::Send(self.dropped()),
+            },
+            _ = &mut self.idle => {
+                let due = self.last_sent + self.bookmark;
+                // The journal hands an entry to its subscribers before it publishes the
+                // entry's revision: with the revision read first, an empty buffer means
+                // every entry up to it that this stream matches has been sent. Otherwise
+                // the queued events go first and the bookmark waits.
+                let revision = self.journal.revision();
+                if Instant::now() >= due && sub.is_drained() {
+                    self.last_sent = Instant::now();
+                    self.idle.as_mut().reset(self.last_sent + self.bookmark);
+                    let bookmark = api::watch_event::Kind::Bookmark(api::Bookmark {});
+                    return Turn::Send(Self::message(revision, bookmark));
+                }
+                self.idle.as_mut().reset(due.max(Instant::now() + Duration::from_millis(1)));
+            }
+        }
+        Turn::Again
+    }
+
+    /// The journal dropped this stream: the client must start over, told why.
+    fn dropped(&mut self) -> WatchFrame {
+        let sub = self.sub.take();
+        let reason = sub.as_ref().and_then(|s| s.dropped_because()).unwrap_or(ResetReason::SlowConsumer);
+        let new_epoch = sub.as_ref().is_some_and(|s| s.epoch_changed());
+        self.phase = Phase::Subscribe(Since::Snapshot);
+        self.journal.count_reset(reason);
+        let msg = if reason == ResetReason::SlowConsumer {
+            tracing::info!("watch client fell behind; sending a reset and a fresh snapshot");
+            "this client did not keep up; here is a fresh snapshot"
+        } else if new_epoch {
+            "the journal could not write to disk and began a new epoch in memory; here is a fresh snapshot"
+        } else {
+            "a pod this stream selected changed its labels and left the selection; here is a fresh snapshot"
+        };
+        self.reset(reason, msg)
+    }
+}
+
+/// What one turn of a feed's loop came to.
+enum Turn {
+    /// A message to send.
+    Send(WatchFrame),
+    /// Nothing to send yet: the loop goes on.
+    Again,
+    /// The stream ends.
+    End,
 }
 
 /// Who holds Watch streams against the cap: a uid as a whole, except root, whose

@@ -259,6 +259,12 @@ pub fn encode_view(pod: &PodStatus, meta: &PodMeta) -> Vec<u8> {
     StoredView { pod: Some(stored_pod(pod)), meta: Some(stored_meta(meta)) }.encode_to_vec()
 }
 
+/// Encodes a pod of the view whose meta is its own ([`PodMeta::of`]) without the meta,
+/// which [`decode_view`] derives back: a record a third smaller for labelled pods.
+pub fn encode_pod_view(pod: &PodStatus) -> Vec<u8> {
+    StoredView { pod: Some(stored_pod(pod)), meta: None }.encode_to_vec()
+}
+
 /// Decodes a pod of the view.
 pub fn decode_view(bytes: &[u8]) -> Result<(PodStatus, PodMeta), RecordError> {
     let v = StoredView::decode(bytes)?;

@@ -19,7 +19,7 @@ impl ContainerLookup {
         let ix = self.lock();
         ix.tombs
             .values()
-            .filter_map(|t| t.found.removed_at)
+            .map(|t| t.removed_at)
             .max()
             .and_then(|t| t.checked_sub(OVERLAP))
             .unwrap_or(SystemTime::UNIX_EPOCH)

@@ -16,10 +16,10 @@
 //! left falls back to the newest container that had it.
 
 mod catch_up;
+mod index;
 pub mod keys;
 pub mod tombstones;
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -30,14 +30,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{Notify, mpsc};
 
-use crate::host::{
-    FRESH_START, Host, HostProcess, PidClock, container_id_in, placed_in, under_kubepods, user_delegated,
-};
-use crate::journal::PodMeta;
-use crate::journal::record::{decode_view, encode_view};
+use crate::host::{Host, HostProcess, PidClock, container_id_in, placed_in, under_kubepods, user_delegated};
+use crate::journal::record::decode_view;
 use crate::metrics::Registry;
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
-use crate::model::{ContainerState, ContainerStatus, PodStatus, nanos_to_system};
+use crate::model::{ContainerState, ContainerStatus, PodStatus};
+use index::{Index, NsKind};
 pub use keys::{LogFile, LookupKey, log_file};
 pub use tombstones::TombstoneWriter;
 use tombstones::{TombstoneOp, TombstoneStore};
@@ -171,81 +169,12 @@ pub struct ContainerLookup {
     metrics: LookupMetrics,
 }
 
-struct Live {
-    pod: Arc<PodStatus>,
-    container: Arc<ContainerStatus>,
-}
-
-struct Tomb {
-    found: Found,
-    bytes: usize,
-    pod: Arc<str>,
-}
-
-/// A container that had a PID.
-#[derive(Clone, Debug)]
-struct PidUse {
-    id: String,
-    start_ticks: u64,
-    started_at: i64,
-    /// The host's task count when plegd first saw the container running, taken only
-    /// within [`crate::host::FRESH_START`] of its start (`None` otherwise, or once plegd
-    /// saw another process hold the PID). The PID cannot have been another process's
-    /// before the count has grown by [`PidClock::window`] past it.
-    forks_at_start: Option<u64>,
-}
-
 /// Ids the runtime said are not a pod's container (a read for a PID's cgroup), and
 /// when: asked again only after [`NOT_A_CONTAINER_FOR`].
 const NOT_A_CONTAINER_FOR: Duration = Duration::from_secs(30);
 
 /// Such ids remembered at most.
 const NOT_A_CONTAINER_MAX: usize = 4096;
-
-#[derive(Default)]
-struct Index {
-    live: HashMap<String, Live>,
-    pods: HashMap<Arc<str>, Vec<String>>,
-    tombs: HashMap<String, Tomb>,
-    /// Tombstones by removal, oldest first.
-    order: VecDeque<String>,
-    tomb_bytes: usize,
-    /// Tombstone bytes and count by pod: when over the bounds, the pod holding the most
-    /// gives up its oldest first, so one pod's large records never evict the others'.
-    pod_tombs: HashMap<Arc<str>, PodTombs>,
-    by_cgroup: HashMap<u64, String>,
-    by_pid: HashMap<u32, Vec<PidUse>>,
-    /// Containers whose death is counted (live or tombstoned).
-    counted: HashSet<String>,
-    /// Sandboxes of the pods plegd holds: id → `namespace/name` (a pause process's
-    /// cgroup names its sandbox, which is not a container).
-    sandboxes: HashMap<String, String>,
-    pod_sandboxes: HashMap<Arc<str>, Vec<String>>,
-    /// Ids the runtime said are no pod's container, and when it said so.
-    not_containers: HashMap<String, std::time::Instant>,
-    /// Containers by their log file ([`LogFile::Attempt`]'s path).
-    by_log: HashMap<String, String>,
-    /// Containers by pod, name and attempt.
-    by_attempt: HashMap<(Arc<str>, String, u32), String>,
-    /// Containers by a namespace's inode (a pod may share its PID namespace).
-    by_ns: HashMap<(NsKind, u64), Vec<String>>,
-    /// The host's own namespaces (PID 1's): a container that shares one (`hostPID`) is
-    /// not found by it.
-    host_ns: crate::model::Namespaces,
-}
-
-/// The namespaces a lookup asks by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum NsKind {
-    Mnt,
-    Pid,
-}
-
-#[derive(Default)]
-struct PodTombs {
-    bytes: usize,
-    count: usize,
-}
 
 impl ContainerLookup {
     /// An empty lookup; with a state dir, the tombstones kept there come back and the
@@ -282,12 +211,13 @@ impl ContainerLookup {
                     Ok((pod, _)) => {
                         let Some(container) = pod.containers.first().cloned() else { continue };
                         let found = Found { pod: Arc::new(pod), container, removed_at: Some(t.removed_at) };
-                        ix.counted.insert(t.id.clone());
+                        let id = ix.id(&t.id);
+                        ix.counted.insert(id.clone());
                         // A stamp from before this boot counted another boot's tasks.
                         let stamp = t.forks_at_start.filter(|_| t.removed_at >= boot);
                         let uid = crate::labels::shared(&found.pod.uid);
-                        ix.index_keys(&found.container, &uid, stamp);
-                        ix.add_tomb(t.id, found, t.record.len());
+                        ix.index_keys(&id, &found.container, &uid, stamp);
+                        ix.add_tomb(id, &uid, t.record, t.removed_at);
                     }
                     Err(e) => tracing::warn!(id = %t.id, error = %e, "a tombstone does not decode; skipped"),
                 }
@@ -322,7 +252,7 @@ impl ContainerLookup {
         for pod in pods {
             for c in &pod.containers {
                 if c.state == ContainerState::Exited {
-                    ix.counted.insert(c.id.clone());
+                    ix.count(&c.id);
                 }
             }
             ix.learn(pod, clock, &mut ops);
@@ -377,11 +307,11 @@ impl ContainerLookup {
     }
 
     fn count_death(&self, ix: &mut Index, ev: &PodLifecycleEvent) {
-        if !ix.counted.insert(ev.container_id.clone()) {
+        if !ix.count(&ev.container_id) {
             return;
         }
         let after = ev.pod.as_ref().and_then(|p| p.containers.iter().find(|c| c.id == ev.container_id));
-        let before = ix.live.get(&ev.container_id).map(|l| &l.container);
+        let before = ix.live.get(ev.container_id.as_str()).map(|l| &l.container);
         let reason = after
             .map(|c| c.reason.as_str())
             .filter(|r| !r.is_empty())
@@ -423,7 +353,7 @@ impl ContainerLookup {
                 Some(f) => Answer::Found(f),
                 None => Answer::NotFound(self.unknown(&format!("a container with cgroup id {cg}"))),
             },
-            LookupKey::LogPath(LogFile::Attempt(path)) => match ix.by_log.get(path).and_then(|id| ix.get(id)) {
+            LookupKey::LogPath(LogFile::Attempt(path)) => match ix.by_log_path(path) {
                 Some(f) => Answer::Found(f),
                 None => Answer::NotFound(self.unknown(&format!("a container that writes {path}"))),
             },
@@ -437,21 +367,22 @@ impl ContainerLookup {
                 )),
                 None => Answer::NotFound(self.unknown(&format!("container {id:?}"))),
             },
-            LookupKey::Attempt { pod_uid, name, attempt } => {
-                let key = (crate::labels::shared(pod_uid), name.clone(), *attempt);
-                match ix.by_attempt.get(&key).and_then(|id| ix.get(id)) {
-                    Some(f) => Answer::Found(f),
-                    None => Answer::NotFound(
-                        self.unknown(&format!("attempt {attempt} of container {name:?} of pod {pod_uid}")),
-                    ),
+            LookupKey::Attempt { pod_uid, name, attempt } => match ix.by_attempt_of(pod_uid, name, *attempt) {
+                Some(f) => Answer::Found(f),
+                None => {
+                    Answer::NotFound(self.unknown(&format!("attempt {attempt} of container {name:?} of pod {pod_uid}")))
                 }
-            }
+            },
             LookupKey::MntNs(inode) => self.find_ns(&ix, NsKind::Mnt, *inode),
             LookupKey::PidNs(inode) => self.find_ns(&ix, NsKind::Pid, *inode),
             LookupKey::Pid(pid) => match process {
                 Some(process) => {
                     let answer = self.find_live_pid(&ix, *pid, process);
-                    ix.taken(*pid, &answer);
+                    let owner = match &answer {
+                        Answer::Found(f) => Some(f.container.id.as_str()),
+                        _ => None,
+                    };
+                    ix.taken(*pid, owner);
                     answer
                 }
                 None => self.find_gone_pid(&ix, *pid, clock),
@@ -630,6 +561,11 @@ impl ContainerLookup {
         self.lock().tombs.len()
     }
 
+    /// What the tombstones held cost in memory, as their byte bound counts it.
+    pub fn tombstone_bytes(&self) -> usize {
+        self.lock().tomb_bytes
+    }
+
     /// The host it reads PIDs on.
     pub fn host(&self) -> &Host {
         &self.cfg.host
@@ -638,248 +574,6 @@ impl ContainerLookup {
     /// The retention.
     pub fn retention(&self) -> Duration {
         self.cfg.retention
-    }
-}
-
-impl Index {
-    fn get(&self, id: &str) -> Option<Found> {
-        if let Some(l) = self.live.get(id) {
-            return Some(Found { pod: l.pod.clone(), container: l.container.clone(), removed_at: None });
-        }
-        self.tombs.get(id).map(|t| t.found.clone())
-    }
-
-    /// Learns a pod's status; returns the ids of its containers that left it.
-    fn learn(&mut self, status: &Arc<PodStatus>, clock: Option<PidClock>, ops: &mut Vec<TombstoneOp>) -> Vec<String> {
-        let uid = crate::labels::shared(&status.uid);
-        let ids: Vec<String> = status.containers.iter().map(|c| c.id.clone()).collect();
-        for c in &status.containers {
-            // A container back from a tombstone (an event that carries its last status
-            // after another one's buried it) is live again, its keys and count kept.
-            if let Some(t) = self.tombs.remove(&c.id) {
-                self.untally(&t);
-                self.order.retain(|o| o != &c.id);
-                ops.push(TombstoneOp::Delete(c.id.clone()));
-                self.live.insert(c.id.clone(), Live { pod: t.found.pod, container: t.found.container });
-            }
-            let fresh = nanos_to_system(c.started_at)
-                .and_then(|at| SystemTime::now().duration_since(at).ok())
-                .is_some_and(|age| age <= FRESH_START);
-            let forks_at_start =
-                (c.state == ContainerState::Running && fresh).then_some(clock).flatten().map(|k| k.forks);
-            self.index_keys(c, &uid, forks_at_start);
-            // A status that does not carry the process (a final status the runtime's
-            // event stream gave) keeps the one learned before: its PID and cgroup id
-            // still find it once it is gone.
-            let container = match self.live.get(&c.id).and_then(|l| l.container.process.clone()) {
-                Some(p) if c.process.is_none() => {
-                    Arc::new(ContainerStatus { process: Some(p), ..ContainerStatus::clone(c) })
-                }
-                _ => c.clone(),
-            };
-            self.live.insert(c.id.clone(), Live { pod: status.clone(), container });
-        }
-        let sandboxes: Vec<String> = status.sandboxes.iter().map(|s| s.id.clone()).collect();
-        for id in &sandboxes {
-            self.sandboxes.entry(id.clone()).or_insert_with(|| format!("{}/{}", status.namespace, status.name));
-        }
-        for old in self.pod_sandboxes.insert(uid.clone(), sandboxes.clone()).unwrap_or_default() {
-            if !sandboxes.contains(&old) {
-                self.sandboxes.remove(&old);
-            }
-        }
-        let before = self.pods.insert(uid, ids.clone()).unwrap_or_default();
-        before.into_iter().filter(|id| !ids.contains(id)).collect()
-    }
-
-    /// Forgets a pod that went away; returns its containers' ids.
-    fn forget_pod(&mut self, uid: &str) -> Vec<String> {
-        for id in self.pod_sandboxes.remove(uid).unwrap_or_default() {
-            self.sandboxes.remove(&id);
-        }
-        self.pods.remove(uid).unwrap_or_default()
-    }
-
-    /// Points the container's cgroup id and PID at it; `forks_at_start` is the host's
-    /// task count near its start, if plegd has it.
-    fn index_keys(&mut self, c: &ContainerStatus, uid: &Arc<str>, forks_at_start: Option<u64>) {
-        self.by_attempt.insert((uid.clone(), c.name.clone(), c.attempt), c.id.clone());
-        if let Ok(LogFile::Attempt(path)) = log_file(&c.log_path) {
-            self.by_log.insert(path, c.id.clone());
-        }
-        let Some(p) = &c.process else { return };
-        for (kind, inode, host) in
-            [(NsKind::Mnt, p.namespaces.mnt, self.host_ns.mnt), (NsKind::Pid, p.namespaces.pid, self.host_ns.pid)]
-        {
-            if inode != 0 && inode != host {
-                let ids = self.by_ns.entry((kind, inode)).or_default();
-                if !ids.contains(&c.id) {
-                    ids.push(c.id.clone());
-                }
-            }
-        }
-        if p.cgroup_id != 0 {
-            self.by_cgroup.insert(p.cgroup_id, c.id.clone());
-        }
-        if p.pid != 0 {
-            let uses = self.by_pid.entry(p.pid).or_default();
-            // Only the first sight stands for when the PID was taken: later ones are later.
-            match uses.iter_mut().find(|u| u.id == c.id) {
-                Some(_) => {}
-                None => {
-                    uses.push(PidUse {
-                        id: c.id.clone(),
-                        start_ticks: p.start_ticks,
-                        started_at: c.started_at,
-                        forks_at_start,
-                    });
-                    uses.sort_by_key(|u| u.started_at);
-                }
-            }
-        }
-    }
-
-    /// A live process holds `pid` and is not (or not known to be) a container that no
-    /// longer runs: such containers lose their claim to the PID for good.
-    fn taken(&mut self, pid: u32, answer: &Answer) {
-        let owner = match answer {
-            Answer::Found(f) => Some(f.container.id.clone()),
-            _ => None,
-        };
-        let running: HashSet<String> = self
-            .by_pid
-            .get(&pid)
-            .into_iter()
-            .flatten()
-            .filter(|u| self.live.get(&u.id).is_some_and(|l| l.container.state == ContainerState::Running))
-            .map(|u| u.id.clone())
-            .collect();
-        for u in self.by_pid.get_mut(&pid).into_iter().flatten() {
-            if owner.as_deref() != Some(u.id.as_str()) && !running.contains(&u.id) {
-                u.forks_at_start = None;
-            }
-        }
-    }
-
-    /// When plegd last saw `id` running with `pid`, by the host's task count.
-    fn forks_at_start(&self, id: &str, pid: u32) -> Option<u64> {
-        self.by_pid.get(&pid)?.iter().find(|u| u.id == id)?.forks_at_start
-    }
-
-    /// Makes a live container a tombstone.
-    fn bury(&mut self, id: &str, removed_at: SystemTime, ops: &mut Vec<TombstoneOp>) {
-        let Some(mut live) = self.live.remove(id) else { return };
-        if live.container.state == ContainerState::Running {
-            // It vanished while running: how it ended is unknown.
-            live.container =
-                Arc::new(ContainerStatus { state: ContainerState::Unknown, ..ContainerStatus::clone(&live.container) });
-        }
-        let mut pod = PodStatus::clone(&live.pod);
-        pod.containers = vec![live.container.clone()];
-        let record = encode_view(&pod, &PodMeta::of(&pod));
-        let forks_at_start = live.container.process.as_ref().and_then(|p| self.forks_at_start(id, p.pid));
-        let found = Found { pod: Arc::new(pod), container: live.container, removed_at: Some(removed_at) };
-        self.add_tomb(id.to_owned(), found, record.len());
-        ops.push(TombstoneOp::Put { id: id.to_owned(), removed_at, record, forks_at_start });
-    }
-
-    fn add_tomb(&mut self, id: String, found: Found, bytes: usize) {
-        if self.tombs.contains_key(&id) {
-            self.drop_tomb(&id);
-        }
-        let pod = crate::labels::shared(&found.pod.uid);
-        let t = Tomb { found, bytes, pod };
-        self.tomb_bytes += bytes;
-        let share = self.pod_tombs.entry(t.pod.clone()).or_default();
-        share.bytes += bytes;
-        share.count += 1;
-        self.order.push_back(id.clone());
-        self.tombs.insert(id, t);
-    }
-
-    /// Takes a tombstone out of the totals.
-    fn untally(&mut self, t: &Tomb) {
-        self.tomb_bytes -= t.bytes;
-        if let Some(share) = self.pod_tombs.get_mut(&t.pod) {
-            share.bytes -= t.bytes;
-            share.count -= 1;
-            if share.count == 0 {
-                self.pod_tombs.remove(&t.pod);
-            }
-        }
-    }
-
-    /// Forgets a tombstone and what points at it.
-    fn drop_tomb(&mut self, id: &str) {
-        self.order.retain(|o| o != id);
-        let Some(t) = self.tombs.remove(id) else { return };
-        self.untally(&t);
-        if !self.live.contains_key(id) {
-            self.forget_keys(id, &t.pod, &t.found.container);
-        }
-    }
-
-    fn forget_keys(&mut self, id: &str, uid: &Arc<str>, c: &ContainerStatus) {
-        self.counted.remove(id);
-        let attempt = (uid.clone(), c.name.clone(), c.attempt);
-        if self.by_attempt.get(&attempt).is_some_and(|x| x == id) {
-            self.by_attempt.remove(&attempt);
-        }
-        if let Ok(LogFile::Attempt(path)) = log_file(&c.log_path)
-            && self.by_log.get(&path).is_some_and(|x| x == id)
-        {
-            self.by_log.remove(&path);
-        }
-        if let Some(p) = &c.process {
-            for key in [(NsKind::Mnt, p.namespaces.mnt), (NsKind::Pid, p.namespaces.pid)] {
-                if let Some(ids) = self.by_ns.get_mut(&key) {
-                    ids.retain(|x| x != id);
-                    if ids.is_empty() {
-                        self.by_ns.remove(&key);
-                    }
-                }
-            }
-        }
-        if let Some(p) = &c.process {
-            if self.by_cgroup.get(&p.cgroup_id).is_some_and(|x| x == id) {
-                self.by_cgroup.remove(&p.cgroup_id);
-            }
-            if let Some(uses) = self.by_pid.get_mut(&p.pid) {
-                uses.retain(|u| u.id != id);
-                if uses.is_empty() {
-                    self.by_pid.remove(&p.pid);
-                }
-            }
-        }
-    }
-
-    /// Drops tombstones past the retention, then, while over a bound, the oldest of the
-    /// pod that holds the most of it: a pod whose records are large (annotations up to
-    /// the API server's 256 KiB) or many gives up its own first.
-    fn expire(&mut self, now: SystemTime, cfg: &LookupConfig, ops: &mut Vec<TombstoneOp>) {
-        let cutoff = now.checked_sub(cfg.retention).unwrap_or(std::time::UNIX_EPOCH);
-        while let Some(id) = self.order.front().cloned() {
-            if self.tombs[&id].found.removed_at.is_none_or(|at| at >= cutoff) {
-                break;
-            }
-            self.drop_tomb(&id);
-            ops.push(TombstoneOp::Delete(id));
-        }
-        loop {
-            let by_bytes = self.tomb_bytes > cfg.max_bytes;
-            if !by_bytes && self.tombs.len() <= cfg.max_tombstones {
-                break;
-            }
-            let heaviest = self
-                .pod_tombs
-                .iter()
-                .max_by_key(|(_, s)| if by_bytes { s.bytes } else { s.count })
-                .map(|(pod, _)| pod.clone());
-            let Some(pod) = heaviest else { break };
-            let Some(id) = self.order.iter().find(|id| self.tombs[*id].pod == pod).cloned() else { break };
-            self.drop_tomb(&id);
-            ops.push(TombstoneOp::Delete(id));
-        }
     }
 }
 

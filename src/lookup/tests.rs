@@ -4,6 +4,8 @@ use std::time::{Duration, SystemTime};
 use proptest::prelude::*;
 
 use super::*;
+use crate::journal::PodMeta;
+use crate::journal::record::encode_view;
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::model::{ContainerState, ContainerStatus, PodStatus, Process};
 

@@ -311,6 +311,18 @@ impl PodStatus {
         }
     }
 
+    /// The process this status already holds for container `id`: what plegd reads once
+    /// per container, and need not read again.
+    pub fn known_process(&self, id: &str) -> Option<&Process> {
+        self.containers.iter().find(|c| c.id == id)?.process.as_ref()
+    }
+
+    /// Sandbox `id` as this status holds it, when it already holds its process (a PID
+    /// or a network namespace): read once per sandbox, not again.
+    pub fn known_sandbox_process(&self, id: &str) -> Option<&SandboxStatus> {
+        self.sandboxes.iter().find(|s| s.id == id).filter(|s| s.pid != 0 || !s.netns_path.is_empty())
+    }
+
     /// The container or sandbox with this id, as (name, is_sandbox).
     pub fn find(&self, id: &str) -> Option<(&str, bool)> {
         if let Some(c) = self.containers.iter().find(|c| c.id == id) {

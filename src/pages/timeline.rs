@@ -302,29 +302,75 @@ fn attempt_title(t: &Timeline<'_>, a: &Attempt, now: SystemTime) -> String {
     s
 }
 
-/// The `<svg>` drawing.
+/// The `<svg>` drawing: the time axis, outage windows, one lane per container with a
+/// bar per attempt and its death, the reconcilers' notes, plegd's starts and now.
 pub fn svg(t: &Timeline<'_>, now: SystemTime) -> String {
-    let last_event = t.entries.iter().map(|e| e.event.observed_at).max().unwrap_or(now);
-    let end_of_axis = if t.gone { last_event } else { now.max(last_event) };
-    let mut t0 = t.attempts.iter().filter_map(|a| a.start.or(a.first_seen)).min().unwrap_or(end_of_axis);
-    if let Some(first) = t.entries.first() {
-        t0 = t0.min(event_time(first));
-    }
-    let mut t1 = t.attempts.iter().filter_map(|a| a.end).max().unwrap_or(end_of_axis).max(end_of_axis);
-    if t1 <= t0 {
-        t1 = t0 + Duration::from_secs(1);
-    }
-    let span = t1.duration_since(t0).unwrap_or_default().as_secs_f64();
-    // A little room at both ends.
-    let pad = Duration::from_secs_f64((span * 0.02).max(0.5));
-    let axis = Axis { t0: t0 - pad, span: span + 2.0 * pad.as_secs_f64() };
-    let in_axis = |at: SystemTime| at >= axis.t0 && at <= axis.t0 + Duration::from_secs_f64(axis.span);
-    let plegd_lane = t.lanes.len();
-    let height = AXIS_H + LANE_H * (plegd_lane as f64 + 1.0) + 8.0;
+    let c = Canvas::of(t, now);
+    let height = c.height;
     let mut s = format!(
         "<svg class=\"timeline\" viewBox=\"0 0 {WIDTH} {height}\" role=\"img\" aria-labelledby=\"tl-title\" xmlns=\"http://www.w3.org/2000/svg\"><title id=\"tl-title\">The pod's containers over time: one lane per container, one bar per attempt</title>"
     );
-    // Axis: ticks at round steps.
+    draw_ticks(&mut s, &c);
+    draw_windows(&mut s, t, &c);
+    draw_lanes(&mut s, t, &c);
+    for a in &t.attempts {
+        draw_attempt(&mut s, t, a, &c);
+    }
+    draw_notes(&mut s, t, &c);
+    draw_starts(&mut s, t, &c);
+    if !t.gone {
+        let x = c.axis.x(now);
+        let _ = write!(
+            s,
+            "<g class=\"now\"><title>now: {}</title><line x1=\"{x:.1}\" y1=\"{AXIS_H}\" x2=\"{x:.1}\" y2=\"{height}\"/></g>",
+            time(now)
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
+/// Where the drawing's parts go: the time axis (the pod's attempts and events, a little
+/// room at both ends), the drawing's height, plegd's own lane (below the containers').
+struct Canvas {
+    axis: Axis,
+    height: f64,
+    plegd_lane: usize,
+    /// Where a bar still open ends: the last event for a pod that is gone, else now.
+    open_end: SystemTime,
+    now: SystemTime,
+}
+
+impl Canvas {
+    fn of(t: &Timeline<'_>, now: SystemTime) -> Self {
+        let last_event = t.entries.iter().map(|e| e.event.observed_at).max().unwrap_or(now);
+        let end_of_axis = if t.gone { last_event } else { now.max(last_event) };
+        let mut t0 = t.attempts.iter().filter_map(|a| a.start.or(a.first_seen)).min().unwrap_or(end_of_axis);
+        if let Some(first) = t.entries.first() {
+            t0 = t0.min(event_time(first));
+        }
+        let mut t1 = t.attempts.iter().filter_map(|a| a.end).max().unwrap_or(end_of_axis).max(end_of_axis);
+        if t1 <= t0 {
+            t1 = t0 + Duration::from_secs(1);
+        }
+        let span = t1.duration_since(t0).unwrap_or_default().as_secs_f64();
+        // A little room at both ends.
+        let pad = Duration::from_secs_f64((span * 0.02).max(0.5));
+        let axis = Axis { t0: t0 - pad, span: span + 2.0 * pad.as_secs_f64() };
+        let plegd_lane = t.lanes.len();
+        let height = AXIS_H + LANE_H * (plegd_lane as f64 + 1.0) + 8.0;
+        Self { axis, height, plegd_lane, open_end: if t.gone { last_event } else { now }, now }
+    }
+
+    /// Whether `at` is on the axis.
+    fn shows(&self, at: SystemTime) -> bool {
+        at >= self.axis.t0 && at <= self.axis.t0 + Duration::from_secs_f64(self.axis.span)
+    }
+}
+
+/// The axis: ticks at round steps.
+fn draw_ticks(s: &mut String, c: &Canvas) {
+    let (axis, height) = (&c.axis, c.height);
     s.push_str("<g class=\"axis\">");
     let step = [1u64, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21_600, 43_200, 86_400]
         .into_iter()
@@ -344,10 +390,14 @@ pub fn svg(t: &Timeline<'_>, now: SystemTime) -> String {
         tick += step;
     }
     s.push_str("</g>");
-    // Outage windows across every lane, named in plegd's lane.
+}
+
+/// Outage windows across every lane, named in plegd's lane.
+fn draw_windows(s: &mut String, t: &Timeline<'_>, c: &Canvas) {
+    let (axis, now, plegd_lane) = (&c.axis, c.now, c.plegd_lane);
     for w in &t.windows {
         let to = w.to.unwrap_or(now);
-        if to < axis.t0 || !in_axis(w.from) && w.from > axis.t0 {
+        if to < axis.t0 || !c.shows(w.from) && w.from > axis.t0 {
             continue;
         }
         let (x1, x2) = (axis.x(w.from), axis.x(to));
@@ -367,7 +417,11 @@ pub fn svg(t: &Timeline<'_>, now: SystemTime) -> String {
         }
         s.push_str("</g>");
     }
-    // Lanes.
+}
+
+/// The lanes' labels, one per container and plegd's.
+fn draw_lanes(s: &mut String, t: &Timeline<'_>, c: &Canvas) {
+    let plegd_lane = c.plegd_lane;
     for (i, lane) in t.lanes.iter().enumerate() {
         let y = AXIS_H + LANE_H * i as f64;
         let label = if lane.chars().count() > 18 {
@@ -389,83 +443,84 @@ pub fn svg(t: &Timeline<'_>, now: SystemTime) -> String {
         "<text class=\"lane-label\" x=\"4\" y=\"{:.1}\">plegd</text>",
         AXIS_H + LANE_H * plegd_lane as f64 + LANE_H / 2.0 + 4.0
     );
-    // Bars, one per attempt.
-    for a in &t.attempts {
-        let Some(lane) = t.lanes.iter().position(|l| *l == a.lane) else { continue };
-        let start = a.start.or(a.first_seen).unwrap_or(axis.t0);
-        let end = a.end.unwrap_or(if t.gone { last_event } else { now });
-        let (x1, x2) = (axis.x(start), axis.x(end.max(start)));
-        let y = AXIS_H + LANE_H * lane as f64 + (LANE_H - BAR_H) / 2.0;
-        let mut class = vec![if a.sandbox { "sandbox" } else { "attempt" }];
-        class.push(if a.running { "running" } else { "exited" });
-        if a.oom() {
-            class.push("oom");
-        } else if a.failed() {
-            class.push("failed");
-        }
+}
+
+/// An attempt's bar, and its death: a cross, or for an OOM kill a filled diamond; with
+/// the code and reason.
+fn draw_attempt(s: &mut String, t: &Timeline<'_>, a: &Attempt, c: &Canvas) {
+    let (axis, now) = (&c.axis, c.now);
+    let Some(lane) = t.lanes.iter().position(|l| *l == a.lane) else { return };
+    let start = a.start.or(a.first_seen).unwrap_or(axis.t0);
+    let end = a.end.unwrap_or(c.open_end);
+    let (x1, x2) = (axis.x(start), axis.x(end.max(start)));
+    let y = AXIS_H + LANE_H * lane as f64 + (LANE_H - BAR_H) / 2.0;
+    let mut class = vec![if a.sandbox { "sandbox" } else { "attempt" }];
+    class.push(if a.running { "running" } else { "exited" });
+    if a.oom() {
+        class.push("oom");
+    } else if a.failed() {
+        class.push("failed");
+    }
+    let _ = write!(
+        s,
+        "<g class=\"{}\" data-lane=\"{}\" data-id=\"{}\" data-attempt=\"{}\"><title>{}</title><rect x=\"{x1:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{BAR_H}\" rx=\"2\"/>",
+        class.join(" "),
+        esc(&a.lane),
+        esc(&a.id),
+        a.attempt,
+        esc(&attempt_title(t, a, now)),
+        (x2 - x1).max(2.0)
+    );
+    if !a.sandbox && x2 - x1 > 22.0 {
+        let _ = write!(s, "<text x=\"{:.1}\" y=\"{:.1}\">#{}</text>", x1 + 3.0, y + BAR_H - 3.0, a.attempt);
+    }
+    s.push_str("</g>");
+    // The death: a cross, or for an OOM kill a filled diamond; with the code and reason.
+    if let (Some(end), Some((code, reason, _)), false) = (a.end, &a.exit, a.sandbox) {
+        let x = axis.x(end);
+        let cy = y + BAR_H / 2.0;
+        let oom = a.oom();
+        let shape = if oom {
+            format!("M{x:.1} {:.1} L{:.1} {cy:.1} L{x:.1} {:.1} L{:.1} {cy:.1} Z", cy - 7.0, x + 7.0, cy + 7.0, x - 7.0)
+        } else {
+            format!(
+                "M{:.1} {:.1} L{:.1} {:.1} M{:.1} {:.1} L{:.1} {:.1}",
+                x - 5.0,
+                cy - 5.0,
+                x + 5.0,
+                cy + 5.0,
+                x - 5.0,
+                cy + 5.0,
+                x + 5.0,
+                cy - 5.0
+            )
+        };
+        let words = if oom { format!("OOM {code}") } else { format!("{code} {reason}") };
+        let died = a.events.iter().rev().find(|&&i| t.entries[i].event.kind == EventType::ContainerDied);
+        let detail = died.map(|&i| describe(&t.entries[i])).unwrap_or_else(|| {
+            "plegd saw no death event (it was not running, or the container was removed at once)".into()
+        });
         let _ = write!(
             s,
-            "<g class=\"{}\" data-lane=\"{}\" data-id=\"{}\" data-attempt=\"{}\"><title>{}</title><rect x=\"{x1:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{BAR_H}\" rx=\"2\"/>",
-            class.join(" "),
+            "<g class=\"death{}\" data-lane=\"{}\" data-attempt=\"{}\"><title>{} attempt {} died: {}\nat {}\n\n{}</title><path d=\"{shape}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text></g>",
+            if oom { " oom" } else { "" },
             esc(&a.lane),
-            esc(&a.id),
             a.attempt,
-            esc(&attempt_title(t, a, now)),
-            (x2 - x1).max(2.0)
+            esc(&a.lane),
+            a.attempt,
+            esc(&ending(a)),
+            time(end),
+            esc(&detail),
+            x + 8.0,
+            y - 1.0,
+            esc(&words)
         );
-        if !a.sandbox && x2 - x1 > 22.0 {
-            let _ = write!(s, "<text x=\"{:.1}\" y=\"{:.1}\">#{}</text>", x1 + 3.0, y + BAR_H - 3.0, a.attempt);
-        }
-        s.push_str("</g>");
-        // The death: a cross, or for an OOM kill a filled diamond; with the code and reason.
-        if let (Some(end), Some((code, reason, _)), false) = (a.end, &a.exit, a.sandbox) {
-            let x = axis.x(end);
-            let cy = y + BAR_H / 2.0;
-            let oom = a.oom();
-            let shape = if oom {
-                format!(
-                    "M{x:.1} {:.1} L{:.1} {cy:.1} L{x:.1} {:.1} L{:.1} {cy:.1} Z",
-                    cy - 7.0,
-                    x + 7.0,
-                    cy + 7.0,
-                    x - 7.0
-                )
-            } else {
-                format!(
-                    "M{:.1} {:.1} L{:.1} {:.1} M{:.1} {:.1} L{:.1} {:.1}",
-                    x - 5.0,
-                    cy - 5.0,
-                    x + 5.0,
-                    cy + 5.0,
-                    x - 5.0,
-                    cy + 5.0,
-                    x + 5.0,
-                    cy - 5.0
-                )
-            };
-            let words = if oom { format!("OOM {code}") } else { format!("{code} {reason}") };
-            let died = a.events.iter().rev().find(|&&i| t.entries[i].event.kind == EventType::ContainerDied);
-            let detail = died.map(|&i| describe(&t.entries[i])).unwrap_or_else(|| {
-                "plegd saw no death event (it was not running, or the container was removed at once)".into()
-            });
-            let _ = write!(
-                s,
-                "<g class=\"death{}\" data-lane=\"{}\" data-attempt=\"{}\"><title>{} attempt {} died: {}\nat {}\n\n{}</title><path d=\"{shape}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text></g>",
-                if oom { " oom" } else { "" },
-                esc(&a.lane),
-                a.attempt,
-                esc(&a.lane),
-                a.attempt,
-                esc(&ending(a)),
-                time(end),
-                esc(&detail),
-                x + 8.0,
-                y - 1.0,
-                esc(&words)
-            );
-        }
     }
-    // Notes from the reconcilers (crash loops) on their container's lane.
+}
+
+/// Notes from the reconcilers (crash loops) on their container's lane.
+fn draw_notes(s: &mut String, t: &Timeline<'_>, c: &Canvas) {
+    let axis = &c.axis;
     for e in t.entries.iter().filter(|e| matches!(e.event.kind, EventType::CrashLoop | EventType::CrashLoopCleared)) {
         let Some(lane) = t.lanes.iter().position(|l| **l == *e.event.container_name) else { continue };
         let x = axis.x(e.event.observed_at);
@@ -479,9 +534,13 @@ pub fn svg(t: &Timeline<'_>, now: SystemTime) -> String {
             y + 6.0
         );
     }
-    // plegd's starts.
+}
+
+/// plegd's starts, in its lane.
+fn draw_starts(s: &mut String, t: &Timeline<'_>, c: &Canvas) {
+    let (axis, plegd_lane) = (&c.axis, c.plegd_lane);
     for (at, detail, clean) in &t.starts {
-        if !in_axis(*at) {
+        if !c.shows(*at) {
             continue;
         }
         let x = axis.x(*at);
@@ -498,16 +557,6 @@ pub fn svg(t: &Timeline<'_>, now: SystemTime) -> String {
             y + 14.0
         );
     }
-    if !t.gone {
-        let x = axis.x(now);
-        let _ = write!(
-            s,
-            "<g class=\"now\"><title>now: {}</title><line x1=\"{x:.1}\" y1=\"{AXIS_H}\" x2=\"{x:.1}\" y2=\"{height}\"/></g>",
-            time(now)
-        );
-    }
-    s.push_str("</svg>");
-    s
 }
 
 /// The tables below the drawing: the attempts, plegd's marks, every event.

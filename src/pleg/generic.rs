@@ -16,7 +16,8 @@ use super::evented::StreamState;
 use super::final_statuses::{FinalStatuses, Settled};
 use super::health::PlegHealth;
 use super::hints::{Hint, PodHints};
-use super::inspect::{Prefetched, inspect_pod, inspect_prefetched, list_pod};
+use super::inspect::{Prefetched, inspect_pod, inspect_prefetched};
+use super::list::list_pod;
 use super::lost_exits::LostExits;
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, RuntimePod, Transition, group_pods};
@@ -349,7 +350,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
         self.listing.fingerprint = None;
         let (sandboxes, containers) =
-            super::inspect::decode_listing(&self.runtime, &listing).await.map_err(PlegError::Decode)?;
+            super::list::decode_listing(&self.runtime, &listing).await.map_err(PlegError::Decode)?;
         drop(listing);
         let pods = group_pods(sandboxes, containers);
         let mut outcome = RelistOutcome { pods: pods.len(), ..Default::default() };
@@ -648,26 +649,8 @@ impl<R: RuntimeService> GenericPleg<R> {
     async fn read_pods(&mut self, batch: Vec<(String, Why)>) -> RelistOutcome {
         // The records move past the last full listing: the next one is diffed in full.
         self.listing.fingerprint = None;
-        let reader = self.cache.reader();
-        let jobs: Vec<_> = batch
-            .into_iter()
-            .map(|(uid, mut why)| {
-                if let Some(pending) = self.reads.remove(&Read::Pod(uid.clone())) {
-                    why.merge(pending.message);
-                }
-                let retried = why.has(Reason::FailedRead);
-                let hint = why.into_hint();
-                let mut known = self.records.sandbox_ids(&uid);
-                known.extend(hint.sandbox_ids);
-                let mut containers = self.records.container_ids(&uid);
-                containers.extend(hint.container_ids.into_iter().filter(|id| !known.contains(id)));
-                let previous = reader.get(&uid).and_then(|e| e.status.clone());
-                PodJob { uid, source: hint.source, retried, known, containers, previous }
-            })
-            .collect();
-        let timeout = self.cfg.inspect_timeout;
-        let host = self.cfg.host.clone();
-        let host = &host;
+        let jobs: Vec<_> = batch.into_iter().map(|(uid, why)| self.pod_job(uid, why)).collect();
+        let (timeout, host) = (self.cfg.inspect_timeout, self.cfg.host.clone());
         let mut outcome = RelistOutcome::default();
         // In chunks, so a burst of dirty pods publishes as it goes rather than after
         // the slowest of hundreds of reads.
@@ -676,91 +659,14 @@ impl<R: RuntimeService> GenericPleg<R> {
         while jobs.peek().is_some() {
             let part: Vec<_> = jobs.by_ref().take(chunk).collect();
             let mut results: Vec<PodReadResult> = futures_util::stream::iter(part)
-                .map(|job| {
-                    let runtime = self.runtime.clone();
-                    async move {
-                        let PodJob { uid, source, retried, known, containers, previous } = job;
-                        let at = Instant::now();
-                        let read = async {
-                            // The statuses of what the pod is known to hold are read with
-                            // the listing: one round trip unless the listing shows more.
-                            let (listed, prefetched) = futures_util::future::join(
-                                list_pod(&runtime, &uid, &known),
-                                Prefetched::read(&runtime, known.iter().cloned(), containers, previous.as_deref()),
-                            )
-                            .await;
-                            match listed? {
-                                None => Ok(None),
-                                Some(pod) => {
-                                    let status =
-                                        inspect_prefetched(&runtime, Some(host), &pod, previous.as_deref(), prefetched)
-                                            .await;
-                                    Ok(Some(Listed { pod, at, status }))
-                                }
-                            }
-                        };
-                        let res = match tokio::time::timeout(timeout, read).await {
-                            Ok(r) => r.map_err(|e: CriError| e.to_string()),
-                            Err(_) => Err(format!("relisting pod {uid} took longer than {timeout:?}")),
-                        };
-                        PodReadResult { uid, source, retried, at, took: at.elapsed(), res }
-                    }
-                })
+                .map(|job| job.read(self.runtime.clone(), &host, timeout))
                 .buffer_unordered(self.cfg.concurrency.max(1))
                 .inspect(|_| self.report.beat.beat())
                 .collect()
                 .await;
             results.sort_by(|a, b| a.uid.cmp(&b.uid));
             for r in results {
-                if let Some(m) = &self.report.metrics {
-                    m.pod_relist_duration.observe(r.took.as_secs_f64());
-                }
-                outcome.pods += 1;
-                let (pod, at, status) = match r.res {
-                    Err(err) => {
-                        tracing::debug!(pod = %r.uid, error = %err, "targeted relist failed; retrying");
-                        // Its event (if any) is used up: the retry's finding is no miss.
-                        self.stream.trust.announce(&r.uid);
-                        self.retry_later(&r.uid);
-                        outcome.failed += 1;
-                        continue;
-                    }
-                    Ok(None) => (None, r.at, None),
-                    // Listed, then every object read NotFound: removed while it was read.
-                    // The pod is gone (see `vanished`).
-                    Ok(Some(Listed { at, status: Ok(status), .. })) if vanished(&status) => (None, at, None),
-                    Ok(Some(Listed { pod, at, status })) => (Some(pod), at, Some(status)),
-                };
-                self.records.set_current_one(&r.uid, pod);
-                let transitions = self.records.transitions(&r.uid);
-                let mut sync = r.retried;
-                let found = match status {
-                    None => Found::Gone,
-                    Some(Ok(status)) => {
-                        outcome.inspected += 1;
-                        let previous = reader.get(&r.uid).and_then(|e| e.status.clone());
-                        sync |= previous.is_some_and(|p| !same_status(&p, &status));
-                        Found::Status(status)
-                    }
-                    Some(Err(e)) => {
-                        outcome.inspected += 1;
-                        Found::Failed(e.to_string())
-                    }
-                };
-                // A pod read because someone waits on it, or retried: a change found
-                // here was not announced either.
-                let suspect_from = (r.source != EventSource::CriEvent).then_some(at);
-                match self.apply(&r.uid, found, at, &transitions, sync, r.source, suspect_from).await {
-                    Some(applied) => {
-                        outcome.events += applied.events;
-                        outcome.missed += applied.missed;
-                    }
-                    None => {
-                        outcome.failed += 1;
-                        self.stream.trust.announce(&r.uid);
-                        self.retry_later(&r.uid);
-                    }
-                }
+                self.apply_read(r, &mut outcome).await;
             }
         }
         if let Some(m) = &self.report.metrics {
@@ -771,6 +677,77 @@ impl<R: RuntimeService> GenericPleg<R> {
             self.count_states();
         }
         outcome
+    }
+
+    /// The read of pod `uid` for `why` and every request for it still scheduled: the
+    /// sandboxes and containers it is known to hold or was told of, read with its
+    /// listing.
+    fn pod_job(&mut self, uid: String, mut why: Why) -> PodJob {
+        if let Some(pending) = self.reads.remove(&Read::Pod(uid.clone())) {
+            why.merge(pending.message);
+        }
+        let retried = why.has(Reason::FailedRead);
+        let hint = why.into_hint();
+        let mut known = self.records.sandbox_ids(&uid);
+        known.extend(hint.sandbox_ids);
+        let mut containers = self.records.container_ids(&uid);
+        containers.extend(hint.container_ids.into_iter().filter(|id| !known.contains(id)));
+        let previous = self.cache.reader().get(&uid).and_then(|e| e.status.clone());
+        PodJob { uid, source: hint.source, retried, known, containers, previous }
+    }
+
+    /// Applies one pod's read: its records, its status and events; a read that failed,
+    /// or whose events could not be applied, is retried later.
+    async fn apply_read(&mut self, r: PodReadResult, outcome: &mut RelistOutcome) {
+        if let Some(m) = &self.report.metrics {
+            m.pod_relist_duration.observe(r.took.as_secs_f64());
+        }
+        outcome.pods += 1;
+        let (pod, at, status) = match r.res {
+            Err(err) => {
+                tracing::debug!(pod = %r.uid, error = %err, "targeted relist failed; retrying");
+                // Its event (if any) is used up: the retry's finding is no miss.
+                self.stream.trust.announce(&r.uid);
+                self.retry_later(&r.uid);
+                outcome.failed += 1;
+                return;
+            }
+            Ok(None) => (None, r.at, None),
+            // Listed, then every object read NotFound: removed while it was read.
+            // The pod is gone (see `vanished`).
+            Ok(Some(Listed { at, status: Ok(status), .. })) if vanished(&status) => (None, at, None),
+            Ok(Some(Listed { pod, at, status })) => (Some(pod), at, Some(status)),
+        };
+        self.records.set_current_one(&r.uid, pod);
+        let transitions = self.records.transitions(&r.uid);
+        let mut sync = r.retried;
+        let found = match status {
+            None => Found::Gone,
+            Some(Ok(status)) => {
+                outcome.inspected += 1;
+                let previous = self.cache.reader().get(&r.uid).and_then(|e| e.status.clone());
+                sync |= previous.is_some_and(|p| !same_status(&p, &status));
+                Found::Status(status)
+            }
+            Some(Err(e)) => {
+                outcome.inspected += 1;
+                Found::Failed(e.to_string())
+            }
+        };
+        // A pod read because someone waits on it, or retried: a change found
+        // here was not announced either.
+        let suspect_from = (r.source != EventSource::CriEvent).then_some(at);
+        match self.apply(&r.uid, found, at, &transitions, sync, r.source, suspect_from).await {
+            Some(applied) => {
+                outcome.events += applied.events;
+                outcome.missed += applied.missed;
+            }
+            None => {
+                outcome.failed += 1;
+                self.stream.trust.announce(&r.uid);
+                self.retry_later(&r.uid);
+            }
+        }
     }
 }
 
@@ -814,6 +791,31 @@ struct PodJob {
     /// Container ids whose statuses are read ahead.
     containers: std::collections::BTreeSet<String>,
     previous: Option<Arc<PodStatus>>,
+}
+
+impl PodJob {
+    /// Lists the pod and reads its statuses, within `timeout`. The statuses of what the
+    /// pod is known to hold are read with the listing: one round trip unless the
+    /// listing shows more.
+    async fn read<R: RuntimeService>(self, runtime: R, host: &crate::host::Host, timeout: Duration) -> PodReadResult {
+        let PodJob { uid, source, retried, known, containers, previous } = self;
+        let at = Instant::now();
+        let read = async {
+            let (listed, prefetched) = futures_util::future::join(
+                list_pod(&runtime, &uid, &known),
+                Prefetched::read(&runtime, known.iter().cloned(), containers, previous.as_deref()),
+            )
+            .await;
+            let Some(pod) = listed? else { return Ok(None) };
+            let status = inspect_prefetched(&runtime, Some(host), &pod, previous.as_deref(), prefetched).await;
+            Ok(Some(Listed { pod, at, status }))
+        };
+        let res = match tokio::time::timeout(timeout, read).await {
+            Ok(r) => r.map_err(|e: CriError| e.to_string()),
+            Err(_) => Err(format!("relisting pod {uid} took longer than {timeout:?}")),
+        };
+        PodReadResult { uid, source, retried, at, took: at.elapsed(), res }
+    }
 }
 
 /// One pod's targeted read.

@@ -1,4 +1,9 @@
-//! Reading one pod's full status from the runtime (the kubelet's `GetPodStatus`).
+//! Reading one pod's full status from the runtime (the kubelet's `GetPodStatus`): each
+//! sandbox's and container's status, asked once per read. While the previous status does
+//! not hold an object's process yet, its status is asked verbose, and the verbose part
+//! travels with that status ([`StatusRead`]): a new container's process costs no call of
+//! its own, and a runtime that names no PID is asked again at the next read, not twice
+//! in one. Listing what to read is [`super::list`]'s job.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,11 +13,49 @@ use futures_util::future::join_all;
 
 use super::PlegState;
 use super::records::{RuntimeContainer, RuntimePod};
+use crate::cri::verbose::{ContainerVerbose, SandboxVerbose};
 use crate::cri::{CriError, RuntimeService};
 use crate::host::Host;
 use crate::labels::Labels;
 use crate::model::{ContainerState, ContainerStatus, PodStatus, Process, SandboxState, SandboxStatus};
 use crate::proto::runtime as cri;
+
+/// One status call's answer: the status, and what its verbose form said of the object's
+/// process when the call asked for it (`None`: asked plain, the process being known).
+#[derive(Debug)]
+pub struct StatusRead<S, V> {
+    /// The CRI status.
+    pub status: S,
+    /// The verbose facts read with it.
+    pub verbose: Option<V>,
+}
+
+/// A sandbox's status read.
+pub type SandboxRead = StatusRead<cri::PodSandboxStatus, SandboxVerbose>;
+/// A container's status read.
+pub type ContainerRead = StatusRead<cri::ContainerStatus, ContainerVerbose>;
+
+/// Reads a sandbox's status, verbose when `verbose`.
+async fn read_sandbox<R: RuntimeService>(runtime: &R, id: &str, verbose: bool) -> Result<SandboxRead, CriError> {
+    if verbose {
+        let (status, v) = runtime.pod_sandbox_status_verbose(id).await?;
+        return Ok(StatusRead { status, verbose: Some(v) });
+    }
+    Ok(StatusRead { status: runtime.pod_sandbox_status(id).await?, verbose: None })
+}
+
+/// Reads a container's status, verbose when `verbose`.
+async fn read_container_status<R: RuntimeService>(
+    runtime: &R,
+    id: &str,
+    verbose: bool,
+) -> Result<ContainerRead, CriError> {
+    if verbose {
+        let (status, v) = runtime.container_status_verbose(id).await?;
+        return Ok(StatusRead { status, verbose: Some(v) });
+    }
+    Ok(StatusRead { status: runtime.container_status(id).await?, verbose: None })
+}
 
 /// Statuses read before the listing they belong to came back: a targeted relist asks
 /// for the statuses of the objects it already knows at the same time as it lists the
@@ -22,21 +65,9 @@ pub struct Prefetched {
     /// When the read began; the pod's `observed_at`.
     pub observed_at: SystemTime,
     /// Sandbox statuses by id.
-    pub sandboxes: HashMap<String, Result<cri::PodSandboxStatus, CriError>>,
+    pub sandboxes: HashMap<String, Result<SandboxRead, CriError>>,
     /// Container statuses by id.
-    pub containers: HashMap<String, Result<cri::ContainerStatus, CriError>>,
-    /// What the verbose statuses said of the sandboxes' and containers' processes: a
-    /// new container's process costs no round trip of its own.
-    pub verbose: Verbose,
-}
-
-/// Verbose facts read ahead, by id.
-#[derive(Debug, Default)]
-pub struct Verbose {
-    /// Containers'.
-    pub containers: HashMap<String, crate::cri::verbose::ContainerVerbose>,
-    /// Sandboxes'.
-    pub sandboxes: HashMap<String, crate::cri::verbose::SandboxVerbose>,
+    pub containers: HashMap<String, Result<ContainerRead, CriError>>,
 }
 
 impl Prefetched {
@@ -49,67 +80,36 @@ impl Prefetched {
         previous: Option<&PodStatus>,
     ) -> Self {
         let observed_at = SystemTime::now();
-        let sandbox_known = |id: &str| {
-            previous.is_some_and(|p| p.sandboxes.iter().any(|o| o.id == id && (o.pid != 0 || !o.netns_path.is_empty())))
-        };
-        let container_known =
-            |id: &str| previous.is_some_and(|p| p.containers.iter().any(|o| o.id == id && o.process.is_some()));
         let sandbox_reads = join_all(sandboxes.into_iter().map(|id| async move {
-            let res = if sandbox_known(&id) {
-                runtime.pod_sandbox_status(&id).await.map(|st| (st, Default::default()))
-            } else {
-                runtime.pod_sandbox_status_verbose(&id).await
-            };
-            (id, res)
+            let verbose = previous.and_then(|p| p.known_sandbox_process(&id)).is_none();
+            let read = read_sandbox(runtime, &id, verbose).await;
+            (id, read)
         }));
         let container_reads = join_all(containers.into_iter().map(|id| async move {
-            let res = if container_known(&id) {
-                runtime.container_status(&id).await.map(|st| (st, Default::default()))
-            } else {
-                runtime.container_status_verbose(&id).await
-            };
-            (id, res)
+            let verbose = previous.and_then(|p| p.known_process(&id)).is_none();
+            let read = read_container_status(runtime, &id, verbose).await;
+            (id, read)
         }));
-        let (sandbox_reads, container_reads) = futures_util::future::join(sandbox_reads, container_reads).await;
-        let mut verbose = Verbose::default();
-        let mut sandboxes = HashMap::new();
-        for (id, res) in sandbox_reads {
-            let st = res.map(|(st, v)| {
-                verbose.sandboxes.insert(id.clone(), v);
-                st
-            });
-            sandboxes.insert(id, st);
-        }
-        let mut containers = HashMap::new();
-        for (id, res) in container_reads {
-            let st = res.map(|(st, v)| {
-                verbose.containers.insert(id.clone(), v);
-                st
-            });
-            containers.insert(id, st);
-        }
-        Self { observed_at, sandboxes, containers, verbose }
+        let (sandboxes, containers) = futures_util::future::join(sandbox_reads, container_reads).await;
+        Self { observed_at, sandboxes: sandboxes.into_iter().collect(), containers: containers.into_iter().collect() }
     }
 
     /// No statuses read ahead: everything the listing shows is read.
     pub fn none() -> Self {
-        Self {
-            observed_at: SystemTime::now(),
-            sandboxes: HashMap::new(),
-            containers: HashMap::new(),
-            verbose: Verbose::default(),
-        }
+        Self { observed_at: SystemTime::now(), sandboxes: HashMap::new(), containers: HashMap::new() }
     }
 
     /// A prefetched sandbox status the listing can use (see [`usable`]).
-    fn sandbox(&mut self, listed: &RuntimeContainer) -> Option<Result<cri::PodSandboxStatus, CriError>> {
-        usable(self.sandboxes.remove(&listed.id)?, listed, |st| PlegState::of_sandbox(SandboxState::from_cri(st.state)))
+    fn sandbox(&mut self, listed: &RuntimeContainer) -> Option<Result<SandboxRead, CriError>> {
+        usable(self.sandboxes.remove(&listed.id)?, listed, |r| {
+            PlegState::of_sandbox(SandboxState::from_cri(r.status.state))
+        })
     }
 
     /// A prefetched container status the listing can use (see [`usable`]).
-    fn container(&mut self, listed: &RuntimeContainer) -> Option<Result<cri::ContainerStatus, CriError>> {
-        usable(self.containers.remove(&listed.id)?, listed, |st| {
-            PlegState::of_container(ContainerState::from_cri(st.state))
+    fn container(&mut self, listed: &RuntimeContainer) -> Option<Result<ContainerRead, CriError>> {
+        usable(self.containers.remove(&listed.id)?, listed, |r| {
+            PlegState::of_container(ContainerState::from_cri(r.status.state))
         })
     }
 }
@@ -144,8 +144,8 @@ pub async fn inspect_pod<R: RuntimeService>(
 }
 
 /// As [`inspect_pod`], using the statuses already read where they match the listing
-/// and reading only the rest. A prefetched NotFound stands: an id the runtime has
-/// forgotten never comes back.
+/// and reading only the rest, each once. A prefetched NotFound stands: an id the
+/// runtime has forgotten never comes back. Without a `host`, no process is read.
 pub async fn inspect_prefetched<R: RuntimeService>(
     runtime: &R,
     host: Option<&Host>,
@@ -153,254 +153,195 @@ pub async fn inspect_prefetched<R: RuntimeService>(
     previous: Option<&PodStatus>,
     mut prefetched: Prefetched,
 ) -> Result<PodStatus, CriError> {
-    let observed_at = prefetched.observed_at;
-    let verbose = std::mem::take(&mut prefetched.verbose);
     let sandbox_reads: Vec<_> = pod.sandboxes.iter().map(|s| (s, prefetched.sandbox(s))).collect();
     let container_reads: Vec<_> = pod.containers.iter().map(|c| (c, prefetched.container(c))).collect();
-    // What a verbose read ahead said stands only with its status: one read in another
-    // state than the listing's (a container read while still created) is read again.
-    let mut verbose = verbose;
-    for (s, pre) in &sandbox_reads {
-        if pre.is_none() {
-            verbose.sandboxes.remove(&s.id);
-        }
-    }
-    for (c, pre) in &container_reads {
-        if pre.is_none() {
-            verbose.containers.remove(&c.id);
-        }
-    }
-    // Every status call still needed, at once: one round trip instead of one per object
-    // (verbose when processes are read: a new object's process costs no call of its own).
-    let knows_sandbox = |id: &str| {
-        previous.is_some_and(|p| p.sandboxes.iter().any(|o| o.id == id && (o.pid != 0 || !o.netns_path.is_empty())))
-    };
-    let knows_container =
-        |id: &str| previous.is_some_and(|p| p.containers.iter().any(|o| o.id == id && o.process.is_some()));
-    let (sandbox_results, container_results) = futures_util::future::join(
+    // Every status call still needed, at once: one round trip instead of one per object.
+    let unknown = |known: bool| host.is_some() && !known;
+    let (sandbox_reads, container_reads) = futures_util::future::join(
         join_all(sandbox_reads.into_iter().map(|(s, pre)| async move {
             match pre {
-                Some(res) => (res, None),
-                None if host.is_some() && !knows_sandbox(&s.id) => {
-                    match runtime.pod_sandbox_status_verbose(&s.id).await {
-                        Ok((st, v)) => (Ok(st), Some((s.id.clone(), v))),
-                        Err(e) => (Err(e), None),
-                    }
+                Some(read) => read,
+                None => {
+                    let verbose = unknown(previous.and_then(|p| p.known_sandbox_process(&s.id)).is_some());
+                    read_sandbox(runtime, &s.id, verbose).await
                 }
-                None => (runtime.pod_sandbox_status(&s.id).await, None),
             }
         })),
         join_all(container_reads.into_iter().map(|(c, pre)| async move {
             match pre {
-                Some(res) => (res, None),
-                None if host.is_some() && !knows_container(&c.id) => {
-                    match runtime.container_status_verbose(&c.id).await {
-                        Ok((st, v)) => (Ok(st), Some((c.id.clone(), v))),
-                        Err(e) => (Err(e), None),
-                    }
+                Some(read) => read,
+                None => {
+                    let verbose = unknown(previous.and_then(|p| p.known_process(&c.id)).is_some());
+                    read_container_status(runtime, &c.id, verbose).await
                 }
-                None => (runtime.container_status(&c.id).await, None),
             }
         })),
     )
     .await;
-    let sandbox_results: Vec<_> = sandbox_results
-        .into_iter()
-        .map(|(res, v)| {
-            if let Some((id, v)) = v {
-                verbose.sandboxes.insert(id, v);
-            }
-            res
-        })
-        .collect();
-    let container_results: Vec<_> = container_results
-        .into_iter()
-        .map(|(res, v)| {
-            if let Some((id, v)) = v {
-                verbose.containers.insert(id, v);
-            }
-            res
-        })
-        .collect();
-    let mut sandboxes = Vec::with_capacity(pod.sandboxes.len());
-    let mut newest = None;
-    for res in sandbox_results {
-        match res {
-            Ok(st) => {
-                let converted = SandboxStatus::from_cri(&st);
-                if newest.as_ref().is_none_or(|(_, n): &(_, SandboxStatus)| n.created_at < converted.created_at) {
-                    newest = Some((st, converted.clone()));
-                }
-                sandboxes.push(converted);
-            }
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e),
-        }
-    }
-    let mut fresh = Vec::with_capacity(pod.containers.len());
-    for res in container_results {
-        match res {
-            Ok(st) => fresh.push(ContainerStatus::from_cri(&st)),
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e),
-        }
-    }
-    if let Some(host) = host {
-        futures_util::future::join(
-            enrich_containers(runtime, host, &mut fresh, previous, &verbose.containers),
-            enrich_sandboxes(runtime, &mut sandboxes, previous, &verbose.sandboxes),
-        )
-        .await;
-    }
-    let mut containers: Vec<_> = fresh.into_iter().map(|c| share_unchanged(c, previous)).collect();
+    let sandbox_reads = present(sandbox_reads)?;
+    let container_reads = present(container_reads)?;
+    let mut sandboxes: Vec<SandboxStatus> = sandbox_reads.iter().map(|r| sandbox_status(r, previous)).collect();
+    let mut containers: Vec<_> = container_reads.iter().map(|r| ContainerStatus::from_cri(&r.status)).collect();
+    give_processes(&mut containers, &container_reads, host, previous).await;
+    let mut containers: Vec<_> = containers.into_iter().map(|c| share_unchanged(c, previous)).collect();
+    let about = About::of(pod, &sandbox_reads, previous);
     sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
     containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
-    let (name, namespace, labels, annotations, ips) = match &newest {
-        Some((raw, conv)) => {
-            let md = raw.metadata.clone().unwrap_or_default();
-            let mut ips = Vec::new();
-            if conv.state == SandboxState::Ready && !conv.ip.is_empty() {
-                ips.push(conv.ip.clone());
-                ips.extend(conv.additional_ips.iter().cloned());
-            }
-            (md.name, md.namespace, raw.labels.iter().collect(), raw.annotations.iter().collect(), ips)
-        }
-        None => (pod.name.clone(), pod.namespace.clone(), Default::default(), Default::default(), Vec::new()),
-    };
-    let any_ready = sandboxes.iter().any(|s| s.state == SandboxState::Ready);
-    let ips = match previous {
-        Some(p) if ips.is_empty() && !any_ready => p.ips.clone(),
-        _ => ips,
-    };
-    let (labels, annotations) = match previous {
-        Some(p) => (same_or(labels, &p.labels), same_or(annotations, &p.annotations)),
-        None => (labels, annotations),
-    };
     Ok(PodStatus {
         uid: pod.uid.clone(),
-        name: if name.is_empty() { pod.name.clone() } else { name },
-        namespace: if namespace.is_empty() { pod.namespace.clone() } else { namespace },
-        labels,
-        annotations,
-        ips,
+        name: about.name,
+        namespace: about.namespace,
+        labels: about.labels,
+        annotations: about.annotations,
+        ips: about.ips,
         sandboxes,
         containers,
-        observed_at,
+        observed_at: prefetched.observed_at,
     })
 }
 
-/// Gives each container its process: the previous status's where it had one, else
-/// what the runtime's verbose status and the host say — once per container (a runtime that names no PID gives an empty process, not asked again).
-/// A failed verbose read leaves it for the next read of the pod.
-async fn enrich_containers<R: RuntimeService>(
-    runtime: &R,
-    host: &Host,
-    containers: &mut [ContainerStatus],
-    previous: Option<&PodStatus>,
-    read_ahead: &HashMap<String, crate::cri::verbose::ContainerVerbose>,
-) {
-    let mut ask = Vec::new();
-    for (i, c) in containers.iter_mut().enumerate() {
-        let known = previous.and_then(|p| p.containers.iter().find(|o| o.id == c.id)).and_then(|o| o.process.clone());
-        match known {
-            Some(p) => c.process = Some(p),
-            None if c.state != ContainerState::Created
-                && read_ahead.get(&c.id).is_some_and(|v| v.pid != 0 || c.state != ContainerState::Running) =>
-            {
-                c.process = process_of(host, &c.id, &read_ahead[&c.id], c.state == ContainerState::Running).await;
-            }
-            // A container seen first after it exited still has the PID and cgroup it
-            // ran with (a lookup by them finds it), read without the host's word.
-            None if c.state != ContainerState::Created => ask.push(i),
-            None => {}
-        }
-    }
-    let reads = join_all(ask.iter().map(|&i| runtime.container_status_verbose(&containers[i].id))).await;
-    for (i, read) in ask.into_iter().zip(reads) {
+/// The reads of objects that still exist: NotFound (removed since the listing) is left
+/// out; any other failure fails them all.
+fn present<T>(reads: Vec<Result<T, CriError>>) -> Result<Vec<T>, CriError> {
+    let mut out = Vec::with_capacity(reads.len());
+    for read in reads {
         match read {
-            // A running container the runtime gives no PID yet: asked again next time.
-            Ok((_, verbose)) if verbose.pid == 0 && containers[i].state == ContainerState::Running => {}
-            Ok((_, verbose)) => {
-                let running = containers[i].state == ContainerState::Running;
-                containers[i].process = process_of(host, &containers[i].id, &verbose, running).await;
-            }
-            Err(e) => {
-                tracing::debug!(container = %containers[i].id, error = %e, "verbose status failed; asked again at the next read")
-            }
+            Ok(r) => out.push(r),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
         }
+    }
+    Ok(out)
+}
+
+/// What a pod's status says of the pod itself: its newest sandbox's metadata, labels,
+/// annotations and (while ready) IPs; the listing's names without a sandbox; the
+/// previous status's IPs while no sandbox is ready and none are read, and its labels
+/// where they read the same.
+struct About {
+    name: String,
+    namespace: String,
+    labels: Labels,
+    annotations: Labels,
+    ips: Vec<String>,
+}
+
+impl About {
+    fn of(pod: &RuntimePod, sandboxes: &[SandboxRead], previous: Option<&PodStatus>) -> Self {
+        // The first of the newest, as the reads came.
+        let newest = sandboxes.iter().rev().max_by_key(|r| r.status.created_at).map(|r| &r.status);
+        let mut about = match newest {
+            Some(raw) => {
+                let md = raw.metadata.clone().unwrap_or_default();
+                let mut ips = Vec::new();
+                let net = raw.network.as_ref();
+                let ready = SandboxState::from_cri(raw.state) == SandboxState::Ready;
+                if let Some(net) = net.filter(|n| ready && !n.ip.is_empty()) {
+                    ips.push(net.ip.clone());
+                    ips.extend(net.additional_ips.iter().map(|p| p.ip.clone()));
+                }
+                let or = |s: String, listed: &str| if s.is_empty() { listed.to_owned() } else { s };
+                Self {
+                    name: or(md.name, &pod.name),
+                    namespace: or(md.namespace, &pod.namespace),
+                    labels: raw.labels.iter().collect(),
+                    annotations: raw.annotations.iter().collect(),
+                    ips,
+                }
+            }
+            None => Self {
+                name: pod.name.clone(),
+                namespace: pod.namespace.clone(),
+                labels: Labels::default(),
+                annotations: Labels::default(),
+                ips: Vec::new(),
+            },
+        };
+        if let Some(p) = previous {
+            let any_ready = sandboxes.iter().any(|r| SandboxState::from_cri(r.status.state) == SandboxState::Ready);
+            if about.ips.is_empty() && !any_ready {
+                about.ips = p.ips.clone();
+            }
+            about.labels = same_or(about.labels, &p.labels);
+            about.annotations = same_or(about.annotations, &p.annotations);
+        }
+        about
     }
 }
 
-/// A container's process from its verbose status and the host: the cgroup the kernel
-/// shows for the PID (any cgroup driver), else the one the spec names. The host is
-/// asked only while the container runs: after, the PID may be another process's. The
-/// host is read off the async threads; a read that does not answer leaves the process
-/// unread (`None`), to be read again at the next read of the pod.
-async fn process_of(
-    host: &Host,
-    id: &str,
-    v: &crate::cri::verbose::ContainerVerbose,
-    running: bool,
-) -> Option<Process> {
-    let (id, pid, cgroups_path) = (id.to_owned(), v.pid, v.cgroups_path.clone());
-    let read = host
-        .off_thread(move |host| {
-            // The process is the container's only if the kernel puts it in the
-            // container's cgroup: a PID reused since the runtime's answer is another
-            // process's.
-            let seen = if running { host.process(pid) } else { None }
-                .filter(|p| p.cgroup.as_deref().is_none_or(|cg| crate::host::belongs_to(cg, &id, &cgroups_path)));
-            let cgroup_id = seen
-                .as_ref()
-                .and_then(|p| p.cgroup_id)
-                .or_else(|| crate::host::cgroup_path_of(&cgroups_path).and_then(|c| host.cgroup_id(&c)));
-            let namespaces = if seen.is_some() { host.namespaces(pid) } else { Default::default() };
-            (cgroup_id, seen.and_then(|p| p.start_ticks), namespaces)
-        })
-        .await;
-    let (cgroup_id, start_ticks, namespaces) = match read {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(pid = v.pid, error = %e, "the host's /proc did not answer; the container's process is read again later");
-            return None;
-        }
-    };
-    Some(Process {
-        pid: v.pid,
-        cgroup_path: v.cgroups_path.clone(),
-        cgroup_id: cgroup_id.unwrap_or(0),
-        start_ticks: start_ticks.unwrap_or(0),
-        namespaces,
-    })
+/// A sandbox's status, with its PID and network namespace: the previous status's, or
+/// what its verbose status said when it was read ready.
+fn sandbox_status(read: &SandboxRead, previous: Option<&PodStatus>) -> SandboxStatus {
+    let mut s = SandboxStatus::from_cri(&read.status);
+    match (previous.and_then(|p| p.known_sandbox_process(&s.id)), &read.verbose) {
+        (Some(known), _) => (s.pid, s.netns_path) = (known.pid, known.netns_path.clone()),
+        (None, Some(v)) if s.state == SandboxState::Ready => (s.pid, s.netns_path) = (v.pid, v.netns_path.clone()),
+        (None, _) => {}
+    }
+    s
 }
 
-/// Gives each ready sandbox its PID and network namespace: the previous status's, or
-/// the runtime's verbose status once.
-async fn enrich_sandboxes<R: RuntimeService>(
-    runtime: &R,
-    sandboxes: &mut [SandboxStatus],
+/// Gives each container its process: the previous status's where it had one, else what
+/// the verbose status read with it and the host say, the host read once for the whole
+/// pod off the async threads. A container seen first after it exited still has the PID
+/// and cgroup it ran with (a lookup by them finds it), read without the host's word; a
+/// running one the runtime names no PID for is left without, to be asked again
+/// (verbose) at the next read, as is every one when the host does not answer.
+async fn give_processes(
+    containers: &mut [ContainerStatus],
+    reads: &[ContainerRead],
+    host: Option<&Host>,
     previous: Option<&PodStatus>,
-    read_ahead: &HashMap<String, crate::cri::verbose::SandboxVerbose>,
 ) {
     let mut ask = Vec::new();
-    for (i, s) in sandboxes.iter_mut().enumerate() {
-        let known = previous
-            .and_then(|p| p.sandboxes.iter().find(|o| o.id == s.id))
-            .filter(|o| o.pid != 0 || !o.netns_path.is_empty());
-        match known {
-            Some(o) => (s.pid, s.netns_path) = (o.pid, o.netns_path.clone()),
-            None if s.state == SandboxState::Ready && read_ahead.contains_key(&s.id) => {
-                let v = &read_ahead[&s.id];
-                (s.pid, s.netns_path) = (v.pid, v.netns_path.clone());
+    for (i, (c, read)) in containers.iter_mut().zip(reads).enumerate() {
+        let running = c.state == ContainerState::Running;
+        match (previous.and_then(|p| p.known_process(&c.id)), &read.verbose) {
+            (Some(known), _) => c.process = Some(known.clone()),
+            (None, Some(v)) if c.state != ContainerState::Created && (v.pid != 0 || !running) => {
+                ask.push((i, ProcessAsk { id: c.id.clone(), verbose: v.clone(), running }));
             }
-            None if s.state == SandboxState::Ready => ask.push(i),
-            None => {}
+            (None, _) => {}
         }
     }
-    let reads = join_all(ask.iter().map(|&i| runtime.pod_sandbox_status_verbose(&sandboxes[i].id))).await;
-    for (i, read) in ask.into_iter().zip(reads) {
-        if let Ok((_, v)) = read {
-            (sandboxes[i].pid, sandboxes[i].netns_path) = (v.pid, v.netns_path);
+    let Some(host) = host.filter(|_| !ask.is_empty()) else { return };
+    let read = host.off_thread(move |host| ask.into_iter().map(|(i, a)| (i, a.read(host))).collect::<Vec<_>>()).await;
+    match read {
+        Ok(found) => found.into_iter().for_each(|(i, p)| containers[i].process = Some(p)),
+        Err(e) => {
+            tracing::warn!(error = %e, "the host's /proc did not answer; the containers' processes are read again later")
+        }
+    }
+}
+
+/// What the host is asked of one container's process.
+struct ProcessAsk {
+    id: String,
+    verbose: crate::cri::verbose::ContainerVerbose,
+    running: bool,
+}
+
+impl ProcessAsk {
+    /// The process from the verbose status and the host: the cgroup the kernel shows
+    /// for the PID (any cgroup driver), else the one the spec names. The host is asked
+    /// only while the container runs: after, the PID may be another process's. Blocks.
+    fn read(&self, host: &Host) -> Process {
+        let (pid, cgroups_path) = (self.verbose.pid, &self.verbose.cgroups_path);
+        // The process is the container's only if the kernel puts it in the container's
+        // cgroup: a PID reused since the runtime's answer is another process's.
+        let seen = if self.running { host.process(pid) } else { None }
+            .filter(|p| p.cgroup.as_deref().is_none_or(|cg| crate::host::belongs_to(cg, &self.id, cgroups_path)));
+        let cgroup_id = seen
+            .as_ref()
+            .and_then(|p| p.cgroup_id)
+            .or_else(|| crate::host::cgroup_path_of(cgroups_path).and_then(|c| host.cgroup_id(&c)));
+        let namespaces = if seen.is_some() { host.namespaces(pid) } else { Default::default() };
+        Process {
+            pid,
+            cgroup_path: cgroups_path.clone(),
+            cgroup_id: cgroup_id.unwrap_or(0),
+            start_ticks: seen.and_then(|p| p.start_ticks).unwrap_or(0),
+            namespaces,
         }
     }
 }
@@ -426,7 +367,14 @@ pub async fn read_container<R: RuntimeService>(
         return Ok(None);
     }
     let mut c = ContainerStatus::from_cri(&st);
-    c.process = process_of(host, &c.id, &verbose, c.state == ContainerState::Running).await;
+    let ask = ProcessAsk { id: c.id.clone(), verbose, running: c.state == ContainerState::Running };
+    c.process = match host.off_thread(move |host| ask.read(host)).await {
+        Ok(p) => Some(p),
+        Err(e) => {
+            tracing::warn!(error = %e, "the host's /proc did not answer; the container's process is read again later");
+            None
+        }
+    };
     Ok(Some((PodStatus::empty(&uid, &label(POD_NAMESPACE), &label(POD_NAME)), c)))
 }
 
@@ -443,86 +391,6 @@ fn same_or(fresh: Labels, previous: &Labels) -> Labels {
     if fresh == *previous { previous.clone() } else { fresh }
 }
 
-/// Lists one pod the way a full listing would show it: its sandboxes (by the kubelet's
-/// pod-UID label, plus any sandbox ids already known or named by a hint) and their
-/// containers (by sandbox, plus any carrying the pod's UID label). `None` when the
-/// runtime has nothing of the pod.
-pub async fn list_pod<R: RuntimeService>(
-    runtime: &R,
-    uid: &str,
-    known_sandboxes: &std::collections::BTreeSet<String>,
-) -> Result<Option<super::records::RuntimePod>, CriError> {
-    use crate::labels::kubelet::POD_UID;
-    let by_label: std::collections::HashMap<String, String> = [(POD_UID.to_owned(), uid.to_owned())].into();
-    let containers_of = |id: &str| {
-        runtime.list_containers(Some(cri::ContainerFilter { pod_sandbox_id: id.to_owned(), ..Default::default() }))
-    };
-    // One round trip for the common case: the label queries and the containers of the
-    // sandboxes the hint already named, all at once.
-    let (sandboxes, by_label_containers, known_containers) = futures_util::future::join3(
-        runtime
-            .list_pod_sandboxes(Some(cri::PodSandboxFilter { label_selector: by_label.clone(), ..Default::default() })),
-        runtime.list_containers(Some(cri::ContainerFilter { label_selector: by_label, ..Default::default() })),
-        join_all(known_sandboxes.iter().map(|id| containers_of(id))),
-    )
-    .await;
-    let mut sandboxes = sandboxes?;
-    for id in known_sandboxes {
-        if !sandboxes.iter().any(|s| &s.id == id) {
-            let found = runtime
-                .list_pod_sandboxes(Some(cri::PodSandboxFilter { id: id.clone(), ..Default::default() }))
-                .await?;
-            sandboxes.extend(found.into_iter().filter(|s| s.id == *id));
-        }
-    }
-    let mut per_sandbox: Vec<(String, Vec<cri::Container>)> = Vec::with_capacity(sandboxes.len());
-    for (id, found) in known_sandboxes.iter().zip(known_containers) {
-        per_sandbox.push((id.clone(), found?));
-    }
-    // Sandboxes the hint did not name cost a second round trip.
-    let unnamed: Vec<&str> =
-        sandboxes.iter().map(|s| s.id.as_str()).filter(|id| !known_sandboxes.contains(*id)).collect();
-    for (id, found) in unnamed.iter().zip(join_all(unnamed.iter().map(|id| containers_of(id))).await) {
-        per_sandbox.push(((*id).to_owned(), found?));
-    }
-    let mut containers = by_label_containers?;
-    for (id, found) in per_sandbox {
-        if !sandboxes.iter().any(|s| s.id == id) {
-            continue;
-        }
-        for c in found {
-            if c.pod_sandbox_id == id && !containers.iter().any(|x| x.id == c.id) {
-                containers.push(c);
-            }
-        }
-    }
-    Ok(super::records::group_pods(sandboxes, containers).remove(uid))
-}
-
-/// Lists every sandbox and container, decoding only what grouping and diffing need.
-pub async fn list_everything<R: RuntimeService>(
-    runtime: &R,
-) -> Result<(Vec<crate::proto::runtime::PodSandbox>, Vec<crate::proto::runtime::Container>), CriError> {
-    decode_listing(runtime, &runtime.list_encoded().await?).await
-}
-
-/// Decodes a full listing's projection; one that needs the kubelet's labels to be
-/// grouped (a sandbox without a UID, an orphaned container) is read again in full.
-pub async fn decode_listing<R: RuntimeService>(
-    runtime: &R,
-    listing: &crate::cri::brief::EncodedListing,
-) -> Result<(Vec<crate::proto::runtime::PodSandbox>, Vec<crate::proto::runtime::Container>), CriError> {
-    let (sandboxes, containers) = listing.decode().map_err(|(method, source)| CriError::Malformed {
-        method,
-        endpoint: runtime.endpoint().into(),
-        source,
-    })?;
-    if let Some(full) = crate::cri::brief::into_full(sandboxes, containers) {
-        return Ok(full);
-    }
-    Ok((runtime.list_pod_sandboxes(None).await?, runtime.list_containers(None).await?))
-}
-
 /// Reads every pod from the runtime afresh (list, group, inspect each), the way a
 /// relist would, without touching the cache: `/debug/pods?view=runtime`. What plegd
 /// reads once per container (its process) comes from `previous` (the cache) where it
@@ -534,7 +402,7 @@ pub async fn read_all<R: RuntimeService>(
     previous: &(dyn Fn(&str) -> Option<Arc<PodStatus>> + Send + Sync),
 ) -> Result<Vec<PodStatus>, CriError> {
     use futures_util::StreamExt;
-    let (sandboxes, containers) = list_everything(runtime).await?;
+    let (sandboxes, containers) = super::list::list_everything(runtime).await?;
     let pods = super::records::group_pods(sandboxes, containers);
     let mut out: Vec<PodStatus> = futures_util::stream::iter(pods.into_values())
         .map(|p| async move {
@@ -555,6 +423,7 @@ mod tests {
     use super::*;
     use crate::cri::spec::{ContainerSpec, PodSpec};
     use crate::model::ContainerState;
+    use crate::pleg::list::list_pod;
     use crate::sim::{Fault, FaultAction, SimRuntime};
 
     async fn running_pod(sim: &SimRuntime, pod: &PodSpec, names: &[&str]) -> (String, Vec<String>) {

@@ -10,6 +10,7 @@ pub mod generic;
 pub mod health;
 pub mod hints;
 pub mod inspect;
+pub mod list;
 mod lost_exits;
 pub mod metrics;
 pub mod records;

@@ -84,6 +84,8 @@ struct Inner {
     removal_lag: Mutex<Option<std::time::Duration>>,
     /// The simulated node's processes and cgroups.
     host: Arc<Mutex<host::SimHost>>,
+    /// Calls answered or refused so far, by CRI method name.
+    calls: Mutex<HashMap<&'static str, u64>>,
 }
 
 /// Events a stream's queue holds under containerd 2.x's delivery before the runtime's
@@ -205,6 +207,7 @@ impl SimRuntime {
                 queues: Mutex::new(Vec::new()),
                 removal_lag: Mutex::new(Some(std::time::Duration::ZERO)),
                 host: Arc::new(Mutex::new(host::SimHost::new(None))),
+                calls: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -338,8 +341,15 @@ impl SimRuntime {
         }
     }
 
-    /// Applies the first matching fault, if any.
+    /// How many `method` calls (`ContainerStatus`, `ListPodSandbox`, …) the runtime has
+    /// been asked so far, verbose or not, whether they answered or failed.
+    pub fn calls(&self, method: &str) -> u64 {
+        self.inner.calls.lock().expect("calls lock").get(method).copied().unwrap_or(0)
+    }
+
+    /// Counts the call, then applies the first matching fault, if any.
     async fn fault(&self, method: &'static str, target: &str) -> Result<(), Status> {
+        *self.inner.calls.lock().expect("calls lock").entry(method).or_default() += 1;
         let action = {
             let mut faults = self.inner.faults.lock().expect("faults lock");
             let pos = faults.iter().position(|f| {

@@ -1,0 +1,110 @@
+//! plegd at scale, nothing changing: `plegd sim` holding `--pods` pods of
+//! `--containers` containers, `plegd run --mode generic` (a full relist every second)
+//! with its journal in a fresh state dir, as processes of this build. Once the simulator
+//! holds every container, reports how long plegd takes from its start to `/readyz` 200, then its CPU share over `--seconds` and
+//! its RSS at the end, with `--watchers` `plegd watch` clients connected once ready.
+//! `cargo bench --bench scale` runs the two loads of the issue's targets one after the
+//! other (5,000 × 4 without watchers; 1,000 × 5 with 10); with `--pods N` it runs that
+//! one load.
+#![allow(missing_docs)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use support::{arg, run_args, sim, spawn, wait_path};
+
+/// CPU seconds and RSS bytes of a process.
+fn usage(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+    let ticks = |n: usize| f.get(n - 3).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    ((ticks(14) + ticks(15)) / 100.0, rss_kib * 1024.0)
+}
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Whether `GET /readyz` answers 200.
+fn ready(port: u16) -> bool {
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.ends_with(b"200")
+}
+
+/// Waits until the simulated runtime at `cri` holds `n` containers: it listens before
+/// it has made its pods, and plegd's start is timed against a runtime that is all there.
+fn populated(cri: &str, n: usize) {
+    use plegd::cri::RuntimeService;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    rt.block_on(async {
+        let client = plegd::cri::client::CriClient::new(cri, Default::default(), None).unwrap();
+        while client.list_containers(None).await.map_or(0, |c| c.len()) < n {
+            assert!(Instant::now() < deadline, "the simulated runtime never held its {n} containers");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+}
+
+/// One load: returns (seconds to ready, share of a core, RSS in MiB).
+fn measure(pods: usize, containers: usize, watchers: usize, secs: u64) -> (f64, f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, cri) = sim(dir.path(), pods, containers, 0.0);
+    populated(&cri, pods * containers);
+    let api = format!("unix://{}", dir.path().join("plegd.sock").display());
+    let admin = format!("127.0.0.1:{}", free_port());
+    let state = dir.path().join("state").display().to_string();
+    let started = Instant::now();
+    // `run_args`, with an admin port known here (to ask `/readyz`) and a debug listener
+    // on any port (another plegd on the machine may hold the default one).
+    let mut args = run_args(&cri, &api, "generic", &state);
+    args[6] = &admin;
+    let run = spawn(&[&args[..], &["--debug-addr", "127.0.0.1:0", "--relist-period", "1s"]].concat());
+    let port = admin.rsplit_once(':').unwrap().1.parse().unwrap();
+    while !ready(port) {
+        assert!(started.elapsed() < Duration::from_secs(300), "plegd never got ready");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let to_ready = started.elapsed().as_secs_f64();
+    wait_path(&dir.path().join("plegd.sock"));
+    let _watchers: Vec<_> = (0..watchers).map(|_| spawn(&["watch", "--socket", &api])).collect();
+    // The start's burst (the first relist, the journal's first commits) settles.
+    std::thread::sleep(Duration::from_secs(5));
+    let pid = run.0.id();
+    let (c0, _) = usage(pid);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(secs));
+    let (c1, rss) = usage(pid);
+    (to_ready, (c1 - c0) / t0.elapsed().as_secs_f64() * 100.0, rss / 1048576.0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let secs = arg(&args, "--seconds", 30u64);
+    let loads = match arg(&args, "--pods", 0usize) {
+        0 => vec![(5000, 4, 0), (1000, 5, 10)],
+        pods => vec![(pods, arg(&args, "--containers", 5usize), arg(&args, "--watchers", 0usize))],
+    };
+    for (pods, containers, watchers) in loads {
+        let (to_ready, cpu, rss) = measure(pods, containers, watchers, secs);
+        println!(
+            "scale (generic, 1 s relist, journal on disk, nothing changing): {pods} pods × {containers} containers, \
+             {watchers} watchers: ready after {to_ready:.1} s, plegd CPU {cpu:.2}% of a core over {secs} s, RSS \
+             {rss:.1} MiB"
+        );
+    }
+}
