@@ -36,8 +36,10 @@ PRECISION = dt.timedelta(milliseconds=1)
 # the journal. A kubelet relist that lands inside that time sees the change first; plegd
 # is then not late if it was this quick.
 STREAM_BUDGET = dt.timedelta(milliseconds=250)
-# A removal carries no runtime timestamp: one plegd took from the runtime's event stream
-# and published this soon after the kubelet's relist is the same tie.
+# The runtime's timestamp is not when the change became visible (a start is stamped when
+# the process began, and told when StartContainer returns, hundreds of milliseconds later
+# on a loaded node), and a removal has none: an event plegd took from the runtime's
+# stream and published this soon after the kubelet's relist is the same tie.
 UNTIMED_TIE = dt.timedelta(milliseconds=50)
 
 GENERIC_PLEG = re.compile(
@@ -269,7 +271,7 @@ def check(
             why = next((w.why for w in blind if w.holds(t.at) or w.holds(first.at)), None)
             if first.runtime_at is not None and first.at - first.runtime_at <= STREAM_BUDGET and t.at >= first.runtime_at:
                 v.tied.append((t, ty, lead, t.at - first.runtime_at, first.at - first.runtime_at))
-            elif ty == "CONTAINER_REMOVED" and first.source == "CRI_EVENT" and first.at - t.at <= UNTIMED_TIE:
+            elif first.source == "CRI_EVENT" and first.at - t.at <= UNTIMED_TIE:
                 v.tied.append((t, ty, lead, None, None))
             elif why:
                 v.late_excused.append((t, ty, lead, why))
@@ -329,8 +331,8 @@ def report(name: str, v: Verdict) -> str:
     ]
     for t, ty, lead, k_after, p_after in v.tied:
         if k_after is None:
-            out.append(f"  plegd's event from the runtime's stream {-lead * 1e3:.0f} ms after the kubelet's relist "
-                       f"(no runtime timestamp): {ty} {t.uid[:8]} {t.id[:12]}")
+            out.append(f"  plegd's event from the runtime's stream {-lead * 1e3:.0f} ms after the kubelet's relist: "
+                       f"{ty} {t.uid[:8]} {t.id[:12]}")
             continue
         out.append(f"  kubelet relisted {k_after.total_seconds() * 1e3:.0f} ms after the change, plegd's event "
                    f"{p_after.total_seconds() * 1e3:.0f} ms after it: {ty} {t.uid[:8]} {t.id[:12]}")
