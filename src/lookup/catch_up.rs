@@ -14,15 +14,13 @@ const OVERLAP: Duration = Duration::from_secs(1);
 
 impl ContainerLookup {
     /// From when the journal must be read again: just before the newest removal the
-    /// tombstone file holds, or from the beginning when it holds none.
+    /// tombstone file holds, and never before the retention (an older removal would be
+    /// expired at once). At most the journal's in-memory tail is read, once, at start.
     pub fn catch_up_since(&self) -> SystemTime {
+        let retained = SystemTime::now().checked_sub(self.cfg.retention).unwrap_or(SystemTime::UNIX_EPOCH);
         let ix = self.lock();
-        ix.tombs
-            .values()
-            .map(|t| t.removed_at)
-            .max()
-            .and_then(|t| t.checked_sub(OVERLAP))
-            .unwrap_or(SystemTime::UNIX_EPOCH)
+        let newest = ix.tombs.values().map(|t| t.removed_at).max().and_then(|t| t.checked_sub(OVERLAP));
+        newest.map_or(retained, |t| t.max(retained))
     }
 
     /// Learns the journal's events since [`Self::catch_up_since`], oldest first, before
