@@ -10,7 +10,9 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-src="$here/collector"
+# PLEGD_COLLECTOR_SRC builds another collector module the same way (tests/otelcol), and
+# PLEGD_COLLECTOR_DEPENDS names more files whose change must rebuild it (one a line).
+src="${PLEGD_COLLECTOR_SRC:-$here/collector}"
 
 bin="${PLEGD_OTLP_COLLECTOR_BIN:-target/otelcol-plegd/otelcol-plegd}"
 case "$bin" in
@@ -28,6 +30,9 @@ hash="$(
   {
     go version
     cat "$src/go.mod" "$src/go.sum" "$src/main.go"
+    if [[ -n "${PLEGD_COLLECTOR_DEPENDS:-}" ]]; then
+      while IFS= read -r f; do cat "$f"; done <<<"$PLEGD_COLLECTOR_DEPENDS"
+    fi
   } | sha256sum | cut -d' ' -f1
 )"
 
