@@ -22,7 +22,7 @@ use crate::metrics::Registry;
 use crate::pleg::evented::{self, EventedWatcher, Mode, StreamState};
 use crate::pleg::generic::{GenericPleg, PlegHandle};
 use crate::pleg::health::{PlegHealth, Readiness};
-use crate::pleg::hints::PodHints;
+use crate::pleg::inbox::Inbox;
 use crate::publish;
 use crate::reconcile::{Controller, CrashLoop, Enqueue, Gc, GcMode, Publish, Reconciler};
 use crate::runlog::{Mark, MarkKind, RunLog};
@@ -83,7 +83,7 @@ pub struct Sidecar {
     history: Arc<Mutex<History>>,
     sync: SyncLoopHandle,
     queues: Vec<WorkQueue<String>>,
-    hints: PodHints,
+    inbox: Inbox,
     lookup: ContainerLookup,
 }
 
@@ -133,9 +133,9 @@ impl Sidecar {
         &self.sync
     }
 
-    /// The relister's hints (what the event stream tells it).
-    pub fn hints(&self) -> &PodHints {
-        &self.hints
+    /// The relister's inbox (where the event stream and waiting readers send their requests).
+    pub fn inbox(&self) -> &Inbox {
+        &self.inbox
     }
 
     /// Containers by id, cgroup id and PID, removed ones too.
@@ -201,7 +201,7 @@ pub async fn start_on<R: RuntimeService>(
     let Pleg { relister, publisher, watcher, cache, health, readiness, stream: state_rx } =
         Pleg::build(cfg, client.clone(), &stores, &metrics, &liveness);
     let Stores { journal, lookup, tombstones, runlog } = stores;
-    let (relist_handle, hints) = (relister.handle(), relister.hints());
+    let (relist_handle, inbox) = (relister.handle(), relister.inbox());
     let pipeline = Pipeline::build(&sync_cfg, &journal, &cache, &client, &health, &publisher, &liveness, &metrics);
 
     // Bind every socket before starting anything.
@@ -277,7 +277,7 @@ pub async fn start_on<R: RuntimeService>(
         history: pipeline.history,
         sync: pipeline.sync,
         queues: pipeline.queues,
-        hints,
+        inbox,
         lookup,
     })
 }
@@ -328,7 +328,7 @@ impl<R: RuntimeService> Pleg<R> {
         } else {
             let watcher = EventedWatcher::new(
                 client,
-                relister.hints(),
+                relister.inbox(),
                 state_tx,
                 Some(metrics.pleg.clone()),
                 pleg_cfg.stream.clone(),

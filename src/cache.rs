@@ -10,9 +10,9 @@
 //! agree with the revision they carry. The two differ only while an event is between
 //! the relister and the journal.
 //!
-//! A waiter that is not answered at once is also a *demand*: the writer (the relister)
-//! takes the pods that readers wait on and, while full relists are far apart, reads
-//! them at once, so `get_newer_than` answers in one runtime round trip on a quiet node
+//! A waiter that is not answered at once is also a *demand*: the cache tells the writer
+//! (the relister, through [`CacheWriter::on_demand`]), which, while full relists are far
+//! apart, reads the pod at once, so `get_newer_than` answers in one runtime round trip on a quiet node
 //! in every mode. A pod the runtime no longer has is answered as absent, with the time
 //! it was seen absent.
 //!
@@ -21,11 +21,11 @@
 //! modified at `t`, or a global timestamp equal to `t`, does not satisfy a waiter
 //! for `t` (the kubelet's cache is strict in one place and not the other).
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::SystemTime;
 
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::model::PodStatus;
@@ -61,7 +61,8 @@ pub struct Fresh {
 struct Waiter {
     min: Instant,
     tx: oneshot::Sender<Fresh>,
-    /// The writer took this waiter's demand: its next write for the pod comes from a
+    /// The writer took this waiter's demand ([`CacheWriter::cover`]): its next write for
+    /// the pod comes from a
     /// read that started after the waiter registered, which answers it even on a clock
     /// too coarse (or paused) to tell the read's time from `min`.
     covered: bool,
@@ -73,13 +74,14 @@ struct State {
     global: Option<Instant>,
     global_wall: Option<SystemTime>,
     waiters: HashMap<Arc<str>, Vec<Waiter>>,
-    /// Pods someone started waiting on since the writer last took them.
-    demand: BTreeSet<Arc<str>>,
 }
+
+/// What the cache calls with a pod's UID when a reader starts waiting on it.
+type OnDemand = Box<dyn Fn(&str) + Send + Sync>;
 
 struct Shared {
     state: RwLock<State>,
-    demand: Arc<Notify>,
+    on_demand: OnceLock<OnDemand>,
 }
 
 /// A reader of the cache. Cheap to clone.
@@ -131,7 +133,7 @@ impl State {
 
 /// Creates an empty cache: the writer and a reader.
 pub fn new() -> (CacheWriter, PodCache) {
-    let shared = Arc::new(Shared { state: RwLock::new(State::default()), demand: Arc::new(Notify::new()) });
+    let shared = Arc::new(Shared { state: RwLock::new(State::default()), on_demand: OnceLock::new() });
     (CacheWriter { shared: shared.clone() }, PodCache { shared })
 }
 
@@ -160,10 +162,11 @@ impl PodCache {
             let list = s.waiters.entry(key.clone()).or_default();
             list.retain(|w| !w.tx.is_closed());
             list.push(Waiter { min, tx, covered: false });
-            s.demand.insert(key);
             rx
         };
-        self.shared.demand.notify_one();
+        if let Some(tell) = self.shared.on_demand.get() {
+            tell(uid);
+        }
         match rx.await {
             Ok(fresh) => fresh,
             // The writer is gone (shutdown): answer with what there is.
@@ -248,31 +251,26 @@ impl CacheWriter {
         }
     }
 
-    /// Takes the pods readers started waiting on since the last call, oldest demand
-    /// first; those whose waiters all went away are left out.
-    pub fn take_demand(&mut self) -> Vec<String> {
-        let mut s = self.shared.state.write().expect("cache lock");
-        let demand = std::mem::take(&mut s.demand);
-        let mut wanted = Vec::new();
-        for uid in demand {
-            let Some(list) = s.waiters.get_mut(&uid) else { continue };
-            list.retain(|w| !w.tx.is_closed());
-            if list.is_empty() {
-                s.waiters.remove(&uid);
-                continue;
-            }
-            for w in list.iter_mut() {
-                w.covered = true;
-            }
-            wanted.push(uid.to_string());
-        }
-        wanted
+    /// Calls `tell` with the pod's UID each time a reader starts waiting on a pod the
+    /// cache cannot answer yet (set once; later calls are ignored).
+    pub fn on_demand(&self, tell: impl Fn(&str) + Send + Sync + 'static) {
+        let _ = self.shared.on_demand.set(Box::new(tell));
     }
 
-    /// What a reader's new demand wakes (a permit is kept if the writer is busy); the
-    /// writer may share it with whatever else wakes it.
-    pub fn wake(&self) -> Arc<Notify> {
-        self.shared.demand.clone()
+    /// The writer took the demand for pod `uid`: every read of it from now on started
+    /// after its current waiters came. Returns whether any of them still waits.
+    pub fn cover(&mut self, uid: &str) -> bool {
+        let mut s = self.shared.state.write().expect("cache lock");
+        let Some(list) = s.waiters.get_mut(uid) else { return false };
+        list.retain(|w| !w.tx.is_closed());
+        if list.is_empty() {
+            s.waiters.remove(uid);
+            return false;
+        }
+        for w in list.iter_mut() {
+            w.covered = true;
+        }
+        true
     }
 
     /// Advances the global timestamp to `ts` (the start of a completed full relist)

@@ -206,7 +206,7 @@ async fn duplicate_and_out_of_order_events_change_nothing() {
     assert!(after_replay.is_empty(), "stale events are hints only: {after_replay:?}");
     let after = sc.cache.get(&pod.uid).unwrap();
     assert_eq!(after.status.as_ref().unwrap().containers, before.status.as_ref().unwrap().containers);
-    assert!(sc.hints.coalesced() > 0, "a burst of hints for one pod coalesces");
+    assert!(sc.inbox.coalesced() > 0, "a burst of requests for one pod coalesces");
     sc.stop().await;
 }
 
@@ -627,5 +627,27 @@ async fn waiting_for_one_containers_words_leaves_a_newer_containers_words_alone(
     assert_eq!(of(&b, EventType::ContainerRemoved), 0, "B still exists: {got:#?}");
     assert_eq!(of(&b, EventType::ContainerDied), 1, "B died once: {got:#?}");
     assert_eq!((of(&ids[0], EventType::ContainerDied), of(&ids[0], EventType::ContainerRemoved)), (1, 1));
+    sc.stop().await;
+}
+
+/// The relister's inbox is bounded: a flood of requests past its capacity is dropped, and
+/// what it would have made plegd read is read by the full relist the overflow asks for
+/// (here a death the runtime sent no event for, found long before the safety net).
+#[tokio::test]
+async fn requests_a_full_inbox_drops_are_covered_by_a_full_relist() {
+    let h = SimHarness::start().await;
+    let mut sc = up_sidecar(&h).await;
+    let pod = PodSpec::new("default", "web");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    sc.until_quiet(Duration::from_millis(300)).await;
+    h.sim.mute_events(true);
+    h.sim.exit_container(&ids[0], 3, "Error");
+    assert!(sc.next(Duration::from_millis(1000)).await.is_none(), "no event and no full relist yet");
+    for i in 0..plegd::pleg::inbox::CAPACITY + 1000 {
+        sc.inbox.waiting(&format!("made-up-{i}"));
+    }
+    let died = sc.next(Duration::from_secs(3)).await.expect("the overflow's full relist finds the death");
+    assert_eq!((died.kind, died.source), (EventType::ContainerDied, EventSource::Relist));
+    assert_eq!(died.container_id, ids[0]);
     sc.stop().await;
 }

@@ -360,10 +360,9 @@ fn slow_calls(sim: &plegd::sim::SimRuntime, rtt: Duration) {
 
 #[tokio::test(start_paused = true)]
 async fn a_hinted_pod_is_read_in_one_round_trip_when_the_hint_names_what_changed() {
-    use plegd::model::event::EventSource;
     use plegd::pleg::generic::GenericPleg;
     use plegd::pleg::health::PlegHealth;
-    use plegd::pleg::hints::Hint;
+    use plegd::pleg::schedule::{Reason, Why};
     use std::collections::BTreeSet;
 
     let sim = plegd::sim::SimRuntime::new();
@@ -379,15 +378,14 @@ async fn a_hinted_pod_is_read_in_one_round_trip_when_the_hint_names_what_changed
     while events.try_recv().is_ok() {}
 
     let rtt = Duration::from_millis(10);
-    let hint = |containers: &[&str]| Hint {
-        source: EventSource::CriEvent,
-        first_seen: Instant::now(),
+    let hint = |containers: &[&str]| Why {
         sandbox_ids: BTreeSet::from([sid.clone()]),
         container_ids: containers.iter().map(|c| c.to_string()).collect(),
+        ..Why::because(Reason::StreamEvent, Instant::now())
     };
-    let read = async |pleg: &mut GenericPleg<plegd::sim::SimRuntime>, h: Hint| {
+    let read = async |pleg: &mut GenericPleg<plegd::sim::SimRuntime>, h: Why| {
         let started = Instant::now();
-        let outcome = pleg.relist_pods(vec![(pod.uid.clone(), h)]).await;
+        let outcome = pleg.read_pods(vec![(pod.uid.clone(), h)]).await;
         assert_eq!((outcome.pods, outcome.failed), (1, 0));
         started.elapsed()
     };
@@ -594,10 +592,9 @@ impl RuntimeService for NoPids {
 async fn a_runtime_that_names_no_pid_is_asked_one_container_status_per_container_per_read() {
     // The kubelet's TestRelistWithCache and TestRemoveCacheEntry: one ContainerStatus
     // per container per read, whatever the runtime's verbose status holds.
-    use plegd::model::event::EventSource;
     use plegd::pleg::generic::GenericPleg;
     use plegd::pleg::health::PlegHealth;
-    use plegd::pleg::hints::Hint;
+    use plegd::pleg::schedule::{Reason, Why};
     use std::collections::BTreeSet;
 
     let sim = plegd::sim::SimRuntime::new();
@@ -628,14 +625,13 @@ async fn a_runtime_that_names_no_pid_is_asked_one_container_status_per_container
     // containers once, the new one included.
     let third = sim.create_container(pod.create_request(&sid, &ContainerSpec::new("late"))).await.unwrap();
     sim.start_container(&third).await.unwrap();
-    let hint = Hint {
-        source: EventSource::CriEvent,
-        first_seen: Instant::now(),
+    let hint = Why {
         sandbox_ids: BTreeSet::from([sid.clone()]),
         container_ids: BTreeSet::from([third.clone()]),
+        ..Why::because(Reason::StreamEvent, Instant::now())
     };
     let before = statuses();
-    let outcome = pleg.relist_pods(vec![(pod.uid.clone(), hint)]).await;
+    let outcome = pleg.read_pods(vec![(pod.uid.clone(), hint)]).await;
     assert_eq!((outcome.pods, outcome.failed), (1, 0));
     assert_eq!(statuses() - before, 3, "a targeted read reads each container once");
     assert_eq!(events.try_recv().expect("an event")[0].container_id, third);

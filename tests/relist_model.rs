@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use plegd::cache;
 use plegd::cri::spec::{ContainerSpec, PodSpec};
-use plegd::model::event::{EventSource, EventType};
+use plegd::model::event::EventType;
 use plegd::model::{ContainerState, SandboxState};
 use plegd::pleg::generic::{GenericPleg, RelistConfig};
 use plegd::pleg::health::PlegHealth;
-use plegd::pleg::hints::Hint;
+use plegd::pleg::schedule::{Reason, Why};
 use plegd::pleg::{PlegState, transition_events};
 use plegd::sim::SimRuntime;
 use proptest::prelude::*;
@@ -189,13 +189,8 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 Op::Relist => None,
                 Op::PodRelist { pod } if !world.pods.is_empty() => {
                     let uid = world.pods[pod % world.pods.len()].0.uid.clone();
-                    let hint = Hint {
-                        source: EventSource::CriEvent,
-                        first_seen: Instant::now(),
-                        sandbox_ids: Default::default(),
-                        container_ids: Default::default(),
-                    };
-                    pleg.relist_pods(vec![(uid.clone(), hint)]).await;
+                    let why = Why::because(Reason::StreamEvent, Instant::now());
+                    pleg.read_pods(vec![(uid.clone(), why)]).await;
                     Some(uid)
                 }
                 _ => continue,

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::lost_exits::{Pace, Reread, Rereads};
+use super::schedule::{Pace, Reread, Rereads};
 use crate::cri::CriError;
 use crate::proto::runtime as cri;
 

@@ -1,5 +1,5 @@
-//! The CRI event-stream consumer: turns `GetContainerEvents` into hints that make the
-//! relister re-read one pod at once. The stream is a latency hint, never a source of
+//! The CRI event-stream consumer: turns `GetContainerEvents` into requests, sent to the
+//! relister's [`super::inbox`], that make it re-read one pod at once. The stream is a latency hint, never a source of
 //! truth: payloads are not written anywhere, so stale or reordered events cannot
 //! corrupt the cache. Reconnects forever with capped, jittered backoff.
 
@@ -10,12 +10,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::hints::PodHints;
+use super::final_statuses::FinalStatus;
+use super::inbox::Inbox;
 use super::metrics::{ModeLabel, PlegMetrics};
+use super::schedule::{Read, Reason, ScheduleRequest, Why};
 use crate::backoff::Backoff;
 use crate::cri::RuntimeService;
 use crate::liveness::{Beat, beat_timer};
-use crate::model::event::EventSource;
 use crate::proto::runtime as cri;
 
 /// Which PLEG mode the sidecar runs in (`--mode`).
@@ -97,7 +98,7 @@ impl Default for EventedConfig {
 /// The stream consumer.
 pub struct EventedWatcher<R: RuntimeService> {
     runtime: R,
-    hints: PodHints,
+    inbox: Inbox,
     state: watch::Sender<StreamState>,
     metrics: Option<PlegMetrics>,
     cfg: EventedConfig,
@@ -133,15 +134,15 @@ pub fn stream_state() -> (watch::Sender<StreamState>, watch::Receiver<StreamStat
 }
 
 impl<R: RuntimeService> EventedWatcher<R> {
-    /// A consumer that feeds `hints` and publishes its state on `state`.
+    /// A consumer that sends its requests to `inbox` and publishes its state on `state`.
     pub fn new(
         runtime: R,
-        hints: PodHints,
+        inbox: Inbox,
         state: watch::Sender<StreamState>,
         metrics: Option<PlegMetrics>,
         cfg: EventedConfig,
     ) -> Self {
-        Self { runtime, hints, state, metrics, cfg, beat: Beat::detached("event stream") }
+        Self { runtime, inbox, state, metrics, cfg, beat: Beat::detached("event stream") }
     }
 
     /// Beats `beat` as events arrive and at least every [`crate::liveness::BEAT_EVERY`].
@@ -155,8 +156,6 @@ impl<R: RuntimeService> EventedWatcher<R> {
         if prev == s {
             return;
         }
-        // The relister reads the state on waking.
-        self.hints.wake();
         if let Some(m) = &self.metrics {
             let evented = i64::from(s.is_up());
             m.mode.get_or_create(&ModeLabel { mode: "evented".into() }).set(evented);
@@ -174,32 +173,29 @@ impl<R: RuntimeService> EventedWatcher<R> {
         }
     }
 
-    fn hint(&self, ev: &cri::ContainerEventResponse) {
+    /// Asks the relister to read what the event names: its pod, with the sandbox and
+    /// container ids, the final status a `CONTAINER_STOPPED` carries, and the sandbox a
+    /// sandbox's `CONTAINER_DELETED` says deleted; or, when the event names no pod, the
+    /// pod of its container.
+    fn request(&self, ev: &cri::ContainerEventResponse) {
+        let now = Instant::now();
         let sandbox = ev.pod_sandbox_status.as_ref();
         let uid = sandbox.and_then(|s| s.metadata.as_ref()).map(|m| m.uid.as_str()).filter(|u| !u.is_empty());
-        match uid {
-            Some(uid) => {
-                if ev.container_event_type == cri::ContainerEventType::ContainerStoppedEvent as i32
-                    && let Some(last) = ev
-                        .containers_statuses
-                        .iter()
-                        .find(|c| c.id == ev.container_id && c.state == cri::ContainerState::ContainerExited as i32)
-                    && let Some(sandbox) = sandbox
-                {
-                    self.hints.final_statuses(sandbox, last.clone());
-                }
-                if ev.container_event_type == cri::ContainerEventType::ContainerDeletedEvent as i32
-                    && let Some(sandbox) = sandbox
-                    && sandbox.id == ev.container_id
-                {
-                    self.hints.sandbox_deleted(uid, &sandbox.id);
-                }
-                self.hints.pod(uid, sandbox.map(|s| s.id.as_str()), Some(&ev.container_id), EventSource::CriEvent)
-            }
+        let Some(uid) = uid else {
             // containerd drops or sends events without a sandbox status when the sandbox
             // is already gone: find the pod by the container id.
-            None => self.hints.container(&ev.container_id),
+            let message = Why::stream_event(None, None, now);
+            self.inbox.send(ScheduleRequest { key: Read::PodOf(ev.container_id.clone()), message, run_at: now });
+            return;
+        };
+        let mut why = Why::stream_event(sandbox.map(|s| s.id.as_str()), Some(&ev.container_id), now);
+        why.final_statuses.extend(FinalStatus::of_event(ev));
+        if ev.container_event_type == cri::ContainerEventType::ContainerDeletedEvent as i32
+            && let Some(sandbox) = sandbox.filter(|s| s.id == ev.container_id)
+        {
+            why.deleted_sandboxes.insert(sandbox.id.clone());
         }
+        self.inbox.send(ScheduleRequest { key: Read::Pod(uid.to_owned()), message: why, run_at: now });
     }
 
     async fn consume(&self, shutdown: &CancellationToken, backoff: &mut Backoff, after_outage: bool) -> Option<Ended> {
@@ -234,7 +230,7 @@ impl<R: RuntimeService> EventedWatcher<R> {
                             connected = true;
                             self.on_connected(backoff, after_outage);
                         }
-                        self.hint(&ev);
+                        self.request(&ev);
                     }
                     Some(Err(e)) => {
                         return Some(Ended { connected, unimplemented: e.is_unimplemented(), error: Some(e.to_string()) });
@@ -253,11 +249,7 @@ impl<R: RuntimeService> EventedWatcher<R> {
         self.set_state(StreamState::Up);
         // Whatever happened while the stream was down is repaired by a full relist (and,
         // after an outage, by fast relists while the runtime may still be recovering).
-        if after_outage {
-            self.hints.full_after_outage();
-        } else {
-            self.hints.full();
-        }
+        self.inbox.full(if after_outage { Reason::StreamRecovered } else { Reason::StreamUp });
     }
 
     /// Consumes the stream until shutdown, reconnecting forever.

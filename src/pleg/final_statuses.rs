@@ -20,11 +20,44 @@ const TTL: Duration = Duration::from_secs(600);
 /// At most this many final statuses, and as many remembered removals, are kept.
 const MAX: usize = 4096;
 
+/// A stopped container's final status as the stream carried it, with its pod's identity.
+#[derive(Clone, Debug)]
+pub struct FinalStatus {
+    /// The pod's UID.
+    pub uid: String,
+    /// The pod's metadata (namespace, name) as the sandbox's status gave it.
+    pub pod: crate::proto::runtime::PodSandboxMetadata,
+    /// The pod's labels.
+    pub labels: HashMap<String, String>,
+    /// The container's final status.
+    pub status: crate::proto::runtime::ContainerStatus,
+}
+
+impl FinalStatus {
+    /// The final status a `CONTAINER_STOPPED` event carries for its container, if any.
+    pub fn of_event(ev: &crate::proto::runtime::ContainerEventResponse) -> Option<Self> {
+        use crate::proto::runtime as cri;
+        if ev.container_event_type != cri::ContainerEventType::ContainerStoppedEvent as i32 {
+            return None;
+        }
+        let sandbox = ev.pod_sandbox_status.as_ref()?;
+        let meta = sandbox.metadata.as_ref()?;
+        let last = ev
+            .containers_statuses
+            .iter()
+            .find(|c| c.id == ev.container_id && c.state == cri::ContainerState::ContainerExited as i32)?;
+        Some(Self { uid: meta.uid.clone(), pod: meta.clone(), labels: sandbox.labels.clone(), status: last.clone() })
+    }
+}
+
 /// A pod's identity as the runtime's event gave it.
 #[derive(Clone, Debug)]
-pub(super) struct PodIdentity {
+pub struct PodIdentity {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's labels.
     pub labels: Labels,
 }
 
@@ -56,10 +89,11 @@ pub(super) struct FinalStatuses {
 }
 
 impl FinalStatuses {
-    /// Keeps the final statuses the stream carried since the last take; drops stale ones.
-    pub fn keep(&mut self, incoming: Vec<super::hints::FinalStatus>) {
+    /// Keeps final statuses the stream carried (a container's replace its earlier ones);
+    /// drops stale ones.
+    pub fn keep(&mut self, incoming: Vec<FinalStatus>) {
         let now = Instant::now();
-        for super::hints::FinalStatus { uid, pod: meta, labels, status } in incoming {
+        for FinalStatus { uid, pod: meta, labels, status } in incoming {
             let status = ContainerStatus::from_cri(&status);
             let pod = PodIdentity { namespace: meta.namespace, name: meta.name, labels: labels.iter().collect() };
             self.kept.insert(status.id.clone(), Kept { uid, pod, at: now, status });

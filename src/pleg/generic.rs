@@ -1,26 +1,25 @@
 //! The GenericPLEG relister: list, diff against committed pod records, inspect the
 //! pods that changed, write the cache (its only writer), and emit lifecycle events.
 
+mod read;
 mod run_loop;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::deleted_sandboxes::DeletedSandboxes;
 use super::evented::StreamState;
+use super::final_statuses::FinalStatus;
 use super::final_statuses::{FinalStatuses, Settled};
 use super::health::PlegHealth;
-use super::hints::{Hint, PodHints};
-use super::inspect::{Prefetched, inspect_pod, inspect_prefetched};
-use super::list::list_pod;
+use super::inbox::{Inbox, InboxRx, inbox};
 use super::lost_exits::LostExits;
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
-use super::records::{PodRecords, RuntimePod, Transition, group_pods};
+use super::records::{PodRecords, Transition, group_pods};
 use super::schedule::{Merge, Read, Reason, Scheduler, Why};
 use super::step::{PodRead, events_of};
 use super::stream_trust::StreamTrust;
@@ -31,6 +30,7 @@ use crate::cri::{CriError, RuntimeService};
 use crate::liveness::Beat;
 use crate::model::event::{EventSource, PodLifecycleEvent};
 use crate::model::{ContainerState, PodStatus};
+use read::{Found, PodListing, ReadError, ReadJob, ReadResult};
 
 /// How the relister runs.
 #[derive(Clone, Debug)]
@@ -89,14 +89,14 @@ pub struct RelistOutcome {
 /// Asks the relister for a full relist now. Cheap to clone.
 #[derive(Clone)]
 pub struct PlegHandle {
-    hints: PodHints,
+    inbox: Inbox,
 }
 
 impl PlegHandle {
     /// Requests a full relist as soon as the current one (if any) ends. Requests made
     /// before it starts coalesce into one.
     pub fn request_relist(&self) {
-        self.hints.full();
+        self.inbox.full(Reason::Requested);
     }
 }
 
@@ -109,10 +109,13 @@ pub struct GenericPleg<R: RuntimeService> {
     events: mpsc::Sender<Vec<PodLifecycleEvent>>,
     records: PodRecords,
     cfg: RelistConfig,
-    /// Every read to come but the full relist's: pods the stream named, pods readers
-    /// wait on, pods whose read failed, exit statuses the runtime lost, sandboxes said
-    /// deleted.
+    /// Every read to come: the full relist, pods the stream named, pods readers wait on,
+    /// pods whose read failed, exit statuses the runtime lost, sandboxes said deleted.
     reads: Scheduler<Read, Why>,
+    /// Where every request for a read arrives (the stream's, readers', relist requests).
+    inbox_rx: InboxRx,
+    /// The sending side of the inbox, for those the relister hands it to.
+    inbox: Inbox,
     /// Paces reads of pods that only readers wait on.
     waiting_pace: TokenBucket,
     stream: Stream,
@@ -124,9 +127,12 @@ pub struct GenericPleg<R: RuntimeService> {
 
 /// The CRI event stream the relister is paired with.
 struct Stream {
-    /// Pods it named, and what else it said, since the last turn.
-    hints: PodHints,
+    /// Final statuses it carried, drained from the inbox and not kept in the books yet:
+    /// each waits for a read that comes after it.
+    late_words: Vec<FinalStatus>,
     state: watch::Receiver<StreamState>,
+    /// Whether the stream's state may still change (its sender is alive).
+    state_open: bool,
     /// The safety-net period between full relists while a complete stream is up.
     net_period: Duration,
     /// The longest a trusted stream goes unchecked by a full relist.
@@ -180,7 +186,33 @@ struct Applied {
     missed: usize,
 }
 
-type Inspection = (String, Instant, Result<PodStatus, String>);
+/// Who asked for a targeted read, and how.
+#[derive(Clone, Copy, Debug)]
+struct Asked {
+    /// The stream's read, or a relist of the pod alone.
+    source: EventSource,
+    /// The pod's last read failed.
+    retried: bool,
+}
+
+impl Default for Asked {
+    fn default() -> Self {
+        Self { source: EventSource::PodRelist, retried: false }
+    }
+}
+
+/// How a read's findings are applied.
+struct ApplyHow<'a> {
+    /// The record's transitions since the last read.
+    transitions: &'a [Transition],
+    /// Publish a `POD_SYNC` when nothing transitioned.
+    sync: bool,
+    /// Which path read the pod.
+    source: EventSource,
+    /// When set, the changes found count as suspected misses of the stream, for a read
+    /// that listed the runtime at this time.
+    suspect_from: Option<Instant>,
+}
 
 /// Reads of single pods that waiting readers (`GetPodStatus` with `min_timestamp`) may
 /// cause, a second, beyond a burst of [`DEMAND_READS_BURST`]; more wait their turn or
@@ -210,7 +242,9 @@ impl<R: RuntimeService> GenericPleg<R> {
         if let Some(m) = &metrics {
             m.mode.get_or_create(&ModeLabel { mode: "generic".into() }).set(1);
         }
-        let hints = PodHints::waking(cache.wake());
+        let (inbox, inbox_rx) = inbox();
+        let waiting = inbox.clone();
+        cache.on_demand(move |uid| waiting.waiting(uid));
         let net_period = Duration::from_secs(300);
         Self {
             runtime,
@@ -219,10 +253,13 @@ impl<R: RuntimeService> GenericPleg<R> {
             records: PodRecords::default(),
             cfg,
             reads: Scheduler::default(),
+            inbox_rx,
+            inbox,
             waiting_pace: TokenBucket::new(DEMAND_READS_PER_SEC, DEMAND_READS_BURST),
             stream: Stream {
-                hints,
+                late_words: Vec::new(),
                 state: watch::channel(StreamState::Disabled).1,
+                state_open: false,
                 net_period,
                 check: STREAM_CHECK,
                 trust: StreamTrust::new(net_period),
@@ -266,17 +303,18 @@ impl<R: RuntimeService> GenericPleg<R> {
 
     /// Pairs the relister with the event stream whose state `state` tells: it relists
     /// fully every `net_period` instead of the relist period while a complete stream is
-    /// up. The stream's consumer gives its hints to [`GenericPleg::hints`].
+    /// up. The stream's consumer sends its requests to [`GenericPleg::inbox`].
     pub fn with_stream(mut self, state: watch::Receiver<StreamState>, net_period: Duration) -> Self {
         self.stream.state = state;
+        self.stream.state_open = true;
         self.stream.net_period = net_period;
         self.stream.trust = StreamTrust::new(net_period);
         self
     }
 
-    /// The hints this relister serves: what the event stream's consumer tells it.
-    pub fn hints(&self) -> PodHints {
-        self.stream.hints.clone()
+    /// Where requests for reads go: the event stream's consumer sends its own here.
+    pub fn inbox(&self) -> Inbox {
+        self.inbox.clone()
     }
 
     /// The full-relist period in force: the safety-net period while a stream that
@@ -307,7 +345,7 @@ impl<R: RuntimeService> GenericPleg<R> {
 
     /// A handle to request relists.
     pub fn handle(&self) -> PlegHandle {
-        PlegHandle { hints: self.stream.hints.clone() }
+        PlegHandle { inbox: self.inbox.clone() }
     }
 
     /// One full relist.
@@ -373,26 +411,23 @@ impl<R: RuntimeService> GenericPleg<R> {
             self.records.changed(&also).into_iter().filter(|(uid, t)| !t.is_empty() || also.contains(uid)).collect();
         self.seeds.unread.clear();
         let seeded = std::mem::take(&mut self.seeds.last);
-        let inspections = self.inspect_all(work.keys(), &seeded).await;
-        outcome.inspected = inspections.len();
+        let jobs = self.listed_jobs(work.keys(), &seeded);
+        outcome.inspected = jobs.len();
+        let mut results: HashMap<String, ReadResult> =
+            self.read_many(jobs).await.into_iter().map(|r| (r.uid.clone(), r)).collect();
 
         let mut failed = HashSet::new();
-        let mut results: BTreeMap<String, (Instant, Result<PodStatus, String>)> =
-            inspections.into_iter().map(|(uid, at, r)| (uid, (at, r))).collect();
         for (uid, transitions) in work {
-            let (found, at) = match results.remove(&uid) {
-                // The pod is gone from the runtime.
-                None => (Found::Gone, start),
-                Some((at, Ok(status))) if vanished(&status) => (Found::Gone, at),
-                Some((at, Ok(status))) => (Found::Status(status), at),
-                Some((at, Err(err))) => (Found::Failed(err), at),
-            };
-            let reworded = match &found {
+            // Not listed any more: the pod is gone from the runtime.
+            let r = results.remove(&uid).unwrap_or_else(|| ReadResult::gone(uid.clone(), start));
+            let reworded = match &r.found {
                 Found::Status(status) => seeded.get(&uid).is_some_and(|seed| words_changed(seed, status)),
                 _ => false,
             };
             let sync = retried.contains(&uid) || reworded;
-            match self.apply(&uid, found, at, &transitions, sync, EventSource::Relist, Some(start)).await {
+            let how =
+                ApplyHow { transitions: &transitions, sync, source: EventSource::Relist, suspect_from: Some(start) };
+            match self.apply(r, how).await {
                 Some(applied) => {
                     outcome.events += applied.events;
                     outcome.missed += applied.missed;
@@ -417,7 +452,8 @@ impl<R: RuntimeService> GenericPleg<R> {
             .cloned()
             .collect();
         for uid in gone {
-            if let Some(applied) = self.apply(&uid, Found::Gone, start, &[], false, EventSource::Relist, None).await {
+            let how = ApplyHow { transitions: &[], sync: false, source: EventSource::Relist, suspect_from: None };
+            if let Some(applied) = self.apply(ReadResult::gone(uid, start), how).await {
                 outcome.events += applied.events;
             }
         }
@@ -440,7 +476,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// Stores a failed inspection. A pod whose very first inspection fails is cached
     /// with the error and what the listing says of it, as the kubelet caches
     /// `(status, err)`, so readers and waiters get the error rather than no pod.
-    fn store_failure(&mut self, uid: &str, err: String, at: Instant) {
+    fn store_failure(&mut self, uid: &str, err: &ReadError, at: Instant) {
         let placeholder = match self.cache.reader().get(uid).and_then(|e| e.status.clone()) {
             Some(_) => None,
             None => {
@@ -448,7 +484,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 Some(Arc::new(PodStatus::empty(uid, &namespace, &name)))
             }
         };
-        self.cache.set(uid, placeholder, Some(err), at);
+        self.cache.set(uid, placeholder, Some(err.to_string()), at);
     }
 
     /// Clears the suspects whose events arrived (`announced`: the pods the stream named)
@@ -469,23 +505,14 @@ impl<R: RuntimeService> GenericPleg<R> {
 
     /// Applies what a read of one pod found — to the cache, the pod records, the books and
     /// the publish channel as lifecycle events ([`events_of`] decides them). The one path
-    /// from any read of the runtime (full relist, targeted relist) to the events. `at` is
-    /// when the read started; `suspect_from`, when set, counts the changes found as
-    /// suspected misses of the stream. `None` when the read failed: the pod's events wait
-    /// for a read that succeeds.
-    #[allow(clippy::too_many_arguments)]
-    async fn apply(
-        &mut self,
-        uid: &str,
-        found: Found,
-        at: Instant,
-        transitions: &[Transition],
-        sync: bool,
-        source: EventSource,
-        suspect_from: Option<Instant>,
-    ) -> Option<Applied> {
+    /// from any read of the runtime (full relist, targeted relist) to the events. `None`
+    /// when the read failed: the pod's events wait for a read that succeeds.
+    async fn apply(&mut self, r: ReadResult, how: ApplyHow<'_>) -> Option<Applied> {
+        let ReadResult { uid, at, found, .. } = r;
+        let ApplyHow { transitions, sync, source, suspect_from } = how;
+        let uid = uid.as_str();
         let gone = matches!(found, Found::Gone);
-        let mut status = match found {
+        let status = match found {
             Found::Gone => {
                 self.cache.delete(uid, at);
                 None
@@ -500,32 +527,26 @@ impl<R: RuntimeService> GenericPleg<R> {
                 if let Some(m) = &self.report.metrics {
                     m.inspection_errors.inc();
                 }
-                self.store_failure(uid, err, at);
+                self.store_failure(uid, &err, at);
                 return None;
             }
+            // Nothing is known of the pod: nothing changes.
+            Found::Unlisted(_) => return None,
         };
-        let books = &mut self.books;
         // A read can see a container already removed while the stream's STOPPED for it
-        // (its exit status) waits in the hints, taken only at the next turn. Take the
-        // words of exactly those containers; every other container's words wait for a
-        // read newer than they are. (Words still on their way are not waited for.)
-        let unheard = books.final_statuses.unheard(transitions, status.as_deref());
+        // (its exit status) waits in the inbox, drained only at the next turn. Drain it
+        // now and take the words of exactly those containers; every other container's
+        // words wait for a read newer than they are. (Words still on their way are not
+        // waited for.)
+        let unheard = self.books.final_statuses.unheard(transitions, status.as_deref());
         if !unheard.is_empty() {
-            books.final_statuses.keep(self.stream.hints.take_final_statuses_for(&unheard));
+            self.drain_inbox(None);
+            let words = self.late_words_for(&unheard);
+            self.books.final_statuses.keep(words);
         }
-        let (mut namespace, mut name) = self.records.pod_name(uid);
-        if namespace.is_empty()
-            && name.is_empty()
-            && let Some(known) = books.final_statuses.identity(uid)
-        {
-            // A pod the records never knew, gone before it was read: its name and labels
-            // are the ones the runtime's event gave (a label selector must find it).
-            (namespace, name) = (known.namespace.clone(), known.name.clone());
-            if status.is_none() {
-                let labels = known.labels.clone();
-                status = Some(Arc::new(PodStatus { labels, ..PodStatus::empty(uid, &namespace, &name) }));
-            }
-        }
+        let books = &mut self.books;
+        let (namespace, name) = self.records.pod_name(uid);
+        let identity = books.final_statuses.identity(uid).cloned();
         let now = Instant::now();
         for (id, first) in books.lost_exits.note(uid, status.as_deref()) {
             self.reads.schedule(Read::ExitStatus(id), Why::because(Reason::LostExit, now), first);
@@ -547,6 +568,8 @@ impl<R: RuntimeService> GenericPleg<R> {
             uid,
             namespace: &namespace,
             name: &name,
+            identity: identity.as_ref(),
+            observed_at: SystemTime::now(),
             status: status.as_ref(),
             gone,
             transitions,
@@ -576,45 +599,6 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
     }
 
-    /// Inspects the listed pods among `uids` concurrently; pods not listed any more
-    /// are left out (they are gone). A pod the cache does not hold yet is read against
-    /// what the journal last said of it (`seeded`): what was read once (a container's
-    /// process) is not read again after a restart.
-    async fn inspect_all<'a>(
-        &self,
-        uids: impl Iterator<Item = &'a String>,
-        seeded: &std::collections::HashMap<String, Arc<PodStatus>>,
-    ) -> Vec<Inspection> {
-        let reader = self.cache.reader();
-        let jobs: Vec<(String, RuntimePod, Option<Arc<PodStatus>>)> = uids
-            .filter_map(|uid| {
-                let pod = self.records.current(uid)?.clone();
-                let previous = reader.get(uid).and_then(|e| e.status.clone()).or_else(|| seeded.get(uid).cloned());
-                Some((uid.clone(), pod, previous))
-            })
-            .collect();
-        let timeout = self.cfg.inspect_timeout;
-        let host = &self.cfg.host;
-        futures_util::stream::iter(jobs)
-            .map(|(uid, pod, previous)| {
-                let runtime = self.runtime.clone();
-                async move {
-                    let at = Instant::now();
-                    let read = inspect_pod(&runtime, Some(host), &pod, previous.as_deref());
-                    let res = match tokio::time::timeout(timeout, read).await {
-                        Ok(Ok(status)) => Ok(status),
-                        Ok(Err(e)) => Err(e.to_string()),
-                        Err(_) => Err(format!("inspecting pod {uid} took longer than {timeout:?}")),
-                    };
-                    (uid, at, res)
-                }
-            })
-            .buffer_unordered(self.cfg.concurrency.max(1))
-            .inspect(|_| self.report.beat.beat())
-            .collect()
-            .await
-    }
-
     /// Sets the container-state gauges from the cache (after full and targeted relists
     /// alike, so they stay current while the stream makes full relists rare).
     fn count_states(&self) {
@@ -636,37 +620,34 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
     }
 
-    /// Relists one batch of pods named by hints: lists each pod alone, inspects it, and
-    /// applies the results in UID order, chunk by chunk. Pods that cannot be read are
-    /// retried later.
-    pub async fn relist_pods(&mut self, batch: Vec<(String, Hint)>) -> RelistOutcome {
-        self.read_pods(batch.into_iter().map(|(uid, hint)| (uid, Why::of_hint(hint))).collect()).await
-    }
-
-    /// Reads the pods of `batch` alone (see [`GenericPleg::relist_pods`]). A read of a
-    /// pod answers every request for it still scheduled: they are taken with it. One
-    /// that follows a failed read publishes a `POD_SYNC` when nothing transitioned.
-    async fn read_pods(&mut self, batch: Vec<(String, Why)>) -> RelistOutcome {
+    /// Reads the pods of `batch` alone, now, as the run loop does when they come due:
+    /// lists each pod alone, inspects it, and applies the results in UID order, chunk by
+    /// chunk. A read of a pod answers every request for it still scheduled: they are
+    /// taken with it. Pods that cannot be read are retried later; one that follows a
+    /// failed read publishes a `POD_SYNC` when nothing transitioned.
+    pub async fn read_pods(&mut self, batch: Vec<(String, Why)>) -> RelistOutcome {
         // The records move past the last full listing: the next one is diffed in full.
         self.listing.fingerprint = None;
-        let jobs: Vec<_> = batch.into_iter().map(|(uid, why)| self.pod_job(uid, why)).collect();
-        let (timeout, host) = (self.cfg.inspect_timeout, self.cfg.host.clone());
+        let mut asked = HashMap::new();
+        let jobs: Vec<ReadJob> = batch
+            .into_iter()
+            .map(|(uid, why)| {
+                let (job, how) = self.pod_job(uid.clone(), why);
+                asked.insert(uid, how);
+                job
+            })
+            .collect();
         let mut outcome = RelistOutcome::default();
         // In chunks, so a burst of dirty pods publishes as it goes rather than after
         // the slowest of hundreds of reads.
         let chunk = self.cfg.concurrency.max(1) * 4;
         let mut jobs = jobs.into_iter().peekable();
         while jobs.peek().is_some() {
-            let part: Vec<_> = jobs.by_ref().take(chunk).collect();
-            let mut results: Vec<PodReadResult> = futures_util::stream::iter(part)
-                .map(|job| job.read(self.runtime.clone(), &host, timeout))
-                .buffer_unordered(self.cfg.concurrency.max(1))
-                .inspect(|_| self.report.beat.beat())
-                .collect()
-                .await;
+            let mut results = self.read_many(jobs.by_ref().take(chunk).collect()).await;
             results.sort_by(|a, b| a.uid.cmp(&b.uid));
             for r in results {
-                self.apply_read(r, &mut outcome).await;
+                let how = asked.remove(&r.uid).unwrap_or_default();
+                self.apply_read(r, how, &mut outcome).await;
             }
         }
         if let Some(m) = &self.report.metrics {
@@ -679,85 +660,82 @@ impl<R: RuntimeService> GenericPleg<R> {
         outcome
     }
 
-    /// The read of pod `uid` for `why` and every request for it still scheduled: the
-    /// sandboxes and containers it is known to hold or was told of, read with its
-    /// listing.
-    fn pod_job(&mut self, uid: String, mut why: Why) -> PodJob {
+    /// The read of pod `uid` for `why` and every request for it still scheduled: listed
+    /// alone, with the sandboxes and containers it is known to hold or was told of read
+    /// alongside.
+    fn pod_job(&mut self, uid: String, mut why: Why) -> (ReadJob, Asked) {
         if let Some(pending) = self.reads.remove(&Read::Pod(uid.clone())) {
             why.merge(pending.message);
         }
-        let retried = why.has(Reason::FailedRead);
-        let hint = why.into_hint();
-        let mut known = self.records.sandbox_ids(&uid);
-        known.extend(hint.sandbox_ids);
+        let asked = Asked { source: why.source(), retried: why.has(Reason::FailedRead) };
+        let mut sandboxes = self.records.sandbox_ids(&uid);
+        sandboxes.extend(why.sandbox_ids);
         let mut containers = self.records.container_ids(&uid);
-        containers.extend(hint.container_ids.into_iter().filter(|id| !known.contains(id)));
+        containers.extend(why.container_ids.into_iter().filter(|id| !sandboxes.contains(id)));
         let previous = self.cache.reader().get(&uid).and_then(|e| e.status.clone());
-        PodJob { uid, source: hint.source, retried, known, containers, previous }
+        (ReadJob { uid, listing: PodListing::Alone { sandboxes, containers }, previous }, asked)
     }
 
-    /// Applies one pod's read: its records, its status and events; a read that failed,
-    /// or whose events could not be applied, is retried later.
-    async fn apply_read(&mut self, r: PodReadResult, outcome: &mut RelistOutcome) {
+    /// The full relist's reads of the listed pods among `uids`; pods not listed any more
+    /// are left out (they are gone). A pod the cache does not hold yet is read against
+    /// what the journal last said of it (`seeded`): what was read once (a container's
+    /// process) is not read again after a restart.
+    fn listed_jobs<'a>(
+        &self,
+        uids: impl Iterator<Item = &'a String>,
+        seeded: &HashMap<String, Arc<PodStatus>>,
+    ) -> Vec<ReadJob> {
+        let reader = self.cache.reader();
+        uids.filter_map(|uid| {
+            let pod = self.records.current(uid)?.clone();
+            let previous = reader.get(uid).and_then(|e| e.status.clone()).or_else(|| seeded.get(uid).cloned());
+            Some(ReadJob { uid: uid.clone(), listing: PodListing::Listed(pod), previous })
+        })
+        .collect()
+    }
+
+    /// Applies one pod's targeted read: its records, its status and events; a read that
+    /// failed, or whose events could not be applied, is retried later.
+    async fn apply_read(&mut self, r: ReadResult, asked: Asked, outcome: &mut RelistOutcome) {
         if let Some(m) = &self.report.metrics {
             m.pod_relist_duration.observe(r.took.as_secs_f64());
         }
         outcome.pods += 1;
-        let (pod, at, status) = match r.res {
-            Err(err) => {
-                tracing::debug!(pod = %r.uid, error = %err, "targeted relist failed; retrying");
-                // Its event (if any) is used up: the retry's finding is no miss.
-                self.stream.trust.announce(&r.uid);
-                self.retry_later(&r.uid);
-                outcome.failed += 1;
-                return;
-            }
-            Ok(None) => (None, r.at, None),
-            // Listed, then every object read NotFound: removed while it was read.
-            // The pod is gone (see `vanished`).
-            Ok(Some(Listed { at, status: Ok(status), .. })) if vanished(&status) => (None, at, None),
-            Ok(Some(Listed { pod, at, status })) => (Some(pod), at, Some(status)),
-        };
-        self.records.set_current_one(&r.uid, pod);
+        if let Found::Unlisted(err) = &r.found {
+            tracing::debug!(pod = %r.uid, error = %err, "targeted relist failed; retrying");
+            // Its event (if any) is used up: the retry's finding is no miss.
+            self.stream.trust.announce(&r.uid);
+            self.retry_later(&r.uid);
+            outcome.failed += 1;
+            return;
+        }
+        self.records.set_current_one(&r.uid, r.listed_alone.clone().flatten());
         let transitions = self.records.transitions(&r.uid);
-        let mut sync = r.retried;
-        let found = match status {
-            None => Found::Gone,
-            Some(Ok(status)) => {
-                outcome.inspected += 1;
-                let previous = self.cache.reader().get(&r.uid).and_then(|e| e.status.clone());
-                sync |= previous.is_some_and(|p| !same_status(&p, &status));
-                Found::Status(status)
-            }
-            Some(Err(e)) => {
-                outcome.inspected += 1;
-                Found::Failed(e.to_string())
-            }
-        };
+        let mut sync = asked.retried;
+        if let Found::Status(status) = &r.found {
+            let previous = self.cache.reader().get(&r.uid).and_then(|e| e.status.clone());
+            sync |= previous.is_some_and(|p| !same_status(&p, status));
+        }
+        if matches!(r.found, Found::Status(_) | Found::Failed(_)) {
+            outcome.inspected += 1;
+        }
         // A pod read because someone waits on it, or retried: a change found
         // here was not announced either.
-        let suspect_from = (r.source != EventSource::CriEvent).then_some(at);
-        match self.apply(&r.uid, found, at, &transitions, sync, r.source, suspect_from).await {
+        let suspect_from = (asked.source != EventSource::CriEvent).then_some(r.at);
+        let uid = r.uid.clone();
+        let how = ApplyHow { transitions: &transitions, sync, source: asked.source, suspect_from };
+        match self.apply(r, how).await {
             Some(applied) => {
                 outcome.events += applied.events;
                 outcome.missed += applied.missed;
             }
             None => {
                 outcome.failed += 1;
-                self.stream.trust.announce(&r.uid);
-                self.retry_later(&r.uid);
+                self.stream.trust.announce(&uid);
+                self.retry_later(&uid);
             }
         }
     }
-}
-
-/// A pod that was listed but whose every sandbox and container read NotFound: removed
-/// between the listing and the status reads. The runtime lists a pod only while it has
-/// a sandbox or a container, so the pod is gone; published as a pod with nothing in it,
-/// it would stay in the journal's view (and `ListPods`) until a later read found it gone
-/// — 300 s with the event stream up.
-fn vanished(status: &PodStatus) -> bool {
-    status.sandboxes.is_empty() && status.containers.is_empty()
 }
 
 /// Whether a container dead in both `before` and `now` says another exit code or reason
@@ -768,69 +746,4 @@ fn words_changed(before: &PodStatus, now: &PodStatus) -> bool {
             b.id == c.id && b.state == ContainerState::Exited && (b.exit_code, &b.reason) != (c.exit_code, &c.reason)
         })
     })
-}
-
-/// What a read of one pod found.
-enum Found {
-    /// The runtime no longer has the pod.
-    Gone,
-    /// Its fresh status.
-    Status(PodStatus),
-    /// The read failed.
-    Failed(String),
-}
-
-/// One pod to read alone: what is known of it before the read.
-struct PodJob {
-    uid: String,
-    source: EventSource,
-    /// The pod's last read failed.
-    retried: bool,
-    /// Sandbox ids read with the listing.
-    known: std::collections::BTreeSet<String>,
-    /// Container ids whose statuses are read ahead.
-    containers: std::collections::BTreeSet<String>,
-    previous: Option<Arc<PodStatus>>,
-}
-
-impl PodJob {
-    /// Lists the pod and reads its statuses, within `timeout`. The statuses of what the
-    /// pod is known to hold are read with the listing: one round trip unless the
-    /// listing shows more.
-    async fn read<R: RuntimeService>(self, runtime: R, host: &crate::host::Host, timeout: Duration) -> PodReadResult {
-        let PodJob { uid, source, retried, known, containers, previous } = self;
-        let at = Instant::now();
-        let read = async {
-            let (listed, prefetched) = futures_util::future::join(
-                list_pod(&runtime, &uid, &known),
-                Prefetched::read(&runtime, known.iter().cloned(), containers, previous.as_deref()),
-            )
-            .await;
-            let Some(pod) = listed? else { return Ok(None) };
-            let status = inspect_prefetched(&runtime, Some(host), &pod, previous.as_deref(), prefetched).await;
-            Ok(Some(Listed { pod, at, status }))
-        };
-        let res = match tokio::time::timeout(timeout, read).await {
-            Ok(r) => r.map_err(|e: CriError| e.to_string()),
-            Err(_) => Err(format!("relisting pod {uid} took longer than {timeout:?}")),
-        };
-        PodReadResult { uid, source, retried, at, took: at.elapsed(), res }
-    }
-}
-
-/// One pod's targeted read.
-struct PodReadResult {
-    uid: String,
-    source: EventSource,
-    retried: bool,
-    at: Instant,
-    took: Duration,
-    res: Result<Option<Listed>, String>,
-}
-
-/// A pod as listed, when it was inspected, and the inspection's result.
-struct Listed {
-    pod: RuntimePod,
-    at: Instant,
-    status: Result<PodStatus, CriError>,
 }

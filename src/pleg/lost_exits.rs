@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use super::schedule::{Pace, Reread, Rereads};
 use crate::cri::CriError;
 use crate::model::{ContainerState, ContainerStatus, PodStatus, nanos_to_system};
 use crate::proto::runtime as cri;
@@ -40,85 +41,20 @@ pub(super) fn lost(c: &ContainerStatus) -> bool {
     c.state == ContainerState::Exited && (c.exit_code, c.reason.as_str()) == LOST
 }
 
-/// What a re-read of one container's status found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Reread {
-    /// The same lost word.
-    Same,
-    /// Another word, or the container is gone: its pod is to be read in full.
-    Changed,
-    /// The read failed: tried again, not counted.
-    Failed,
-}
-
-impl Reread {
-    /// What a `ContainerStatus` answer says.
-    pub fn of(answer: Result<cri::ContainerStatus, CriError>) -> Self {
-        match answer {
-            Ok(st) => {
-                let state = ContainerState::from_cri(st.state);
-                if state == ContainerState::Exited && (st.exit_code, st.reason.as_str()) == LOST {
-                    Self::Same
-                } else {
-                    Self::Changed
-                }
+/// What a `ContainerStatus` answer says of a container whose exit status was lost: the
+/// same lost word, another word or gone (its pod is to be read in full), or a failed read.
+pub(super) fn reread_of(answer: Result<cri::ContainerStatus, CriError>) -> Reread {
+    match answer {
+        Ok(st) => {
+            let state = ContainerState::from_cri(st.state);
+            if state == ContainerState::Exited && (st.exit_code, st.reason.as_str()) == LOST {
+                Reread::Same
+            } else {
+                Reread::Changed
             }
-            Err(e) if e.is_not_found() => Self::Changed,
-            Err(_) => Self::Failed,
         }
-    }
-}
-
-/// An entry of a book the relister reads again (this one, and the sandboxes said
-/// deleted, [`super::deleted_sandboxes`]): its pod, and how its re-reads went. When it is
-/// read next is the relister's schedule's ([`super::schedule`]).
-pub(super) struct Rereads {
-    pub uid: String,
-    /// When it was entered.
-    pub since: Instant,
-    /// No re-read is to come (all done, or given up).
-    pub done: bool,
-    /// Re-reads done.
-    pub reads: u32,
-    /// Re-reads failed in a row.
-    pub fails: u32,
-}
-
-/// How a book reads again: the first re-read this long after it starts, each next one
-/// twice as long after the one before, `reads` in all; a failed read retried 1, 2, 4 …
-/// `2^max_doubling` firsts later, until `recent` after the entry was made.
-pub(super) struct Pace {
-    pub first: Duration,
-    pub reads: u32,
-    pub max_doubling: u32,
-    pub recent: Duration,
-}
-
-impl Rereads {
-    pub fn new(uid: &str, now: Instant) -> Self {
-        Self { uid: uid.to_owned(), since: now, done: false, reads: 0, fails: 0 }
-    }
-
-    /// Records a re-read that found the same (counted; none is next after the last) or
-    /// failed (not counted; none is next past `recent`), and says when the next is due.
-    /// A changed one is the book's.
-    pub fn read(&mut self, found: Reread, pace: &Pace) -> Option<Instant> {
-        let now = Instant::now();
-        let next = match found {
-            Reread::Same => {
-                self.fails = 0;
-                self.reads += 1;
-                (self.reads < pace.reads).then(|| now + pace.first * 2u32.pow(self.reads))
-            }
-            Reread::Failed => {
-                let wait = pace.first * 2u32.pow(self.fails.min(pace.max_doubling));
-                self.fails += 1;
-                (now.duration_since(self.since) < pace.recent).then(|| now + wait)
-            }
-            Reread::Changed => None,
-        };
-        self.done = next.is_none();
-        next
+        Err(e) if e.is_not_found() => Reread::Changed,
+        Err(_) => Reread::Failed,
     }
 }
 
@@ -365,9 +301,9 @@ mod tests {
             })
         };
         use cri::ContainerState::*;
-        assert_eq!(Reread::of(st(ContainerExited, 255, "Unknown")), Reread::Same);
-        assert_eq!(Reread::of(st(ContainerExited, 255, "OOMKilled")), Reread::Changed);
-        assert_eq!(Reread::of(st(ContainerRunning, 255, "Unknown")), Reread::Changed);
+        assert_eq!(reread_of(st(ContainerExited, 255, "Unknown")), Reread::Same);
+        assert_eq!(reread_of(st(ContainerExited, 255, "OOMKilled")), Reread::Changed);
+        assert_eq!(reread_of(st(ContainerRunning, 255, "Unknown")), Reread::Changed);
         let err = |code| {
             Err(CriError::Call {
                 method: "ContainerStatus",
@@ -375,9 +311,9 @@ mod tests {
                 status: tonic::Status::new(code, "x"),
             })
         };
-        assert_eq!(Reread::of(err(tonic::Code::NotFound)), Reread::Changed, "gone: its pod is read");
-        assert_eq!(Reread::of(err(tonic::Code::Unavailable)), Reread::Failed);
-        assert_eq!(Reread::of(err(tonic::Code::DeadlineExceeded)), Reread::Failed);
+        assert_eq!(reread_of(err(tonic::Code::NotFound)), Reread::Changed, "gone: its pod is read");
+        assert_eq!(reread_of(err(tonic::Code::Unavailable)), Reread::Failed);
+        assert_eq!(reread_of(err(tonic::Code::DeadlineExceeded)), Reread::Failed);
     }
 
     #[tokio::test(start_paused = true)]

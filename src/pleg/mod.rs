@@ -5,16 +5,16 @@
 
 mod deleted_sandboxes;
 pub mod evented;
-mod final_statuses;
+pub mod final_statuses;
 pub mod generic;
 pub mod health;
-pub mod hints;
+pub mod inbox;
 pub mod inspect;
 pub mod list;
 mod lost_exits;
 pub mod metrics;
 pub mod records;
-mod schedule;
+pub mod schedule;
 pub mod step;
 mod stream_trust;
 

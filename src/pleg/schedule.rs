@@ -1,24 +1,32 @@
-//! The relister's one schedule of reads to come: every "read this again later" — a pod
-//! the stream named, a pod a reader waits on, a pod whose read failed, a container
-//! whose exit status the runtime lost, a sandbox the runtime said deleted — is a
-//! [`ScheduleRequest`] for a [`Read`] at a time. Requests for the same read merge: the
-//! earliest time wins and every reason given is kept, so a read is asked for once however
-//! many paths ask. The full relist keeps its own period; everything else the relister
-//! does later is here, and the run loop sleeps until [`Scheduler::next_at`].
+//! The relister's one schedule of reads to come: every read the relister does — the full
+//! relist at its period or when asked for, a pod the stream named, a pod a reader waits
+//! on, a pod whose read failed, a container whose exit status the runtime lost, a sandbox
+//! the runtime said deleted — is a [`ScheduleRequest`] for a [`Read`] at a time. Requests
+//! arrive through the relister's [`super::inbox`] or from the relister itself. Requests
+//! for the same read merge: the earliest time wins and every reason given is kept, so a
+//! read is asked for once however many paths ask. The run loop sleeps until
+//! [`Scheduler::next_at`]. How a book's re-reads are paced ([`Pace`]) is here too.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::hints::Hint;
+use super::final_statuses::FinalStatus;
 use crate::model::event::EventSource;
 
 /// What the relister reads.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Read {
+    /// Every pod: a full relist.
+    Full,
     /// A pod, listed alone and inspected.
     Pod(String),
+    /// The pod of a container the stream named without its pod; resolved through the
+    /// records when the request is drained (an unknown container asks for a full
+    /// relist), never scheduled as such.
+    PodOf(String),
     /// One container's status, for an exit status the runtime lost.
     ExitStatus(String),
     /// One sandbox's status, for a sandbox the runtime said deleted.
@@ -28,6 +36,21 @@ pub enum Read {
 /// Why a read was asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Reason {
+    /// The full relist's period came (or the relister started).
+    Period,
+    /// Someone asked for a full relist (`PlegHandle::request_relist`).
+    Requested,
+    /// The event stream came up: a full relist repairs what it missed while down.
+    StreamUp,
+    /// The event stream came back after failing: the runtime may still be recovering
+    /// state it sends no events for, so fast full relists follow for a while.
+    StreamRecovered,
+    /// The event stream went up or down: the full-relist period changed.
+    StreamChanged,
+    /// The stream named a container no record knows, without its pod.
+    UnknownContainer,
+    /// The inbox overflowed: what it dropped is read by a full relist.
+    InboxFull,
     /// The runtime's event stream named the pod.
     StreamEvent,
     /// A reader waits on the pod (`GetPodStatus` with a `min_timestamp`).
@@ -36,8 +59,6 @@ pub enum Reason {
     FailedRead,
     /// A re-read of a container or sandbox found it changed: its pod is read in full.
     Reread,
-    /// Asked for by a caller of [`super::generic::GenericPleg::relist_pods`].
-    Asked,
     /// A container's exit status the runtime lost, read again in case it amends it.
     LostExit,
     /// A sandbox the runtime said deleted, read again until it is gone.
@@ -50,17 +71,24 @@ pub trait Merge {
     fn merge(&mut self, other: Self);
 }
 
-/// The reasons for a read and, for a pod, what the stream named in it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The reasons for a read and, for a pod, what the stream said of it.
+#[derive(Clone, Debug)]
 pub struct Why {
     /// Every reason given.
     pub reasons: BTreeSet<Reason>,
     /// Sandbox ids the stream named (read with the pod's listing).
     pub sandbox_ids: BTreeSet<String>,
-    /// Container ids the stream named.
+    /// Container ids the stream named (may include sandbox ids: the runtime sends
+    /// sandbox events under the sandbox's id).
     pub container_ids: BTreeSet<String>,
     /// When the first request arrived.
     pub first_seen: Instant,
+    /// The final statuses the stream carried for containers that stopped: taken into the
+    /// relister's books when the request is drained.
+    pub final_statuses: Vec<FinalStatus>,
+    /// Sandboxes the stream said deleted: taken into the relister's books when the
+    /// request is drained.
+    pub deleted_sandboxes: BTreeSet<String>,
 }
 
 impl Why {
@@ -71,17 +99,19 @@ impl Why {
             sandbox_ids: BTreeSet::new(),
             container_ids: BTreeSet::new(),
             first_seen: now,
+            final_statuses: Vec::new(),
+            deleted_sandboxes: BTreeSet::new(),
         }
     }
 
-    /// A pod read the stream asked for, with the ids it named.
-    pub fn of_hint(hint: Hint) -> Self {
-        let reason = if hint.source == EventSource::CriEvent { Reason::StreamEvent } else { Reason::Asked };
+    /// A read the stream asked for, naming the sandbox and the container the event was
+    /// about, where known.
+    pub fn stream_event(sandbox_id: Option<&str>, container_id: Option<&str>, now: Instant) -> Self {
+        let ids = |id: Option<&str>| id.filter(|s| !s.is_empty()).map(str::to_owned).into_iter().collect();
         Self {
-            reasons: BTreeSet::from([reason]),
-            sandbox_ids: hint.sandbox_ids,
-            container_ids: hint.container_ids,
-            first_seen: hint.first_seen,
+            sandbox_ids: ids(sandbox_id),
+            container_ids: ids(container_id),
+            ..Self::because(Reason::StreamEvent, now)
         }
     }
 
@@ -102,11 +132,10 @@ impl Why {
         self.has(Reason::Waiting) && self.reasons.iter().all(|r| matches!(r, Reason::Waiting | Reason::FailedRead))
     }
 
-    /// The pod read this asks for, as the relister's targeted read takes it: announced by
-    /// the stream when the stream named it (what it finds is then no miss of the stream).
-    pub fn into_hint(self) -> Hint {
-        let source = if self.has(Reason::StreamEvent) { EventSource::CriEvent } else { EventSource::PodRelist };
-        Hint { source, first_seen: self.first_seen, sandbox_ids: self.sandbox_ids, container_ids: self.container_ids }
+    /// Which path the read counts as: the stream's, when the stream named the pod (what
+    /// it finds is then no miss of the stream), else a relist of the pod alone.
+    pub fn source(&self) -> EventSource {
+        if self.has(Reason::StreamEvent) { EventSource::CriEvent } else { EventSource::PodRelist }
     }
 }
 
@@ -116,6 +145,8 @@ impl Merge for Why {
         self.sandbox_ids.extend(other.sandbox_ids);
         self.container_ids.extend(other.container_ids);
         self.first_seen = self.first_seen.min(other.first_seen);
+        self.final_statuses.extend(other.final_statuses);
+        self.deleted_sandboxes.extend(other.deleted_sandboxes);
     }
 }
 
@@ -138,48 +169,50 @@ pub struct ScheduleRequest<K, M> {
 #[derive(Debug)]
 pub struct Scheduler<K, M> {
     entries: HashMap<K, (Instant, M)>,
-    by_time: BTreeMap<(Instant, K), ()>,
+    by_time: BTreeSet<(Instant, K)>,
 }
 
 impl<K, M> Default for Scheduler<K, M> {
     fn default() -> Self {
-        Self { entries: HashMap::new(), by_time: BTreeMap::new() }
+        Self { entries: HashMap::new(), by_time: BTreeSet::new() }
     }
 }
 
 impl<K: Clone + Eq + Hash + Ord, M: Merge> Scheduler<K, M> {
     /// Schedules `message` for `key` at `run_at`. A key already scheduled keeps the
-    /// earlier of the two times and merges the messages.
-    pub fn schedule(&mut self, key: K, message: M, run_at: Instant) {
+    /// earlier of the two times and merges the messages; returns whether it did.
+    pub fn schedule(&mut self, key: K, message: M, run_at: Instant) -> bool {
         match self.entries.get_mut(&key) {
             Some((at, held)) => {
                 held.merge(message);
                 if run_at < *at {
                     self.by_time.remove(&(*at, key.clone()));
                     *at = run_at;
-                    self.by_time.insert((run_at, key), ());
+                    self.by_time.insert((run_at, key));
                 }
+                true
             }
             None => {
-                self.by_time.insert((run_at, key.clone()), ());
+                self.by_time.insert((run_at, key.clone()));
                 self.entries.insert(key, (run_at, message));
+                false
             }
         }
     }
 
     /// When the earliest request is due.
     pub fn next_at(&self) -> Option<Instant> {
-        self.by_time.keys().next().map(|(at, _)| *at)
+        self.by_time.first().map(|(at, _)| *at)
     }
 
     /// Takes every request due at `now`, earliest first.
     pub fn take_due(&mut self, now: Instant) -> Vec<ScheduleRequest<K, M>> {
         let mut due = Vec::new();
-        while let Some(((at, _), ())) = self.by_time.first_key_value() {
+        while let Some((at, _)) = self.by_time.first() {
             if *at > now {
                 break;
             }
-            let ((run_at, key), ()) = self.by_time.pop_first().expect("checked");
+            let (run_at, key) = self.by_time.pop_first().expect("checked");
             let (_, message) = self.entries.remove(&key).expect("indexed");
             due.push(ScheduleRequest { key, message, run_at });
         }
@@ -199,6 +232,11 @@ impl<K: Clone + Eq + Hash + Ord, M: Merge> Scheduler<K, M> {
         let (run_at, message) = self.entries.remove(key)?;
         self.by_time.remove(&(run_at, key.clone()));
         Some(ScheduleRequest { key: key.clone(), message, run_at })
+    }
+
+    /// When `key` is scheduled, if it is.
+    pub fn at(&self, key: &K) -> Option<Instant> {
+        self.entries.get(key).map(|(at, _)| *at)
     }
 
     /// The message scheduled for `key`, if any.
@@ -221,6 +259,70 @@ impl<K: Clone + Eq + Hash + Ord, M: Merge> Scheduler<K, M> {
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+/// What a re-read of one container's or sandbox's status found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reread {
+    /// The same as before.
+    Same,
+    /// Changed, or gone: its pod is to be read in full.
+    Changed,
+    /// The read failed: tried again, not counted.
+    Failed,
+}
+
+/// An entry of a book the relister reads again (the lost exit statuses,
+/// [`super::lost_exits`], and the sandboxes said deleted, [`super::deleted_sandboxes`]):
+/// its pod, and how its re-reads went.
+pub(super) struct Rereads {
+    pub uid: String,
+    /// When it was entered.
+    pub since: Instant,
+    /// No re-read is to come (all done, or given up).
+    pub done: bool,
+    /// Re-reads done.
+    pub reads: u32,
+    /// Re-reads failed in a row.
+    pub fails: u32,
+}
+
+/// How a book reads again: the first re-read this long after it starts, each next one
+/// twice as long after the one before, `reads` in all; a failed read retried 1, 2, 4 …
+/// `2^max_doubling` firsts later, until `recent` after the entry was made.
+pub(super) struct Pace {
+    pub first: Duration,
+    pub reads: u32,
+    pub max_doubling: u32,
+    pub recent: Duration,
+}
+
+impl Rereads {
+    pub fn new(uid: &str, now: Instant) -> Self {
+        Self { uid: uid.to_owned(), since: now, done: false, reads: 0, fails: 0 }
+    }
+
+    /// Records a re-read that found the same (counted; none is next after the last) or
+    /// failed (not counted; none is next past `recent`), and says when the next is due.
+    /// A changed one is the book's.
+    pub fn read(&mut self, found: Reread, pace: &Pace) -> Option<Instant> {
+        let now = Instant::now();
+        let next = match found {
+            Reread::Same => {
+                self.fails = 0;
+                self.reads += 1;
+                (self.reads < pace.reads).then(|| now + pace.first * 2u32.pow(self.reads))
+            }
+            Reread::Failed => {
+                let wait = pace.first * 2u32.pow(self.fails.min(pace.max_doubling));
+                self.fails += 1;
+                (now.duration_since(self.since) < pace.recent).then(|| now + wait)
+            }
+            Reread::Changed => None,
+        };
+        self.done = next.is_none();
+        next
     }
 }
 

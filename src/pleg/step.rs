@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::final_statuses::PodIdentity;
 use super::records::Transition;
 use crate::labels::shared;
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
@@ -19,13 +20,18 @@ use crate::model::{ContainerStatus, PodStatus, nanos_to_system};
 pub struct PodRead<'a> {
     /// The pod's UID.
     pub uid: &'a str,
-    /// Its namespace and name as the records (or the stream) knew them; the fresh
-    /// status's win.
+    /// Its namespace and name as the records knew them (empty for a pod they never
+    /// knew); the fresh status's win.
     pub namespace: &'a str,
     /// See `namespace`.
     pub name: &'a str,
-    /// The fresh status; for a pod gone, what is known of it (`None`, or its identity as
-    /// the stream gave it, so a label selector finds its deaths).
+    /// The pod's identity as the runtime's event gave it, if the stream spoke of it: a
+    /// pod the records never knew, gone before it was read, is named (and labelled) by
+    /// it, so a label selector finds its deaths.
+    pub identity: Option<&'a PodIdentity>,
+    /// When plegd observed what the read found.
+    pub observed_at: SystemTime,
+    /// The fresh status; `None` for a pod gone.
     pub status: Option<&'a Arc<PodStatus>>,
     /// The runtime no longer has the pod.
     pub gone: bool,
@@ -59,88 +65,112 @@ pub struct PodRead<'a> {
 ///   left to name ends with a `POD_SYNC` without a pod.
 /// - Nothing transitioned: one `POD_SYNC` when `sync` is set and the pod is there.
 pub fn events_of(read: PodRead<'_>) -> Vec<PodLifecycleEvent> {
-    let with_unseen;
-    let transitions = if read.unseen.is_empty() {
-        read.transitions
-    } else {
-        let (sandbox_end, rest): (Vec<_>, Vec<_>) =
-            read.transitions.iter().cloned().partition(|t| {
-                t.is_sandbox && matches!(t.kind, EventType::ContainerDied | EventType::ContainerRemoved)
-            });
-        with_unseen = [rest, read.unseen.to_vec(), sandbox_end].concat();
-        &with_unseen[..]
-    };
-    let status = read.status.cloned();
-    let mut events = build_events(&read, transitions, status, read.sync, read.final_statuses);
+    let pod = Pod::of(&read);
+    let transitions = in_order(read.transitions, read.unseen);
+    let mut events: Vec<PodLifecycleEvent> = transitions.iter().map(|t| pod.transition(&read, t)).collect();
+    if events.is_empty() && read.sync && pod.status.is_some() {
+        events.push(pod.event(&read, EventType::PodSync, None, pod.status.clone()));
+    }
     if read.gone {
-        for e in events.iter_mut().filter(|e| e.kind == EventType::ContainerRemoved) {
-            e.pod = None;
-        }
+        // Stable: the events that carry the pod keep their order, before those that do not.
         events.sort_by_key(|e| e.pod.is_none());
         if read.empty_record && events.iter().all(|e| e.pod.is_some()) {
-            let empty = Some(Arc::new(PodStatus::empty(read.uid, read.namespace, read.name)));
-            for mut e in build_events(&read, &[], empty, true, &HashMap::new()) {
-                e.pod = None;
-                events.push(e);
-            }
+            events.push(pod.event(&read, EventType::PodSync, None, None));
         }
     }
     events
 }
 
-/// Turns transitions into lifecycle events carrying `status`; none, with `sync` set and
-/// a status, gives one `POD_SYNC`.
-fn build_events(
-    read: &PodRead<'_>,
-    transitions: &[Transition],
-    status: Option<Arc<PodStatus>>,
-    sync: bool,
-    final_statuses: &HashMap<String, ContainerStatus>,
-) -> Vec<PodLifecycleEvent> {
-    let observed_at = SystemTime::now();
-    let (uid, namespace, name) = (
-        shared(read.uid),
-        shared(status.as_ref().map_or(read.namespace, |s| s.namespace.as_str())),
-        shared(status.as_ref().map_or(read.name, |s| s.name.as_str())),
-    );
-    let base = |kind, id: &str, cname: &str, is_sandbox, ts| PodLifecycleEvent {
-        pod_uid: uid.clone(),
-        pod_namespace: namespace.clone(),
-        pod_name: name.clone(),
-        kind,
-        container_id: id.to_owned(),
-        container_name: shared(cname),
-        is_sandbox,
-        source: read.source,
-        observed_at,
-        runtime_timestamp: ts,
-        pod: status.clone(),
-        message: String::new(),
-    };
-    if transitions.is_empty() {
-        if sync && status.is_some() {
-            return vec![base(EventType::PodSync, "", "", false, None)];
-        }
-        return Vec::new();
+/// The transitions in the order they are published: containers no read ever saw die
+/// and go before the sandbox's own death and removal.
+fn in_order(transitions: &[Transition], unseen: &[Transition]) -> Vec<Transition> {
+    if unseen.is_empty() {
+        return transitions.to_vec();
     }
-    transitions
+    let (sandbox_end, rest): (Vec<_>, Vec<_>) = transitions
         .iter()
-        .map(|t| {
-            let gone = !t.is_sandbox && status.as_deref().is_none_or(|s| s.containers.iter().all(|c| c.id != t.id));
-            if t.kind == EventType::ContainerDied
-                && gone
-                && let Some(last) = final_statuses.get(&t.id)
-            {
-                let mut pod = status.as_deref().cloned().unwrap_or_else(|| PodStatus::empty(&uid, &namespace, &name));
-                pod.containers.insert(0, Arc::new(last.clone()));
-                let pod = Arc::new(pod);
-                let ts = runtime_time(&pod, t);
-                return PodLifecycleEvent { pod: Some(pod), ..base(t.kind, &t.id, &t.name, t.is_sandbox, ts) };
+        .cloned()
+        .partition(|t| t.is_sandbox && matches!(t.kind, EventType::ContainerDied | EventType::ContainerRemoved));
+    [rest, unseen.to_vec(), sandbox_end].concat()
+}
+
+/// The pod the events are about, decided once for the read.
+struct Pod {
+    uid: Arc<str>,
+    namespace: Arc<str>,
+    name: Arc<str>,
+    /// What the events carry: the fresh status; for a pod gone, its identity as the
+    /// stream gave it, if the records never knew it.
+    status: Option<Arc<PodStatus>>,
+}
+
+impl Pod {
+    fn of(read: &PodRead<'_>) -> Self {
+        let (mut namespace, mut name, mut status) = (read.namespace, read.name, read.status.cloned());
+        if namespace.is_empty()
+            && name.is_empty()
+            && let Some(known) = read.identity
+        {
+            (namespace, name) = (&known.namespace, &known.name);
+            if status.is_none() {
+                let labels = known.labels.clone();
+                status = Some(Arc::new(PodStatus { labels, ..PodStatus::empty(read.uid, namespace, name) }));
             }
-            let ts = status.as_deref().and_then(|s| runtime_time(s, t));
-            base(t.kind, &t.id, &t.name, t.is_sandbox, ts)
-        })
-        .collect()
+        }
+        let (namespace, name) = match &status {
+            Some(s) => (shared(&s.namespace), shared(&s.name)),
+            None => (shared(namespace), shared(name)),
+        };
+        Self { uid: shared(read.uid), namespace, name, status }
+    }
+
+    /// An event about the pod, carrying `pod`.
+    fn event(
+        &self,
+        read: &PodRead<'_>,
+        kind: EventType,
+        t: Option<&Transition>,
+        pod: Option<Arc<PodStatus>>,
+    ) -> PodLifecycleEvent {
+        let runtime_timestamp = t.and_then(|t| pod.as_deref().and_then(|p| runtime_time(p, t)));
+        PodLifecycleEvent {
+            pod_uid: self.uid.clone(),
+            pod_namespace: self.namespace.clone(),
+            pod_name: self.name.clone(),
+            kind,
+            container_id: t.map(|t| t.id.clone()).unwrap_or_default(),
+            container_name: shared(t.map_or("", |t| t.name.as_str())),
+            is_sandbox: t.is_some_and(|t| t.is_sandbox),
+            source: read.source,
+            observed_at: read.observed_at,
+            runtime_timestamp,
+            pod,
+            message: String::new(),
+        }
+    }
+
+    /// The event of transition `t`, carrying the pod it is decided to carry: none for a
+    /// removal of a pod gone; the container as it ended for a death the read no longer
+    /// finds; else the fresh status.
+    fn transition(&self, read: &PodRead<'_>, t: &Transition) -> PodLifecycleEvent {
+        if read.gone && t.kind == EventType::ContainerRemoved {
+            return self.event(read, t.kind, Some(t), None);
+        }
+        let gone = !t.is_sandbox && self.status.as_deref().is_none_or(|s| s.containers.iter().all(|c| c.id != t.id));
+        if t.kind == EventType::ContainerDied
+            && gone
+            && let Some(last) = read.final_statuses.get(&t.id)
+        {
+            let mut pod = self
+                .status
+                .as_deref()
+                .cloned()
+                .unwrap_or_else(|| PodStatus::empty(&self.uid, &self.namespace, &self.name));
+            pod.containers.insert(0, Arc::new(last.clone()));
+            return self.event(read, t.kind, Some(t), Some(Arc::new(pod)));
+        }
+        self.event(read, t.kind, Some(t), self.status.clone())
+    }
 }
 
 /// The runtime's time of a transition, from the fresh status.

@@ -1,11 +1,12 @@
-//! The relister's loop: when to relist fully (the period, the stream going up or down,
-//! a request), and the reads its schedule holds (pods the stream named, pods readers
-//! wait on, failed reads to retry, exit statuses the runtime may amend, sandboxes said
-//! deleted and not yet found gone), and the beat that shows it turns. It sleeps until
-//! the next full relist or the schedule's next read, or until woken: by a hint, a
-//! reader's demand or the stream's state, all through one `Notify`.
+//! The relister's loop: it drains its [`crate::pleg::inbox`] into its one schedule —
+//! the full relist at its period or when asked for (the stream going up or down, a
+//! request, a container no record knows), pods the stream named, pods readers wait on —
+//! beside what it schedules itself (failed reads to retry, exit statuses the runtime may
+//! amend, sandboxes said deleted and not yet found gone), performs the reads as they
+//! come due, and beats to show it turns. It sleeps until the schedule's next read, or
+//! until a request arrives or the stream's state changes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -15,11 +16,14 @@ use tokio_util::sync::CancellationToken;
 use super::GenericPleg;
 use crate::cri::RuntimeService;
 use crate::liveness::BEAT_EVERY;
-use crate::model::event::EventSource;
-use crate::pleg::hints::Hint;
-use crate::pleg::lost_exits::Reread;
-use crate::pleg::schedule::{Read, Reason, ScheduleRequest, Why};
+use crate::pleg::final_statuses::FinalStatus;
+use crate::pleg::inbox::Request;
+use crate::pleg::schedule::{Read, Reason, Reread, ScheduleRequest, Why};
 use crate::pleg::stream_trust::SETTLE;
+
+/// Final statuses the stream carried that wait for a read after them, kept at most
+/// (a relister that far behind reads the pods anyway; they only add the exit status).
+const MAX_LATE_WORDS: usize = 4096;
 
 /// One re-read of a container's or a sandbox's status.
 struct StatusReread {
@@ -30,18 +34,24 @@ struct StatusReread {
 }
 
 impl<R: RuntimeService> GenericPleg<R> {
-    /// Takes what the stream said since the last turn into the schedule and the books:
-    /// the pods it named (read now), the final statuses it carried, the sandboxes it said
-    /// deleted (read again soon). Returns whether a full relist was asked for (by a
-    /// request, the stream's recovery, or a container no record knows).
-    fn take_hints(&mut self) -> bool {
-        let mut pending = self.stream.hints.take();
-        let now = Instant::now();
-        self.books.final_statuses.keep(std::mem::take(&mut pending.final_statuses));
-        for (uid, id) in std::mem::take(&mut pending.deleted_sandboxes) {
-            if let Some(first) = self.books.deleted_sandboxes.said(&uid, &id) {
-                self.reads.schedule(Read::DeletedSandbox(id), Why::because(Reason::SandboxDeleted, now), first);
+    /// Takes every request the inbox holds (`first`, then the rest) into the schedule:
+    /// the final statuses they carry wait in `late_words` for the books (see
+    /// [`GenericPleg::keep_late_words`]); sandboxes said deleted enter their book and its
+    /// re-reads; a request that overflowed the inbox becomes a full relist; the pods the
+    /// stream named settle the changes suspected as its misses.
+    pub(super) fn drain_inbox(&mut self, first: Option<Request>) {
+        let mut announced = Vec::new();
+        let mut next = first.or_else(|| self.inbox_rx.try_recv());
+        while let Some(request) = next {
+            if let Some(uid) = self.take_request(request) {
+                announced.push(uid);
             }
+            next = self.inbox_rx.try_recv();
+        }
+        let now = Instant::now();
+        if self.inbox_rx.take_overflow() {
+            tracing::warn!("the relister's inbox overflowed; relisting fully");
+            self.reads.schedule(Read::Full, Why::because(Reason::InboxFull, now), now);
         }
         // The stream announced these pods' removal (a sandbox's CONTAINER_DELETED):
         // whichever read finds them gone, it finds no miss of the stream.
@@ -49,73 +59,122 @@ impl<R: RuntimeService> GenericPleg<R> {
         for uid in &deleting {
             self.stream.trust.announce(uid);
         }
-        if pending.recovered {
-            self.stream.trust.settle_until(now + SETTLE);
-        }
-        // Container-only hints are resolved through the records; an unknown container
-        // asks for a full relist.
-        let mut full = pending.full;
-        let mut pods: HashMap<String, Hint> = pending.pods;
-        for (id, at) in pending.containers {
-            match self.records.uid_of(&id) {
-                Some(uid) => {
-                    pods.entry(uid).or_insert(Hint {
-                        source: EventSource::CriEvent,
-                        first_seen: at,
-                        sandbox_ids: Default::default(),
-                        container_ids: Default::default(),
-                    });
-                }
-                None => full = true,
-            }
-        }
-        let announced: Vec<String> =
-            pods.iter().filter(|(_, h)| h.source == EventSource::CriEvent).map(|(uid, _)| uid.clone()).collect();
         self.settle_suspects(&announced);
-        for (uid, hint) in pods {
-            self.reads.schedule(Read::Pod(uid), Why::of_hint(hint), now);
-        }
-        full
     }
 
-    /// Takes the pods readers started waiting on. While full relists are far apart, a
-    /// pod the relister knows is read now (paced, see [`GenericPleg::read_due`]); pods it
-    /// has never seen are left to the next full relist or their own event (a reader
-    /// cannot make plegd search the runtime for made-up pods). Otherwise the next full
-    /// relist, at most a relist period away, answers them all.
-    fn take_demand(&mut self) {
-        let demand = self.cache.take_demand();
-        if !self.full_relists_are_slow() {
-            self.reads.take_where(|read, why| matches!(read, Read::Pod(_)) && why.only_waiting());
+    /// Takes one request into the schedule; returns the pod it names when the stream
+    /// named it.
+    fn take_request(&mut self, ScheduleRequest { key, mut message, run_at }: Request) -> Option<String> {
+        let now = Instant::now();
+        for word in std::mem::take(&mut message.final_statuses) {
+            self.stream.late_words.retain(|w| w.status.id != word.status.id);
+            if self.stream.late_words.len() < MAX_LATE_WORDS {
+                self.stream.late_words.push(word);
+            }
+        }
+        let key = match key {
+            // Container-only events are resolved through the records; an unknown
+            // container asks for a full relist.
+            Read::PodOf(id) => match self.records.uid_of(&id) {
+                Some(uid) => Read::Pod(uid),
+                None => {
+                    self.reads.schedule(Read::Full, Why::because(Reason::UnknownContainer, now), now);
+                    return None;
+                }
+            },
+            key => key,
+        };
+        if message.has(Reason::StreamRecovered) {
+            self.stream.trust.settle_until(now + SETTLE);
+        }
+        let Read::Pod(uid) = &key else {
+            self.schedule_counted(key, message, run_at);
+            return None;
+        };
+        for id in std::mem::take(&mut message.deleted_sandboxes) {
+            if let Some(first) = self.books.deleted_sandboxes.said(uid, &id) {
+                self.reads.schedule(Read::DeletedSandbox(id), Why::because(Reason::SandboxDeleted, now), first);
+            }
+        }
+        if message.only_waiting() {
+            self.take_waiting(uid.clone());
+            return None;
+        }
+        let named = message.has(Reason::StreamEvent).then(|| uid.clone());
+        self.schedule_counted(key, message, run_at);
+        named
+    }
+
+    fn schedule_counted(&mut self, key: Read, message: Why, run_at: Instant) {
+        if self.reads.schedule(key, message, run_at) {
+            self.inbox_rx.count_coalesced();
+        }
+    }
+
+    /// A reader started waiting on pod `uid`. While full relists are far apart, a pod the
+    /// relister knows is read now (paced, see [`GenericPleg::read_due`]); pods it has
+    /// never seen are left to the next full relist or their own event (a reader cannot
+    /// make plegd search the runtime for made-up pods). Otherwise the next full relist,
+    /// at most a relist period away, answers it. Either way the read that answers starts
+    /// after the waiter came (the cache is told so).
+    fn take_waiting(&mut self, uid: String) {
+        if !self.cache.cover(&uid) || !self.full_relists_are_slow() {
             return;
         }
         let now = Instant::now();
-        for uid in demand {
-            let known = self.records.old(&uid).is_some() || self.records.current(&uid).is_some();
-            let read = Read::Pod(uid);
-            // A pod whose read failed is read again at its own retry, which answers its
-            // readers: waiting on it does not bring that read forward.
-            let failing = self.reads.get(&read).is_some_and(|why| why.has(Reason::FailedRead));
-            if known && !failing {
-                self.reads.schedule(read, Why::because(Reason::Waiting, now), now);
-            }
+        let known = self.records.old(&uid).is_some() || self.records.current(&uid).is_some();
+        let read = Read::Pod(uid);
+        // A pod whose read failed is read again at its own retry, which answers its
+        // readers: waiting on it does not bring that read forward.
+        let failing = self.reads.get(&read).is_some_and(|why| why.has(Reason::FailedRead));
+        if known && !failing {
+            self.schedule_counted(read, Why::because(Reason::Waiting, now), now);
         }
     }
 
-    /// Performs the reads due now: pods in one batch (a pod only a reader waits on takes
-    /// one of [`super::DEMAND_READS_PER_SEC`] or waits its turn), then the re-reads of
-    /// lost exit statuses and sandboxes said deleted.
+    /// Keeps the final statuses that came with the requests drained so far, for the
+    /// reads to come.
+    fn keep_late_words(&mut self) {
+        self.books.final_statuses.keep(std::mem::take(&mut self.stream.late_words));
+    }
+
+    /// Takes the final statuses drained so far for the containers `ids` only (a read that
+    /// found them gone settles them now). Every other container's wait for a read that
+    /// comes after them (matched against an older read they would be wrong).
+    pub(super) fn late_words_for(&mut self, ids: &[String]) -> Vec<FinalStatus> {
+        let (mine, rest) =
+            std::mem::take(&mut self.stream.late_words).into_iter().partition(|w| ids.contains(&w.status.id));
+        self.stream.late_words = rest;
+        mine
+    }
+
+    /// Performs the reads due now: the full relist first (it covers every pod read
+    /// asked for before it starts, but the failed reads, which it takes itself), then
+    /// pods in one batch (a pod only a reader waits on takes one of
+    /// [`super::DEMAND_READS_PER_SEC`] or waits its turn), then the re-reads of lost exit
+    /// statuses and sandboxes said deleted.
     async fn read_due(&mut self) {
+        if self.reads.at(&Read::Full).is_some_and(|at| at <= Instant::now()) {
+            self.reads.remove(&Read::Full);
+            self.reads.take_where(|read, why| matches!(read, Read::Pod(_)) && !why.has(Reason::FailedRead));
+            self.full_relist_logged().await;
+            let now = Instant::now();
+            self.reads.schedule(Read::Full, Why::because(Reason::Period, now), now + self.period());
+        }
         let now = Instant::now();
         let mut pods = Vec::new();
         let mut rereads = Vec::new();
-        for ScheduleRequest { key, message, .. } in self.reads.take_due(now) {
+        for ScheduleRequest { key, message, run_at } in self.reads.take_due(now) {
             match key {
                 Read::Pod(uid) if message.paced() && !self.waiting_pace.try_take() => {
                     let turn = self.waiting_pace.next_at();
                     self.reads.schedule(Read::Pod(uid), message, turn);
                 }
                 Read::Pod(uid) => pods.push((uid, message)),
+                // Due again at once (a zero period): the next turn's.
+                Read::Full | Read::PodOf(_) => {
+                    self.reads.schedule(key, message, run_at);
+                }
                 other => rereads.push(other),
             }
         }
@@ -141,7 +200,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 let pod = match &read {
                     Read::ExitStatus(id) => books.lost_exits.pod_of(id),
                     Read::DeletedSandbox(id) => books.deleted_sandboxes.pod_of(id),
-                    Read::Pod(_) => None,
+                    Read::Full | Read::Pod(_) | Read::PodOf(_) => None,
                 }?;
                 Some((read, pod.to_owned()))
             })
@@ -160,11 +219,11 @@ impl<R: RuntimeService> GenericPleg<R> {
                         }
                         Read::ExitStatus(id) => match tokio::time::timeout(timeout, runtime.container_status(id)).await
                         {
-                            Ok(answer) => Reread::of(answer),
+                            Ok(answer) => crate::pleg::lost_exits::reread_of(answer),
                             Err(_) => Reread::Failed,
                         },
                         // Pods are not among the re-reads (`reread` is given none).
-                        Read::Pod(_) => Reread::Failed,
+                        Read::Full | Read::Pod(_) | Read::PodOf(_) => Reread::Failed,
                     };
                     StatusReread { read, pod, found }
                 }
@@ -182,7 +241,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                     tracing::debug!(sandbox = %id, %pod, ?found, "sandbox said deleted, read again");
                     self.books.deleted_sandboxes.read(id, found).map(|at| (at, Reason::SandboxDeleted))
                 }
-                Read::Pod(_) => None,
+                Read::Full | Read::Pod(_) | Read::PodOf(_) => None,
             };
             if let Some((at, reason)) = next {
                 self.reads.schedule(read, Why::because(reason, now), at);
@@ -272,10 +331,12 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
         let mut up = self.stream.state.borrow_and_update().is_up();
         self.on_stream_state(up).await;
-        let mut next_full = Instant::now();
+        let start = Instant::now();
+        self.reads.schedule(Read::Full, Why::because(Reason::Period, start), start);
         // Fast full relists follow a stream that came back after failing (the runtime may
         // have restarted); a stream up from the start needs none.
-        self.stream.trust.settle_until(Instant::now());
+        self.stream.trust.settle_until(start);
+        let mut first = None;
         loop {
             self.report.beat.beat();
             let now_up = self.stream.state.borrow_and_update().is_up();
@@ -287,25 +348,28 @@ impl<R: RuntimeService> GenericPleg<R> {
                 }
                 // Up: repair what was missed, then slow down. Down: relist now and go
                 // back to the relist period.
-                next_full = Instant::now();
+                let now = Instant::now();
+                self.reads.schedule(Read::Full, Why::because(Reason::StreamChanged, now), now);
             }
-            let full_asked = self.take_hints();
+            self.drain_inbox(first.take());
+            self.keep_late_words();
             // A miss just judged shortens the period: the next full relist moves closer.
-            next_full = next_full.min(Instant::now() + self.period());
-            self.take_demand();
-            if full_asked || Instant::now() >= next_full {
-                // What the stream and readers asked for before this relist starts is
-                // covered by it; failed reads it takes itself.
-                self.reads.take_where(|read, why| matches!(read, Read::Pod(_)) && !why.has(Reason::FailedRead));
-                self.full_relist_logged().await;
-                next_full = Instant::now() + self.period();
+            let now = Instant::now();
+            self.reads.schedule(Read::Full, Why::because(Reason::Period, now), now + self.period());
+            if !self.full_relists_are_slow() {
+                // The next full relist, at most a relist period away, answers the readers.
+                self.reads.take_where(|read, why| matches!(read, Read::Pod(_)) && why.only_waiting());
             }
             self.read_due().await;
-            let wake = self.reads.next_at().map_or(next_full, |at| at.min(next_full)).min(Instant::now() + BEAT_EVERY);
+            let beat = Instant::now() + BEAT_EVERY;
+            let wake = self.reads.next_at().map_or(beat, |at| at.min(beat));
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep_until(wake) => {}
-                _ = self.stream.hints.notified() => {}
+                request = self.inbox_rx.recv() => first = request,
+                changed = self.stream.state.changed(), if self.stream.state_open => {
+                    self.stream.state_open = changed.is_ok();
+                }
             }
         }
     }

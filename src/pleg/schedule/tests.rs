@@ -100,9 +100,8 @@ async fn a_pod_asked_for_by_the_stream_a_reader_and_a_failed_read_is_read_once_a
     assert_eq!(due[0].run_at, now + Duration::from_millis(5), "the earliest time asked for");
     assert_eq!(why.reasons, BTreeSet::from([Reason::StreamEvent, Reason::Waiting, Reason::FailedRead]));
     assert_eq!(why.first_seen, now, "the first request's arrival");
-    let hint = why.clone().into_hint();
-    assert_eq!(hint.source, EventSource::CriEvent, "a read the stream asked for is announced");
-    assert!(hint.container_ids.contains("c"));
+    assert_eq!(why.source(), EventSource::CriEvent, "a read the stream asked for is announced");
+    assert!(why.container_ids.contains("c"));
     assert_eq!(s.next_at(), Some(now + Duration::from_secs(3)), "the container's re-read is still to come");
 }
 
@@ -114,7 +113,7 @@ fn a_read_only_readers_and_a_failed_read_ask_for_is_paced_and_one_the_stream_ask
     w.merge(Why::because(Reason::FailedRead, now));
     assert!(!w.only_waiting());
     assert!(w.paced(), "a reader cannot read a failing pod faster than the pace by waiting on it");
-    assert_eq!(w.clone().into_hint().source, EventSource::PodRelist, "not announced by the stream");
+    assert_eq!(w.source(), EventSource::PodRelist, "not announced by the stream");
     w.merge(Why::because(Reason::StreamEvent, now));
     assert!(!w.paced(), "the stream's read is not a reader's");
     assert!(!Why::because(Reason::FailedRead, now).paced(), "a retry alone is not a reader's read");

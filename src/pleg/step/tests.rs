@@ -163,6 +163,8 @@ fn each_read_makes_the_events_its_table_row_says_in_order() {
             uid: "u",
             namespace: "ns",
             name: "web",
+            identity: None,
+            observed_at: std::time::SystemTime::UNIX_EPOCH,
             status: case.status.as_ref(),
             gone: case.gone,
             transitions: &case.transitions,
@@ -198,6 +200,8 @@ fn a_change_carries_the_runtimes_time_of_it() {
             uid: "u",
             namespace: "ns",
             name: "web",
+            identity: None,
+            observed_at: std::time::SystemTime::UNIX_EPOCH,
             status: Some(&status),
             gone: false,
             transitions,
@@ -216,4 +220,38 @@ fn a_change_carries_the_runtimes_time_of_it() {
     assert_eq!(read(&[t(ContainerChanged, "c1")]), [at(SECOND)], "a change: the creation time");
     assert_eq!(read(&[t(ContainerStarted, "sb")]), [at(SECOND / 2)], "a sandbox's start: its creation");
     assert_eq!(read(&[t(ContainerRemoved, "c1")]), [None], "a removal: the runtime gives no time");
+}
+
+#[test]
+fn a_pod_the_records_never_knew_gone_before_it_was_read_is_named_and_labelled_as_the_stream_gave_it() {
+    use crate::pleg::final_statuses::PodIdentity;
+    let identity = PodIdentity {
+        namespace: "team".into(),
+        name: "batch".into(),
+        labels: HashMap::from([("app".to_owned(), "batch".to_owned())]).iter().collect(),
+    };
+    let died = |kind| Transition { id: "c1".into(), name: "app".into(), is_sandbox: false, kind };
+    let transitions = [died(EventType::ContainerDied), died(EventType::ContainerRemoved)];
+    let at = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(42);
+    let events = events_of(PodRead {
+        uid: "u",
+        namespace: "",
+        name: "",
+        identity: Some(&identity),
+        observed_at: at,
+        status: None,
+        gone: true,
+        transitions: &transitions,
+        unseen: &[],
+        final_statuses: &HashMap::new(),
+        sync: false,
+        empty_record: false,
+        source: EventSource::Relist,
+    });
+    assert_eq!(events.len(), 2);
+    assert!(events.iter().all(|e| (&*e.pod_namespace, &*e.pod_name) == ("team", "batch")), "{events:?}");
+    assert!(events.iter().all(|e| e.observed_at == at), "the time given, no clock read");
+    let carried = events[0].pod.as_ref().expect("the death carries the pod as the stream named it");
+    assert_eq!(carried.labels.get("app"), Some("batch"), "a label selector finds it");
+    assert!(events[1].pod.is_none(), "the removal of a pod gone carries none");
 }
