@@ -21,7 +21,7 @@
 //! modified at `t`, or a global timestamp equal to `t`, does not satisfy a waiter
 //! for `t` (the kubelet's cache is strict in one place and not the other).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::SystemTime;
 
@@ -74,6 +74,9 @@ struct State {
     global: Option<Instant>,
     global_wall: Option<SystemTime>,
     waiters: HashMap<Arc<str>, Vec<Waiter>>,
+    /// Pods the writer was told of and has not covered yet: a pod is told of once
+    /// however many readers wait on it.
+    told: HashSet<Arc<str>>,
 }
 
 /// What the cache calls with a pod's UID when a reader starts waiting on it.
@@ -152,7 +155,7 @@ impl PodCache {
     /// missing entry means the pod does not exist). Cancel-safe: drop the future to
     /// stop waiting.
     pub async fn get_newer_than(&self, uid: &str, min: Instant) -> Fresh {
-        let rx = {
+        let (rx, first) = {
             let mut s = self.shared.state.write().expect("cache lock");
             if s.is_fresh(uid, min) {
                 return s.answer(uid);
@@ -162,9 +165,10 @@ impl PodCache {
             let list = s.waiters.entry(key.clone()).or_default();
             list.retain(|w| !w.tx.is_closed());
             list.push(Waiter { min, tx, covered: false });
-            rx
+            let first = s.told.insert(key);
+            (rx, first)
         };
-        if let Some(tell) = self.shared.on_demand.get() {
+        if first && let Some(tell) = self.shared.on_demand.get() {
             tell(uid);
         }
         match rx.await {
@@ -251,8 +255,9 @@ impl CacheWriter {
         }
     }
 
-    /// Calls `tell` with the pod's UID each time a reader starts waiting on a pod the
-    /// cache cannot answer yet (set once; later calls are ignored).
+    /// Calls `tell` with the pod's UID when a reader starts waiting on a pod the cache
+    /// cannot answer yet, once until the writer [covers](CacheWriter::cover) it (set
+    /// once; later calls are ignored).
     pub fn on_demand(&self, tell: impl Fn(&str) + Send + Sync + 'static) {
         let _ = self.shared.on_demand.set(Box::new(tell));
     }
@@ -261,6 +266,7 @@ impl CacheWriter {
     /// after its current waiters came. Returns whether any of them still waits.
     pub fn cover(&mut self, uid: &str) -> bool {
         let mut s = self.shared.state.write().expect("cache lock");
+        s.told.remove(uid);
         let Some(list) = s.waiters.get_mut(uid) else { return false };
         list.retain(|w| !w.tx.is_closed());
         if list.is_empty() {
@@ -363,6 +369,47 @@ mod tests {
         let (_w, r) = new();
         let res = tokio::time::timeout(Duration::from_secs(60), r.get_newer_than("a", Instant::now())).await;
         assert!(res.is_err(), "nothing is newer before the cache was ever filled");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_writer_is_told_of_a_pod_once_however_many_readers_wait_until_it_covers_it() {
+        let (mut w, r) = new();
+        let told = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let log = told.clone();
+        w.on_demand(move |uid| log.lock().unwrap().push(uid.to_owned()));
+        let min = Instant::now();
+        let waiters: Vec<_> = (0..100)
+            .map(|_| {
+                let r = r.clone();
+                tokio::spawn(async move { r.get_newer_than("a", min).await })
+            })
+            .collect();
+        let other = tokio::spawn({
+            let r = r.clone();
+            async move { r.get_newer_than("b", min).await }
+        });
+        while r.waiters() < 101 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(*told.lock().unwrap(), ["a", "b"], "one word per pod");
+        assert!(w.cover("a"), "readers wait on it");
+        let late = tokio::spawn({
+            let r = r.clone();
+            async move { r.get_newer_than("a", min).await }
+        });
+        while r.waiters() < 102 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(*told.lock().unwrap(), ["a", "b", "a"], "told again once covered");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        w.set("a", Some(status("a")), None, Instant::now());
+        for h in waiters {
+            assert!(h.await.unwrap().entry.is_some());
+        }
+        assert!(late.await.unwrap().entry.is_some());
+        other.abort();
+        assert!(other.await.unwrap_err().is_cancelled());
+        assert!(!w.cover("b"), "nobody waits on it any more: nothing to read");
     }
 
     #[tokio::test(start_paused = true)]
