@@ -85,10 +85,6 @@ pub struct Publisher {
     health: Option<crate::pleg::health::PlegHealth>,
 }
 
-/// How often the publisher looks whether the first relist's events are all in, until
-/// they are.
-const PRIMING_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
-
 /// Creates the producer side (bounded: a full channel makes producers wait, it never
 /// drops) and the publisher that appends to `journal`. Each message is the events of
 /// one pod read; the publisher commits whole messages only.
@@ -139,11 +135,23 @@ impl Publisher {
     /// publishes what was already queued.
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut beat = beat_timer();
-        let mut priming = tokio::time::interval(PRIMING_CHECK);
+        // Woken by the first relist itself; a batch still queued then primes after it.
+        let health = self.health.clone();
+        let first_relist = async move {
+            match health {
+                Some(h) => h.first_relist().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(first_relist);
+        let mut relisted = false;
         loop {
             tokio::select! {
                 biased;
-                _ = priming.tick(), if self.health.is_some() => self.prime(),
+                _ = &mut first_relist, if !relisted => {
+                    relisted = true;
+                    self.prime();
+                }
                 ev = self.rx.recv() => match ev {
                     Some(mut batch) => {
                         while batch.len() < BATCH {
