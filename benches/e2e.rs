@@ -480,7 +480,12 @@ async fn containerd(args: &[String]) {
     let endpoint =
         std::env::var("PLEGD_E2E_ENDPOINT").expect("PLEGD_E2E_ENDPOINT: start containerd with tests/e2e/containerd.sh");
     let pods = arg(args, "--pods", 30usize);
-    let client = plegd::cri::client::CriClient::new(&endpoint, Default::default(), None).unwrap();
+    let client = plegd::cri::client::CriClient::new(
+        &endpoint,
+        Default::default(),
+        plegd::cri::metrics::CriMetrics::register(&mut Default::default()),
+    )
+    .unwrap();
 
     // Pass 1, the floor: a raw GetContainerEvents client alone. containerd 1.7 splits
     // events between concurrent subscribers (containerd#7318), so plegd and the floor
@@ -607,7 +612,12 @@ async fn cri_calls() {
     use plegd::pleg::list::list_pod;
     use plegd::proto::runtime as cri;
     let endpoint = std::env::var("PLEGD_E2E_ENDPOINT").unwrap();
-    let client = plegd::cri::client::CriClient::new(&endpoint, Default::default(), None).unwrap();
+    let client = plegd::cri::client::CriClient::new(
+        &endpoint,
+        Default::default(),
+        plegd::cri::metrics::CriMetrics::register(&mut Default::default()),
+    )
+    .unwrap();
     let (started, sandboxes) = start_pods(&client, 1, "cri-calls").await;
     let sid = sandboxes[0].clone();
     let cid = started[0].0.clone();
@@ -781,7 +791,12 @@ async fn runtime_cost(args: &[String]) {
         std::env::var("PLEGD_E2E_ENDPOINT").expect("PLEGD_E2E_ENDPOINT: start containerd with tests/e2e/containerd.sh");
     let (pods, rounds) = (arg(args, "--pods", 20usize), arg(args, "--rounds", 3usize));
     let (watchers, rate) = (arg(args, "--watchers", 100usize), arg(args, "--rate", 2000u64));
-    let client = plegd::cri::client::CriClient::new(&endpoint, Default::default(), None).unwrap();
+    let client = plegd::cri::client::CriClient::new(
+        &endpoint,
+        Default::default(),
+        plegd::cri::metrics::CriMetrics::register(&mut Default::default()),
+    )
+    .unwrap();
     // The last mode is the control: the same fan-out load on a plegd that watches a
     // simulated runtime instead, so containerd's calls share the CPU with it exactly as
     // in the third mode but nothing of containerd's waits on plegd. The third mode against

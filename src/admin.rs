@@ -152,11 +152,12 @@ pub struct ListenerLabel {
 }
 
 impl HttpMetrics {
-    /// Creates the listeners' families and registers them.
+    /// Creates the listeners' families and registers them in `registry` (the caller
+    /// gives it the `http` prefix).
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
-            "plegd_http_connections_refused",
+            "connections_refused",
             "HTTP connections closed at once because the listener held its cap",
             m.refused.clone(),
         );

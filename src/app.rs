@@ -175,7 +175,7 @@ impl Sidecar {
 pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &CancellationToken) -> Result<Sidecar, AppError> {
     let metrics = Metrics::new();
     let opts = ClientOptions { timeout: cfg.runtime.request_timeout, ..Default::default() };
-    let client = CriClient::new(&cfg.runtime.endpoint, opts, Some(metrics.cri.clone())).map_err(AppError::Endpoint)?;
+    let client = CriClient::new(&cfg.runtime.endpoint, opts, metrics.cri.clone()).map_err(AppError::Endpoint)?;
     start_on(cfg, client, metrics, tracker, shutdown).await
 }
 
@@ -300,7 +300,7 @@ impl<R: RuntimeService> Pleg<R> {
         let pleg_cfg = &cfg.pleg;
         let (writer, cache) = cache::new();
         let health = PlegHealth::new(pleg_cfg.threshold);
-        let (events_tx, publisher) = publish::channel(4096, stores.journal.clone(), Some(metrics.events.clone()));
+        let (events_tx, publisher) = publish::channel(4096, stores.journal.clone(), metrics.events.clone());
         let publisher = publisher
             .with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT))
             .priming(health.clone())
@@ -419,7 +419,7 @@ impl Stores {
         let journal_dir = journal.state_dir.clone();
         let journal = {
             let (jcfg, jmetrics, stop) = (journal.clone(), metrics.journal.clone(), shutdown.clone());
-            tokio::task::spawn_blocking(move || Journal::open_waiting(&jcfg, Some(jmetrics), LOCK_WAIT, &stop))
+            tokio::task::spawn_blocking(move || Journal::open_waiting(&jcfg, jmetrics, LOCK_WAIT, &stop))
                 .await
                 .expect("opening the journal panicked")
                 .map_err(|e| match e {
@@ -488,10 +488,10 @@ impl Pipeline {
         let mut queues = Vec::new();
         let mut controllers = Vec::new();
         for r in reconcilers {
-            let q = WorkQueue::new(r.name(), cfg.rate_limit.clone(), Some(metrics.queues.clone()));
+            let q = WorkQueue::new(r.name(), cfg.rate_limit.clone(), metrics.queues.clone());
             let beat = liveness.register(r.name(), crate::reconcile::RECONCILE_STUCK_AFTER + QUICK_LOOP_LIMIT);
             controllers.push(
-                Controller::new(r, q.clone(), cache.clone(), cfg.workers, Some(metrics.reconcile.clone()))
+                Controller::new(r, q.clone(), cache.clone(), cfg.workers, metrics.reconcile.clone())
                     .with_liveness(beat),
             );
             queues.push(q);
@@ -663,22 +663,38 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Creates one registry and has every subsystem register its families in it.
+    /// Creates one registry and has every subsystem register its families in it, each
+    /// under the prefix it is given here: plegd's own under `plegd` (the one place that
+    /// prefix is written), client-go's work queue names and the process's at the root.
     pub fn new() -> Self {
-        let mut r = Registry::default();
-        let pleg = crate::pleg::metrics::PlegMetrics::register(&mut r);
-        let cri = crate::cri::metrics::CriMetrics::register(&mut r);
-        let events = crate::publish::EventMetrics::register(&mut r);
-        let journal = crate::journal::JournalMetrics::register(&mut r);
-        let api = crate::grpc::ApiMetrics::register(&mut r);
-        crate::process::ProcessCollector::register(&mut r);
-        let memory = crate::memory::MemoryMetrics::register(&mut r);
-        let queues = crate::workqueue::QueueMetrics::register(&mut r);
-        let reconcile = crate::reconcile::ReconcileMetrics::register(&mut r);
-        let http = crate::admin::HttpMetrics::register(&mut r);
-        let lookup = crate::lookup::LookupMetrics::register(&mut r);
-        let export = crate::export::ExportMetrics::register(&mut r);
-        Self { registry: Arc::new(r), pleg, cri, events, journal, api, queues, reconcile, memory, http, lookup, export }
+        let mut root = Registry::default();
+        let plegd = root.sub_registry_with_prefix("plegd");
+        let pleg = crate::pleg::metrics::PlegMetrics::register(plegd);
+        let cri = crate::cri::metrics::CriMetrics::register(plegd.sub_registry_with_prefix("cri"));
+        let events = crate::publish::EventMetrics::register(plegd);
+        let journal = crate::journal::JournalMetrics::register(plegd);
+        let api = crate::grpc::ApiMetrics::register(plegd);
+        let memory = crate::memory::MemoryMetrics::register(plegd.sub_registry_with_prefix("memory"));
+        let reconcile = crate::reconcile::ReconcileMetrics::register(plegd);
+        let http = crate::admin::HttpMetrics::register(plegd.sub_registry_with_prefix("http"));
+        let lookup = crate::lookup::LookupMetrics::register(plegd);
+        let export = crate::export::ExportMetrics::register(plegd.sub_registry_with_prefix("otlp"));
+        let queues = crate::workqueue::QueueMetrics::register(root.sub_registry_with_prefix("workqueue"));
+        crate::process::ProcessCollector::register(root.sub_registry_with_prefix("process"));
+        Self {
+            registry: Arc::new(root),
+            pleg,
+            cri,
+            events,
+            journal,
+            api,
+            queues,
+            reconcile,
+            memory,
+            http,
+            lookup,
+            export,
+        }
     }
 
     /// The registry in OpenMetrics text format.

@@ -81,14 +81,15 @@ fn reconcile_buckets() -> Histogram {
 }
 
 impl ReconcileMetrics {
-    /// Creates and registers the families.
+    /// Creates the families and registers them in `r` (the caller gives it the `plegd`
+    /// prefix: `reconcile` is a whole name here, not a stem).
     pub fn register(r: &mut prometheus_client::registry::Registry) -> Self {
         let m = Self {
             total: Family::default(),
             duration: Family::new_with_constructor(reconcile_buckets as fn() -> Histogram),
         };
-        r.register("plegd_reconcile", "Reconciles by reconciler and outcome", m.total.clone());
-        r.register("plegd_reconcile_duration_seconds", "Duration of reconciles", m.duration.clone());
+        r.register("reconcile", "Reconciles by reconciler and outcome", m.total.clone());
+        r.register("reconcile_duration_seconds", "Duration of reconciles", m.duration.clone());
         m
     }
 }
@@ -99,7 +100,7 @@ pub struct Controller {
     queue: WorkQueue<String>,
     cache: PodCache,
     workers: usize,
-    metrics: Option<ReconcileMetrics>,
+    metrics: ReconcileMetrics,
     beat: crate::liveness::Beat,
 }
 
@@ -113,7 +114,7 @@ impl Controller {
         queue: WorkQueue<String>,
         cache: PodCache,
         workers: usize,
-        metrics: Option<ReconcileMetrics>,
+        metrics: ReconcileMetrics,
     ) -> Self {
         Self {
             reconciler,
@@ -160,12 +161,9 @@ impl Controller {
                     "error"
                 }
             };
-            if let Some(m) = &self.metrics {
-                m.total.get_or_create(&Outcome { reconciler: name.into(), outcome: outcome.into() }).inc();
-                m.duration
-                    .get_or_create(&ReconcilerLabel { reconciler: name.into() })
-                    .observe(t0.elapsed().as_secs_f64());
-            }
+            let m = &self.metrics;
+            m.total.get_or_create(&Outcome { reconciler: name.into(), outcome: outcome.into() }).inc();
+            m.duration.get_or_create(&ReconcilerLabel { reconciler: name.into() }).observe(t0.elapsed().as_secs_f64());
             self.queue.done(&key);
         }
     }
@@ -556,7 +554,11 @@ mod tests {
     #[tokio::test]
     async fn crash_loop_tracks_only_containers_that_died_within_the_window() {
         let history = Arc::new(Mutex::new(History::new(Duration::from_secs(60), Duration::ZERO, 100)));
-        let sync = SyncLoop::new(crate::journal::Journal::new(16, 16, None), Vec::new(), history);
+        let sync = SyncLoop::new(
+            crate::journal::Journal::new(16, 16, crate::journal::JournalMetrics::throwaway()),
+            Vec::new(),
+            history,
+        );
         let cl = CrashLoop::new(CrashLoopConfig::default(), sync.handle());
         let (running, exited) = (cri::ContainerState::ContainerRunning, cri::ContainerState::ContainerExited);
         let now = SystemTime::now();
@@ -590,7 +592,7 @@ mod tests {
     async fn the_sync_loop_forgets_the_origin_of_pods_that_are_gone() {
         use crate::journal::Journal;
         use crate::syncloop::{LoopEvent, LoopInput, ResyncKind};
-        let journal = Journal::new(100, 100, None);
+        let journal = Journal::new(100, 100, crate::journal::JournalMetrics::throwaway());
         let history = Arc::new(Mutex::new(History::new(Duration::from_secs(60), Duration::ZERO, 100)));
         let sync = SyncLoop::new(journal.clone(), Vec::new(), history);
         let (_writer, cache) = crate::cache::new();

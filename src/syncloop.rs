@@ -625,7 +625,7 @@ mod tests {
     }
 
     fn rig(buffer: usize) -> Rig {
-        let journal = Journal::new(1000, buffer, None);
+        let journal = Journal::new(1000, buffer, crate::journal::JournalMetrics::throwaway());
         let history = Arc::new(Mutex::new(History::new(Duration::from_secs(3600), Duration::from_secs(3600), 10_000)));
         let log = Arc::new(Mutex::new(Vec::new()));
         let handlers: Vec<Box<dyn Handler>> = vec![

@@ -45,8 +45,12 @@ fn surface(exposition: &str) -> Vec<String> {
             match series.split_once('{') {
                 None => series.to_owned(),
                 Some((name, labels)) => {
-                    let keys: Vec<&str> =
-                        labels.trim_end_matches('}').split("\",").filter_map(|kv| kv.split_once('=')).map(|(k, _)| k.trim_start_matches(',')).collect();
+                    let keys: Vec<&str> = labels
+                        .trim_end_matches('}')
+                        .split("\",")
+                        .filter_map(|kv| kv.split_once('='))
+                        .map(|(k, _)| k.trim_start_matches(','))
+                        .collect();
                     format!("{name}{{{}}}", keys.join(","))
                 }
             }
@@ -90,4 +94,38 @@ fn the_classic_text_format_names_the_same_families_with_counters_as_total() {
     let text = names(&m.encode_text());
     assert!(counters.iter().all(|c| text.contains(c)), "{counters:?} not all in {text:?}");
     assert_eq!(text.len(), names(&om).len());
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn the_plegd_prefix_is_written_once_and_every_subsystem_registers_bare_names_under_the_prefix_it_is_given() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let (mut prefixed, mut roots) = (Vec::new(), Vec::new());
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let at = format!("{}:{}", f.strip_prefix(&src).unwrap().display(), n + 1);
+            if line.contains("\"plegd_") {
+                prefixed.push(at.clone());
+            }
+            if line.contains("sub_registry_with_prefix(\"plegd\")") {
+                roots.push(at);
+            }
+        }
+    }
+    assert!(prefixed.is_empty(), "a hand-written \"plegd_\" prefix: {prefixed:?}");
+    assert_eq!(roots.len(), 1, "the `plegd` prefix is given in one place, app.rs: {roots:?}");
+    assert!(roots[0].starts_with("app.rs:"), "{roots:?}");
 }
