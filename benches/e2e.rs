@@ -515,12 +515,9 @@ async fn containerd(args: &[String]) {
     // `--durable 1` (the default, as deployed): the journal commits each batch to a
     // state dir before delivery; `--durable 0`: in memory, to measure what that adds.
     if arg(args, "--durable", 1u8) == 1 {
-        cfg.journal.state_dir = Some(dir.path().join("state"));
+        cfg.state_dir = Some(dir.path().join("state"));
     }
-    println!(
-        "journal: {}",
-        if cfg.journal.state_dir.is_some() { "on disk (commit before deliver)" } else { "in memory" }
-    );
+    println!("journal: {}", if cfg.state_dir.is_some() { "on disk (commit before deliver)" } else { "in memory" });
     let shutdown = tokio_util::sync::CancellationToken::new();
     let tracker = tokio_util::task::TaskTracker::new();
     let app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();
@@ -681,7 +678,7 @@ fn loaded_plegd(endpoint: &str, rate: u64) -> Loaded {
     let mut cfg = plegd::config::RunConfig::for_endpoint(endpoint).unwrap();
     cfg.api.socket = dir.path().join("plegd.sock");
     cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
-    cfg.journal.state_dir = Some(dir.path().join("state"));
+    cfg.state_dir = Some(dir.path().join("state"));
     let socket = format!("unix://{}", cfg.api.socket.display());
     let shutdown = tokio_util::sync::CancellationToken::new();
     let (tx, rx) = std::sync::mpsc::channel();

@@ -34,6 +34,13 @@ impl Default for ScavengerConfig {
     }
 }
 
+impl ScavengerConfig {
+    /// The scavenger, reporting to `metrics`.
+    pub fn build(self, metrics: MemoryMetrics) -> Scavenger {
+        Scavenger::new(self, metrics)
+    }
+}
+
 /// The scavenger's metrics.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryMetrics {

@@ -470,7 +470,7 @@ async fn a_pod_removed_while_plegd_reads_it_leaves_no_ghost_in_the_view_or_list_
         let dir = state.path().to_owned();
         let tune = move |c: &mut plegd::config::RunConfig| {
             c.pleg.mode = mode;
-            c.journal.state_dir = Some(dir.clone());
+            c.state_dir = Some(dir.clone());
         };
         let mut p = support::start_plegd(tune.clone()).await;
         let mut watch = p.client().watch(api::WatchRequest::default()).await.expect("watch").into_inner();

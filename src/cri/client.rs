@@ -27,6 +27,14 @@ pub struct RuntimeConfig {
     pub request_timeout: Duration,
 }
 
+impl RuntimeConfig {
+    /// The client of this runtime, counting its calls in `metrics`.
+    pub fn build(self, metrics: CriMetrics) -> Result<CriClient, UdsError> {
+        let RuntimeConfig { endpoint, request_timeout } = self;
+        CriClient::new(&endpoint, ClientOptions { timeout: request_timeout, ..Default::default() }, metrics)
+    }
+}
+
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self { endpoint: "unix:///run/containerd/containerd.sock".into(), request_timeout: Duration::from_secs(2) }

@@ -217,6 +217,18 @@ impl Default for JournalConfig {
 }
 
 impl JournalConfig {
+    /// Opens the journal in `state_dir` (memory only without one), waiting up to
+    /// [`LOCK_WAIT`] for a plegd that still holds it ([`Journal::open_waiting`]). It
+    /// blocks: async callers run it on a blocking thread.
+    pub fn build(
+        self,
+        state_dir: Option<PathBuf>,
+        metrics: JournalMetrics,
+        shutdown: &CancellationToken,
+    ) -> Result<Journal, StoreError> {
+        Journal::open_waiting(&JournalConfig { state_dir, ..self }, metrics, LOCK_WAIT, shutdown)
+    }
+
     /// In memory only, `capacity` revisions within 8 MiB.
     pub fn memory(capacity: usize, client_buffer: usize) -> Self {
         Self { capacity, client_buffer, memory_budget: 8 << 20, state_dir: None, disk_budget: 0 }
