@@ -426,7 +426,7 @@ impl Stores {
             // The tombstones are kept in the state dir; processes are read on the host.
             let lookup = crate::lookup::LookupConfig { state_dir: state_dir.clone(), host: host.clone(), ..lookup };
             let lmetrics = metrics.lookup.clone();
-            tokio::task::spawn_blocking(move || ContainerLookup::open(lookup, lmetrics))
+            tokio::task::spawn_blocking(move || open_lookup(lookup, lmetrics))
                 .await
                 .expect("opening the lookup panicked")?
         };
@@ -444,6 +444,22 @@ impl Stores {
         .await
         .expect("opening the run log panicked");
         Ok(Self { journal, lookup, tombstones, runlog })
+    }
+}
+
+/// The lookup with its tombstones in the state dir; in memory only when they cannot be
+/// kept there (a read-only dir, as the journal goes on in memory), so that a state dir
+/// the journal can live without does not keep plegd from starting.
+fn open_lookup(
+    cfg: crate::lookup::LookupConfig,
+    metrics: crate::lookup::LookupMetrics,
+) -> Result<(ContainerLookup, Option<crate::lookup::TombstoneWriter>), LookupError> {
+    match ContainerLookup::open(cfg.clone(), metrics.clone()) {
+        Err(e) if cfg.state_dir.is_some() => {
+            tracing::error!(error = %e, "the tombstones cannot be kept in the state dir; the lookup keeps them in memory only");
+            ContainerLookup::open(crate::lookup::LookupConfig { state_dir: None, ..cfg }, metrics)
+        }
+        opened => opened,
     }
 }
 
