@@ -480,7 +480,12 @@ async fn containerd(args: &[String]) {
     let endpoint =
         std::env::var("PLEGD_E2E_ENDPOINT").expect("PLEGD_E2E_ENDPOINT: start containerd with tests/e2e/containerd.sh");
     let pods = arg(args, "--pods", 30usize);
-    let client = plegd::cri::client::CriClient::new(&endpoint, Default::default(), None).unwrap();
+    let client = plegd::cri::client::CriClient::new(
+        &endpoint,
+        Default::default(),
+        plegd::cri::metrics::CriMetrics::register(&mut Default::default()),
+    )
+    .unwrap();
 
     // Pass 1, the floor: a raw GetContainerEvents client alone. containerd 1.7 splits
     // events between concurrent subscribers (containerd#7318), so plegd and the floor
@@ -510,12 +515,9 @@ async fn containerd(args: &[String]) {
     // `--durable 1` (the default, as deployed): the journal commits each batch to a
     // state dir before delivery; `--durable 0`: in memory, to measure what that adds.
     if arg(args, "--durable", 1u8) == 1 {
-        cfg.journal.state_dir = Some(dir.path().join("state"));
+        cfg.state_dir = Some(dir.path().join("state"));
     }
-    println!(
-        "journal: {}",
-        if cfg.journal.state_dir.is_some() { "on disk (commit before deliver)" } else { "in memory" }
-    );
+    println!("journal: {}", if cfg.state_dir.is_some() { "on disk (commit before deliver)" } else { "in memory" });
     let shutdown = tokio_util::sync::CancellationToken::new();
     let tracker = tokio_util::task::TaskTracker::new();
     let app = plegd::app::start(&cfg, &tracker, &shutdown).await.unwrap();
@@ -607,7 +609,12 @@ async fn cri_calls() {
     use plegd::pleg::list::list_pod;
     use plegd::proto::runtime as cri;
     let endpoint = std::env::var("PLEGD_E2E_ENDPOINT").unwrap();
-    let client = plegd::cri::client::CriClient::new(&endpoint, Default::default(), None).unwrap();
+    let client = plegd::cri::client::CriClient::new(
+        &endpoint,
+        Default::default(),
+        plegd::cri::metrics::CriMetrics::register(&mut Default::default()),
+    )
+    .unwrap();
     let (started, sandboxes) = start_pods(&client, 1, "cri-calls").await;
     let sid = sandboxes[0].clone();
     let cid = started[0].0.clone();
@@ -671,7 +678,7 @@ fn loaded_plegd(endpoint: &str, rate: u64) -> Loaded {
     let mut cfg = plegd::config::RunConfig::for_endpoint(endpoint).unwrap();
     cfg.api.socket = dir.path().join("plegd.sock");
     cfg.admin.addr = "127.0.0.1:0".parse().unwrap();
-    cfg.journal.state_dir = Some(dir.path().join("state"));
+    cfg.state_dir = Some(dir.path().join("state"));
     let socket = format!("unix://{}", cfg.api.socket.display());
     let shutdown = tokio_util::sync::CancellationToken::new();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -781,7 +788,12 @@ async fn runtime_cost(args: &[String]) {
         std::env::var("PLEGD_E2E_ENDPOINT").expect("PLEGD_E2E_ENDPOINT: start containerd with tests/e2e/containerd.sh");
     let (pods, rounds) = (arg(args, "--pods", 20usize), arg(args, "--rounds", 3usize));
     let (watchers, rate) = (arg(args, "--watchers", 100usize), arg(args, "--rate", 2000u64));
-    let client = plegd::cri::client::CriClient::new(&endpoint, Default::default(), None).unwrap();
+    let client = plegd::cri::client::CriClient::new(
+        &endpoint,
+        Default::default(),
+        plegd::cri::metrics::CriMetrics::register(&mut Default::default()),
+    )
+    .unwrap();
     // The last mode is the control: the same fan-out load on a plegd that watches a
     // simulated runtime instead, so containerd's calls share the CPU with it exactly as
     // in the third mode but nothing of containerd's waits on plegd. The third mode against

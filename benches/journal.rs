@@ -37,7 +37,7 @@ fn fan_out(c: &mut Criterion) {
     for subs in [0usize, 1, 10, 100] {
         g.throughput(Throughput::Elements(1000));
         g.bench_with_input(BenchmarkId::from_parameter(subs), &subs, |b, &subs| {
-            let j = Journal::new(100_000, 4096, None);
+            let j = Journal::new(100_000, 4096, plegd::journal::JournalMetrics::register(&mut Default::default()));
             let mut s: Vec<_> = (0..subs).map(|_| j.subscribe(Since::Snapshot, Default::default())).collect();
             b.iter(|| {
                 rt.block_on(async {
@@ -151,7 +151,7 @@ fn filled_state_dir(name: &str, pods: &[Arc<PodStatus>]) -> JournalConfig {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join(name);
     let cfg =
         JournalConfig { state_dir: Some(dir.clone()), disk_budget: 256 << 20, ..JournalConfig::memory(100_000, 4096) };
-    let filled = Journal::open(&cfg, None).unwrap();
+    let filled = Journal::open(&cfg, plegd::journal::JournalMetrics::register(&mut Default::default())).unwrap();
     while filled.revision() < 100_000 {
         let at = filled.revision() as usize;
         filled.append_batch((0..100).map(|k| event(&pods[(at + k) % pods.len()])).collect());
@@ -179,7 +179,7 @@ fn durable(c: &mut Criterion) {
                 disk_budget: 256 << 20,
                 ..JournalConfig::memory(100_000, 4096)
             };
-            let j = Journal::open(&cfg, None).unwrap();
+            let j = Journal::open(&cfg, plegd::journal::JournalMetrics::register(&mut Default::default())).unwrap();
             let mut i = 0;
             b.iter(|| {
                 let events = (0..batch).map(|k| event(&pods[(i + k) % pods.len()])).collect();
@@ -196,7 +196,7 @@ fn durable(c: &mut Criterion) {
         let cfg = filled_state_dir(&format!("bench-state-{name}"), &pods);
         g.bench_function(name, |b| {
             b.iter(|| {
-                let j = Journal::open(&cfg, None).unwrap();
+                let j = Journal::open(&cfg, plegd::journal::JournalMetrics::register(&mut Default::default())).unwrap();
                 assert!(j.revision() >= 100_000 && j.pods().len() == 200);
                 j
             })

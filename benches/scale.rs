@@ -52,7 +52,12 @@ fn populated(cri: &str, n: usize) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(600);
     rt.block_on(async {
-        let client = plegd::cri::client::CriClient::new(cri, Default::default(), None).unwrap();
+        let client = plegd::cri::client::CriClient::new(
+            cri,
+            Default::default(),
+            plegd::cri::metrics::CriMetrics::register(&mut Default::default()),
+        )
+        .unwrap();
         while client.list_containers(None).await.map_or(0, |c| c.len()) < n {
             assert!(Instant::now() < deadline, "the simulated runtime never held its {n} containers");
             tokio::time::sleep(Duration::from_millis(200)).await;

@@ -18,7 +18,11 @@ fn single_threaded(c: &mut Criterion) {
         g.throughput(Throughput::Elements(n as u64));
         g.bench_with_input(BenchmarkId::from_parameter(n), &ks, |b, ks| {
             let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-            let q: WorkQueue<String> = WorkQueue::new("bench", RateLimit::default(), None);
+            let q: WorkQueue<String> = WorkQueue::new(
+                "bench",
+                RateLimit::default(),
+                plegd::workqueue::QueueMetrics::register(&mut Default::default()),
+            );
             b.iter(|| {
                 rt.block_on(async {
                     for k in ks {
@@ -44,7 +48,11 @@ fn four_workers(c: &mut Criterion) {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_time().build().unwrap();
             b.iter(|| {
                 rt.block_on(async {
-                    let q: WorkQueue<String> = WorkQueue::new("bench", RateLimit::default(), None);
+                    let q: WorkQueue<String> = WorkQueue::new(
+                        "bench",
+                        RateLimit::default(),
+                        plegd::workqueue::QueueMetrics::register(&mut Default::default()),
+                    );
                     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(ks.len());
                     let mut workers = Vec::new();
                     for _ in 0..4 {

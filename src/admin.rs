@@ -56,6 +56,25 @@ impl Default for AdminConfig {
     }
 }
 
+impl AdminConfig {
+    /// Binds the admin listener (metrics, health) and the debug listener (pages, views)
+    /// on `state`, each counting the connections it refuses in `metrics`.
+    pub async fn build(
+        self,
+        state: Arc<AdminState>,
+        metrics: &HttpMetrics,
+    ) -> Result<(HttpServer, HttpServer), AdminError> {
+        let AdminConfig { addr, debug_addr } = self;
+        let admin = HttpServer::bind(addr, admin_router(state.clone()), HttpLimits::ADMIN)
+            .await?
+            .counting_refusals(metrics.refused_on("admin"));
+        let debug = HttpServer::bind(debug_addr, debug_router(state), HttpLimits::DEBUG)
+            .await?
+            .counting_refusals(metrics.refused_on("debug"));
+        Ok((admin, debug))
+    }
+}
+
 /// A debug query parameter that does not parse.
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
@@ -152,11 +171,12 @@ pub struct ListenerLabel {
 }
 
 impl HttpMetrics {
-    /// Creates the listeners' families and registers them.
+    /// Creates the listeners' families and registers them in `registry` (the caller
+    /// gives it the `http` prefix).
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
-            "plegd_http_connections_refused",
+            "connections_refused",
             "HTTP connections closed at once because the listener held its cap",
             m.refused.clone(),
         );

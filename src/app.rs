@@ -8,14 +8,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::admin::{AdminError, AdminState, HttpLimits, HttpServer, relist_liveness_limit};
+use crate::admin::{AdminError, AdminState, HttpServer, relist_liveness_limit};
 use crate::backoff::Backoff;
 use crate::cache::{self, PodCache};
-use crate::config::{RunConfig, SyncConfig};
+use crate::config::RunConfig;
 use crate::cri::RuntimeService;
-use crate::cri::client::{ClientOptions, CriClient};
 use crate::grpc::{ApiError, PodLifecycleService};
-use crate::journal::{Journal, LOCK_WAIT, StoreError};
+use crate::journal::{Journal, StoreError};
 use crate::liveness::{Liveness, QUICK_LOOP_LIMIT};
 use crate::lookup::{ContainerLookup, LookupError};
 use crate::metrics::Registry;
@@ -24,9 +23,9 @@ use crate::pleg::generic::{GenericPleg, PlegHandle};
 use crate::pleg::health::{PlegHealth, Readiness};
 use crate::pleg::inbox::Inbox;
 use crate::publish;
-use crate::reconcile::{Controller, CrashLoop, Enqueue, Gc, GcMode, Publish, Reconciler};
+use crate::reconcile::PipelineInputs;
 use crate::runlog::{Mark, MarkKind, RunLog};
-use crate::syncloop::{History, SyncLoop, SyncLoopHandle};
+use crate::syncloop::{History, SyncLoopHandle};
 use crate::uds::UdsError;
 use crate::workqueue::WorkQueue;
 use std::sync::{Arc, Mutex};
@@ -174,8 +173,7 @@ impl Sidecar {
 /// before anything runs, so a bad address fails here.
 pub async fn start(cfg: &RunConfig, tracker: &TaskTracker, shutdown: &CancellationToken) -> Result<Sidecar, AppError> {
     let metrics = Metrics::new();
-    let opts = ClientOptions { timeout: cfg.runtime.request_timeout, ..Default::default() };
-    let client = CriClient::new(&cfg.runtime.endpoint, opts, Some(metrics.cri.clone())).map_err(AppError::Endpoint)?;
+    let client = cfg.runtime.clone().build(metrics.cri.clone()).map_err(AppError::Endpoint)?;
     start_on(cfg, client, metrics, tracker, shutdown).await
 }
 
@@ -191,18 +189,22 @@ pub async fn start_on<R: RuntimeService>(
     shutdown: &CancellationToken,
 ) -> Result<Sidecar, AppError> {
     crate::clock::start();
-    let RunConfig { runtime, pleg: pleg_cfg, admin: admin_cfg, api, journal, sync: sync_cfg, memory, lookup, export } =
-        cfg.clone();
-    // Where the host's /proc and cgroupfs are: the relister reads a new container's
-    // process there, the lookup and the runtime view too.
-    let lookup_host = lookup.host.clone();
+    let RunConfig { state_dir, host, runtime, pleg, admin, api, journal, sync, memory, lookup, export } = cfg.clone();
     let liveness = Liveness::new();
-    let stores = Stores::open(&journal, lookup, pleg_cfg.mode, &metrics, shutdown).await?;
+    let stores = Stores::open(journal, lookup, &state_dir, &host, pleg.mode, &metrics, shutdown).await?;
     let Pleg { relister, publisher, watcher, cache, health, readiness, stream: state_rx } =
         Pleg::build(cfg, client.clone(), &stores, &metrics, &liveness);
     let Stores { journal, lookup, tombstones, runlog } = stores;
     let (relist_handle, inbox) = (relister.handle(), relister.inbox());
-    let pipeline = Pipeline::build(&sync_cfg, &journal, &cache, &client, &health, &publisher, &liveness, &metrics);
+    let on = PipelineInputs {
+        journal: &journal,
+        cache: &cache,
+        runtime: &client,
+        health: &health,
+        publish: publisher.path(),
+        liveness: &liveness,
+    };
+    let pipeline = sync.build(on, metrics.queues.clone(), metrics.reconcile.clone());
 
     // Bind every socket before starting anything.
     let api_listener = crate::uds::bind(&api.socket, 0o660).await.map_err(AppError::Listen)?;
@@ -217,23 +219,20 @@ pub async fn start_on<R: RuntimeService>(
         pleg: relist_handle.clone(),
         cache: cache.clone(),
         journal: journal.clone(),
-        runtime_view: runtime_view(client.clone(), cache.clone(), pleg_cfg.concurrency, lookup_host.clone()),
+        runtime_view: runtime_view(client.clone(), cache.clone(), pleg.concurrency, host.clone()),
         work: Default::default(),
         runlog: runlog.clone(),
     });
-    let (admin, debug) = bind_admin(&admin_cfg, admin_state, &metrics).await?;
+    let (admin, debug) = admin.build(admin_state, &metrics.http).await?;
     let (admin_addr, debug_addr) = (admin.local_addr(), debug.local_addr());
-    let exporter = match export {
-        Some(ecfg) => Some(crate::export::OtlpExporter::new(ecfg, journal.clone(), metrics.export.clone())?),
-        None => None,
-    };
+    let exporter = exporter(export, &state_dir, &journal, &metrics)?;
 
     // Every task, each in its span.
     spawn(tracker, "publish", publisher.run(shutdown.clone()));
     if let Some(exporter) = exporter {
         spawn(tracker, "otlp_export", exporter.run(shutdown.clone()));
     }
-    spawn_upkeep(tracker, shutdown, tombstones, memory, &metrics, &journal);
+    spawn_upkeep(tracker, shutdown, tombstones, memory.build(metrics.memory.clone()), &journal);
     if let Some(watcher) = watcher {
         spawn(tracker, "event_stream", watcher.run(shutdown.clone()));
     }
@@ -255,12 +254,12 @@ pub async fn start_on<R: RuntimeService>(
         tracker.clone(),
         shutdown.clone(),
     )
-    .with_lookup(lookup.clone(), Some(container_reader(client.clone(), lookup_host.clone())));
+    .with_lookup(lookup.clone(), Some(container_reader(client.clone(), host.clone())));
     let api_beat = liveness.register("api", QUICK_LOOP_LIMIT);
     serve_api(tracker, api_listener, svc, readiness.clone(), api_beat, api.socket.clone(), shutdown);
     tracing::info!(
         runtime = %runtime.endpoint, api = %api.socket.display(), admin = %admin_addr, debug = %debug_addr,
-        mode = ?pleg_cfg.mode, "plegd started"
+        mode = ?pleg.mode, "plegd started"
     );
     Ok(Sidecar {
         cache,
@@ -282,6 +281,18 @@ pub async fn start_on<R: RuntimeService>(
     })
 }
 
+/// The OTLP exporter, when the export is on; it keeps its cursor in the state dir.
+fn exporter(
+    export: Option<crate::export::ExportConfig>,
+    state_dir: &Option<std::path::PathBuf>,
+    journal: &Journal,
+    metrics: &Metrics,
+) -> Result<Option<crate::export::OtlpExporter>, AppError> {
+    let Some(export) = export else { return Ok(None) };
+    let export = crate::export::ExportConfig { state_dir: state_dir.clone(), ..export };
+    Ok(Some(crate::export::OtlpExporter::new(export, journal.clone(), metrics.export.clone())?))
+}
+
 /// The PLEG: the relister (the cache's only writer) seeded with what the journal last
 /// said of each pod, the publisher it feeds, the event stream's watcher (none in
 /// generic mode), health and readiness.
@@ -300,7 +311,7 @@ impl<R: RuntimeService> Pleg<R> {
         let pleg_cfg = &cfg.pleg;
         let (writer, cache) = cache::new();
         let health = PlegHealth::new(pleg_cfg.threshold);
-        let (events_tx, publisher) = publish::channel(4096, stores.journal.clone(), Some(metrics.events.clone()));
+        let (events_tx, publisher) = publish::channel(4096, stores.journal.clone(), metrics.events.clone());
         let publisher = publisher
             .with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT))
             .priming(health.clone())
@@ -308,7 +319,7 @@ impl<R: RuntimeService> Pleg<R> {
         let (state_tx, state_rx) = evented::stream_state();
         let relist_limit =
             relist_liveness_limit(pleg_cfg.relist_period, pleg_cfg.inspect_timeout, cfg.runtime.request_timeout);
-        let relist = pleg_cfg.relist(cfg.lookup.host.clone());
+        let relist = pleg_cfg.relist(cfg.host.clone());
         let relister =
             GenericPleg::new(client.clone(), writer, events_tx, health.clone(), Some(metrics.pleg.clone()), relist)
                 // What the journal's last events said of each pod: the first relist turns
@@ -340,35 +351,18 @@ impl<R: RuntimeService> Pleg<R> {
     }
 }
 
-/// Binds the admin listener (metrics, health) and the debug listener (pages, views).
-async fn bind_admin(
-    cfg: &crate::admin::AdminConfig,
-    state: Arc<AdminState>,
-    metrics: &Metrics,
-) -> Result<(HttpServer, HttpServer), AppError> {
-    let admin = HttpServer::bind(cfg.addr, crate::admin::admin_router(state.clone()), HttpLimits::ADMIN)
-        .await?
-        .counting_refusals(metrics.http.refused_on("admin"));
-    let debug = HttpServer::bind(cfg.debug_addr, crate::admin::debug_router(state), HttpLimits::DEBUG)
-        .await?
-        .counting_refusals(metrics.http.refused_on("debug"));
-    Ok((admin, debug))
-}
-
 /// Spawns what keeps the state dir and the memory in shape: the tombstone file's
 /// writer, the journal's checkpointer, the memory scavenger.
 fn spawn_upkeep(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
     tombstones: Option<crate::lookup::TombstoneWriter>,
-    memory: crate::memory::ScavengerConfig,
-    metrics: &Metrics,
+    scavenger: crate::memory::Scavenger,
     journal: &Journal,
 ) {
     if let Some(w) = tombstones {
         spawn(tracker, "tombstones", w.run(shutdown.clone()));
     }
-    let scavenger = crate::memory::Scavenger::new(memory, metrics.memory.clone());
     spawn(tracker, "memory_trim", scavenger.run(shutdown.clone()));
     if let Some(checkpointer) = journal.checkpointer() {
         spawn(tracker, "journal_checkpoint", checkpointer.run(shutdown.clone()));
@@ -410,16 +404,17 @@ impl Stores {
     /// the state dir, and signals must be heard meanwhile); the lookup learns the pods the
     /// journal holds; the run log records this start.
     async fn open(
-        journal: &crate::journal::JournalConfig,
+        journal: crate::journal::JournalConfig,
         lookup: crate::lookup::LookupConfig,
+        state_dir: &Option<std::path::PathBuf>,
+        host: &crate::host::Host,
         mode: Mode,
         metrics: &Metrics,
         shutdown: &CancellationToken,
     ) -> Result<Self, AppError> {
-        let journal_dir = journal.state_dir.clone();
         let journal = {
-            let (jcfg, jmetrics, stop) = (journal.clone(), metrics.journal.clone(), shutdown.clone());
-            tokio::task::spawn_blocking(move || Journal::open_waiting(&jcfg, Some(jmetrics), LOCK_WAIT, &stop))
+            let (dir, jmetrics, stop) = (state_dir.clone(), metrics.journal.clone(), shutdown.clone());
+            tokio::task::spawn_blocking(move || journal.build(dir, jmetrics, &stop))
                 .await
                 .expect("opening the journal panicked")
                 .map_err(|e| match e {
@@ -427,10 +422,11 @@ impl Stores {
                     e => AppError::StateDir(e),
                 })?
         };
-        let dir = journal_dir;
         let (lookup, tombstones) = {
+            // The tombstones are kept in the state dir; processes are read on the host.
+            let lookup = crate::lookup::LookupConfig { state_dir: state_dir.clone(), host: host.clone(), ..lookup };
             let lmetrics = metrics.lookup.clone();
-            tokio::task::spawn_blocking(move || ContainerLookup::open(lookup, lmetrics))
+            tokio::task::spawn_blocking(move || open_lookup(lookup, lmetrics))
                 .await
                 .expect("opening the lookup panicked")?
         };
@@ -439,6 +435,7 @@ impl Stores {
         lookup.catch_up(journal.recent(lookup.catch_up_since()).iter().map(|e| &*e.event));
         lookup.seed(&journal.pods());
         let detail = format!("plegd {} pid {} mode {mode:?}", env!("CARGO_PKG_VERSION"), std::process::id());
+        let dir = state_dir.clone();
         let runlog = tokio::task::spawn_blocking(move || {
             let log = RunLog::open(dir.as_deref());
             log.record(Mark::now(MarkKind::Start, detail));
@@ -450,55 +447,19 @@ impl Stores {
     }
 }
 
-/// The pipeline behind the journal: the sync loop, and one queue and controller per
-/// reconciler.
-struct Pipeline {
-    sync_loop: SyncLoop,
-    sync: SyncLoopHandle,
-    history: Arc<Mutex<History>>,
-    queues: Vec<WorkQueue<String>>,
-    controllers: Vec<Controller>,
-}
-
-impl Pipeline {
-    #[allow(clippy::too_many_arguments)]
-    fn build<R: RuntimeService>(
-        cfg: &SyncConfig,
-        journal: &Journal,
-        cache: &PodCache,
-        client: &R,
-        health: &PlegHealth,
-        publisher: &publish::Publisher,
-        liveness: &Liveness,
-        metrics: &Metrics,
-    ) -> Self {
-        let history = Arc::new(Mutex::new(
-            History::new(cfg.history_retention, Duration::from_secs(3600), 100_000).with_budget(cfg.history_budget),
-        ));
-        let mut sync_loop = SyncLoop::new(journal.clone(), Vec::new(), history.clone())
-            .with_periodic_resync(cfg.resync_period)
-            .with_startup_gate(health.clone(), Duration::from_secs(30))
-            .with_liveness(liveness.register("sync", QUICK_LOOP_LIMIT));
-        let sync = sync_loop.handle();
-        let mut reconcilers: Vec<Arc<dyn Reconciler>> =
-            vec![Arc::new(CrashLoop::new(cfg.crashloop.clone(), sync.clone()))];
-        if cfg.gc.mode != GcMode::Off {
-            reconcilers.push(Arc::new(Gc::new(client.clone(), cfg.gc.clone())));
+/// The lookup with its tombstones in the state dir; in memory only when they cannot be
+/// kept there (a read-only dir, as the journal goes on in memory), so that a state dir
+/// the journal can live without does not keep plegd from starting.
+fn open_lookup(
+    cfg: crate::lookup::LookupConfig,
+    metrics: crate::lookup::LookupMetrics,
+) -> Result<(ContainerLookup, Option<crate::lookup::TombstoneWriter>), LookupError> {
+    match ContainerLookup::open(cfg.clone(), metrics.clone()) {
+        Err(e) if cfg.state_dir.is_some() => {
+            tracing::error!(error = %e, "the tombstones cannot be kept in the state dir; the lookup keeps them in memory only");
+            ContainerLookup::open(crate::lookup::LookupConfig { state_dir: None, ..cfg }, metrics)
         }
-        let mut queues = Vec::new();
-        let mut controllers = Vec::new();
-        for r in reconcilers {
-            let q = WorkQueue::new(r.name(), cfg.rate_limit.clone(), Some(metrics.queues.clone()));
-            let beat = liveness.register(r.name(), crate::reconcile::RECONCILE_STUCK_AFTER + QUICK_LOOP_LIMIT);
-            controllers.push(
-                Controller::new(r, q.clone(), cache.clone(), cfg.workers, Some(metrics.reconcile.clone()))
-                    .with_liveness(beat),
-            );
-            queues.push(q);
-        }
-        sync_loop.add_handler(Box::new(Enqueue::new(queues.clone(), cache.clone(), sync.clone())));
-        sync_loop.add_handler(Box::new(Publish::new(publisher.path())));
-        Self { sync_loop, sync, history, queues, controllers }
+        opened => opened,
     }
 }
 
@@ -663,22 +624,38 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Creates one registry and has every subsystem register its families in it.
+    /// Creates one registry and has every subsystem register its families in it, each
+    /// under the prefix it is given here: plegd's own under `plegd` (the one place that
+    /// prefix is written), client-go's work queue names and the process's at the root.
     pub fn new() -> Self {
-        let mut r = Registry::default();
-        let pleg = crate::pleg::metrics::PlegMetrics::register(&mut r);
-        let cri = crate::cri::metrics::CriMetrics::register(&mut r);
-        let events = crate::publish::EventMetrics::register(&mut r);
-        let journal = crate::journal::JournalMetrics::register(&mut r);
-        let api = crate::grpc::ApiMetrics::register(&mut r);
-        crate::process::ProcessCollector::register(&mut r);
-        let memory = crate::memory::MemoryMetrics::register(&mut r);
-        let queues = crate::workqueue::QueueMetrics::register(&mut r);
-        let reconcile = crate::reconcile::ReconcileMetrics::register(&mut r);
-        let http = crate::admin::HttpMetrics::register(&mut r);
-        let lookup = crate::lookup::LookupMetrics::register(&mut r);
-        let export = crate::export::ExportMetrics::register(&mut r);
-        Self { registry: Arc::new(r), pleg, cri, events, journal, api, queues, reconcile, memory, http, lookup, export }
+        let mut root = Registry::default();
+        let plegd = root.sub_registry_with_prefix("plegd");
+        let pleg = crate::pleg::metrics::PlegMetrics::register(plegd);
+        let cri = crate::cri::metrics::CriMetrics::register(plegd.sub_registry_with_prefix("cri"));
+        let events = crate::publish::EventMetrics::register(plegd);
+        let journal = crate::journal::JournalMetrics::register(plegd);
+        let api = crate::grpc::ApiMetrics::register(plegd);
+        let memory = crate::memory::MemoryMetrics::register(plegd.sub_registry_with_prefix("memory"));
+        let reconcile = crate::reconcile::ReconcileMetrics::register(plegd);
+        let http = crate::admin::HttpMetrics::register(plegd.sub_registry_with_prefix("http"));
+        let lookup = crate::lookup::LookupMetrics::register(plegd);
+        let export = crate::export::ExportMetrics::register(plegd.sub_registry_with_prefix("otlp"));
+        let queues = crate::workqueue::QueueMetrics::register(root.sub_registry_with_prefix("workqueue"));
+        crate::process::ProcessCollector::register(root.sub_registry_with_prefix("process"));
+        Self {
+            registry: Arc::new(root),
+            pleg,
+            cri,
+            events,
+            journal,
+            api,
+            queues,
+            reconcile,
+            memory,
+            http,
+            lookup,
+            export,
+        }
     }
 
     /// The registry in OpenMetrics text format.

@@ -271,9 +271,17 @@ pub struct ConfigError {
 }
 
 /// The sidecar's validated configuration: one part per subsystem, each with the flags'
-/// defaults as its `Default`.
-#[derive(Clone, Debug, Default)]
+/// defaults as its `Default`, and what several subsystems share, held once: the state
+/// dir and the host. Each part builds its subsystem (`app` hands it the shared parts and
+/// a registry); the subsystems' own configs leave the shared parts empty here.
+#[derive(Clone, Debug)]
 pub struct RunConfig {
+    /// Where the journal, the tombstones, the export cursor and the run log are kept;
+    /// `None`: memory only.
+    pub state_dir: Option<PathBuf>,
+    /// The host's `/proc` and `/sys/fs/cgroup`: the relister, the lookup and the runtime
+    /// view read processes there.
+    pub host: crate::host::Host,
     /// The CRI runtime plegd watches.
     pub runtime: crate::cri::client::RuntimeConfig,
     /// The PLEG: mode, relister, the stream's safety net and check, health.
@@ -282,10 +290,10 @@ pub struct RunConfig {
     pub admin: crate::admin::AdminConfig,
     /// The API's socket and policies.
     pub api: crate::grpc::ApiConfig,
-    /// The journal: capacity, byte budgets, state dir, and the buffer per watcher.
+    /// The journal: capacity, byte budgets, and the buffer per watcher.
     pub journal: crate::journal::JournalConfig,
     /// Sync loop and reconcilers.
-    pub sync: SyncConfig,
+    pub sync: crate::reconcile::SyncConfig,
     /// Giving freed heap back.
     pub memory: crate::memory::ScavengerConfig,
     /// The container lookup and its tombstones.
@@ -294,35 +302,20 @@ pub struct RunConfig {
     pub export: Option<crate::export::ExportConfig>,
 }
 
-/// The sync loop's and reconcilers' validated settings.
-#[derive(Clone, Debug)]
-pub struct SyncConfig {
-    /// Workers per reconciler.
-    pub workers: usize,
-    /// History retention.
-    pub history_retention: Duration,
-    /// Bytes the history may take.
-    pub history_budget: usize,
-    /// Periodic resync, if any.
-    pub resync_period: Option<Duration>,
-    /// Retry rate limits.
-    pub rate_limit: crate::workqueue::RateLimit,
-    /// Garbage collection.
-    pub gc: crate::reconcile::GcConfig,
-    /// Crash-loop detection.
-    pub crashloop: crate::reconcile::CrashLoopConfig,
-}
-
-impl Default for SyncConfig {
+impl Default for RunConfig {
     fn default() -> Self {
         Self {
-            workers: 4,
-            history_retention: Duration::from_secs(24 * 3600),
-            history_budget: 8 << 20,
-            resync_period: Some(Duration::from_secs(300)),
-            rate_limit: crate::workqueue::RateLimit::default(),
-            gc: crate::reconcile::GcConfig::default(),
-            crashloop: crate::reconcile::CrashLoopConfig::default(),
+            state_dir: Some(PathBuf::from(crate::journal::STATE_DIR)),
+            host: crate::host::Host::default(),
+            runtime: Default::default(),
+            pleg: Default::default(),
+            admin: Default::default(),
+            api: Default::default(),
+            journal: crate::journal::JournalConfig { state_dir: None, ..Default::default() },
+            sync: Default::default(),
+            memory: Default::default(),
+            lookup: crate::lookup::LookupConfig::in_memory(crate::lookup::LookupConfig::default().retention),
+            export: None,
         }
     }
 }
@@ -350,6 +343,8 @@ impl TryFrom<&RunArgs> for RunConfig {
             return Err(invalid("--inspect-concurrency", "must be at least 1"));
         }
         Ok(Self {
+            state_dir: (!a.journal.state_dir.as_os_str().is_empty()).then(|| a.journal.state_dir.clone()),
+            host: crate::host::Host::new(&a.lookup.host_root),
             runtime: crate::cri::client::RuntimeConfig {
                 endpoint: format!("unix://{}", runtime_socket.display()),
                 request_timeout: positive("--runtime-request-timeout", a.runtime.runtime_request_timeout)?,
@@ -379,14 +374,8 @@ impl TryFrom<&RunArgs> for RunConfig {
             journal: journal_config(&a.journal, a.api.watch_buffer)?,
             sync: sync_config(&a.sync)?,
             memory: crate::memory::ScavengerConfig { period: a.memory.memory_trim_period },
-            lookup: crate::lookup::LookupConfig {
-                retention: a.lookup.tombstone_retention,
-                max_tombstones: crate::lookup::MAX_TOMBSTONES,
-                max_bytes: crate::lookup::MAX_TOMBSTONE_BYTES,
-                state_dir: (!a.journal.state_dir.as_os_str().is_empty()).then(|| a.journal.state_dir.clone()),
-                host: crate::host::Host::new(&a.lookup.host_root),
-            },
-            export: export_config(&a.export, &a.journal.state_dir)?,
+            lookup: crate::lookup::LookupConfig::in_memory(a.lookup.tombstone_retention),
+            export: export_config(&a.export)?,
         })
     }
 }
@@ -399,8 +388,7 @@ impl RunConfig {
         let socket = parse_unix_endpoint(endpoint).map_err(|e| invalid("--runtime-endpoint", e.to_string()))?;
         let mut cfg = Self::default();
         cfg.runtime.endpoint = format!("unix://{}", socket.display());
-        cfg.journal.state_dir = None;
-        cfg.lookup.state_dir = None;
+        cfg.state_dir = None;
         let ephemeral = SocketAddr::from(([127, 0, 0, 1], 0));
         cfg.admin = crate::admin::AdminConfig { addr: ephemeral, debug_addr: ephemeral };
         Ok(cfg)
@@ -424,19 +412,15 @@ fn journal_config(j: &JournalArgs, watch_buffer: usize) -> Result<crate::journal
         capacity: j.journal_capacity,
         client_buffer: watch_buffer,
         memory_budget: j.journal_memory_budget,
-        state_dir: (!j.state_dir.as_os_str().is_empty()).then(|| j.state_dir.clone()),
+        state_dir: None,
         disk_budget: j.journal_disk_budget,
     })
 }
 
-fn export_config(
-    e: &ExportArgs,
-    state_dir: &std::path::Path,
-) -> Result<Option<crate::export::ExportConfig>, ConfigError> {
+fn export_config(e: &ExportArgs) -> Result<Option<crate::export::ExportConfig>, ConfigError> {
     let Some(endpoint) = e.otlp_endpoint.as_deref().filter(|s| !s.is_empty()) else { return Ok(None) };
     let node = e.node_name.clone().filter(|n| !n.is_empty()).unwrap_or_else(crate::export::host_name);
     let mut cfg = crate::export::ExportConfig::new(endpoint, &node);
-    cfg.state_dir = (!state_dir.as_os_str().is_empty()).then(|| state_dir.to_owned());
     if let Some(path) = &e.otlp_ca_file {
         let pem = std::fs::read(path).map_err(|err| invalid("--otlp-ca-file", format!("{}: {err}", path.display())))?;
         if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
@@ -486,7 +470,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     n.checked_mul(1u64 << shift).ok_or_else(|| format!("{s:?} is too large"))
 }
 
-fn sync_config(s: &SyncArgs) -> Result<SyncConfig, ConfigError> {
+fn sync_config(s: &SyncArgs) -> Result<crate::reconcile::SyncConfig, ConfigError> {
     if s.workers == 0 {
         return Err(invalid("--workers", "must be at least 1"));
     }
@@ -499,7 +483,7 @@ fn sync_config(s: &SyncArgs) -> Result<SyncConfig, ConfigError> {
     if s.retry_base > s.retry_max {
         return Err(invalid("--retry-base", "must not exceed --retry-max"));
     }
-    Ok(SyncConfig {
+    Ok(crate::reconcile::SyncConfig {
         workers: s.workers,
         history_retention: positive("--history-retention", s.history_retention)?,
         history_budget: usize::try_from(s.history_memory_budget)
@@ -568,7 +552,7 @@ mod tests {
     fn a_config_for_an_endpoint_is_the_defaults_in_memory_on_ephemeral_ports() {
         let c = RunConfig::for_endpoint("unix:///tmp/x.sock").unwrap();
         assert_eq!(c.runtime.endpoint, "unix:///tmp/x.sock");
-        assert!(c.journal.state_dir.is_none() && c.lookup.state_dir.is_none());
+        assert!(c.state_dir.is_none());
         assert_eq!((c.admin.addr.port(), c.admin.debug_addr.port()), (0, 0));
         assert_eq!(format!("{:?}", c.pleg), format!("{:?}", RunConfig::default().pleg));
         let e = RunConfig::for_endpoint("tcp://1.2.3.4:5").unwrap_err().to_string();

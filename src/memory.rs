@@ -34,6 +34,13 @@ impl Default for ScavengerConfig {
     }
 }
 
+impl ScavengerConfig {
+    /// The scavenger, reporting to `metrics`.
+    pub fn build(self, metrics: MemoryMetrics) -> Scavenger {
+        Scavenger::new(self, metrics)
+    }
+}
+
 /// The scavenger's metrics.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryMetrics {
@@ -46,16 +53,13 @@ pub struct MemoryMetrics {
 }
 
 impl MemoryMetrics {
-    /// Creates the scavenger's families and registers them.
+    /// Creates the scavenger's families and registers them in `registry` (the caller
+    /// gives it the `memory` prefix).
     pub fn register(registry: &mut crate::metrics::Registry) -> Self {
         let m = Self::default();
-        registry.register("plegd_memory_trims", "Times freed heap was given back to the kernel", m.trims.clone());
-        registry.register(
-            "plegd_memory_returned_bytes",
-            "Resident memory the trims gave back to the kernel",
-            m.returned.clone(),
-        );
-        registry.register("plegd_memory_trim_seconds", "Time spent giving freed heap back", m.seconds.clone());
+        registry.register("trims", "Times freed heap was given back to the kernel", m.trims.clone());
+        registry.register("returned_bytes", "Resident memory the trims gave back to the kernel", m.returned.clone());
+        registry.register("trim_seconds", "Time spent giving freed heap back", m.seconds.clone());
         m
     }
 }

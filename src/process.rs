@@ -71,7 +71,8 @@ pub fn read() -> ProcessStats {
 }
 
 impl ProcessCollector {
-    /// Registers the process's families.
+    /// Registers the process's families in `registry` (the caller gives it the
+    /// conventional `process` prefix).
     pub fn register(registry: &mut crate::metrics::Registry) {
         registry.register_collector(Box::new(Self));
     }
@@ -81,10 +82,10 @@ impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = read();
         let gauges = [
-            ("process_resident_memory_bytes", "Resident memory size in bytes", s.rss_bytes),
-            ("process_open_fds", "Number of open file descriptors", s.open_fds),
-            ("process_max_fds", "Maximum number of open file descriptors", s.max_fds),
-            ("process_start_time_seconds", "Start time of the process since unix epoch in seconds", s.start_time),
+            ("resident_memory_bytes", "Resident memory size in bytes", s.rss_bytes),
+            ("open_fds", "Number of open file descriptors", s.open_fds),
+            ("max_fds", "Maximum number of open file descriptors", s.max_fds),
+            ("start_time_seconds", "Start time of the process since unix epoch in seconds", s.start_time),
         ];
         for (name, help, v) in gauges {
             let g = ConstGauge::new(v);
@@ -92,7 +93,7 @@ impl Collector for ProcessCollector {
         }
         let c = ConstCounter::new(s.cpu_seconds);
         c.encode(encoder.encode_descriptor(
-            "process_cpu_seconds",
+            "cpu_seconds",
             "Total user and system CPU time spent in seconds",
             None,
             c.metric_type(),

@@ -21,13 +21,13 @@ use crate::model::event::PodLifecycleEvent;
 #[derive(Clone)]
 pub struct PublishPath {
     journal: Journal,
-    metrics: Option<EventMetrics>,
+    metrics: EventMetrics,
     lookup: Option<ContainerLookup>,
 }
 
 impl PublishPath {
     /// A path into `journal`.
-    pub fn new(journal: Journal, metrics: Option<EventMetrics>) -> Self {
+    pub fn new(journal: Journal, metrics: EventMetrics) -> Self {
         Self { journal, metrics, lookup: None }
     }
 
@@ -54,18 +54,15 @@ impl PublishPath {
             lookup.observe(&events);
         }
         let revisions = self.journal.append_batch(events);
-        if let Some(m) = &self.metrics {
-            let now = std::time::SystemTime::now();
-            for ((kind, source, runtime_ts), rev) in counted.into_iter().zip(&revisions) {
-                if rev.is_none() {
-                    continue;
-                }
-                m.total
-                    .get_or_create(&TypeSource { r#type: kind.as_str().into(), source: source.as_str().into() })
-                    .inc();
-                if let Some(d) = runtime_ts.and_then(|t| now.duration_since(t).ok()) {
-                    m.delivery_latency.observe(d.as_secs_f64());
-                }
+        let m = &self.metrics;
+        let now = std::time::SystemTime::now();
+        for ((kind, source, runtime_ts), rev) in counted.into_iter().zip(&revisions) {
+            if rev.is_none() {
+                continue;
+            }
+            m.total.get_or_create(&TypeSource { r#type: kind.as_str().into(), source: source.as_str().into() }).inc();
+            if let Some(d) = runtime_ts.and_then(|t| now.duration_since(t).ok()) {
+                m.delivery_latency.observe(d.as_secs_f64());
             }
         }
         revisions
@@ -85,17 +82,13 @@ pub struct Publisher {
     health: Option<crate::pleg::health::PlegHealth>,
 }
 
-/// How often the publisher looks whether the first relist's events are all in, until
-/// they are.
-const PRIMING_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
-
 /// Creates the producer side (bounded: a full channel makes producers wait, it never
 /// drops) and the publisher that appends to `journal`. Each message is the events of
 /// one pod read; the publisher commits whole messages only.
 pub fn channel(
     capacity: usize,
     journal: Journal,
-    metrics: Option<EventMetrics>,
+    metrics: EventMetrics,
 ) -> (mpsc::Sender<Vec<PodLifecycleEvent>>, Publisher) {
     let (tx, rx) = mpsc::channel(capacity);
     (tx, Publisher { rx, path: PublishPath::new(journal, metrics), beat: Beat::detached("publish"), health: None })
@@ -139,11 +132,23 @@ impl Publisher {
     /// publishes what was already queued.
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut beat = beat_timer();
-        let mut priming = tokio::time::interval(PRIMING_CHECK);
+        // Woken by the first relist itself; a batch still queued then primes after it.
+        let health = self.health.clone();
+        let first_relist = async move {
+            match health {
+                Some(h) => h.first_relist().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(first_relist);
+        let mut relisted = false;
         loop {
             tokio::select! {
                 biased;
-                _ = priming.tick(), if self.health.is_some() => self.prime(),
+                _ = &mut first_relist, if !relisted => {
+                    relisted = true;
+                    self.prime();
+                }
                 ev = self.rx.recv() => match ev {
                     Some(mut batch) => {
                         while batch.len() < BATCH {
@@ -193,12 +198,13 @@ pub struct EventMetrics {
 }
 
 impl EventMetrics {
-    /// Creates the publish path's families and registers them.
+    /// Creates the publish path's families and registers them in `registry` (the caller
+    /// gives it the `plegd` prefix: the two names share no stem).
     pub fn register(registry: &mut Registry) -> Self {
         let events = EventMetrics { total: Family::default(), delivery_latency: fast_buckets() };
-        registry.register("plegd_lifecycle_events", "Pod lifecycle events published", events.total.clone());
+        registry.register("lifecycle_events", "Pod lifecycle events published", events.total.clone());
         registry.register(
-            "plegd_event_delivery_latency_seconds",
+            "event_delivery_latency_seconds",
             "From the runtime's time of a change to the event being published",
             events.delivery_latency.clone(),
         );

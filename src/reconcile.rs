@@ -20,7 +20,7 @@ use crate::cri::{CriError, RuntimeService};
 use crate::labels::shared;
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::model::{ContainerState, PodStatus, nanos_to_system};
-use crate::syncloop::{FollowUp, Handler, LoopEvent, LoopInput, Outbox, SyncLoopHandle};
+use crate::syncloop::{FollowUp, Handler, History, LoopEvent, LoopInput, Outbox, SyncLoop, SyncLoopHandle};
 use crate::workqueue::WorkQueue;
 
 /// What a reconciler asks for after a successful run.
@@ -81,14 +81,15 @@ fn reconcile_buckets() -> Histogram {
 }
 
 impl ReconcileMetrics {
-    /// Creates and registers the families.
+    /// Creates the families and registers them in `r` (the caller gives it the `plegd`
+    /// prefix: `reconcile` is a whole name here, not a stem).
     pub fn register(r: &mut prometheus_client::registry::Registry) -> Self {
         let m = Self {
             total: Family::default(),
             duration: Family::new_with_constructor(reconcile_buckets as fn() -> Histogram),
         };
-        r.register("plegd_reconcile", "Reconciles by reconciler and outcome", m.total.clone());
-        r.register("plegd_reconcile_duration_seconds", "Duration of reconciles", m.duration.clone());
+        r.register("reconcile", "Reconciles by reconciler and outcome", m.total.clone());
+        r.register("reconcile_duration_seconds", "Duration of reconciles", m.duration.clone());
         m
     }
 }
@@ -99,7 +100,7 @@ pub struct Controller {
     queue: WorkQueue<String>,
     cache: PodCache,
     workers: usize,
-    metrics: Option<ReconcileMetrics>,
+    metrics: ReconcileMetrics,
     beat: crate::liveness::Beat,
 }
 
@@ -113,7 +114,7 @@ impl Controller {
         queue: WorkQueue<String>,
         cache: PodCache,
         workers: usize,
-        metrics: Option<ReconcileMetrics>,
+        metrics: ReconcileMetrics,
     ) -> Self {
         Self {
             reconciler,
@@ -160,12 +161,9 @@ impl Controller {
                     "error"
                 }
             };
-            if let Some(m) = &self.metrics {
-                m.total.get_or_create(&Outcome { reconciler: name.into(), outcome: outcome.into() }).inc();
-                m.duration
-                    .get_or_create(&ReconcilerLabel { reconciler: name.into() })
-                    .observe(t0.elapsed().as_secs_f64());
-            }
+            let m = &self.metrics;
+            m.total.get_or_create(&Outcome { reconciler: name.into(), outcome: outcome.into() }).inc();
+            m.duration.get_or_create(&ReconcilerLabel { reconciler: name.into() }).observe(t0.elapsed().as_secs_f64());
             self.queue.done(&key);
         }
     }
@@ -524,6 +522,110 @@ impl<R: RuntimeService> Reconciler for Gc<R> {
     }
 }
 
+/// The sync loop's and reconcilers' validated settings: the part of `RunConfig` that
+/// builds the [`Pipeline`]. (It lives here, not in `syncloop`, because it names the
+/// reconcilers' settings and the reconcilers import the sync loop.)
+#[derive(Clone, Debug)]
+pub struct SyncConfig {
+    /// Workers per reconciler.
+    pub workers: usize,
+    /// History retention.
+    pub history_retention: Duration,
+    /// Bytes the history may take.
+    pub history_budget: usize,
+    /// Periodic resync, if any.
+    pub resync_period: Option<Duration>,
+    /// Retry rate limits.
+    pub rate_limit: crate::workqueue::RateLimit,
+    /// Garbage collection.
+    pub gc: GcConfig,
+    /// Crash-loop detection.
+    pub crashloop: CrashLoopConfig,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        Self {
+            workers: 4,
+            history_retention: Duration::from_secs(24 * 3600),
+            history_budget: 8 << 20,
+            resync_period: Some(Duration::from_secs(300)),
+            rate_limit: crate::workqueue::RateLimit::default(),
+            gc: GcConfig::default(),
+            crashloop: CrashLoopConfig::default(),
+        }
+    }
+}
+
+/// The pipeline behind the journal: the sync loop, and one queue and controller per
+/// reconciler.
+pub struct Pipeline {
+    /// The sync loop, to run.
+    pub sync_loop: SyncLoop,
+    /// The sync loop's inputs.
+    pub sync: SyncLoopHandle,
+    /// The sync loop's history.
+    pub history: Arc<Mutex<History>>,
+    /// One work queue per reconciler.
+    pub queues: Vec<WorkQueue<String>>,
+    /// One controller per reconciler, to run.
+    pub controllers: Vec<Controller>,
+}
+
+/// What the pipeline is built on: the stores before it and the PLEG's health.
+pub struct PipelineInputs<'a, R> {
+    /// The journal the sync loop follows.
+    pub journal: &'a crate::journal::Journal,
+    /// The cache the reconcilers read.
+    pub cache: &'a PodCache,
+    /// The runtime garbage collection removes containers from.
+    pub runtime: &'a R,
+    /// The startup resync waits for the first relist.
+    pub health: &'a crate::pleg::health::PlegHealth,
+    /// Where reconcilers' events are published.
+    pub publish: crate::publish::PublishPath,
+    /// Where each loop registers its liveness.
+    pub liveness: &'a crate::liveness::Liveness,
+}
+
+impl SyncConfig {
+    /// Builds the sync loop, the reconcilers (crash loops always, garbage collection when
+    /// on), a queue and a controller for each, with their metrics.
+    pub fn build<R: RuntimeService>(
+        self,
+        on: PipelineInputs<'_, R>,
+        queue_metrics: crate::workqueue::QueueMetrics,
+        metrics: ReconcileMetrics,
+    ) -> Pipeline {
+        let SyncConfig { workers, history_retention, history_budget, resync_period, rate_limit, gc, crashloop } = self;
+        let quick = crate::liveness::QUICK_LOOP_LIMIT;
+        let history = Arc::new(Mutex::new(
+            History::new(history_retention, Duration::from_secs(3600), 100_000).with_budget(history_budget),
+        ));
+        let mut sync_loop = SyncLoop::new(on.journal.clone(), Vec::new(), history.clone())
+            .with_periodic_resync(resync_period)
+            .with_startup_gate(on.health.clone(), Duration::from_secs(30))
+            .with_liveness(on.liveness.register("sync", quick));
+        let sync = sync_loop.handle();
+        let mut reconcilers: Vec<Arc<dyn Reconciler>> = vec![Arc::new(CrashLoop::new(crashloop, sync.clone()))];
+        if gc.mode != GcMode::Off {
+            reconcilers.push(Arc::new(Gc::new(on.runtime.clone(), gc)));
+        }
+        let mut queues = Vec::new();
+        let mut controllers = Vec::new();
+        for r in reconcilers {
+            let q = WorkQueue::new(r.name(), rate_limit.clone(), queue_metrics.clone());
+            let beat = on.liveness.register(r.name(), RECONCILE_STUCK_AFTER + quick);
+            controllers
+                .push(Controller::new(r, q.clone(), on.cache.clone(), workers, metrics.clone()).with_liveness(beat));
+            queues.push(q);
+        }
+        sync_loop.add_handler(Box::new(Enqueue::new(queues.clone(), on.cache.clone(), sync.clone())));
+        sync_loop.add_handler(Box::new(Publish::new(on.publish)));
+        Pipeline { sync_loop, sync, history, queues, controllers }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -556,7 +658,11 @@ mod tests {
     #[tokio::test]
     async fn crash_loop_tracks_only_containers_that_died_within_the_window() {
         let history = Arc::new(Mutex::new(History::new(Duration::from_secs(60), Duration::ZERO, 100)));
-        let sync = SyncLoop::new(crate::journal::Journal::new(16, 16, None), Vec::new(), history);
+        let sync = SyncLoop::new(
+            crate::journal::Journal::new(16, 16, crate::journal::JournalMetrics::throwaway()),
+            Vec::new(),
+            history,
+        );
         let cl = CrashLoop::new(CrashLoopConfig::default(), sync.handle());
         let (running, exited) = (cri::ContainerState::ContainerRunning, cri::ContainerState::ContainerExited);
         let now = SystemTime::now();
@@ -590,7 +696,7 @@ mod tests {
     async fn the_sync_loop_forgets_the_origin_of_pods_that_are_gone() {
         use crate::journal::Journal;
         use crate::syncloop::{LoopEvent, LoopInput, ResyncKind};
-        let journal = Journal::new(100, 100, None);
+        let journal = Journal::new(100, 100, crate::journal::JournalMetrics::throwaway());
         let history = Arc::new(Mutex::new(History::new(Duration::from_secs(60), Duration::ZERO, 100)));
         let sync = SyncLoop::new(journal.clone(), Vec::new(), history);
         let (_writer, cache) = crate::cache::new();

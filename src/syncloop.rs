@@ -457,13 +457,17 @@ impl SyncLoop {
         let live = |j: &Journal| j.subscribe(Since::Revision(j.revision(), j.epoch()), Default::default());
         let mut sub = live(&self.journal);
         // Startup resync first: events arriving meanwhile wait in the subscription.
-        if let Some(h) = &self.startup_gate {
-            let deadline = Instant::now() + self.startup_deadline;
-            while !h.first_relist_done() && Instant::now() < deadline {
+        if let Some(h) = self.startup_gate.clone() {
+            let deadline = tokio::time::sleep(self.startup_deadline);
+            let (first, mut beat) = (h.first_relist(), crate::liveness::beat_timer());
+            tokio::pin!(deadline, first);
+            loop {
                 self.beat.beat();
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                    _ = &mut first => break,
+                    _ = &mut deadline => break,
+                    _ = beat.tick() => {}
                 }
             }
         }
@@ -621,7 +625,7 @@ mod tests {
     }
 
     fn rig(buffer: usize) -> Rig {
-        let journal = Journal::new(1000, buffer, None);
+        let journal = Journal::new(1000, buffer, crate::journal::JournalMetrics::throwaway());
         let history = Arc::new(Mutex::new(History::new(Duration::from_secs(3600), Duration::from_secs(3600), 10_000)));
         let log = Arc::new(Mutex::new(Vec::new()));
         let handlers: Vec<Box<dyn Handler>> = vec![

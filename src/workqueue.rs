@@ -71,7 +71,8 @@ fn buckets() -> Histogram {
 }
 
 impl QueueMetrics {
-    /// Creates the families and registers them.
+    /// Creates the families and registers them in `r` (the caller gives it client-go's
+    /// `workqueue` prefix).
     pub fn register(r: &mut prometheus_client::registry::Registry) -> Self {
         let m = Self {
             depth: Family::default(),
@@ -82,29 +83,29 @@ impl QueueMetrics {
             longest: Family::default(),
             retries: Family::default(),
         };
-        r.register("workqueue_depth", "Current depth of workqueue", m.depth.clone());
-        r.register("workqueue_adds", "Total number of adds handled by workqueue", m.adds.clone());
+        r.register("depth", "Current depth of workqueue", m.depth.clone());
+        r.register("adds", "Total number of adds handled by workqueue", m.adds.clone());
         r.register(
-            "workqueue_queue_duration_seconds",
+            "queue_duration_seconds",
             "How long in seconds an item stays in workqueue before being requested",
             m.queue_duration.clone(),
         );
         r.register(
-            "workqueue_work_duration_seconds",
+            "work_duration_seconds",
             "How long in seconds processing an item from workqueue takes",
             m.work_duration.clone(),
         );
         r.register(
-            "workqueue_unfinished_work_seconds",
+            "unfinished_work_seconds",
             "How many seconds of work has been done that is in progress and hasn't been observed by work_duration",
             m.unfinished.clone(),
         );
         r.register(
-            "workqueue_longest_running_processor_seconds",
+            "longest_running_processor_seconds",
             "How many seconds has the longest running processor for workqueue been running",
             m.longest.clone(),
         );
-        r.register("workqueue_retries", "Total number of retries handled by workqueue", m.retries.clone());
+        r.register("retries", "Total number of retries handled by workqueue", m.retries.clone());
         m
     }
 }
@@ -132,7 +133,7 @@ struct Inner<K> {
     /// Woken when a delayed key is scheduled, for [`WorkQueue::move_due_keys`].
     delays: Notify,
     limit: RateLimit,
-    metrics: Option<QueueMetrics>,
+    metrics: QueueMetrics,
 }
 
 /// The queue. Cheap to clone.
@@ -176,7 +177,7 @@ pub struct WaitingKey {
 
 impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<K> {
     /// A queue named `name` (the metrics' `name` label).
-    pub fn new(name: &str, limit: RateLimit, metrics: Option<QueueMetrics>) -> Self {
+    pub fn new(name: &str, limit: RateLimit, metrics: QueueMetrics) -> Self {
         let tokens = f64::from(limit.burst);
         Self {
             inner: Arc::new(Inner {
@@ -221,10 +222,9 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
         if s.shutting_down || s.dirty.contains(&key) {
             return;
         }
-        if let Some(m) = &self.inner.metrics {
-            m.adds.get_or_create(&self.label()).inc();
-            m.depth.get_or_create(&self.label()).inc();
-        }
+        let m = &self.inner.metrics;
+        m.adds.get_or_create(&self.label()).inc();
+        m.depth.get_or_create(&self.label()).inc();
         s.dirty.insert(key.clone());
         s.added_at.entry(key.clone()).or_insert(since);
         if s.processing.contains_key(&key) {
@@ -258,9 +258,7 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
         if s.shutting_down {
             return;
         }
-        if let Some(m) = &self.inner.metrics {
-            m.retries.get_or_create(&self.label()).inc();
-        }
+        self.inner.metrics.retries.get_or_create(&self.label()).inc();
         if delay.is_zero() {
             self.promote_due(&mut s);
             self.add_locked(&mut s, key, Instant::now());
@@ -329,13 +327,10 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
         s.dirty.remove(&key);
         let now = Instant::now();
         s.processing.insert(key.clone(), now);
-        if let Some(m) = &self.inner.metrics {
-            m.depth.get_or_create(&self.label()).dec();
-            if let Some(at) = s.added_at.remove(&key) {
-                m.queue_duration.get_or_create(&self.label()).observe((now - at).as_secs_f64());
-            }
-        } else {
-            s.added_at.remove(&key);
+        let m = &self.inner.metrics;
+        m.depth.get_or_create(&self.label()).dec();
+        if let Some(at) = s.added_at.remove(&key) {
+            m.queue_duration.get_or_create(&self.label()).observe((now - at).as_secs_f64());
         }
         Some(key)
     }
@@ -374,10 +369,8 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
     /// queue.
     pub fn done(&self, key: &K) {
         let mut s = self.inner.state.lock().expect("queue lock");
-        if let Some(started) = s.processing.remove(key)
-            && let Some(m) = &self.inner.metrics
-        {
-            m.work_duration.get_or_create(&self.label()).observe(started.elapsed().as_secs_f64());
+        if let Some(started) = s.processing.remove(key) {
+            self.inner.metrics.work_duration.get_or_create(&self.label()).observe(started.elapsed().as_secs_f64());
         }
         // Delayed keys that came due were ready before this one was re-added: they go
         // first, as in client-go, where they are moved at their deadline.
@@ -478,7 +471,7 @@ impl<K: Clone + Eq + Hash + Ord + std::fmt::Display + Send + 'static> WorkQueue<
 
     /// Updates the two in-flight gauges (client-go does this every 500 ms).
     pub fn update_in_flight_metrics(&self) {
-        let Some(m) = &self.inner.metrics else { return };
+        let m = &self.inner.metrics;
         let s = self.inner.state.lock().expect("queue lock");
         let ages: Vec<f64> = s.processing.values().map(|t| t.elapsed().as_secs_f64()).collect();
         m.unfinished.get_or_create(&self.label()).set(ages.iter().sum());
@@ -524,7 +517,7 @@ mod tests {
     use super::*;
 
     fn q() -> WorkQueue<u32> {
-        WorkQueue::new("t", RateLimit::default(), None)
+        WorkQueue::new("t", RateLimit::default(), crate::workqueue::QueueMetrics::register(&mut Default::default()))
     }
 
     #[tokio::test(start_paused = true)]
@@ -588,13 +581,21 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn per_key_backoff_doubles_from_5ms_and_forget_resets_it() {
-        let q = WorkQueue::new("t", RateLimit { qps: 1e9, ..Default::default() }, None);
+        let q = WorkQueue::new(
+            "t",
+            RateLimit { qps: 1e9, ..Default::default() },
+            crate::workqueue::QueueMetrics::register(&mut Default::default()),
+        );
         let d: Vec<_> = (0..5).map(|_| q.when(&1).as_millis()).collect();
         assert_eq!(d, [5, 10, 20, 40, 80]);
         assert_eq!(q.num_requeues(&1), 5);
         q.forget(&1);
         assert_eq!(q.when(&1), Duration::from_millis(5));
-        let capped = WorkQueue::new("t", RateLimit { qps: 1e9, ..Default::default() }, None);
+        let capped = WorkQueue::new(
+            "t",
+            RateLimit { qps: 1e9, ..Default::default() },
+            crate::workqueue::QueueMetrics::register(&mut Default::default()),
+        );
         for _ in 0..30 {
             capped.when(&2);
         }
@@ -603,7 +604,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_token_bucket_spaces_retries_after_the_burst() {
-        let q = WorkQueue::new("t", RateLimit { base: Duration::ZERO, ..Default::default() }, None);
+        let q = WorkQueue::new(
+            "t",
+            RateLimit { base: Duration::ZERO, ..Default::default() },
+            crate::workqueue::QueueMetrics::register(&mut Default::default()),
+        );
         for k in 0..100u32 {
             assert_eq!(q.when(&k), Duration::ZERO, "the burst of 100 passes at once");
         }
@@ -633,8 +638,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_delayed_key_counts_in_depth_and_queue_duration_from_its_deadline() {
         let mut r = prometheus_client::registry::Registry::default();
-        let m = QueueMetrics::register(&mut r);
-        let q: WorkQueue<u32> = WorkQueue::new("delays", RateLimit::default(), Some(m.clone()));
+        let m = QueueMetrics::register(r.sub_registry_with_prefix("workqueue"));
+        let q: WorkQueue<u32> = WorkQueue::new("delays", RateLimit::default(), m.clone());
         let shutdown = tokio_util::sync::CancellationToken::new();
         let mover = tokio::spawn({
             let (q, shutdown) = (q.clone(), shutdown.clone());
@@ -705,8 +710,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn metrics_follow_client_go() {
         let mut r = prometheus_client::registry::Registry::default();
-        let m = QueueMetrics::register(&mut r);
-        let q = WorkQueue::new("pods", RateLimit::default(), Some(m.clone()));
+        let m = QueueMetrics::register(r.sub_registry_with_prefix("workqueue"));
+        let q = WorkQueue::new("pods", RateLimit::default(), m.clone());
         let l = NameLabel { name: "pods".into() };
         q.add(1);
         let k = q.get().await.unwrap();
@@ -784,7 +789,7 @@ mod tests {
         fn the_queue_matches_client_gos_model(ops in proptest::collection::vec(op(), 1..120)) {
             let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
             rt.block_on(async {
-                let q: WorkQueue<u8> = WorkQueue::new("p", RateLimit::default(), None);
+                let q: WorkQueue<u8> = WorkQueue::new("p", RateLimit::default(), crate::workqueue::QueueMetrics::register(&mut Default::default()));
                 let mut m = Model::default();
                 for op in ops {
                     match op {

@@ -136,7 +136,7 @@ async fn a_real_full_disk_keeps_events_flowing_from_memory_and_the_journal_recov
     let state = fs.at.join("state");
     let tune = {
         let state = state.clone();
-        move |c: &mut plegd::config::RunConfig| c.journal.state_dir = Some(state.clone())
+        move |c: &mut plegd::config::RunConfig| c.state_dir = Some(state.clone())
     };
     let p = start_plegd(tune.clone()).await;
     let (seen, watcher) = watch(&p);
@@ -209,7 +209,7 @@ async fn a_read_only_state_dir_serves_from_memory_and_is_taken_once_writable() {
     // The hostPath mounted read-only by mistake, fixed while plegd runs.
     let Some(fs) = Tmpfs::mount("4m", true) else { return };
     let state = fs.at.clone();
-    let p = start_plegd(move |c| c.journal.state_dir = Some(state.clone())).await;
+    let p = start_plegd(move |c| c.state_dir = Some(state.clone())).await;
     let epoch = p.app.journal().epoch();
     let (seen, watcher) = watch(&p);
     let mut n = 0;

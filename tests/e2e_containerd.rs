@@ -698,7 +698,7 @@ async fn a_container_that_dies_while_plegd_is_down_reaches_a_resuming_client_wit
     let c = env.client();
     let state = tempfile::tempdir().unwrap();
     let dir = state.path().to_owned();
-    let tune = move |cfg: &mut plegd::config::RunConfig| cfg.journal.state_dir = Some(dir.clone());
+    let tune = move |cfg: &mut plegd::config::RunConfig| cfg.state_dir = Some(dir.clone());
     let p = env.full(tune.clone()).await;
     let mut watch =
         plegd::cli::client::connect(&p.socket).unwrap().watch(api::WatchRequest::default()).await.unwrap().into_inner();

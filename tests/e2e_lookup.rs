@@ -32,8 +32,7 @@ impl Env {
         let mut cfg = plegd::config::RunConfig::for_endpoint(&self.endpoint).unwrap();
         cfg.api.socket = state.join("plegd.sock");
         cfg.runtime.request_timeout = Duration::from_secs(10);
-        cfg.journal.state_dir = Some(state.to_owned());
-        cfg.lookup.state_dir = Some(state.to_owned());
+        cfg.state_dir = Some(state.to_owned());
         cfg.lookup.retention = retention;
         let shutdown = tokio_util::sync::CancellationToken::new();
         let tracker = tokio_util::task::TaskTracker::new();

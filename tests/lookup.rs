@@ -16,9 +16,8 @@ use support::{Plegd, start_plegd, start_plegd_on};
 
 fn tune(state: PathBuf, root: PathBuf, retention: Duration) -> impl FnOnce(&mut plegd::config::RunConfig) + Clone {
     move |c| {
-        c.journal.state_dir = Some(state.clone());
-        c.lookup.state_dir = Some(state);
-        c.lookup.host = plegd::host::Host::new(root);
+        c.state_dir = Some(state);
+        c.host = plegd::host::Host::new(root);
         c.lookup.retention = retention;
     }
 }
@@ -590,4 +589,49 @@ async fn a_log_file_a_recreated_static_pod_writes_again_is_the_new_containers_an
     let r = get(&p, Key::LogPath(link)).await.unwrap();
     assert_eq!((&r.container.unwrap().id, r.removed), (&old[0], true));
     p.stop().await;
+}
+
+/// `plegd run`'s flags as the command line gives them, validated.
+fn flags(argv: &[&str]) -> plegd::config::RunConfig {
+    #[derive(clap::Parser)]
+    struct Run {
+        #[command(flatten)]
+        run: plegd::config::RunArgs,
+    }
+    let args = <Run as clap::Parser>::try_parse_from(std::iter::once("plegd").chain(argv.iter().copied())).unwrap();
+    plegd::config::RunConfig::try_from(&args.run).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_dir_and_host_root_flags_reach_the_journal_the_lookup_and_the_run_log() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let given = flags(&[
+        "--state-dir",
+        state.path().to_str().unwrap(),
+        "--host-root",
+        root.path().to_str().unwrap(),
+        "--tombstone-retention",
+        "7m",
+    ]);
+    assert_eq!(given.lookup.retention, Duration::from_secs(420));
+    let p = start_plegd(move |c| {
+        c.state_dir = given.state_dir;
+        c.host = given.host;
+        c.lookup = given.lookup;
+    })
+    .await;
+    p.h.sim.set_host_root(root.path().into());
+    let (_, ids) = p.h.run_pod(&PodSpec::new("shop", "web"), &[ContainerSpec::new("main")]).await;
+    // The host root reached the relister and the lookup: the container's PID is read there.
+    let live = until(&p, Key::ContainerId(ids[0].clone()), |r| r.container.as_ref().is_some_and(|c| c.pid != 0)).await;
+    let (pid, _) = kernel_view(root.path(), &live);
+    assert_eq!(get(&p, Key::Pid(pid)).await.unwrap().container.unwrap().id, ids[0]);
+    p.h.stop_container(&ids[0]).await;
+    p.h.remove_container(&ids[0]).await;
+    until(&p, Key::ContainerId(ids[0].clone()), |r| r.removed).await;
+    p.stop().await;
+    // The one state dir reached each subsystem that keeps something there.
+    for file in ["journal.db", "tombstones.sqlite", "runs.log"] {
+        assert!(state.path().join(file).exists(), "{file} is not in the state dir");
+    }
 }

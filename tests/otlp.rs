@@ -165,13 +165,12 @@ fn export_to(
 ) -> impl FnOnce(&mut plegd::config::RunConfig) + Clone {
     move |c| {
         let mut e = plegd::export::ExportConfig::new(&endpoint, "node-t");
-        e.state_dir = state.clone();
         e.linger = Duration::from_millis(50);
         e.batch = 16;
         e.backoff_initial = Duration::from_millis(100);
         e.backoff_max = Duration::from_millis(400);
         c.export = Some(e);
-        c.journal.state_dir = state;
+        c.state_dir = state;
     }
 }
 

@@ -103,7 +103,7 @@ async fn the_list_marks_trouble_and_its_filters_change_it() {
 async fn a_pods_page_draws_each_attempt_and_keeps_it_across_a_restart_of_plegd() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().to_path_buf();
-    let tune = move |c: &mut plegd::config::RunConfig| c.journal.state_dir = Some(state.clone());
+    let tune = move |c: &mut plegd::config::RunConfig| c.state_dir = Some(state.clone());
     let p = start_plegd(tune.clone()).await;
     let checkout = PodSpec::new("shop", "checkout").label("app", "checkout");
     let (sid, _) = p.h.run_pod(&checkout, &[ContainerSpec::new("proxy")]).await;

@@ -215,7 +215,12 @@ async fn a_runtime_socket_missing_at_start_is_retried_until_it_appears() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("late.sock");
     let endpoint = format!("unix://{}", socket.display());
-    let client = plegd::cri::client::CriClient::new(&endpoint, support::fast_client(), None).unwrap();
+    let client = plegd::cri::client::CriClient::new(
+        &endpoint,
+        support::fast_client(),
+        plegd::cri::metrics::CriMetrics::register(&mut Default::default()),
+    )
+    .unwrap();
     let mut p = pleg(client, Duration::from_secs(2));
     let err = p.pleg.relist().await.unwrap_err().to_string();
     assert!(err.contains("ListPodSandbox") && err.contains(&endpoint), "{err}");
@@ -463,7 +468,7 @@ async fn a_pod_removed_while_plegd_reads_it_leaves_no_ghost_in_the_view_or_list_
         let dir = state.path().to_owned();
         let tune = move |c: &mut plegd::config::RunConfig| {
             c.pleg.mode = mode;
-            c.journal.state_dir = Some(dir.clone());
+            c.state_dir = Some(dir.clone());
         };
         let mut p = support::start_plegd(tune.clone()).await;
         let mut watch = p.client().watch(api::WatchRequest::default()).await.expect("watch").into_inner();

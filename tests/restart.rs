@@ -40,7 +40,7 @@ async fn settle(p: &support::Plegd, at_least: u64) -> u64 {
 async fn what_changed_while_plegd_was_down_reaches_a_resuming_client_as_events_with_exit_codes() {
     let state = tempfile::tempdir().unwrap();
     let dir = state.path().to_owned();
-    let tune = move |c: &mut plegd::config::RunConfig| c.journal.state_dir = Some(dir.clone());
+    let tune = move |c: &mut plegd::config::RunConfig| c.state_dir = Some(dir.clone());
     let p = start_plegd(tune.clone()).await;
     let stays = PodSpec::new("ns", "stays").label("app", "web");
     let dies = PodSpec::new("ns", "dies").label("app", "web");
@@ -133,7 +133,7 @@ async fn a_pod_published_empty_and_gone_from_the_runtime_is_let_go_after_a_resta
     use plegd::model::event::{EventSource, EventType, PodLifecycleEvent};
     let state = tempfile::tempdir().unwrap();
     let dir = state.path().to_owned();
-    let tune = move |c: &mut plegd::config::RunConfig| c.journal.state_dir = Some(dir.clone());
+    let tune = move |c: &mut plegd::config::RunConfig| c.state_dir = Some(dir.clone());
     let p = start_plegd(tune.clone()).await;
     let real = PodSpec::new("ns", "real");
     p.h.run_pod(&real, &[ContainerSpec::new("main")]).await;
@@ -188,7 +188,7 @@ async fn a_pod_published_empty_and_gone_from_the_runtime_is_let_go_after_a_resta
 async fn an_exit_status_amended_while_plegd_was_down_reaches_a_resuming_client() {
     let state = tempfile::tempdir().unwrap();
     let dir = state.path().to_owned();
-    let tune = move |c: &mut plegd::config::RunConfig| c.journal.state_dir = Some(dir.clone());
+    let tune = move |c: &mut plegd::config::RunConfig| c.state_dir = Some(dir.clone());
     let p = start_plegd(tune.clone()).await;
     let oom = PodSpec::new("ns", "oom");
     let quiet = PodSpec::new("ns", "quiet");

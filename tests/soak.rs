@@ -955,7 +955,9 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
         backoff_max: Duration::from_millis(500),
     };
     let endpoint = runtime.endpoint();
-    let cri = CriClient::new(&endpoint, opts.clone(), None).unwrap();
+    let cri =
+        CriClient::new(&endpoint, opts.clone(), plegd::cri::metrics::CriMetrics::register(&mut Default::default()))
+            .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let socket = format!("unix://{}", dir.path().join("plegd.sock").display());
     let mut plegd = PlegdHost {
@@ -994,7 +996,12 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     let stream_watch = tokio::spawn(watch_stream(plegd.admin.clone(), end.clone()));
     // The ground-truth poller.
     let poller = tokio::spawn({
-        let (c, truth, end) = (CriClient::new(&endpoint, opts.clone(), None).unwrap(), truth.clone(), end.clone());
+        let (c, truth, end) = (
+            CriClient::new(&endpoint, opts.clone(), plegd::cri::metrics::CriMetrics::register(&mut Default::default()))
+                .unwrap(),
+            truth.clone(),
+            end.clone(),
+        );
         async move {
             while !end.is_cancelled() {
                 record_deaths(&c, &truth).await;
@@ -1004,7 +1011,8 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
     });
 
     let mut kubelet = Kubelet {
-        c: CriClient::new(&endpoint, opts.clone(), None).unwrap(),
+        c: CriClient::new(&endpoint, opts.clone(), plegd::cri::metrics::CriMetrics::register(&mut Default::default()))
+            .unwrap(),
         rng: fastrand::Rng::with_seed(rng.u64(..)),
         truth: truth.clone(),
         pods: BTreeMap::new(),
@@ -1039,7 +1047,9 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
         let (watchers, socket, quiet_tx, violations) =
             (watchers.clone(), socket.clone(), quiet_tx.clone(), violations.clone());
         let debug = plegd_debug.clone();
-        let cri = CriClient::new(&endpoint, opts.clone(), None).unwrap();
+        let cri =
+            CriClient::new(&endpoint, opts.clone(), plegd::cri::metrics::CriMetrics::register(&mut Default::default()))
+                .unwrap();
         async move {
             quiet_tx.send(true).unwrap();
             let deadline = Instant::now() + Duration::from_secs(45);

@@ -119,7 +119,7 @@ async fn start_plegd(
     let mut cfg = plegd::config::RunConfig::for_endpoint(&h.endpoint).unwrap();
     if durable {
         // The smallest memory budget: most resumes replay from disk.
-        cfg.journal.state_dir = Some(h.dir.path().join("state"));
+        cfg.state_dir = Some(h.dir.path().join("state"));
         cfg.journal.memory_budget = 1;
     }
     cfg.api.socket = h.dir.path().join("api/plegd.sock");

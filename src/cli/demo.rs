@@ -70,7 +70,7 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
     run_cfg.admin.addr = cfg.admin_addr;
     run_cfg.api.socket = dir.join("plegd.sock");
     // The journal on disk, as in production, in the demo's scratch dir.
-    run_cfg.journal.state_dir = Some(dir.join("state"));
+    run_cfg.state_dir = Some(dir.join("state"));
     let sidecar = crate::app::start(&run_cfg, &tracker, &inner).await?;
     let journal = sidecar.journal().clone();
     let live = |j: &crate::journal::Journal| {

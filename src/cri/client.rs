@@ -27,6 +27,14 @@ pub struct RuntimeConfig {
     pub request_timeout: Duration,
 }
 
+impl RuntimeConfig {
+    /// The client of this runtime, counting its calls in `metrics`.
+    pub fn build(self, metrics: CriMetrics) -> Result<CriClient, UdsError> {
+        let RuntimeConfig { endpoint, request_timeout } = self;
+        CriClient::new(&endpoint, ClientOptions { timeout: request_timeout, ..Default::default() }, metrics)
+    }
+}
+
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self { endpoint: "unix:///run/containerd/containerd.sock".into(), request_timeout: Duration::from_secs(2) }
@@ -65,7 +73,7 @@ pub struct CriClient {
     endpoint: Arc<str>,
     opts: ClientOptions,
     gate: Arc<Mutex<Gate>>,
-    metrics: Option<CriMetrics>,
+    metrics: CriMetrics,
 }
 
 /// While the runtime is unreachable, calls fail fast until `next_attempt`.
@@ -77,7 +85,7 @@ struct Gate {
 impl CriClient {
     /// A client for `endpoint` (`unix:///path`). Connects lazily: a runtime that is not
     /// up yet is not an error here; calls fail until it is.
-    pub fn new(endpoint: &str, opts: ClientOptions, metrics: Option<CriMetrics>) -> Result<Self, UdsError> {
+    pub fn new(endpoint: &str, opts: ClientOptions, metrics: CriMetrics) -> Result<Self, UdsError> {
         let path = parse_unix_endpoint(endpoint)?;
         let channel = crate::uds::lazy_channel(path.clone());
         let inner = RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE);
@@ -145,11 +153,10 @@ impl CriClient {
     }
 
     fn record(&self, method: &'static str, code: &str, elapsed: Option<Duration>) {
-        if let Some(m) = &self.metrics {
-            m.requests.get_or_create(&MethodCode { method: method.to_owned(), code: code.to_owned() }).inc();
-            if let Some(d) = elapsed {
-                m.duration.get_or_create(&MethodLabel { method: method.to_owned() }).observe(d.as_secs_f64());
-            }
+        let m = &self.metrics;
+        m.requests.get_or_create(&MethodCode { method: method.to_owned(), code: code.to_owned() }).inc();
+        if let Some(d) = elapsed {
+            m.duration.get_or_create(&MethodLabel { method: method.to_owned() }).observe(d.as_secs_f64());
         }
     }
 }
@@ -423,7 +430,7 @@ impl Backlog {
 struct EventReader {
     socket: std::path::PathBuf,
     endpoint: Arc<str>,
-    metrics: Option<CriMetrics>,
+    metrics: CriMetrics,
     backlog: Arc<Backlog>,
     tx: tokio::sync::mpsc::UnboundedSender<Result<v1::ContainerEventResponse, CriError>>,
 }
@@ -455,12 +462,11 @@ impl EventReader {
             _ = self.tx.closed() => return,
             res = client.get_container_events(v1::GetEventsRequest {}) => res,
         };
-        if let Some(m) = &self.metrics {
-            let code = opened.as_ref().map(|_| tonic::Code::Ok).unwrap_or_else(|s| s.code());
-            m.requests
-                .get_or_create(&MethodCode { method: "GetContainerEvents".into(), code: code_name(code).into() })
-                .inc();
-        }
+        let m = &self.metrics;
+        let code = opened.as_ref().map(|_| tonic::Code::Ok).unwrap_or_else(|s| s.code());
+        m.requests
+            .get_or_create(&MethodCode { method: "GetContainerEvents".into(), code: code_name(code).into() })
+            .inc();
         let mut streaming = match opened {
             Ok(resp) => resp.into_inner(),
             Err(status) => {

@@ -33,14 +33,15 @@ pub struct CriMetrics {
 }
 
 impl CriMetrics {
-    /// Creates the CRI client's families and registers them.
+    /// Creates the CRI client's families and registers them in `registry` (the caller
+    /// gives it the `cri` prefix).
     pub fn register(registry: &mut Registry) -> Self {
         let cri = CriMetrics {
             requests: Family::default(),
             duration: Family::new_with_constructor(fast_buckets as fn() -> Histogram),
         };
-        registry.register("plegd_cri_requests", "CRI calls by method and gRPC code", cri.requests.clone());
-        registry.register("plegd_cri_request_duration_seconds", "Duration of CRI calls", cri.duration.clone());
+        registry.register("requests", "CRI calls by method and gRPC code", cri.requests.clone());
+        registry.register("request_duration_seconds", "Duration of CRI calls", cri.duration.clone());
 
         cri
     }

@@ -169,37 +169,26 @@ pub struct ExportMetrics {
 }
 
 impl ExportMetrics {
-    /// Creates the exporter's families and registers them.
+    /// Creates the exporter's families and registers them in `registry` (the caller
+    /// gives it the `otlp` prefix).
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
-        registry.register("plegd_otlp_exported_records", "Records the OTLP collector accepted", m.exported.clone());
-        registry.register("plegd_otlp_failed_requests", "OTLP exports that failed", m.failed.clone());
-        registry.register("plegd_otlp_retried_requests", "OTLP exports sent again after a failure", m.retried.clone());
+        registry.register("exported_records", "Records the OTLP collector accepted", m.exported.clone());
+        registry.register("failed_requests", "OTLP exports that failed", m.failed.clone());
+        registry.register("retried_requests", "OTLP exports sent again after a failure", m.retried.clone());
         registry.register(
-            "plegd_otlp_rejected_records",
+            "rejected_records",
             "Records the collector rejected in a partial success (not retried)",
             m.rejected.clone(),
         );
+        registry.register("dropped_records", "Records of exports a non-retryable error dropped", m.dropped.clone());
         registry.register(
-            "plegd_otlp_dropped_records",
-            "Records of exports a non-retryable error dropped",
-            m.dropped.clone(),
-        );
-        registry.register(
-            "plegd_otlp_lost_revisions",
+            "lost_revisions",
             "Revisions the journal dropped before the exporter sent them",
             m.lost.clone(),
         );
-        registry.register(
-            "plegd_otlp_lag_revisions",
-            "Revisions published and not yet exported",
-            m.lag_revisions.clone(),
-        );
-        registry.register(
-            "plegd_otlp_lag_seconds",
-            "Age of the oldest published event not yet exported",
-            m.lag_seconds.clone(),
-        );
+        registry.register("lag_revisions", "Revisions published and not yet exported", m.lag_revisions.clone());
+        registry.register("lag_seconds", "Age of the oldest published event not yet exported", m.lag_seconds.clone());
         m
     }
 }

@@ -100,23 +100,26 @@ pub struct ApiMetrics {
 }
 
 impl ApiMetrics {
-    /// Creates the API's families and registers them.
+    /// Creates the API's families and registers them in `registry` (the caller gives it
+    /// the `plegd` prefix): the connections' under `api`, the open streams under `watch`,
+    /// beside the journal's `watch_resets`.
     pub fn register(registry: &mut crate::metrics::Registry) -> Self {
         let api = Self::default();
-        registry.register("plegd_watch_clients", "Open Watch streams", api.watch_clients.clone());
-        registry.register("plegd_api_connections", "API connections accepted", api.accepted.clone());
+        registry.sub_registry_with_prefix("watch").register("clients", "Open Watch streams", api.watch_clients.clone());
+        let registry = registry.sub_registry_with_prefix("api");
+        registry.register("connections", "API connections accepted", api.accepted.clone());
         registry.register(
-            "plegd_api_connections_refused",
+            "connections_refused",
             "API connections refused by the peer-credential allowlist",
             api.refused.clone(),
         );
         registry.register(
-            "plegd_api_watch_streams_refused",
+            "watch_streams_refused",
             "Watch streams refused because their peer uid held --max-watch-streams-per-uid open",
             api.watch_refused.clone(),
         );
         registry.register(
-            "plegd_api_stalled_watch_connections_closed",
+            "stalled_watch_connections_closed",
             "Connections closed because plegd held more than --max-stalled-watch-streams stalled Watch streams",
             api.stalled_closed.clone(),
         );

@@ -240,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_shared_event_frame_is_byte_for_byte_the_watch_event_it_stands_for() {
-        let j = Journal::new(100, 10, None);
+        let j = Journal::new(100, 10, crate::journal::JournalMetrics::throwaway());
         let e = append(&j, "u1");
         let frame = EncodedTail::new(4, 1 << 20).frame(&e);
         let want =
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn the_tail_keeps_the_newest_encodings_and_an_older_entry_never_evicts_a_newer_one() {
-        let j = Journal::new(100, 10, None);
+        let j = Journal::new(100, 10, crate::journal::JournalMetrics::throwaway());
         let entries: Vec<_> = (0..6).map(|i| append(&j, &format!("p{i}"))).collect();
         let tail = EncodedTail::new(4, 1 << 20);
         for e in &entries {
@@ -281,7 +281,7 @@ mod tests {
 
     #[test]
     fn the_tail_holds_no_more_bytes_than_its_budget_however_large_the_pods() {
-        let j = Journal::new(1000, 100, None);
+        let j = Journal::new(1000, 100, crate::journal::JournalMetrics::throwaway());
         let big = "x".repeat(256 << 10);
         let tail = EncodedTail::new(256, 2 << 20);
         let mut kept = 0;

@@ -164,9 +164,7 @@ impl Journal {
             .collect();
         let view_refs: Vec<_> = view.iter().map(|(u, b)| (&**u, b.as_deref())).collect();
         let result = store.commit(&writes, &view_refs, revision);
-        if let Some(m) = &self.shared.metrics {
-            m.commit.observe(started.elapsed().as_secs_f64());
-        }
+        self.shared.metrics.commit.observe(started.elapsed().as_secs_f64());
         self.shared.dirty.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = result {
             self.fail_disk(inner, e);
@@ -181,10 +179,9 @@ impl Journal {
             "the journal cannot write to disk; it goes on in memory under a new epoch (every watcher starts over once) and retries every {:?}",
             RETRY_DISK_EVERY
         );
-        if let Some(m) = &self.shared.metrics {
-            m.write_errors.inc();
-            m.durable.set(0);
-        }
+        let m = &self.shared.metrics;
+        m.write_errors.inc();
+        m.durable.set(0);
         inner.disk = Disk::Failing { store: Some(store), error: e.to_string(), last_try: Instant::now() };
         self.new_epoch(inner, epoch);
     }
@@ -235,15 +232,11 @@ impl Journal {
                     epoch = inner.epoch,
                     "the journal writes to disk again; every event from now on is on disk before delivery"
                 );
-                if let Some(m) = &self.shared.metrics {
-                    m.durable.set(1);
-                }
+                self.shared.metrics.durable.set(1);
                 inner.disk = Disk::Durable(store);
             }
             Err(e) => {
-                if let Some(m) = &self.shared.metrics {
-                    m.write_errors.inc();
-                }
+                self.shared.metrics.write_errors.inc();
                 let Disk::Failing { store: slot, error, .. } = &mut inner.disk else { return };
                 *error = e.to_string();
                 *slot = Some(store);

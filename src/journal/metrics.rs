@@ -34,7 +34,9 @@ pub struct ReasonLabel {
 }
 
 impl JournalMetrics {
-    /// Creates the journal's families and registers them.
+    /// Creates the journal's families and registers them in `registry` (the caller gives
+    /// it the `plegd` prefix): its own under `journal`, the resets it tells watch streams
+    /// under `watch`, beside the API's `watch_clients`.
     pub fn register(registry: &mut crate::metrics::Registry) -> Self {
         let journal = Self {
             revision: Gauge::default(),
@@ -46,35 +48,28 @@ impl JournalMetrics {
             disk_bytes: Gauge::default(),
             oldest: Gauge::default(),
         };
-        registry.register("plegd_journal_revision", "The latest event revision", journal.revision.clone());
-        registry.register("plegd_watch_resets", "Watch streams told to start over, by reason", journal.resets.clone());
+        registry.sub_registry_with_prefix("watch").register(
+            "resets",
+            "Watch streams told to start over, by reason",
+            journal.resets.clone(),
+        );
+        let registry = registry.sub_registry_with_prefix("journal");
+        registry.register("revision", "The latest event revision", journal.revision.clone());
         registry.register(
-            "plegd_journal_durable",
+            "durable",
             "1 while each batch of events is on disk before any watcher sees it; 0 in memory only (no state dir, or the disk failed)",
             journal.durable.clone(),
         );
+        registry.register("write_errors", "Failed writes of the journal to disk", journal.write_errors.clone());
+        registry.register("commit_seconds", "Time to commit one batch of events to disk", journal.commit.clone());
         registry.register(
-            "plegd_journal_write_errors",
-            "Failed writes of the journal to disk",
-            journal.write_errors.clone(),
-        );
-        registry.register(
-            "plegd_journal_commit_seconds",
-            "Time to commit one batch of events to disk",
-            journal.commit.clone(),
-        );
-        registry.register(
-            "plegd_journal_memory_bytes",
+            "memory_bytes",
             "Bytes of event records the journal holds in memory",
             journal.memory_bytes.clone(),
         );
+        registry.register("disk_bytes", "Bytes of event records the journal keeps on disk", journal.disk_bytes.clone());
         registry.register(
-            "plegd_journal_disk_bytes",
-            "Bytes of event records the journal keeps on disk",
-            journal.disk_bytes.clone(),
-        );
-        registry.register(
-            "plegd_journal_oldest_revision",
+            "oldest_revision",
             "The oldest revision kept: a resume from an older one is reset",
             journal.oldest.clone(),
         );
@@ -83,5 +78,13 @@ impl JournalMetrics {
             let _ = journal.resets.get_or_create(&ReasonLabel { reason: reason.into() });
         }
         journal
+    }
+}
+
+#[cfg(test)]
+impl JournalMetrics {
+    /// Families registered in a registry nobody reads: a journal in a test.
+    pub(crate) fn throwaway() -> Self {
+        Self::register(&mut crate::metrics::Registry::default())
     }
 }

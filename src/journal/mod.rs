@@ -217,6 +217,18 @@ impl Default for JournalConfig {
 }
 
 impl JournalConfig {
+    /// Opens the journal in `state_dir` (memory only without one), waiting up to
+    /// [`LOCK_WAIT`] for a plegd that still holds it ([`Journal::open_waiting`]). It
+    /// blocks: async callers run it on a blocking thread.
+    pub fn build(
+        self,
+        state_dir: Option<PathBuf>,
+        metrics: JournalMetrics,
+        shutdown: &CancellationToken,
+    ) -> Result<Journal, StoreError> {
+        Journal::open_waiting(&JournalConfig { state_dir, ..self }, metrics, LOCK_WAIT, shutdown)
+    }
+
     /// In memory only, `capacity` revisions within 8 MiB.
     pub fn memory(capacity: usize, client_buffer: usize) -> Self {
         Self { capacity, client_buffer, memory_budget: 8 << 20, state_dir: None, disk_budget: 0 }
@@ -256,7 +268,7 @@ struct Shared {
     capacity: usize,
     client_buffer: usize,
     memory_budget: u64,
-    metrics: Option<JournalMetrics>,
+    metrics: JournalMetrics,
     /// The database, for the checkpointer.
     path: Option<PathBuf>,
     /// Commits since the last checkpoint.
@@ -329,7 +341,7 @@ impl Journal {
     /// A journal in memory keeping `capacity` entries (within 8 MiB of records),
     /// giving each subscriber a buffer of `client_buffer` entries. Its epoch is its
     /// start time in nanoseconds.
-    pub fn new(capacity: usize, client_buffer: usize, metrics: Option<JournalMetrics>) -> Self {
+    pub fn new(capacity: usize, client_buffer: usize, metrics: JournalMetrics) -> Self {
         Self::build(&JournalConfig::memory(capacity, client_buffer), metrics, Disk::None, None)
     }
 
@@ -337,7 +349,7 @@ impl Journal {
     /// continuing its epoch and revisions. Fails only when the state dir cannot be
     /// created (a usage error); a journal on disk that cannot be used is moved aside or,
     /// failing that, the journal runs in memory and says so.
-    pub fn open(cfg: &JournalConfig, metrics: Option<JournalMetrics>) -> Result<Self, StoreError> {
+    pub fn open(cfg: &JournalConfig, metrics: JournalMetrics) -> Result<Self, StoreError> {
         Self::open_waiting(cfg, metrics, LOCK_WAIT, &CancellationToken::new())
     }
 
@@ -349,7 +361,7 @@ impl Journal {
     /// once, not after the wait. It blocks: async callers run it on a blocking thread.
     pub fn open_waiting(
         cfg: &JournalConfig,
-        metrics: Option<JournalMetrics>,
+        metrics: JournalMetrics,
         wait: std::time::Duration,
         shutdown: &CancellationToken,
     ) -> Result<Self, StoreError> {
@@ -394,13 +406,11 @@ impl Journal {
         }
     }
 
-    fn build(cfg: &JournalConfig, metrics: Option<JournalMetrics>, disk: Disk, epoch: Option<u64>) -> Self {
+    fn build(cfg: &JournalConfig, metrics: JournalMetrics, disk: Disk, epoch: Option<u64>) -> Self {
         let epoch = epoch.unwrap_or_else(epoch_now);
         let store_cfg = cfg.state_dir.clone().map(|dir| store_config(cfg, dir));
         let path = store_cfg.as_ref().map(|c| c.dir.join(store::FILE));
-        if let Some(m) = &metrics {
-            m.durable.set(matches!(disk, Disk::Durable(_)) as i64);
-        }
+        metrics.durable.set(matches!(disk, Disk::Durable(_)) as i64);
         Self {
             shared: Arc::new(Shared {
                 timeline_reads: Arc::new(tokio::sync::Semaphore::new(TIMELINE_READS)),
@@ -658,7 +668,7 @@ impl Journal {
     }
 
     fn update_gauges(&self, inner: &Inner) {
-        let Some(m) = &self.shared.metrics else { return };
+        let m = &self.shared.metrics;
         m.revision.set(self.revision() as i64);
         m.memory_bytes.set(inner.ring_bytes as i64);
         m.oldest.set(self.oldest(inner).saturating_sub(1) as i64);
@@ -802,9 +812,7 @@ impl Journal {
 
     /// Counts a reset in the metrics.
     pub fn count_reset(&self, reason: ResetReason) {
-        if let Some(m) = &self.shared.metrics {
-            m.resets.get_or_create(&ReasonLabel { reason: reason.as_str().into() }).inc();
-        }
+        self.shared.metrics.resets.get_or_create(&ReasonLabel { reason: reason.as_str().into() }).inc();
     }
 
     fn unsubscribe(&self, id: u64) {

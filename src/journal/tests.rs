@@ -34,7 +34,7 @@ mod basics {
 
     #[tokio::test]
     async fn a_snapshot_and_the_live_entries_meet_without_gap() {
-        let j = Journal::new(100, 100, None);
+        let j = Journal::new(100, 100, JournalMetrics::throwaway());
         j.append(event("a", EventType::ContainerStarted, Some(status("a", "ns", "web"))));
         j.append(event("b", EventType::ContainerStarted, Some(status("b", "ns", "db"))));
         let mut sub = j.subscribe(Since::Snapshot, Arc::new(Filter::default()));
@@ -46,7 +46,7 @@ mod basics {
 
     #[tokio::test]
     async fn a_removed_pod_leaves_the_view_but_its_events_still_match_its_labels() {
-        let j = Journal::new(100, 100, None);
+        let j = Journal::new(100, 100, JournalMetrics::throwaway());
         let filter = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
         let mut sub = j.subscribe(Since::Snapshot, Arc::new(filter));
         j.append(event("a", EventType::ContainerStarted, Some(status("a", "ns", "web"))));
@@ -59,7 +59,7 @@ mod basics {
 
     #[tokio::test]
     async fn a_full_buffer_marks_the_subscriber_and_never_blocks() {
-        let j = Journal::new(100, 2, None);
+        let j = Journal::new(100, 2, JournalMetrics::throwaway());
         let mut slow = j.subscribe(Since::Snapshot, Arc::new(Filter::default()));
         let mut fast = j.subscribe(Since::Snapshot, Arc::new(Filter::default()));
         for i in 0..5 {
@@ -73,7 +73,7 @@ mod basics {
 
     #[tokio::test]
     async fn resuming_too_far_back_or_from_another_epoch_resets() {
-        let j = Journal::new(3, 10, None);
+        let j = Journal::new(3, 10, JournalMetrics::throwaway());
         for _ in 0..5 {
             j.append(event("a", EventType::PodSync, Some(status("a", "ns", "web"))));
         }
@@ -96,7 +96,7 @@ mod basics {
         ) {
             let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
             rt.block_on(async {
-                let j = Journal::new(cap, 1000, None);
+                let j = Journal::new(cap, 1000, JournalMetrics::throwaway());
                 let mut filter = Filter::default();
                 if types > 0 {
                     filter.types.insert(EventType::ContainerDied);
@@ -184,7 +184,7 @@ mod guarantees {
 
     #[test]
     fn every_removal_event_of_a_pod_matches_by_the_labels_it_had() {
-        let j = Journal::new(100, 100, None);
+        let j = Journal::new(100, 100, JournalMetrics::throwaway());
         let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
         let not_app = Filter { selector: Selector::parse("!app").unwrap(), ..Default::default() };
         let mut web_sub = j.subscribe(Since::Snapshot, Arc::new(web));
@@ -211,7 +211,7 @@ mod guarantees {
     fn a_pod_read_after_its_sandbox_went_keeps_matching_by_its_labels() {
         // With the sandbox removed first, the pod's next status has no sandbox and no
         // labels; its later events must still reach the filters it matched.
-        let j = Journal::new(100, 100, None);
+        let j = Journal::new(100, 100, JournalMetrics::throwaway());
         let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
         let mut sub = j.subscribe(Since::Snapshot, Arc::new(web.clone()));
         j.append(ev("a", EventType::ContainerStarted, "s1", Some(pod("a", Some("web"))), EventSource::Relist));
@@ -224,7 +224,7 @@ mod guarantees {
 
     #[test]
     fn a_reconcilers_event_carries_the_current_view_and_never_brings_a_gone_pod_back() {
-        let j = Journal::new(100, 100, None);
+        let j = Journal::new(100, 100, JournalMetrics::throwaway());
         let old = pod("a", Some("web"));
         j.append(ev("a", EventType::ContainerStarted, "c1", Some(old.clone()), EventSource::Relist));
         let newer = Arc::new(PodStatus { ips: vec!["10.0.0.9".into()], ..(*pod("a", Some("web"))).clone() });
@@ -246,7 +246,7 @@ mod guarantees {
     async fn a_pod_whose_new_labels_leave_a_watchers_selection_resets_that_watcher() {
         // With the pod's later events (its removal too) no longer matching, the
         // watcher's copy would otherwise keep the pod for good.
-        let j = Journal::new(100, 100, None);
+        let j = Journal::new(100, 100, JournalMetrics::throwaway());
         let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
         let db = Filter { selector: Selector::parse("app=db").unwrap(), ..Default::default() };
         let mut web_sub = j.subscribe(Since::Snapshot, Arc::new(web));
@@ -302,7 +302,7 @@ mod guarantees {
             filters in proptest::collection::vec(0usize..SELECTORS.len(), 3),
             buffer in 1usize..6,
         ) {
-            let j = Journal::new(1000, buffer, None);
+            let j = Journal::new(1000, buffer, JournalMetrics::throwaway());
             let filters: Vec<Arc<Filter>> = filters
                 .iter()
                 .map(|i| Arc::new(Filter { selector: Selector::parse(SELECTORS[*i]).unwrap(), ..Default::default() }))
@@ -511,13 +511,13 @@ mod durable {
     #[tokio::test]
     async fn a_restart_that_keeps_the_state_dir_keeps_the_epoch_the_revisions_and_every_resume() {
         let dir = tempfile::tempdir().unwrap();
-        let j = Journal::open(&cfg(dir.path()), None).unwrap();
+        let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
         churn(&j, 50);
         let (epoch, before) = (j.epoch(), replay_all(j.subscribe(Since::Revision(0, j.epoch()), Default::default())));
         let view_before: Vec<_> = j.pods();
         drop(j);
 
-        let j = Journal::open(&cfg(dir.path()), None).unwrap();
+        let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
         assert_eq!((j.epoch(), j.revision()), (epoch, 50), "the same journal, not a new one");
         assert_eq!(j.pods(), view_before, "the view, which seeds the relister, is what it was");
         for since in [0, 17, 49, 50] {
@@ -541,7 +541,7 @@ mod durable {
         let dir = tempfile::tempdir().unwrap();
         let mut c = cfg(dir.path());
         c.memory_budget = 64 << 10;
-        let j = Journal::open(&c, None).unwrap();
+        let j = Journal::open(&c, JournalMetrics::throwaway()).unwrap();
         churn(&j, 3000);
         let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
         for (since, filter) in [(0, Filter::default()), (1234, Filter::default()), (7, web)] {
@@ -567,7 +567,7 @@ mod durable {
         let mut c = cfg(dir.path());
         c.memory_budget = 64 << 10;
         c.disk_budget = 256 << 10;
-        let j = Journal::open(&c, None).unwrap();
+        let j = Journal::open(&c, JournalMetrics::throwaway()).unwrap();
         churn(&j, 5000);
         let kept = match &mut j.lock().disk {
             Disk::Durable(s) => (s.kept_bytes(), s.oldest(), s.used_bytes_now()),
@@ -604,7 +604,7 @@ mod durable {
         let mut c = cfg(dir.path());
         c.memory_budget = 64 << 10;
         c.disk_budget = 1 << 20;
-        let j = Journal::open(&c, None).unwrap();
+        let j = Journal::open(&c, JournalMetrics::throwaway()).unwrap();
         append_page_sized_pods(&j, 2000, 10);
         let (kept, used, oldest) = match &mut j.lock().disk {
             Disk::Durable(s) => (s.kept_bytes(), s.used_bytes_now(), s.oldest()),
@@ -624,7 +624,7 @@ mod durable {
         let mut c = cfg(dir.path());
         c.memory_budget = 64 << 10;
         c.disk_budget = 1 << 20;
-        let j = Journal::open(&c, None).unwrap();
+        let j = Journal::open(&c, JournalMetrics::throwaway()).unwrap();
         append_page_sized_pods(&j, 1500, 400);
         let (kept, oldest) = match &j.lock().disk {
             Disk::Durable(s) => (s.kept_bytes(), s.oldest()),
@@ -643,7 +643,7 @@ mod durable {
         let mut c = cfg(dir.path());
         c.memory_budget = 64 << 10;
         c.capacity = 2000;
-        let j = Journal::open(&c, None).unwrap();
+        let j = Journal::open(&c, JournalMetrics::throwaway()).unwrap();
         churn(&j, 1500);
         let mut sub = j.subscribe(Since::Revision(0, j.epoch()), Default::default());
         let start = std::mem::replace(&mut sub.start, Start::Replay(Replay::default()));
@@ -660,7 +660,7 @@ mod durable {
     #[test]
     fn a_corrupt_file_is_moved_aside_and_a_new_epoch_begins() {
         let dir = tempfile::tempdir().unwrap();
-        let j = Journal::open(&cfg(dir.path()), None).unwrap();
+        let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
         churn(&j, 10);
         let epoch = j.epoch();
         drop(j);
@@ -674,7 +674,7 @@ mod durable {
         std::fs::write(&path, &bytes).unwrap();
         let _ = std::fs::remove_file(dir.path().join(format!("{}-wal", store::FILE)));
 
-        let j = Journal::open(&cfg(dir.path()), None).expect("never a crash loop");
+        let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).expect("never a crash loop");
         assert_ne!(j.epoch(), epoch, "a new epoch: clients reset");
         assert_eq!((j.revision(), j.pods().len()), (0, 0));
         assert_eq!(j.disk_problem(), None, "the new journal is durable");
@@ -686,7 +686,7 @@ mod durable {
         assert!(!aside.is_empty(), "the old file is kept aside for a post-mortem");
         churn(&j, 3);
         drop(j);
-        let j = Journal::open(&cfg(dir.path()), None).unwrap();
+        let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
         assert_eq!(j.revision(), 3, "and the new one persists");
     }
 
@@ -715,7 +715,7 @@ mod durable {
         };
         for round in 0..3 {
             std::fs::write(dir.path().join(store::FILE), format!("garbage {round}")).unwrap();
-            let j = Journal::open(&cfg(dir.path()), None).expect("never a crash loop");
+            let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).expect("never a crash loop");
             assert_eq!(j.disk_problem(), None);
             drop(j);
             let now = aside(dir.path());
@@ -733,7 +733,7 @@ mod durable {
     fn a_file_that_is_not_a_database_is_moved_aside_too() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(store::FILE), "hello, I am not SQLite").unwrap();
-        let j = Journal::open(&cfg(dir.path()), None).unwrap();
+        let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
         assert_eq!(j.disk_problem(), None);
         churn(&j, 2);
         assert_eq!(j.revision(), 2);
@@ -744,7 +744,7 @@ mod durable {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("a-file");
         std::fs::write(&file, "").unwrap();
-        let err = Journal::open(&cfg(&file.join("state")), None).err().expect("an error");
+        let err = Journal::open(&cfg(&file.join("state")), JournalMetrics::throwaway()).err().expect("an error");
         assert!(matches!(err, StoreError::CreateDir { .. }));
         assert!(err.to_string().starts_with("--state-dir: cannot create"), "{err}");
     }
@@ -754,7 +754,7 @@ mod durable {
         let dir = tempfile::tempdir().unwrap();
         let registry = &mut crate::metrics::Registry::default();
         let metrics = JournalMetrics::register(registry);
-        let j = Journal::open(&cfg(dir.path()), Some(metrics.clone())).unwrap();
+        let j = Journal::open(&cfg(dir.path()), metrics.clone()).unwrap();
         churn(&j, 20);
         let durable_epoch = j.epoch();
         let mut watcher = j.subscribe(Since::Revision(20, durable_epoch), Default::default());
@@ -782,7 +782,7 @@ mod durable {
         assert_eq!(j.disk_problem(), None);
         assert_eq!(metrics.durable.get(), 1);
         drop((watcher, resumed, j));
-        let j = Journal::open(&cfg(dir.path()), None).unwrap();
+        let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
         assert_eq!((j.epoch(), j.revision()), (memory_epoch, 221), "the memory epoch became the durable one");
         let sub = j.subscribe(Since::Revision(210, memory_epoch), Default::default());
         assert_eq!(sub.reset, None);
@@ -792,7 +792,7 @@ mod durable {
     #[test]
     fn a_second_plegd_on_the_same_state_dir_waits_for_the_first_to_exit_and_continues_its_epoch() {
         let dir = tempfile::tempdir().unwrap();
-        let first = Journal::open(&cfg(dir.path()), None).unwrap();
+        let first = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
         churn(&first, 10);
         let (epoch, revision) = (first.epoch(), first.revision());
         // The old pod of a rollout exits a moment after the new one starts.
@@ -800,8 +800,8 @@ mod durable {
             std::thread::sleep(Duration::from_millis(300));
             drop(first);
         });
-        let second =
-            Journal::open_waiting(&cfg(dir.path()), None, Duration::from_secs(10), &Default::default()).unwrap();
+        let (m, wait) = (JournalMetrics::throwaway(), Duration::from_secs(10));
+        let second = Journal::open_waiting(&cfg(dir.path()), m, wait, &Default::default()).unwrap();
         exiting.join().unwrap();
         assert_eq!(second.disk_problem(), None);
         assert_eq!((second.epoch(), second.revision()), (epoch, revision), "the journal passed from one to the other");
@@ -845,10 +845,10 @@ mod durable {
     #[test]
     fn a_state_dir_held_past_the_wait_is_left_alone_and_taken_over_once_free() {
         let dir = tempfile::tempdir().unwrap();
-        let first = Journal::open(&cfg(dir.path()), None).unwrap();
+        let first = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
         churn(&first, 10);
-        let second =
-            Journal::open_waiting(&cfg(dir.path()), None, Duration::from_millis(200), &Default::default()).unwrap();
+        let (m, wait) = (JournalMetrics::throwaway(), Duration::from_millis(200));
+        let second = Journal::open_waiting(&cfg(dir.path()), m, wait, &Default::default()).unwrap();
         let problem = second.disk_problem().expect("not durable while another plegd holds the dir");
         assert!(problem.contains("held by another process"), "{problem}");
         // Neither writes over the other: the first goes on, the second keeps to memory.
@@ -864,7 +864,7 @@ mod durable {
         assert_eq!(second.disk_problem(), None, "the dir is taken over once free");
         let (epoch, revision) = (second.epoch(), second.revision());
         drop(second);
-        let third = Journal::open(&cfg(dir.path()), None).unwrap();
+        let third = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
         assert_eq!((third.epoch(), third.revision()), (epoch, revision));
     }
 }
@@ -883,7 +883,7 @@ mod unusable {
             disk_budget: 1 << 20,
             ..JournalConfig::memory(100, 100)
         };
-        let j = Journal::open(&cfg, None).expect("never a crash loop");
+        let j = Journal::open(&cfg, JournalMetrics::throwaway()).expect("never a crash loop");
         assert!(j.disk_problem().is_some());
         assert!(dir.path().join(store::FILE).is_dir(), "left where it was");
         let files: Vec<_> = std::fs::read_dir(dir.path())

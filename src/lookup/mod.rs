@@ -144,15 +144,16 @@ pub struct TerminationLabels {
 }
 
 impl LookupMetrics {
-    /// Creates the lookup's families and registers them.
+    /// Creates the lookup's families and registers them in `registry` (the caller gives
+    /// it the `plegd` prefix: the two names share no stem).
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register(
-            "plegd_container_terminations",
+            "container_terminations",
             "Container deaths plegd reported, each container once, by namespace and the runtime's reason",
             m.terminations.clone(),
         );
-        registry.register("plegd_tombstones", "Removed containers the lookup still answers for", m.tombstones.clone());
+        registry.register("tombstones", "Removed containers the lookup still answers for", m.tombstones.clone());
         m
     }
 }

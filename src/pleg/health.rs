@@ -16,6 +16,8 @@ pub struct PlegHealth {
     threshold: Duration,
     extra: Arc<Mutex<Duration>>,
     last_error: Arc<Mutex<Option<String>>>,
+    /// Turns true with the first successful relist, for those who wait for it.
+    first: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl PlegHealth {
@@ -26,6 +28,7 @@ impl PlegHealth {
             threshold,
             extra: Arc::new(Mutex::new(Duration::ZERO)),
             last_error: Arc::new(Mutex::new(None)),
+            first: Arc::new(tokio::sync::watch::Sender::new(false)),
         }
     }
 
@@ -45,6 +48,7 @@ impl PlegHealth {
     pub fn record_relist(&self, start: Instant, wall: SystemTime) {
         *self.inner.lock().expect("health lock") = Some((start, wall));
         *self.last_error.lock().expect("health lock") = None;
+        self.first.send_if_modified(|done| !std::mem::replace(done, true));
     }
 
     /// Records a relist that failed (its listing could not be read or decoded): health
@@ -61,6 +65,14 @@ impl PlegHealth {
     /// Whether a relist has ever succeeded.
     pub fn first_relist_done(&self) -> bool {
         self.inner.lock().expect("health lock").is_some()
+    }
+
+    /// Resolves once a relist has succeeded (at once if one has): what the sync loop's
+    /// startup resync and the publisher's priming wait for, woken by the relist itself.
+    pub async fn first_relist(&self) {
+        let mut done = self.first.subscribe();
+        // The sender lives in `self`, so the wait can only end with a relist.
+        let _ = done.wait_for(|d| *d).await;
     }
 
     /// Wall time of the last successful relist's start.
@@ -172,5 +184,22 @@ mod tests {
         assert!(h.check().is_ok());
         tokio::time::advance(Duration::from_secs(181)).await;
         assert_eq!(h.check().unwrap_err().to_string(), "pleg was last seen active 3m1s ago; threshold is 3m0s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_relist_resolves_after_the_first_relist_and_not_before() {
+        let h = PlegHealth::new(Duration::from_secs(180));
+        let waiter = tokio::spawn({
+            let h = h.clone();
+            async move { h.first_relist().await }
+        });
+        // A failed relist is not one; an hour of paused time passes without a relist.
+        h.record_failure("runtime down".into());
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!waiter.is_finished(), "resolved before any relist");
+        h.record_relist(Instant::now(), SystemTime::now());
+        tokio::time::timeout(Duration::from_millis(1), waiter).await.expect("woken by the relist").unwrap();
+        // Once done, it stays done: a later wait resolves at once.
+        tokio::time::timeout(Duration::ZERO, h.first_relist()).await.expect("resolved at once");
     }
 }

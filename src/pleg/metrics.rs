@@ -55,7 +55,9 @@ pub struct PlegMetrics {
 }
 
 impl PlegMetrics {
-    /// Creates the PLEG's families and registers them.
+    /// Creates the PLEG's families and registers them in `registry` (the caller gives it
+    /// the `plegd` prefix): the relister's under `pleg`, the event stream's under
+    /// `evented`, the cache's by their whole names.
     pub fn register(registry: &mut Registry) -> Self {
         let pleg = PlegMetrics {
             relist_duration: relist_buckets(),
@@ -71,55 +73,41 @@ impl PlegMetrics {
             cache_pods: Gauge::default(),
             running_containers: Family::default(),
         };
-        registry.register(
-            "plegd_pleg_relist_duration_seconds",
-            "Duration of a full relist",
-            pleg.relist_duration.clone(),
-        );
-        registry.register(
-            "plegd_pleg_relist_interval_seconds",
+        let p = registry.sub_registry_with_prefix("pleg");
+        p.register("relist_duration_seconds", "Duration of a full relist", pleg.relist_duration.clone());
+        p.register(
+            "relist_interval_seconds",
             "Time between the starts of two full relists",
             pleg.relist_interval.clone(),
         );
-        registry.register(
-            "plegd_pleg_last_seen_seconds",
-            "Unix time at which the last completed relist started",
-            pleg.last_seen.clone(),
-        );
-        registry.register(
-            "plegd_pleg_pod_relist_duration_seconds",
+        p.register("last_seen_seconds", "Unix time at which the last completed relist started", pleg.last_seen.clone());
+        p.register(
+            "pod_relist_duration_seconds",
             "Duration of a targeted relist of one pod",
             pleg.pod_relist_duration.clone(),
         );
-        registry.register("plegd_pleg_mode", "1 for the PLEG mode in use", pleg.mode.clone());
-        registry.register(
-            "plegd_evented_connections",
-            "CRI event streams established",
-            pleg.evented_connections.clone(),
-        );
-        registry.register(
-            "plegd_evented_connection_errors",
-            "CRI event streams that failed or ended",
-            pleg.evented_connection_errors.clone(),
-        );
-        registry.register(
-            "plegd_evented_missed_changes",
-            "Changes a relist found that the CRI event stream, up at the time, never announced",
-            pleg.evented_missed.clone(),
-        );
-        registry.register(
-            "plegd_pleg_relist_errors",
-            "Relists whose runtime listing failed",
-            pleg.relist_errors.clone(),
-        );
-        registry.register(
-            "plegd_pleg_inspection_errors",
+        p.register("mode", "1 for the PLEG mode in use", pleg.mode.clone());
+        p.register("relist_errors", "Relists whose runtime listing failed", pleg.relist_errors.clone());
+        p.register(
+            "inspection_errors",
             "Pod inspections that failed and will be retried",
             pleg.inspection_errors.clone(),
         );
-        registry.register("plegd_cache_pods", "Pods in the status cache", pleg.cache_pods.clone());
+        let e = registry.sub_registry_with_prefix("evented");
+        e.register("connections", "CRI event streams established", pleg.evented_connections.clone());
+        e.register(
+            "connection_errors",
+            "CRI event streams that failed or ended",
+            pleg.evented_connection_errors.clone(),
+        );
+        e.register(
+            "missed_changes",
+            "Changes a relist found that the CRI event stream, up at the time, never announced",
+            pleg.evented_missed.clone(),
+        );
+        registry.register("cache_pods", "Pods in the status cache", pleg.cache_pods.clone());
         registry.register(
-            "plegd_running_containers",
+            "running_containers",
             "Containers by state in the status cache",
             pleg.running_containers.clone(),
         );

@@ -41,7 +41,8 @@ impl Env {
             backoff_initial: Duration::from_millis(50),
             backoff_max: Duration::from_millis(500),
         };
-        CriClient::new(&self.endpoint, opts, None).unwrap()
+        CriClient::new(&self.endpoint, opts, plegd::cri::metrics::CriMetrics::register(&mut Default::default()))
+            .unwrap()
     }
 
     /// Runs the control script's `action` (`stop`, `start`, `kill`, …) on this version.

@@ -55,7 +55,12 @@ impl SimHarness {
 
     /// A CRI client on the socket with a short deadline.
     pub fn client(&self) -> CriClient {
-        CriClient::new(&self.endpoint, fast_client(), None).expect("client")
+        CriClient::new(
+            &self.endpoint,
+            fast_client(),
+            plegd::cri::metrics::CriMetrics::register(&mut Default::default()),
+        )
+        .expect("client")
     }
 
     /// A raw tonic client, as the kubelet would hold.

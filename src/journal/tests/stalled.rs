@@ -7,7 +7,7 @@ use super::basics::{event, status};
 #[tokio::test]
 async fn a_subscriber_dropped_while_it_stalls_holds_none_of_the_journal() {
     // Memory keeps one entry; the watch buffer is four.
-    let j = Journal::new(1, 4, None);
+    let j = Journal::new(1, 4, JournalMetrics::throwaway());
     let all = Arc::new(Filter::default());
     let stalled = j.subscribe(Since::Snapshot, all.clone());
     let mut reader = j.subscribe(Since::Snapshot, all);
