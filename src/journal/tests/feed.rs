@@ -154,7 +154,7 @@ fn resume_from_disk(n: usize, cursor_share: f64, live_at: Vec<usize>) -> Result<
         let mut published: Vec<(u64, Arc<str>, EventType)> = Vec::new();
         let publish = |j: &Journal, i: usize, published: &mut Vec<_>| {
             let uid = format!("p{}", i % 7);
-            let kind = if i % 3 == 0 { EventType::ContainerDied } else { EventType::ContainerStarted };
+            let kind = if i.is_multiple_of(3) { EventType::ContainerDied } else { EventType::ContainerStarted };
             let r = j.append(event(&uid, kind, Some(status(&uid, "ns", "web")))).unwrap();
             published.push((r, Arc::<str>::from(uid), kind));
         };
@@ -174,9 +174,10 @@ fn resume_from_disk(n: usize, cursor_share: f64, live_at: Vec<usize>) -> Result<
             while live.next_if(|at| *at <= seen.len()).is_some() {
                 publish(&j, published.len(), &mut published);
             }
-            match feed.next().await {
-                Some(FeedItem::Entry(e)) => seen.push((e.revision, e.event.pod_uid.clone(), e.event.kind)),
-                other => prop_assert!(false, "the feed ended: {other:?}"),
+            match tokio::time::timeout(Duration::from_secs(5), feed.next()).await {
+                Ok(Some(FeedItem::Entry(e))) => seen.push((e.revision, e.event.pod_uid.clone(), e.event.kind)),
+                Ok(other) => prop_assert!(false, "the feed ended: {other:?}"),
+                Err(_) => prop_assert!(false, "the feed stopped short after {} entries", seen.len()),
             }
         }
         prop_assert_eq!(&seen[..], &published[cursor as usize..]);
