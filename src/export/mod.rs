@@ -11,23 +11,28 @@
 //! answers. Revisions the journal dropped before the exporter sent them are named in
 //! one record (`plegd.export.lost`) and counted. A crash sends at most the batch in
 //! flight again; each record's `log.record.uid` lets a backend drop the duplicate.
+//!
+//! The loop — the journal's feed from the cursor, batches, delivery — is [`driver`]'s;
+//! what follows a failed attempt is [`retry`]'s; this module holds the settings, the
+//! metrics and the collector over gRPC.
 
 pub mod cursor;
+mod driver;
 pub mod otlp;
 pub mod records;
+pub mod retry;
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio_util::sync::CancellationToken;
 
-use crate::journal::{Entry, Filter, Journal, Since, Start};
+use crate::journal::Journal;
 use crate::metrics::Registry;
-use cursor::Cursor;
-use otlp::{ExportLogsServiceRequest, LogRecord, Outcome};
+pub use driver::Collector;
+use otlp::{ExportLogsServiceRequest, Outcome};
 
 /// Where and how to export.
 #[derive(Clone, Debug)]
@@ -193,35 +198,48 @@ impl ExportMetrics {
     }
 }
 
-/// The exporter.
+/// The exporter: a [`driver`] over the collector at the configured endpoint.
 pub struct OtlpExporter {
-    cfg: ExportConfig,
-    journal: Journal,
-    metrics: ExportMetrics,
-    /// The connection to the collector, replaced by a new one after an export that
-    /// failed: a connection the collector accepted and never answers on (a hung
-    /// process, a half-open TCP connection) must not be used for ever.
+    driver: driver::Driver<GrpcCollector>,
+}
+
+/// The collector over OTLP/gRPC. The connection is replaced by a new one after an
+/// export that failed: a connection the collector accepted and never answers on (a
+/// hung process, a half-open TCP connection) must not be used for ever.
+pub struct GrpcCollector {
     channel: std::sync::Mutex<tonic::transport::Channel>,
     endpoint: tonic::transport::Endpoint,
     headers: Vec<Header>,
-    resource: otlp::Resource,
-}
-
-/// A batch on its way: records and the revision that accepting them reaches.
-struct Batch {
-    records: Vec<LogRecord>,
-    /// Event records (the lost-revisions record is not one).
-    events: u64,
-    upto: Cursor,
-    /// The first event record's revision (0: none).
-    first_revision: u64,
-    oldest_observed: Option<SystemTime>,
+    timeout: Duration,
 }
 
 impl OtlpExporter {
     /// An exporter of `journal`'s events to the collector at `cfg.endpoint` (connected
     /// lazily: a collector that is not up yet is not an error).
     pub fn new(cfg: ExportConfig, journal: Journal, metrics: ExportMetrics) -> Result<Self, ExportError> {
+        let collector = GrpcCollector::new(&cfg)?;
+        let resource = otlp::Resource {
+            attributes: vec![
+                records::kv("service.name", "plegd"),
+                records::kv("service.version", env!("CARGO_PKG_VERSION")),
+                records::kv("k8s.node.name", &cfg.node),
+            ],
+        };
+        let shutdown = CancellationToken::new();
+        let driver = driver::Driver { cfg, journal, metrics, collector, resource, cursor: None, shutdown };
+        Ok(Self { driver })
+    }
+
+    /// Exports until shutdown.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        self.driver.shutdown = shutdown;
+        self.driver.run().await
+    }
+}
+
+impl GrpcCollector {
+    /// The collector `cfg` names, checked; connected lazily.
+    pub fn new(cfg: &ExportConfig) -> Result<Self, ExportError> {
         let (uri, headers) = cfg.check()?;
         let tls = (uri.scheme_str() == Some("https")).then(|| {
             let tls = tonic::transport::ClientTlsConfig::new().domain_name(uri.host().unwrap_or_default());
@@ -242,371 +260,26 @@ impl OtlpExporter {
                 .map_err(|e| ExportError::Endpoint { endpoint: cfg.endpoint.clone(), reason: format!("TLS: {e}") })?;
         }
         let channel = std::sync::Mutex::new(endpoint.connect_lazy());
-        let resource = otlp::Resource {
-            attributes: vec![
-                records::kv("service.name", "plegd"),
-                records::kv("service.version", env!("CARGO_PKG_VERSION")),
-                records::kv("k8s.node.name", &cfg.node),
-            ],
-        };
-        Ok(Self { cfg, journal, metrics, channel, endpoint, headers, resource })
+        Ok(Self { channel, endpoint, headers, timeout: cfg.timeout })
     }
+}
 
-    /// Exports until shutdown.
-    pub async fn run(self, shutdown: CancellationToken) {
-        let mut cursor = self.cfg.state_dir.as_deref().and_then(cursor::load);
-        tracing::info!(endpoint = %redacted(&self.cfg.endpoint), ?cursor, "exporting lifecycle events over OTLP");
-        while !shutdown.is_cancelled() {
-            if !self.journal.is_primed() {
-                tokio::select! {
-                    _ = self.journal.primed() => {}
-                    _ = shutdown.cancelled() => return,
-                }
-            }
-            let (start, lost) = self.start_from(cursor);
-            cursor = Some(start);
-            if let Some(lost) = lost
-                && !self.send_lost(lost, &mut cursor, &shutdown).await
-            {
-                return;
-            }
-            match self.follow(start, &mut cursor, &shutdown).await {
-                Follow::Shutdown => return,
-                Follow::Again => {}
-            }
-        }
-    }
-
-    /// Where to start: after the cursor if the journal still holds what follows it,
-    /// else after what it dropped (named in the returned record).
-    fn start_from(&self, cursor: Option<Cursor>) -> (Cursor, Option<(LogRecord, u64)>) {
-        let (epoch, oldest) = (self.journal.epoch(), self.journal.oldest_revision());
-        let node = &self.cfg.node;
-        match cursor {
-            // A new cursor: everything the journal holds.
-            None => (Cursor { epoch, revision: oldest.saturating_sub(1) }, None),
-            Some(c) if c.epoch != epoch => {
-                // A new epoch continues the revisions (a reboot, a failed disk): what the
-                // old one held after the cursor, up to the new one's oldest, is gone.
-                // Revisions that started over leave the end unknown.
-                let why = format!("the journal began epoch {epoch} (a reboot or a failed disk took them)");
-                let from = c.revision + 1;
-                let next = Cursor { epoch, revision: oldest.saturating_sub(1) };
-                if oldest == from {
-                    // Everything the old epoch published was exported.
-                    return (next, None);
-                }
-                let to = oldest.checked_sub(1).filter(|to| *to >= from);
-                let rec = records::lost_record(node, c.epoch, from, to, &why);
-                let count = to.map_or(0, |to| to - from + 1);
-                (next, Some((rec, count)))
-            }
-            Some(c) if c.revision > self.journal.revision() => {
-                // A cursor past the journal's head (a state dir restored or copied from
-                // another node): where the collector is in this journal is unknown.
-                // Everything the journal holds goes again (each record's uid lets a
-                // backend drop what it has), and whatever it no longer holds is named.
-                let why = format!(
-                    "the export cursor named revision {} of epoch {epoch}, beyond the journal's newest ({}): \
-                     the state dir was restored or copied, and which revisions the collector has is unknown",
-                    c.revision,
-                    self.journal.revision()
-                );
-                let next = Cursor { epoch, revision: oldest.saturating_sub(1) };
-                tracing::warn!(
-                    cursor = c.revision,
-                    head = self.journal.revision(),
-                    "{why}; exporting again all the journal holds"
-                );
-                // Named, not counted: the collector may well have them.
-                match oldest.checked_sub(1).filter(|to| *to >= 1) {
-                    Some(to) => (next, Some((records::lost_record(node, epoch, 1, Some(to), &why), 0))),
-                    None => (next, None),
-                }
-            }
-            Some(c) if c.revision + 1 < oldest => {
-                let (from, to) = (c.revision + 1, oldest - 1);
-                let why = "the journal dropped them (its capacity or disk budget) before they were exported";
-                let rec = records::lost_record(node, epoch, from, Some(to), why);
-                (Cursor { epoch, revision: to }, Some((rec, to - from + 1)))
-            }
-            Some(c) => (c, None),
-        }
-    }
-
-    /// Sends the lost-revisions record (with retries); false on shutdown.
-    async fn send_lost(
-        &self,
-        (rec, count): (LogRecord, u64),
-        cursor: &mut Option<Cursor>,
-        sd: &CancellationToken,
-    ) -> bool {
-        tracing::warn!(count, "revisions were lost before export; sending a record that says so");
-        self.metrics.lost.inc_by(count);
-        let upto = cursor.expect("set");
-        let batch = Batch { records: vec![rec], events: 0, upto, first_revision: 0, oldest_observed: None };
-        self.deliver(batch, cursor, sd).await
-    }
-
-    /// Follows the journal from `start` until the subscription ends (dropped for
-    /// falling behind, a new epoch) or shutdown.
-    async fn follow(&self, start: Cursor, cursor: &mut Option<Cursor>, sd: &CancellationToken) -> Follow {
-        let mut sub = self.journal.subscribe(Since::Revision(start.revision, start.epoch), Arc::new(Filter::default()));
-        let epoch = sub.epoch;
-        let replay = match std::mem::replace(&mut sub.start, Start::Replay(Default::default())) {
-            Start::Replay(r) => r,
-            // Compacted or a new epoch between the check and the subscription.
-            Start::Snapshot { .. } => return self.pause(sd).await,
-        };
-        let mut pending: Vec<Arc<Entry>> = Vec::new();
-        if let Some(mut disk) = replay.disk {
-            loop {
-                let page = tokio::task::spawn_blocking(move || disk.next_page().map(|p| (p, disk))).await;
-                match page {
-                    Ok(Ok((Some(page), d))) => {
-                        disk = d;
-                        pending.extend(page);
-                        while pending.len() >= self.cfg.batch {
-                            let rest = pending.split_off(self.cfg.batch);
-                            let full = std::mem::replace(&mut pending, rest);
-                            if !self.deliver(self.batch(&full, epoch), cursor, sd).await {
-                                return Follow::Shutdown;
-                            }
-                        }
-                    }
-                    Ok(Ok((None, _))) => break,
-                    Ok(Err(e)) => {
-                        tracing::info!(error = %e, "the export's replay from disk stopped; starting again from the cursor");
-                        if let Follow::Shutdown = self.flush(pending, epoch, cursor, sd).await {
-                            return Follow::Shutdown;
-                        }
-                        return self.pause(sd).await;
-                    }
-                    Err(_) => return Follow::Shutdown,
-                }
-            }
-        }
-        pending.extend(replay.memory);
-        // A batch waits at most `linger` from its first record.
-        let mut due: Option<tokio::time::Instant> = None;
-        loop {
-            // Whatever is queued, up to a batch; then linger for more once one is held.
-            while pending.len() < self.cfg.batch {
-                match sub.try_next() {
-                    Some(e) => pending.push(e),
-                    None => break,
-                }
-            }
-            if pending.len() >= self.cfg.batch || (!pending.is_empty() && sub.overflowed()) {
-                let take = pending.len().min(self.cfg.batch);
-                let rest = pending.split_off(take);
-                let full = std::mem::replace(&mut pending, rest);
-                if !self.deliver(self.batch(&full, epoch), cursor, sd).await {
-                    return Follow::Shutdown;
-                }
-                continue;
-            }
-            if sub.overflowed() {
-                // Fell behind while the collector was away: read again from the cursor.
-                return Follow::Again;
-            }
-            let now = tokio::time::Instant::now();
-            let until = match (pending.is_empty(), due) {
-                (true, _) => {
-                    due = None;
-                    now + Duration::from_secs(3600)
-                }
-                (false, Some(d)) => d,
-                (false, None) => *due.insert(now + self.cfg.linger),
-            };
-            tokio::select! {
-                next = sub.next() => match next {
-                    Some(e) => pending.push(e),
-                    None => return self.flush(pending, epoch, cursor, sd).await,
-                },
-                _ = tokio::time::sleep_until(until) => {
-                    due = None;
-                    let full = std::mem::take(&mut pending);
-                    if !self.deliver(self.batch(&full, epoch), cursor, sd).await {
-                        return Follow::Shutdown;
-                    }
-                }
-                _ = sd.cancelled() => {
-                    let _ = self.flush(pending, epoch, cursor, sd).await;
-                    return Follow::Shutdown;
-                }
-            }
-            self.update_lag(cursor);
-        }
-    }
-
-    /// Waits a moment before reading again after a read that could not go on.
-    async fn pause(&self, sd: &CancellationToken) -> Follow {
-        tokio::select! {
-            _ = tokio::time::sleep(self.cfg.backoff_initial) => Follow::Again,
-            _ = sd.cancelled() => Follow::Shutdown,
-        }
-    }
-
-    /// Delivers what is pending (once), then starts over.
-    async fn flush(
-        &self,
-        pending: Vec<Arc<Entry>>,
-        epoch: u64,
-        cursor: &mut Option<Cursor>,
-        sd: &CancellationToken,
-    ) -> Follow {
-        for chunk in pending.chunks(self.cfg.batch.max(1)) {
-            if !self.deliver(self.batch(chunk, epoch), cursor, sd).await {
-                return Follow::Shutdown;
-            }
-        }
-        Follow::Again
-    }
-
-    fn batch(&self, entries: &[Arc<Entry>], epoch: u64) -> Batch {
-        let upto = Cursor { epoch, revision: entries.last().map_or(0, |e| e.revision) };
-        Batch {
-            records: entries.iter().map(|e| records::log_record(e, epoch, &self.cfg.node)).collect(),
-            events: entries.len() as u64,
-            upto,
-            first_revision: entries.first().map_or(0, |e| e.revision),
-            oldest_observed: entries.first().map(|e| e.event.observed_at),
-        }
-    }
-
-    /// Sends a batch until the collector accepts it (or drops it for good), then
-    /// moves the cursor; false when shutdown came first.
-    async fn deliver(&self, batch: Batch, cursor: &mut Option<Cursor>, sd: &CancellationToken) -> bool {
-        if batch.records.is_empty() {
-            return true;
-        }
-        if let Some(at) = batch.oldest_observed {
-            self.metrics.lag_seconds.set(SystemTime::now().duration_since(at).unwrap_or_default().as_secs_f64());
-        }
-        let req = ExportLogsServiceRequest {
-            resource_logs: vec![otlp::ResourceLogs {
-                resource: Some(self.resource.clone()),
-                scope_logs: vec![otlp::ScopeLogs {
-                    scope: Some(otlp::InstrumentationScope {
-                        name: "plegd".into(),
-                        version: env!("CARGO_PKG_VERSION").into(),
-                    }),
-                    log_records: batch.records,
-                }],
-            }],
-        };
-        let mut backoff = self.cfg.backoff_initial;
-        let mut attempt = 0u32;
-        loop {
-            self.update_lag(cursor);
-            if attempt > 0 {
-                self.metrics.retried.inc();
-            }
-            attempt += 1;
-            let outcome = tokio::select! {
-                o = self.export(req.clone()) => o,
-                _ = sd.cancelled() => return false,
-            };
-            match outcome {
-                Outcome::Accepted => {
-                    self.metrics.exported.inc_by(batch.events);
-                    break;
-                }
-                Outcome::Partial { rejected, message } => {
-                    let rejected = rejected.max(0) as u64;
-                    tracing::warn!(rejected, %message, "the collector rejected part of a batch; not retried (OTLP)");
-                    self.metrics.rejected.inc_by(rejected);
-                    self.metrics.exported.inc_by(batch.events.saturating_sub(rejected));
-                    break;
-                }
-                Outcome::Retry { after, error } => {
-                    self.metrics.failed.inc();
-                    // The collector's RetryInfo is honoured, within reason: a collector
-                    // cannot stop the export for longer than `retry_after_max` at a time.
-                    let delay =
-                        after.map_or(backoff, |a| a.min(self.cfg.retry_after_max).max(self.cfg.backoff_initial));
-                    if attempt == 1 || attempt.is_power_of_two() {
-                        tracing::warn!(%error, attempt, ?delay, "OTLP export failed; retrying");
-                    }
-                    backoff = (backoff * 2).min(self.cfg.backoff_max);
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        _ = sd.cancelled() => return false,
-                    }
-                }
-                Outcome::Dropped { error } => {
-                    self.metrics.failed.inc();
-                    self.metrics.dropped.inc_by(batch.events);
-                    tracing::error!(%error, records = batch.events, "OTLP export refused for good; the batch is dropped and counted");
-                    if batch.events > 0 && batch.first_revision > 0 {
-                        // Named, once, in a record of its own (best effort: the same
-                        // collector may refuse it too).
-                        let why = format!("the collector refused them for good ({error})");
-                        let first = batch.first_revision;
-                        let rec = records::lost_record(
-                            &self.cfg.node,
-                            batch.upto.epoch,
-                            first,
-                            Some(batch.upto.revision),
-                            &why,
-                        );
-                        let mut one = req.clone();
-                        one.resource_logs[0].scope_logs[0].log_records = vec![rec];
-                        let _ = self.export(one).await;
-                    }
-                    break;
-                }
-            }
-        }
-        *cursor = Some(batch.upto);
-        if let Some(dir) = self.cfg.state_dir.clone() {
-            let upto = batch.upto;
-            match tokio::task::spawn_blocking(move || cursor::store(&dir, upto)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::warn!(error = %e, "the OTLP cursor was not saved; a restart sends more again"),
-                Err(_) => {}
-            }
-        }
-        self.update_lag(cursor);
-        true
-    }
-
+impl Collector for GrpcCollector {
     /// One export, within the export's deadline whatever the connection does; a
     /// failure puts a new connection in place for the next try.
     async fn export(&self, req: ExportLogsServiceRequest) -> Outcome {
         let channel = self.channel.lock().expect("otlp channel lock").clone();
-        let outcome =
-            tokio::time::timeout(self.cfg.timeout, otlp::export(channel, &self.headers, req, self.cfg.timeout))
-                .await
-                .unwrap_or_else(|_| Outcome::Retry {
-                    after: None,
-                    error: format!("the collector did not answer within {:?}", self.cfg.timeout),
-                });
+        let outcome = tokio::time::timeout(self.timeout, otlp::export(channel, &self.headers, req, self.timeout))
+            .await
+            .unwrap_or_else(|_| Outcome::Retry {
+                after: None,
+                error: format!("the collector did not answer within {:?}", self.timeout),
+            });
         if matches!(outcome, Outcome::Retry { .. } | Outcome::Dropped { .. }) {
             *self.channel.lock().expect("otlp channel lock") = self.endpoint.connect_lazy();
         }
         outcome
     }
-
-    fn update_lag(&self, cursor: &Option<Cursor>) {
-        let lag = match cursor {
-            Some(c) if c.epoch == self.journal.epoch() => self.journal.revision().saturating_sub(c.revision),
-            _ => self.journal.revision(),
-        };
-        self.metrics.lag_revisions.set(lag as i64);
-        if lag == 0 {
-            self.metrics.lag_seconds.set(0.0);
-        }
-    }
-}
-
-/// How following the journal ended.
-enum Follow {
-    /// Start over from the cursor.
-    Again,
-    /// Shutdown.
-    Shutdown,
 }
 
 /// `endpoint` fit for a log line or an error: a password in it (`user:secret@`) is
@@ -630,3 +303,6 @@ pub fn host_name() -> String {
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".into())
 }
+
+#[cfg(test)]
+mod tests;

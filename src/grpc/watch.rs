@@ -1,13 +1,14 @@
-//! One Watch stream: the epoch first, then the snapshot (converted a few messages
-//! ahead of the transport) or the replay a resume asked for, then live events and
-//! bookmarks, pulled from the journal as the connection has room; a reset and a fresh
-//! snapshot when the journal drops the subscriber.
+//! One Watch stream, the framing over the journal's [`Feed`]: the epoch first, then
+//! the snapshot (converted a few messages ahead of the transport) when the stream does
+//! not resume, then the feed's entries (the replay a resume asked for, then live ones)
+//! as the connection has room, bookmarks when it is quiet, and a reset and a fresh
+//! snapshot when the feed ends. It also holds the caps on open and stalled streams.
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -18,9 +19,7 @@ use tonic::Status;
 use super::wire::{EncodedTail, WatchFrame};
 use super::{PodLifecycleService, pod_api, to_filter, watch_event};
 use crate::cache::PodCache;
-use crate::journal::{
-    DiskReplay, Entry, Filter, Journal, Replay, ReplayError, ResetReason, Since, Start, Subscription,
-};
+use crate::journal::{Dropped, Entry, Feed, FeedError, FeedItem, Filter, Journal, ResetReason, Since, Snapshot, Start};
 use crate::model::PodStatus;
 use crate::proto::plegd as api;
 
@@ -53,7 +52,7 @@ pub fn open(
         bookmark: svc.cfg.bookmark_interval,
         shutdown: svc.shutdown.clone(),
         phase: Phase::Subscribe(since),
-        sub: None,
+        feed: None,
         announced: false,
         queued: None,
         last_sent: Instant::now(),
@@ -89,7 +88,8 @@ struct WatchFeed {
     bookmark: Duration,
     shutdown: CancellationToken,
     phase: Phase,
-    sub: Option<Subscription>,
+    /// The journal's entries for this stream, once subscribed.
+    feed: Option<Feed>,
     /// Whether the stream told its epoch (its first message does).
     announced: bool,
     /// A message to send before anything else (the reset after the epoch).
@@ -119,17 +119,9 @@ enum Phase {
     Subscribe(Since),
     /// Sending a snapshot's pods, then `Synced`, as a task converts them.
     Snapshot(mpsc::Receiver<WatchFrame>),
-    /// Sending the entries a resume asked for: pages from disk, then memory's.
-    Replay {
-        /// The page being sent.
-        page: std::vec::IntoIter<Arc<Entry>>,
-        /// What is left on disk.
-        disk: Option<Box<DiskReplay>>,
-        /// Memory's part, once the disk's is sent.
-        memory: Option<Vec<Arc<Entry>>>,
-    },
-    /// Sending live entries and bookmarks.
-    Live,
+    /// Sending the feed's entries (the replay a resume asked for, then live ones) and
+    /// bookmarks.
+    Feed,
     /// Shut down.
     Done,
 }
@@ -194,8 +186,9 @@ impl WatchFeed {
         rx
     }
 
-    fn go_live(&mut self) {
-        self.phase = Phase::Live;
+    /// Sends the feed from now on, a bookmark `bookmark` after the last message.
+    fn follow_feed(&mut self) {
+        self.phase = Phase::Feed;
         self.last_sent = Instant::now();
         self.idle.as_mut().reset(self.last_sent + self.bookmark);
     }
@@ -213,8 +206,7 @@ impl WatchFeed {
                 Phase::Done => return None,
                 Phase::Subscribe(since) => self.subscribe(*since).await,
                 Phase::Snapshot(_) => self.snapshot_turn().await,
-                Phase::Replay { .. } => self.replay_turn().await,
-                Phase::Live => self.live_turn().await,
+                Phase::Feed => self.feed_turn().await,
             };
             match turn {
                 Turn::Send(m) => return Some(m),
@@ -228,7 +220,7 @@ impl WatchFeed {
     /// in, or the replay a resume asked for; a refused resume queues its reset. The
     /// stream's first message tells its epoch.
     async fn subscribe(&mut self, since: Since) -> Turn {
-        let mut sub = self.journal.subscribe(since, self.filter.clone());
+        let sub = self.journal.subscribe(since, self.filter.clone());
         if matches!(sub.start, Start::Snapshot { .. }) && !self.journal.is_primed() {
             // Until plegd's first full relist is in, its view is empty (a new journal)
             // or last run's: a snapshot now would tell the client of pods plegd has not
@@ -240,178 +232,142 @@ impl WatchFeed {
             }
             return Turn::Again;
         }
-        let resumed = matches!(sub.start, Start::Replay(_));
-        let after = match (&sub.start, since) {
-            (Start::Replay(_), Since::Revision(r, _)) => r,
-            _ => 0,
+        let (epoch, refused) = (sub.epoch, sub.reset);
+        let (snapshot, feed) = sub.into_feed();
+        self.feed = Some(feed.with_turns(self.replays.clone()));
+        let (resumed, after, snapshot_at) = match (&snapshot, since) {
+            (None, Since::Revision(r, _)) => (true, r, 0),
+            (None, Since::Snapshot) => (true, 0, 0),
+            (Some(s), _) => (false, 0, s.revision),
         };
-        let snapshot_at = match &sub.start {
-            Start::Snapshot { revision, .. } => *revision,
-            Start::Replay(_) => 0,
-        };
-        self.phase = match std::mem::replace(&mut sub.start, Start::Replay(Replay::default())) {
-            Start::Snapshot { pods, revision } => Phase::Snapshot(self.convert(pods, revision, sub.epoch)),
-            Start::Replay(Replay { disk, memory }) => {
-                Phase::Replay { page: Vec::new().into_iter(), disk: disk.map(Box::new), memory: Some(memory) }
-            }
-        };
-        let refused = sub.reset;
-        self.sub = Some(sub);
+        match snapshot {
+            Some(Snapshot { pods, revision }) => self.phase = Phase::Snapshot(self.convert(pods, revision, epoch)),
+            None => self.follow_feed(),
+        }
         if let Some(reason) = refused {
-            let msg = match reason {
-                ResetReason::RuntimeResync => {
-                    "a pod this stream selected changed its labels and left the selection after the requested revision; here is a fresh snapshot"
-                }
-                _ => {
-                    "the requested revision is no longer kept (or belongs to another plegd process); here is a fresh snapshot"
-                }
-            };
-            self.queued = Some(self.reset_at(snapshot_at, reason, msg));
+            self.queued = Some(self.reset_at(snapshot_at, reason, refused_message(reason)));
         }
         if !std::mem::replace(&mut self.announced, true) {
             // Every stream tells its epoch before anything else.
-            let start = api::StreamStart { epoch: self.sub.as_ref().map_or(0, |s| s.epoch), resumed };
+            let start = api::StreamStart { epoch, resumed };
             return Turn::Send(Self::message(after, api::watch_event::Kind::Start(start)));
         }
         Turn::Again
     }
 
-    /// The snapshot's next converted message; live once it is all sent.
+    /// The snapshot's next converted message; the feed once it is all sent.
     async fn snapshot_turn(&mut self) -> Turn {
         let Phase::Snapshot(rx) = &mut self.phase else { return Turn::Again };
         tokio::select! {
             _ = self.shutdown.cancelled() => self.phase = Phase::Done,
             m = rx.recv() => match m {
                 Some(m) => return Turn::Send(m),
-                None => self.go_live(),
+                None => self.follow_feed(),
             },
         }
         Turn::Again
     }
 
-    /// The replay's next entry: the page being sent, then the disk's next page, then
-    /// memory's part; live once it is all sent, or as soon as live entries overflowed.
-    async fn replay_turn(&mut self) -> Turn {
-        if self.sub.as_ref().is_some_and(|s| s.overflowed()) {
-            // Live entries overflowed while the replay was being sent: stop reading the
-            // disk; the live phase sends the reset.
-            self.go_live();
-            return Turn::Again;
-        }
-        let Phase::Replay { page, disk, memory } = &mut self.phase else { return Turn::Again };
-        if let Some(e) = page.next() {
-            return Turn::Send(self.tail.frame(&e));
-        }
-        if let Some(d) = disk.take() {
-            return self.read_disk_page(d).await;
-        }
-        match memory.take() {
-            Some(m) => *page = m.into_iter(),
-            None => self.go_live(),
-        }
-        Turn::Again
-    }
-
-    /// Reads the replay's next page from disk, in a turn of its own (few at once, so a
-    /// crowd of resuming clients cannot multiply the readers' memory). The turn goes
-    /// with the read off the async threads and ends with it, even when the client
-    /// leaves meanwhile. A read that fails starts the client over with a reset.
-    async fn read_disk_page(&mut self, mut d: Box<DiskReplay>) -> Turn {
-        let turn = tokio::select! {
-            _ = self.shutdown.cancelled() => None,
-            t = self.replays.clone().acquire_owned() => t.ok(),
-        };
-        let Some(turn) = turn else {
-            self.phase = Phase::Done;
-            return Turn::Again;
-        };
-        let read = tokio::task::spawn_blocking(move || {
-            let _turn = turn;
-            d.next_page().map(|p| (p, d))
-        })
-        .await;
-        let (left, why) = match read {
-            Ok(Ok((Some(p), d))) => {
-                if let Phase::Replay { page, disk, .. } = &mut self.phase {
-                    *page = p.into_iter();
-                    *disk = Some(d);
-                }
-                return Turn::Again;
-            }
-            Ok(Ok((None, _))) => return Turn::Again,
-            Ok(Err(e)) => (matches!(e, ReplayError::LeftSelection { .. }), e.to_string()),
-            Err(e) => (false, e.to_string()),
-        };
-        tracing::info!(error = %why, "a replay from disk stopped short; the client starts over");
-        self.sub = None;
-        self.phase = Phase::Subscribe(Since::Snapshot);
-        let (reason, msg) = if left {
-            (ResetReason::RuntimeResync, format!("{why}; here is a fresh snapshot"))
-        } else {
-            (
-                ResetReason::RevisionTooOld,
-                format!("the rest of the requested revisions is no longer kept ({why}); here is a fresh snapshot"),
-            )
-        };
-        self.journal.count_reset(reason);
-        Turn::Send(self.reset(reason, &msg))
-    }
-
-    /// The next live entry, a reset when the journal dropped this stream, or a bookmark
-    /// when the stream has been quiet and every entry it matches is sent.
-    async fn live_turn(&mut self) -> Turn {
-        let Some(sub) = self.sub.as_mut() else { return Turn::End };
+    /// The feed's next entry (the replay's, then live ones), a reset when the feed
+    /// ended, or a bookmark when the stream has been quiet and every entry it matches
+    /// is sent.
+    async fn feed_turn(&mut self) -> Turn {
+        let Some(feed) = self.feed.as_mut() else { return Turn::End };
         tokio::select! {
             // Queued events always go before a bookmark.
             biased;
             _ = self.shutdown.cancelled() => self.phase = Phase::Done,
-            entry = sub.next() => match entry {
-                Some(e) => {
-                    self.last_sent = Instant::now();
-                    self.burst += 1;
-                    if self.burst >= LIVE_BURST {
-                        self.burst = 0;
-                        tokio::task::yield_now().await;
-                    }
-                    return Turn::Send(self.tail.frame(&e));
-                }
-                None => return Turn::Send(self.dropped()),
+            item = feed.next() => return match item {
+                Some(FeedItem::Entry(e)) => self.send_entry(&e).await,
+                Some(FeedItem::Overflowed(why)) => Turn::Send(self.dropped(why)),
+                Some(FeedItem::ReplayStopped(e)) => Turn::Send(self.replay_stopped(&e)),
+                None => Turn::End,
             },
-            _ = &mut self.idle => {
-                let due = self.last_sent + self.bookmark;
-                // The journal hands an entry to its subscribers before it publishes the
-                // entry's revision: with the revision read first, an empty buffer means
-                // every entry up to it that this stream matches has been sent. Otherwise
-                // the queued events go first and the bookmark waits.
-                let revision = self.journal.revision();
-                if Instant::now() >= due && sub.is_drained() {
-                    self.last_sent = Instant::now();
-                    self.idle.as_mut().reset(self.last_sent + self.bookmark);
-                    let bookmark = api::watch_event::Kind::Bookmark(api::Bookmark {});
-                    return Turn::Send(Self::message(revision, bookmark));
-                }
-                self.idle.as_mut().reset(due.max(Instant::now() + Duration::from_millis(1)));
-            }
+            _ = &mut self.idle => return self.bookmark_turn(),
         }
         Turn::Again
     }
 
-    /// The journal dropped this stream: the client must start over, told why.
-    fn dropped(&mut self) -> WatchFrame {
-        let sub = self.sub.take();
-        let reason = sub.as_ref().and_then(|s| s.dropped_because()).unwrap_or(ResetReason::SlowConsumer);
-        let new_epoch = sub.as_ref().is_some_and(|s| s.epoch_changed());
+    /// An entry's message, yielding to the connection once in a while.
+    async fn send_entry(&mut self, e: &Entry) -> Turn {
+        self.last_sent = Instant::now();
+        self.burst += 1;
+        if self.burst >= LIVE_BURST {
+            self.burst = 0;
+            tokio::task::yield_now().await;
+        }
+        Turn::Send(self.tail.frame(e))
+    }
+
+    /// A bookmark when one is due and every entry up to the journal's revision that
+    /// this stream matches is sent; otherwise the timer moves to when one may be.
+    fn bookmark_turn(&mut self) -> Turn {
+        let due = self.last_sent + self.bookmark;
+        // The journal hands an entry to its subscribers before it publishes the
+        // entry's revision: with the revision read first, a drained feed means every
+        // entry up to it that this stream matches has been sent. Otherwise the queued
+        // events go first and the bookmark waits.
+        let revision = self.journal.revision();
+        let feed = self.feed.as_ref();
+        if Instant::now() >= due && feed.is_some_and(Feed::is_drained) {
+            self.last_sent = Instant::now();
+            self.idle.as_mut().reset(self.last_sent + self.bookmark);
+            let bookmark = api::watch_event::Kind::Bookmark(api::Bookmark {});
+            return Turn::Send(Self::message(revision, bookmark));
+        }
+        // A replay waiting for its turn on disk sends nothing for a while: no bookmark
+        // comes before it is sent, and the timer need not spin meanwhile.
+        let next = if feed.is_some_and(Feed::is_replaying) { Instant::now() + self.bookmark } else { due };
+        self.idle.as_mut().reset(next.max(Instant::now() + Duration::from_millis(1)));
+        Turn::Again
+    }
+
+    /// The replay from disk stopped short: the client starts over with a reset.
+    fn replay_stopped(&mut self, e: &FeedError) -> WatchFrame {
+        tracing::info!(error = %e, "a replay from disk stopped short; the client starts over");
+        self.feed = None;
         self.phase = Phase::Subscribe(Since::Snapshot);
-        self.journal.count_reset(reason);
-        let msg = if reason == ResetReason::SlowConsumer {
-            tracing::info!("watch client fell behind; sending a reset and a fresh snapshot");
-            "this client did not keep up; here is a fresh snapshot"
-        } else if new_epoch {
-            "the journal could not write to disk and began a new epoch in memory; here is a fresh snapshot"
+        let (reason, msg) = if e.left_selection() {
+            (ResetReason::RuntimeResync, format!("{e}; here is a fresh snapshot"))
         } else {
-            "a pod this stream selected changed its labels and left the selection; here is a fresh snapshot"
+            (
+                ResetReason::RevisionTooOld,
+                format!("the rest of the requested revisions is no longer kept ({e}); here is a fresh snapshot"),
+            )
+        };
+        self.journal.count_reset(reason);
+        self.reset(reason, &msg)
+    }
+
+    /// The journal dropped this stream: the client must start over, told why.
+    fn dropped(&mut self, why: Dropped) -> WatchFrame {
+        self.feed = None;
+        self.phase = Phase::Subscribe(Since::Snapshot);
+        let reason = why.reset_reason();
+        self.journal.count_reset(reason);
+        let msg = match why {
+            Dropped::FellBehind => {
+                tracing::info!("watch client fell behind; sending a reset and a fresh snapshot");
+                "this client did not keep up; here is a fresh snapshot"
+            }
+            Dropped::NewEpoch => {
+                "the journal could not write to disk and began a new epoch in memory; here is a fresh snapshot"
+            }
+            Dropped::LeftSelection => {
+                "a pod this stream selected changed its labels and left the selection; here is a fresh snapshot"
+            }
         };
         self.reset(reason, msg)
+    }
+}
+
+/// Why a resume was refused, as the client is told.
+fn refused_message(reason: ResetReason) -> &'static str {
+    match reason {
+        ResetReason::RuntimeResync => {
+            "a pod this stream selected changed its labels and left the selection after the requested revision; here is a fresh snapshot"
+        }
+        _ => "the requested revision is no longer kept (or belongs to another plegd process); here is a fresh snapshot",
     }
 }
 

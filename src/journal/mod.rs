@@ -12,8 +12,13 @@
 //! under a new epoch — every watcher is reset once, so no revision a crash could take
 //! back is ever delivered under the durable epoch — and writes the disk afresh when it
 //! works again.
+//!
+//! A subscriber reads its subscription as one stream, a [`Feed`] ([`feed`]): the
+//! replay its resume asked for, from disk and then memory, then live entries, and an
+//! item that ends it when it must start over.
 
 mod disk;
+mod feed;
 mod metrics;
 mod queue;
 pub mod record;
@@ -21,6 +26,7 @@ pub mod store;
 
 pub use disk::{Checkpointer, DiskReplay, ReplayError};
 use disk::{Disk, store_config};
+pub use feed::{Dropped, Feed, FeedError, FeedItem, Snapshot};
 pub use metrics::{JournalMetrics, ReasonLabel};
 
 use std::collections::{BTreeMap, HashSet, VecDeque};

@@ -1,7 +1,8 @@
 //! The journal's tests: its guarantees in memory (`basics`, `guarantees`), on disk
-//! (`durable`), for filtered resumes when pods leave a selection (`selection`), and for
-//! subscribers that stop reading (`stalled`).
+//! (`durable`), for filtered resumes when pods leave a selection (`selection`), for
+//! subscribers that stop reading (`stalled`), and of the feed (`feed`).
 
+mod feed;
 mod selection;
 mod stalled;
 mod timeline;
