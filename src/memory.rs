@@ -133,8 +133,11 @@ pub const SUPPORTED: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
 /// up to 8 per core, and each arena keeps its own free chunks and slack that
 /// `malloc_trim` cannot give back while a live chunk shares their page; fast bins keep
 /// freed small chunks unmerged with their neighbours. On the busy node's 10 minutes
-/// (`scripts/busy-node-rss.sh 630 90`) the two together left 1.3–1.9 MiB less resident,
-/// at no CPU cost the run could see (BENCHMARKS.md). Call it first thing in `main`,
+/// (`scripts/busy-node-rss.sh 630 90`, the same binary side by side) one arena, no
+/// fast bins and no thread caches left 47.4 MiB resident against 51.1 by default, and
+/// 0.7 instead of 2.3 MiB of growth over the last 5 minutes; jemalloc left 55.3
+/// (BENCHMARKS.md). Thread caches cannot be set through `mallopt`; the other two can,
+/// at no CPU cost the runs could see. Call it first thing in `main`,
 /// before any thread starts; returns whether this build's allocator took the settings
 /// (elsewhere than glibc: nothing to set).
 pub fn tune() -> bool {

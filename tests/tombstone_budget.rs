@@ -82,9 +82,9 @@ fn pod(i: u64, n: u64, round: u64, note: usize) -> Arc<PodStatus> {
 
 fn event(status: &Arc<PodStatus>) -> PodLifecycleEvent {
     PodLifecycleEvent {
-        pod_uid: status.uid.clone(),
-        pod_namespace: status.namespace.clone(),
-        pod_name: status.name.clone(),
+        pod_uid: status.uid.as_str().into(),
+        pod_namespace: status.namespace.as_str().into(),
+        pod_name: status.name.as_str().into(),
         kind: EventType::PodSync,
         container_id: String::new(),
         container_name: "".into(),
