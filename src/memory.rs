@@ -136,8 +136,12 @@ pub const SUPPORTED: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
 /// (`scripts/busy-node-rss.sh 630 90`, the same binary side by side) one arena, no
 /// fast bins and no thread caches left 47.4 MiB resident against 51.1 by default, and
 /// 0.7 instead of 2.3 MiB of growth over the last 5 minutes; jemalloc left 55.3
-/// (BENCHMARKS.md). Thread caches cannot be set through `mallopt`; the other two can,
-/// at no CPU cost the runs could see. Call it first thing in `main`,
+/// (BENCHMARKS.md). Thread caches cannot be set through `mallopt`; the other two can.
+/// The one arena also keeps a full relist's listing (10 MiB at 20,000 containers) for
+/// the next one instead of faulting a fresh one in every second: at 5,000 × 4, idle,
+/// 8.4 MiB more resident, and most of why the idle relist went from 1.87 to 1.20 % of
+/// a core (`cargo bench --bench scale`; with a 1 MiB mmap threshold, which maps such
+/// buffers afresh, 72.0 MiB and 2.13 %). Call it first thing in `main`,
 /// before any thread starts; returns whether this build's allocator took the settings
 /// (elsewhere than glibc: nothing to set).
 pub fn tune() -> bool {
