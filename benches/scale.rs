@@ -5,7 +5,9 @@
 //! its RSS at the end, with `--watchers` `plegd watch` clients connected once ready.
 //! `cargo bench --bench scale` runs the two loads of the issue's targets one after the
 //! other (5,000 × 4 without watchers; 1,000 × 5 with 10); with `--pods N` it runs that
-//! one load.
+//! one load. With `--before PATH` each load runs first with the `plegd` at PATH (an
+//! earlier build), then with this one, back to back, and both lines are printed: a
+//! before/after pair on a shared machine sees the same load.
 #![allow(missing_docs)]
 
 mod support;
@@ -13,7 +15,7 @@ mod support;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use support::{arg, run_args, sim, spawn, wait_path};
+use support::{BIN, Proc, arg, run_args, sim, spawn, wait_path};
 
 /// CPU seconds and RSS bytes of a process.
 fn usage(pid: u32) -> (f64, f64) {
@@ -66,7 +68,7 @@ fn populated(cri: &str, n: usize) {
 }
 
 /// One load: returns (seconds to ready, share of a core, RSS in MiB).
-fn measure(pods: usize, containers: usize, watchers: usize, secs: u64) -> (f64, f64, f64) {
+fn measure(bin: &str, pods: usize, containers: usize, watchers: usize, secs: u64) -> (f64, f64, f64) {
     let dir = tempfile::tempdir().unwrap();
     let (_sim, cri) = sim(dir.path(), pods, containers, 0.0);
     populated(&cri, pods * containers);
@@ -78,7 +80,15 @@ fn measure(pods: usize, containers: usize, watchers: usize, secs: u64) -> (f64, 
     // on any port (another plegd on the machine may hold the default one).
     let mut args = run_args(&cri, &api, "generic", &state);
     args[6] = &admin;
-    let run = spawn(&[&args[..], &["--debug-addr", "127.0.0.1:0", "--relist-period", "1s"]].concat());
+    let args = [&args[..], &["--debug-addr", "127.0.0.1:0", "--relist-period", "1s"]].concat();
+    let run = Proc(
+        std::process::Command::new(bin)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn plegd"),
+    );
     let port = admin.rsplit_once(':').unwrap().1.parse().unwrap();
     while !ready(port) {
         assert!(started.elapsed() < Duration::from_secs(300), "plegd never got ready");
@@ -104,12 +114,22 @@ fn main() {
         0 => vec![(5000, 4, 0), (1000, 5, 10)],
         pods => vec![(pods, arg(&args, "--containers", 5usize), arg(&args, "--watchers", 0usize))],
     };
+    let before = args.windows(2).find(|w| w[0] == "--before").map(|w| w[1].clone());
+    let bins: Vec<(&str, &str)> = match &before {
+        Some(b) => vec![("before", b.as_str()), ("after", BIN)],
+        None => vec![("", BIN)],
+    };
     for (pods, containers, watchers) in loads {
-        let (to_ready, cpu, rss) = measure(pods, containers, watchers, secs);
-        println!(
-            "scale (generic, 1 s relist, journal on disk, nothing changing): {pods} pods × {containers} containers, \
-             {watchers} watchers: ready after {to_ready:.1} s, plegd CPU {cpu:.2}% of a core over {secs} s, RSS \
-             {rss:.1} MiB"
-        );
+        for (name, bin) in &bins {
+            let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+            let (to_ready, cpu, rss) = measure(bin, pods, containers, watchers, secs);
+            println!(
+                "scale{name_sep}{name} (generic, 1 s relist, journal on disk, nothing changing): {pods} pods × \
+                 {containers} containers, {watchers} watchers: ready after {to_ready:.1} s, plegd CPU {cpu:.2}% of a \
+                 core over {secs} s, RSS {rss:.1} MiB (load average at the start {load})",
+                name_sep = if name.is_empty() { "" } else { " " },
+                load = load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+            );
+        }
     }
 }

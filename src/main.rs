@@ -16,6 +16,9 @@ const EX_USAGE: u8 = 64;
 const GRACE: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
+    // Before any thread exists: the allocator's arenas are set when threads first
+    // allocate (`memory::tune` says why).
+    plegd::memory::tune();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_exit(e),
