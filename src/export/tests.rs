@@ -90,7 +90,7 @@ fn event(i: usize) -> PodLifecycleEvent {
 /// A primed journal with `n` events (buffering 1,000 per subscriber), and a driver of
 /// it to `collector` sending batches of `batch` (lingering 200 ms).
 fn rig(n: usize, batch: usize, collector: Scripted) -> (Journal, Driver<Scripted>, CancellationToken) {
-    let journal = Journal::new(10_000, 1000, None);
+    let journal = Journal::new(10_000, 1000, crate::journal::JournalMetrics::throwaway());
     journal.mark_primed();
     for i in 0..n {
         journal.append(event(i));

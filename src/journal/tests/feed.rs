@@ -34,7 +34,7 @@ fn append_n(j: &Journal, n: usize) {
 
 #[tokio::test]
 async fn a_consumer_that_stalls_past_its_buffer_is_told_it_overflowed_and_its_resume_sends_exactly_the_rest() {
-    let j = Journal::new(100, 4, None);
+    let j = Journal::new(100, 4, crate::journal::JournalMetrics::throwaway());
     let (_, mut feed) = j.subscribe(Since::Snapshot, Arc::new(Filter::default())).into_feed();
     append_n(&j, 2);
     let (seen, end) = take_ready(&mut feed).await;
@@ -58,7 +58,7 @@ async fn a_consumer_that_stalls_past_its_buffer_is_told_it_overflowed_and_its_re
 
 #[tokio::test]
 async fn a_consumer_that_stalls_past_the_memory_ring_is_told_and_its_resume_is_refused_not_shortened() {
-    let j = Journal::new(8, 4, None);
+    let j = Journal::new(8, 4, crate::journal::JournalMetrics::throwaway());
     let (_, mut feed) = j.subscribe(Since::Snapshot, Arc::new(Filter::default())).into_feed();
     append_n(&j, 2);
     assert_eq!(take_ready(&mut feed).await.0, vec![1, 2]);
@@ -72,7 +72,7 @@ async fn a_consumer_that_stalls_past_the_memory_ring_is_told_and_its_resume_is_r
 
 #[tokio::test]
 async fn live_entries_that_overflow_during_a_replay_stop_the_replay_at_once() {
-    let j = Journal::new(100, 2, None);
+    let j = Journal::new(100, 2, crate::journal::JournalMetrics::throwaway());
     append_n(&j, 10);
     let (_, mut feed) = j.subscribe(Since::Revision(0, j.epoch()), Arc::new(Filter::default())).into_feed();
     assert!(matches!(feed.next().await, Some(FeedItem::Entry(e)) if e.revision == 1));
@@ -85,7 +85,7 @@ async fn live_entries_that_overflow_during_a_replay_stop_the_replay_at_once() {
 #[tokio::test]
 async fn a_new_epoch_ends_the_feed_with_its_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let j = Journal::open(&cfg(dir.path()), None).unwrap();
+    let j = Journal::open(&cfg(dir.path()), crate::journal::JournalMetrics::throwaway()).unwrap();
     churn(&j, 3);
     let (_, mut feed) = j.subscribe(Since::Snapshot, Arc::new(Filter::default())).into_feed();
     // The disk fills.
@@ -106,7 +106,7 @@ async fn a_replay_that_the_disk_cannot_finish_ends_the_feed_with_the_error_as_an
     let mut c = cfg(dir.path());
     c.memory_budget = 64 << 10;
     c.capacity = 2000;
-    let j = Journal::open(&c, None).unwrap();
+    let j = Journal::open(&c, crate::journal::JournalMetrics::throwaway()).unwrap();
     churn(&j, 1500);
     let (_, mut feed) = j.subscribe(Since::Revision(0, j.epoch()), Default::default()).into_feed();
     assert!(matches!(feed.next().await, Some(FeedItem::Entry(e)) if e.revision == 1), "the first page is read");
@@ -127,7 +127,7 @@ async fn a_replay_reads_the_disk_only_in_a_turn_and_goes_on_when_it_gets_one() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = cfg(dir.path());
     c.memory_budget = 16 << 10;
-    let j = Journal::open(&c, None).unwrap();
+    let j = Journal::open(&c, crate::journal::JournalMetrics::throwaway()).unwrap();
     churn(&j, 300);
     let turns = Arc::new(tokio::sync::Semaphore::new(0));
     let (_, feed) = j.subscribe(Since::Revision(0, j.epoch()), Default::default()).into_feed();
@@ -150,7 +150,7 @@ fn resume_from_disk(n: usize, cursor_share: f64, live_at: Vec<usize>) -> Result<
         let dir = tempfile::tempdir().unwrap();
         let mut c = cfg(dir.path());
         c.memory_budget = 4 << 10;
-        let j = Journal::open(&c, None).unwrap();
+        let j = Journal::open(&c, crate::journal::JournalMetrics::throwaway()).unwrap();
         let mut published: Vec<(u64, Arc<str>, EventType)> = Vec::new();
         let publish = |j: &Journal, i: usize, published: &mut Vec<_>| {
             let uid = format!("p{}", i % 7);
