@@ -66,7 +66,14 @@ fn whole(c: &mut Criterion) {
             inspect_timeout: Duration::from_secs(30),
             ..Default::default()
         };
-        let mut pleg = GenericPleg::new(sim.clone(), writer, tx, PlegHealth::new(Duration::from_secs(180)), None, cfg);
+        let mut pleg = GenericPleg::new(
+            sim.clone(),
+            writer,
+            tx,
+            PlegHealth::new(Duration::from_secs(180)),
+            plegd::pleg::metrics::PlegMetrics::register(&mut Default::default()),
+            cfg,
+        );
         rt.block_on(pleg.relist()).unwrap();
         while rx.try_recv().is_ok() {}
         g.throughput(Throughput::Elements(n as u64));

@@ -321,13 +321,12 @@ impl<R: RuntimeService> Pleg<R> {
             relist_liveness_limit(pleg_cfg.relist_period, pleg_cfg.inspect_timeout, cfg.runtime.request_timeout);
         let relist = pleg_cfg.relist(cfg.host.clone());
         let relister =
-            GenericPleg::new(client.clone(), writer, events_tx, health.clone(), Some(metrics.pleg.clone()), relist)
+            GenericPleg::new(client.clone(), writer, events_tx, health.clone(), metrics.pleg.clone(), relist)
                 // What the journal's last events said of each pod: the first relist turns
                 // what changed while plegd was down into events.
                 .with_seed(stores.journal.pods())
                 .with_liveness(liveness.register("relist", relist_limit))
-                .with_stream(state_rx.clone(), pleg_cfg.net_period)
-                .with_stream_check(pleg_cfg.stream_check);
+                .with_stream(state_rx.clone());
         let readiness = Readiness {
             health: health.clone(),
             stream: state_rx.clone(),
@@ -337,14 +336,9 @@ impl<R: RuntimeService> Pleg<R> {
             state_tx.send_replace(StreamState::Disabled);
             None
         } else {
-            let watcher = EventedWatcher::new(
-                client,
-                relister.inbox(),
-                state_tx,
-                Some(metrics.pleg.clone()),
-                pleg_cfg.stream.clone(),
-            )
-            .with_liveness(liveness.register("event stream", QUICK_LOOP_LIMIT));
+            let watcher =
+                EventedWatcher::new(client, relister.inbox(), state_tx, metrics.pleg.clone(), pleg_cfg.stream.clone())
+                    .with_liveness(liveness.register("event stream", QUICK_LOOP_LIMIT));
             Some(watcher)
         };
         Self { relister, publisher, watcher, cache, health, readiness, stream: state_rx }

@@ -373,8 +373,14 @@ async fn a_hinted_pod_is_read_in_one_round_trip_when_the_hint_names_what_changed
     let sim = plegd::sim::SimRuntime::new();
     let (writer, cache) = plegd::cache::new();
     let (tx, mut events) = tokio::sync::mpsc::channel(1000);
-    let mut pleg =
-        GenericPleg::new(sim.clone(), writer, tx, PlegHealth::new(Duration::from_secs(180)), None, Default::default());
+    let mut pleg = GenericPleg::new(
+        sim.clone(),
+        writer,
+        tx,
+        PlegHealth::new(Duration::from_secs(180)),
+        plegd::pleg::metrics::PlegMetrics::register(&mut Default::default()),
+        Default::default(),
+    );
     let pod = PodSpec::new("default", "web");
     let sid = sim.run_pod_sandbox(pod.run_request()).await.unwrap();
     let first = sim.create_container(pod.create_request(&sid, &ContainerSpec::new("app"))).await.unwrap();
@@ -610,7 +616,7 @@ async fn a_runtime_that_names_no_pid_is_asked_one_container_status_per_container
         writer,
         tx,
         PlegHealth::new(Duration::from_secs(180)),
-        None,
+        plegd::pleg::metrics::PlegMetrics::register(&mut Default::default()),
         Default::default(),
     );
     let pod = PodSpec::new("default", "web");

@@ -175,7 +175,14 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
             inspect_timeout: Duration::from_secs(5),
             ..Default::default()
         };
-        let mut pleg = GenericPleg::new(sim.clone(), writer, tx, PlegHealth::new(Duration::from_secs(180)), None, cfg);
+        let mut pleg = GenericPleg::new(
+            sim.clone(),
+            writer,
+            tx,
+            PlegHealth::new(Duration::from_secs(180)),
+            plegd::pleg::metrics::PlegMetrics::register(&mut Default::default()),
+            cfg,
+        );
         let mut world = World { sim: sim.clone(), pods: Vec::new(), containers: Vec::new(), attempts: HashMap::new() };
         // What plegd has reported of each id, and each id's pod.
         let mut seen: HashMap<String, PlegState> = HashMap::new();

@@ -100,7 +100,7 @@ pub struct EventedWatcher<R: RuntimeService> {
     runtime: R,
     inbox: Inbox,
     state: watch::Sender<StreamState>,
-    metrics: Option<PlegMetrics>,
+    metrics: PlegMetrics,
     cfg: EventedConfig,
     beat: Beat,
 }
@@ -139,7 +139,7 @@ impl<R: RuntimeService> EventedWatcher<R> {
         runtime: R,
         inbox: Inbox,
         state: watch::Sender<StreamState>,
-        metrics: Option<PlegMetrics>,
+        metrics: PlegMetrics,
         cfg: EventedConfig,
     ) -> Self {
         Self { runtime, inbox, state, metrics, cfg, beat: Beat::detached("event stream") }
@@ -156,7 +156,8 @@ impl<R: RuntimeService> EventedWatcher<R> {
         if prev == s {
             return;
         }
-        if let Some(m) = &self.metrics {
+        {
+            let m = &self.metrics;
             let evented = i64::from(s.is_up());
             m.mode.get_or_create(&ModeLabel { mode: "evented".into() }).set(evented);
             m.mode.get_or_create(&ModeLabel { mode: "generic".into() }).set(1 - evented);
@@ -242,7 +243,8 @@ impl<R: RuntimeService> EventedWatcher<R> {
     }
 
     fn on_connected(&self, backoff: &mut Backoff, after_outage: bool) {
-        if let Some(m) = &self.metrics {
+        {
+            let m = &self.metrics;
             m.evented_connections.inc();
         }
         backoff.mark_healthy();
@@ -261,7 +263,8 @@ impl<R: RuntimeService> EventedWatcher<R> {
             let opened = Instant::now();
             let Some(ended) = self.consume(&shutdown, &mut backoff, after_outage).await else { return };
             after_outage = true;
-            if let Some(m) = &self.metrics {
+            {
+                let m = &self.metrics;
                 m.evented_connection_errors.inc();
             }
             let lasted = opened.elapsed();

@@ -32,30 +32,7 @@ use crate::model::event::{EventSource, PodLifecycleEvent};
 use crate::model::{ContainerState, PodStatus};
 use read::{Found, PodListing, ReadError, ReadJob, ReadResult};
 
-/// How the relister runs.
-#[derive(Clone, Debug)]
-pub struct RelistConfig {
-    /// Time from the end of one relist to the start of the next.
-    pub period: Duration,
-    /// Pods inspected at once.
-    pub concurrency: usize,
-    /// Longest time one pod's inspection may take; past it the pod is retried at the
-    /// next relist and the relist goes on.
-    pub inspect_timeout: Duration,
-    /// Where the host's `/proc` and cgroupfs are, for a new container's PID and cgroup.
-    pub host: crate::host::Host,
-}
-
-impl Default for RelistConfig {
-    fn default() -> Self {
-        Self {
-            period: Duration::from_secs(1),
-            concurrency: 8,
-            inspect_timeout: Duration::from_secs(5),
-            host: crate::host::Host::default(),
-        }
-    }
-}
+pub use super::config::RelistConfig;
 
 /// Errors of a relist.
 #[derive(Debug, thiserror::Error)]
@@ -170,7 +147,7 @@ struct Listing {
 /// What the relister reports of itself.
 struct Report {
     health: PlegHealth,
-    metrics: Option<PlegMetrics>,
+    metrics: PlegMetrics,
     beat: Beat,
     /// Full relists fail (for logging the change).
     failing: bool,
@@ -225,10 +202,6 @@ pub const DEMAND_READS_BURST: u32 = 40;
 /// reads every pod whose read failed, so that one does.
 const NEXT_FULL_RELIST: Duration = Duration::from_secs(3600);
 
-/// The longest a trusted event stream goes unchecked by a full relist, by default: a
-/// change a silent stream hides reaches watchers within this and one relist.
-pub const STREAM_CHECK: Duration = Duration::from_secs(10);
-
 impl<R: RuntimeService> GenericPleg<R> {
     /// A relister that owns the cache's writer and sends events on `events`.
     pub fn new(
@@ -236,16 +209,15 @@ impl<R: RuntimeService> GenericPleg<R> {
         cache: CacheWriter,
         events: mpsc::Sender<Vec<PodLifecycleEvent>>,
         health: PlegHealth,
-        metrics: Option<PlegMetrics>,
+        metrics: PlegMetrics,
         cfg: RelistConfig,
     ) -> Self {
-        if let Some(m) = &metrics {
-            m.mode.get_or_create(&ModeLabel { mode: "generic".into() }).set(1);
-        }
+        metrics.mode.get_or_create(&ModeLabel { mode: "generic".into() }).set(1);
         let (inbox, inbox_rx) = inbox();
         let waiting = inbox.clone();
         cache.on_demand(move |uid| waiting.waiting(uid));
-        let net_period = Duration::from_secs(300);
+        let net_period = cfg.net_period;
+        let check = if cfg.stream_check.is_zero() { Duration::MAX } else { cfg.stream_check };
         Self {
             runtime,
             cache,
@@ -261,7 +233,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 state: watch::channel(StreamState::Disabled).1,
                 state_open: false,
                 net_period,
-                check: STREAM_CHECK,
+                check,
                 trust: StreamTrust::new(net_period),
             },
             books: Books::default(),
@@ -294,21 +266,13 @@ impl<R: RuntimeService> GenericPleg<R> {
         self
     }
 
-    /// While a trusted event stream is up, relists fully at least every `period` (full relists
-    /// may be slower only up to it); zero leaves it to the safety-net period alone.
-    pub fn with_stream_check(mut self, period: Duration) -> Self {
-        self.stream.check = if period.is_zero() { Duration::MAX } else { period };
-        self
-    }
-
     /// Pairs the relister with the event stream whose state `state` tells: it relists
-    /// fully every `net_period` instead of the relist period while a complete stream is
-    /// up. The stream's consumer sends its requests to [`GenericPleg::inbox`].
-    pub fn with_stream(mut self, state: watch::Receiver<StreamState>, net_period: Duration) -> Self {
+    /// fully every [`RelistConfig::net_period`] instead of the relist period while a
+    /// complete stream is up (and at least every [`RelistConfig::stream_check`]). The
+    /// stream's consumer sends its requests to [`GenericPleg::inbox`].
+    pub fn with_stream(mut self, state: watch::Receiver<StreamState>) -> Self {
         self.stream.state = state;
         self.stream.state_open = true;
-        self.stream.net_period = net_period;
-        self.stream.trust = StreamTrust::new(net_period);
         self
     }
 
@@ -352,12 +316,13 @@ impl<R: RuntimeService> GenericPleg<R> {
     pub async fn relist(&mut self) -> Result<RelistOutcome, PlegError> {
         let start = Instant::now();
         let start_wall = SystemTime::now();
-        if let (Some(prev), Some(m)) = (self.report.last_start, &self.report.metrics) {
-            m.relist_interval.observe((start - prev).as_secs_f64());
+        if let Some(prev) = self.report.last_start {
+            self.report.metrics.relist_interval.observe((start - prev).as_secs_f64());
         }
         self.report.last_start = Some(start);
         let res = self.relist_inner(start, start_wall).await;
-        if let Some(m) = &self.report.metrics {
+        {
+            let m = &self.report.metrics;
             m.relist_duration.observe(start.elapsed().as_secs_f64());
             if res.is_err() {
                 m.relist_errors.inc();
@@ -500,7 +465,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     fn judge_stream(&mut self, missed: usize) {
         let up = self.stream.state.borrow().is_up();
         let stream = &mut self.stream;
-        stream.trust.judge(missed, up, self.cfg.period, stream.net_period, self.report.metrics.as_ref());
+        stream.trust.judge(missed, up, self.cfg.period, stream.net_period, &self.report.metrics);
     }
 
     /// Applies what a read of one pod found — to the cache, the pod records, the books and
@@ -524,7 +489,8 @@ impl<R: RuntimeService> GenericPleg<R> {
             }
             Found::Failed(err) => {
                 tracing::debug!(pod = %uid, error = %err, "pod read failed; its events wait for a read that succeeds");
-                if let Some(m) = &self.report.metrics {
+                {
+                    let m = &self.report.metrics;
                     m.inspection_errors.inc();
                 }
                 self.store_failure(uid, &err, at);
@@ -593,7 +559,8 @@ impl<R: RuntimeService> GenericPleg<R> {
     fn finish(&mut self, start: Instant, start_wall: SystemTime) {
         self.cache.update_time(start);
         self.report.health.record_relist(start, start_wall);
-        if let Some(m) = &self.report.metrics {
+        {
+            let m = &self.report.metrics;
             m.cache_pods.set(self.cache.reader().len() as i64);
             m.last_seen.set(start_wall.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0));
         }
@@ -602,7 +569,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// Sets the container-state gauges from the cache (after full and targeted relists
     /// alike, so they stay current while the stream makes full relists rare).
     fn count_states(&self) {
-        let Some(m) = &self.report.metrics else { return };
+        let m = &self.report.metrics;
         let mut counts = [0i64; 4];
         for entry in self.cache.reader().snapshot() {
             for c in entry.status.iter().flat_map(|s| &s.containers) {
@@ -650,7 +617,8 @@ impl<R: RuntimeService> GenericPleg<R> {
                 self.apply_read(r, how, &mut outcome).await;
             }
         }
-        if let Some(m) = &self.report.metrics {
+        {
+            let m = &self.report.metrics;
             m.cache_pods.set(self.cache.reader().len() as i64);
         }
         // A container's state moves only with an event; a failed read drops a status.
@@ -697,7 +665,8 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// Applies one pod's targeted read: its records, its status and events; a read that
     /// failed, or whose events could not be applied, is retried later.
     async fn apply_read(&mut self, r: ReadResult, asked: Asked, outcome: &mut RelistOutcome) {
-        if let Some(m) = &self.report.metrics {
+        {
+            let m = &self.report.metrics;
             m.pod_relist_duration.observe(r.took.as_secs_f64());
         }
         outcome.pods += 1;

@@ -3,6 +3,7 @@
 //! its events, and the GenericPLEG relister (the cache's only writer) that performs it.
 //! It produces [`crate::model::event::PodLifecycleEvent`]s.
 
+mod config;
 mod deleted_sandboxes;
 pub mod evented;
 pub mod final_statuses;
@@ -18,59 +19,10 @@ pub mod schedule;
 pub mod step;
 mod stream_trust;
 
-use std::time::Duration;
+pub use config::{PlegConfig, RelistConfig, STREAM_CHECK};
 
 use crate::model::event::EventType;
 use crate::model::{ContainerState, PodStatus, SandboxState};
-
-/// How the PLEG runs.
-#[derive(Clone, Debug)]
-pub struct PlegConfig {
-    /// Whether the CRI event stream is used (`--mode`).
-    pub mode: evented::Mode,
-    /// Time from the end of one full relist to the start of the next.
-    pub relist_period: Duration,
-    /// Pods read at once.
-    pub concurrency: usize,
-    /// Longest time one pod's read may take.
-    pub inspect_timeout: Duration,
-    /// The safety net: the full-relist period while a complete stream is up.
-    pub net_period: Duration,
-    /// The longest a trusted stream goes without a full relist (zero: the safety net).
-    pub stream_check: Duration,
-    /// Health: the longest time without a completed relist.
-    pub threshold: Duration,
-    /// The event stream's reconnection.
-    pub stream: evented::EventedConfig,
-}
-
-impl PlegConfig {
-    /// The relister's settings; it reads a new container's process and cgroup under
-    /// `host` (the lookup's `--host-root`).
-    pub fn relist(&self, host: crate::host::Host) -> generic::RelistConfig {
-        generic::RelistConfig {
-            period: self.relist_period,
-            concurrency: self.concurrency,
-            inspect_timeout: self.inspect_timeout,
-            host,
-        }
-    }
-}
-
-impl Default for PlegConfig {
-    fn default() -> Self {
-        Self {
-            mode: evented::Mode::Auto,
-            relist_period: Duration::from_secs(1),
-            concurrency: 8,
-            inspect_timeout: Duration::from_secs(5),
-            net_period: Duration::from_secs(300),
-            stream_check: generic::STREAM_CHECK,
-            threshold: Duration::from_secs(180),
-            stream: evented::EventedConfig::default(),
-        }
-    }
-}
 
 /// The kubelet's internal container states for diffing relists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

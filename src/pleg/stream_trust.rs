@@ -165,12 +165,10 @@ impl StreamTrust {
         stream_up: bool,
         relist_period: Duration,
         evented_period: Duration,
-        metrics: Option<&PlegMetrics>,
+        metrics: &PlegMetrics,
     ) {
         if missed > 0 {
-            if let Some(m) = metrics {
-                m.evented_missed.inc_by(missed as u64);
-            }
+            metrics.evented_missed.inc_by(missed as u64);
             if !self.missing {
                 tracing::warn!(
                     missed,

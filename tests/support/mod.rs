@@ -155,7 +155,14 @@ pub fn pleg(client: CriClient, inspect_timeout: Duration) -> PlegUnderTest {
     let health = PlegHealth::new(Duration::from_secs(180));
     let cfg =
         RelistConfig { period: Duration::from_millis(100), concurrency: 4, inspect_timeout, ..Default::default() };
-    let pleg = GenericPleg::new(client, writer, tx, health.clone(), None, cfg);
+    let pleg = GenericPleg::new(
+        client,
+        writer,
+        tx,
+        health.clone(),
+        plegd::pleg::metrics::PlegMetrics::register(&mut Default::default()),
+        cfg,
+    );
     PlegUnderTest { pleg, cache, events, health }
 }
 
