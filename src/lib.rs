@@ -1,18 +1,40 @@
 //! plegd: a node-local container lifecycle observer.
 //!
-//! The pipeline, from the runtime to the consumers (one CRI event, hop by hop):
+//! One CRI event's path, from the runtime to a watcher's socket — a container starts and
+//! containerd sends `CONTAINER_STARTED_EVENT`. Each row is one call that passes the event
+//! on, in the order the event takes them; the link is checked by `cargo doc`, the file by
+//! `tests/layering.rs`, and `docs/architecture.md` holds the same table:
 //!
-//! ```text
-//!  cri::client ─ GetContainerEvents ─► pleg::evented ─► pleg::hints ─► pleg::generic::run_loop
-//!     (the stream is a hint)             (consume)        (coalesce)    (take_hints → schedule
-//!                                                                        → read_due)
-//!  pleg::generic::read_pods (read the pod via pleg::inspect) ─► apply: cache (write),
-//!  pleg::step::events_of (the pure step) ─► publish::PublishPath
-//!  ─► journal::Journal::append_batch (revision, encode once, view, fan-out to queues)
-//!  ─► grpc::watch (the Watch stream pulls) ─► grpc::wire ─► the socket
-//! ```
+//! | # | call | file | what it does |
+//! |---|---|---|---|
+//! | 1 | [`EventReader::read`](crate::cri::client) | `cri/client.rs` | the reader thread decodes the stream's message and hands it to an unbounded channel (hand-off 1) |
+//! | 2 | [`EventedWatcher::run`](crate::pleg::evented::EventedWatcher::run) | `pleg/evented.rs` | takes it off the channel (`consume`) |
+//! | 3 | [`EventedWatcher::request`](crate::pleg::evented::EventedWatcher::request) | `pleg/evented.rs` | keeps the pod, the ids, a stopped container's final status: one `ScheduleRequest` |
+//! | 4 | [`Inbox::send`](crate::pleg::inbox::Inbox::send) | `pleg/inbox.rs` | into the relister's one inbox, bounded (hand-off 2) |
+//! | 5 | [`GenericPleg::drain_inbox`](crate::pleg::generic::GenericPleg::drain_inbox) | `pleg/generic/run_loop.rs` | the relister wakes and drains the inbox |
+//! | 6 | [`Scheduler::schedule`](crate::pleg::schedule::Scheduler::schedule) | `pleg/schedule.rs` | the one coalescing point: one request per read, the earliest time wins |
+//! | 7 | [`GenericPleg::read_due`](crate::pleg::generic::GenericPleg::read_due) | `pleg/generic/run_loop.rs` | takes the reads that are due |
+//! | 8 | [`GenericPleg::read_pods`](crate::pleg::generic::GenericPleg::read_pods) | `pleg/generic.rs` | one job per pod, read a few at a time |
+//! | 9 | [`ReadJob::read`](crate::pleg::generic) | `pleg/generic/read.rs` | lists the pod alone (`list_pod`) with its statuses alongside (`Prefetched::read`): one round trip |
+//! | 10 | [`inspect_prefetched`](crate::pleg::inspect::inspect_prefetched) | `pleg/inspect.rs` | the pod's status from the runtime's answers; a new container's process from the host |
+//! | 11 | [`GenericPleg::apply_read`](crate::pleg::generic::GenericPleg::apply_read) | `pleg/generic.rs` | the pod's record and its transitions |
+//! | 12 | [`GenericPleg::apply`](crate::pleg::generic::GenericPleg::apply) | `pleg/generic.rs` | the effects, in one place: the cache, the books, the publish channel |
+//! | 13 | [`events_of`](crate::pleg::step::events_of) | `pleg/step.rs` | the pure step: the read and its transitions → lifecycle events |
+//! | 14 | [`Publisher::run`](crate::publish::Publisher::run) | `publish.rs` | takes the pod's events off the bounded channel (hand-off 3) |
+//! | 15 | [`PublishPath::publish_batch`](crate::publish::PublishPath::publish_batch) | `publish.rs` | the one publish path: metrics, then the lookup, then the journal |
+//! | 16 | [`ContainerLookup::observe`](crate::lookup::ContainerLookup::observe) | `lookup/mod.rs` | learns the container by id, cgroup and PID |
+//! | 17 | [`Journal::append_batch`](crate::journal::Journal::append_batch) | `journal/mod.rs` | revisions, the view; the disk record encoded (`record::encode_event`, the first encoding) |
+//! | 18 | [`Journal::commit`](crate::journal::Journal::commit) | `journal/disk.rs` | the batch and the view written to SQLite (`Store::commit`) before anyone sees it |
+//! | 19 | [`Queue::push`](crate::journal) | `journal/queue.rs` | `fan_out` into each matching subscription's bounded queue (hand-off 4) |
+//! | 20 | [`Feed::poll_next`](crate::journal::Feed) | `journal/feed.rs` | the subscription's one feed: disk, then memory, then live |
+//! | 21 | [`WatchFeed::next`](crate::grpc::watch) | `grpc/watch.rs` | the Watch stream's framing takes it as the connection has room |
+//! | 22 | [`EncodedTail::frame`](crate::grpc::wire::EncodedTail::frame) | `grpc/wire.rs` | the Watch encoding (`PodLifecycleEvent::to_api`, the second encoding), once per event |
+//! | 23 | [`WatchFrame::encode_raw`](crate::grpc::wire::WatchFrame) | `grpc/wire.rs` | the bytes onto the socket |
 //!
-//! (`docs/architecture.md` lists the sixteen calls.)
+//! No step calls back into one before it: a step calls the next, returns to the step
+//! that calls the next, or leaves its result where the next reads it (the inbox, the
+//! schedule, the publish channel, the queue). Full relists enter at `apply` from
+//! `GenericPleg::relist`; reconcilers' events at `publish_batch`.
 //!
 //! The same events feed `syncloop` (history, the Contiv/VPP event loop) and, through
 //! work queues, `reconcile`, whose events come back through the same publish path.
@@ -37,6 +59,10 @@
 //! 8. [`config`], [`telemetry`]
 //! 9. [`app`] — the one builder: production, tests, benches and the demo call it
 //! 10. [`cli`], [`sim`] (the simulated runtime), [`watchcheck`] (the Watch checker)
+// The crate docs describe the inside (`cargo doc --document-private-items`): the
+// path above links private steps.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod admin;
 pub mod app;
 pub mod backoff;

@@ -1,5 +1,6 @@
 //! Generated protobuf and gRPC code for the CRI subset and plegd's API.
-#![allow(missing_docs, clippy::all)]
+// The generated docs are the .proto files' comments, written for readers of the .proto.
+#![allow(missing_docs, clippy::all, rustdoc::all)]
 
 /// CRI runtime.v1 (the subset plegd uses).
 pub mod runtime {

@@ -463,3 +463,45 @@ fn the_length_check_counts_a_body_braces_in_strings_comments_and_chars_aside() {
     let found: Vec<(String, usize, usize)> = function_lengths(code);
     assert_eq!(found, [("a".into(), 1, 6), ("b".into(), 8, 1)]);
 }
+
+/// The rows `| n | call | file | … |` of a path table; the call without its link.
+fn path_rows(text: &str) -> Vec<(String, String, String)> {
+    text.lines()
+        .map(|l| l.trim_start_matches("//!").trim())
+        .filter(|l| l.starts_with("| ") && l.ends_with(" |"))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+            let n: usize = cells.first()?.parse().ok()?;
+            let call = cells.get(1)?.split('`').nth(1)?.to_owned();
+            let file = cells.get(2)?.trim_matches('`').to_owned();
+            Some((n.to_string(), call, file))
+        })
+        .collect()
+}
+
+#[test]
+fn the_path_in_the_crate_docs_is_the_architecture_pages_and_each_file_defines_its_call() {
+    let root = src();
+    let lib = std::fs::read_to_string(root.join("lib.rs")).unwrap();
+    let page = std::fs::read_to_string(root.join("../docs/architecture.md")).unwrap();
+    let page = &page[page.find("## One event's path").expect("the page has the path")..];
+    let page = &page[..page[3..].find("\n## ").map_or(page.len(), |i| i + 3)];
+    let (in_lib, in_page) = (path_rows(&lib), path_rows(page));
+    assert!(in_lib.len() >= 10, "the crate docs hold the path: {in_lib:?}");
+    assert_eq!(in_lib, in_page, "src/lib.rs and docs/architecture.md tell the same path");
+    for (i, (n, call, file)) in in_lib.iter().enumerate() {
+        assert_eq!(*n, (i + 1).to_string(), "steps are numbered in order");
+        let code = std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("step {n}: {file}: {e}"));
+        let name = call.rsplit("::").next().unwrap();
+        let defines = code.contains(&format!("fn {name}(")) || code.contains(&format!("fn {name}<"));
+        assert!(defines, "step {n}: {file} defines no `fn {name}` ({call})");
+    }
+}
+
+#[test]
+fn the_path_check_reads_calls_and_files_out_of_both_tables() {
+    let lib = "//! | 1 | [`A::b`](crate::a::A::b) | `a.rs` | x |\n//! |---|---|---|---|";
+    let md = "| 1 | `A::b` | `a.rs` | y |";
+    assert_eq!(path_rows(lib), [("1".to_owned(), "A::b".to_owned(), "a.rs".to_owned())]);
+    assert_eq!(path_rows(lib), path_rows(md));
+}

@@ -1,4 +1,4 @@
-//! The exporter's loop: the journal's [`Feed`] from the cursor, cut into batches (a
+//! The exporter's loop: the journal's [`Feed`](crate::journal::Feed) from the cursor, cut into batches (a
 //! batch goes when it is full or `linger` after its first record, whichever comes
 //! first), each delivered under the [`RetryPolicy`] before the cursor moves past it.
 //!

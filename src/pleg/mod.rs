@@ -1,6 +1,7 @@
 //! The PLEG: the kubelet's state table, pod records, pod inspection, PLEG health, the
-//! CRI event stream's hints, the schedule of reads to come, the pure step from a read to
-//! its events, and the GenericPLEG relister (the cache's only writer) that performs it.
+//! CRI event stream's consumer, the relister's one inbox and schedule of reads to come,
+//! the pure step from a read to its events, and the GenericPLEG relister (the cache's
+//! only writer) that performs it.
 //! It produces [`crate::model::event::PodLifecycleEvent`]s.
 
 mod config;
