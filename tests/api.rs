@@ -645,7 +645,7 @@ async fn waiting_readers_cannot_make_plegd_hammer_the_runtime() {
         async move {
             let now = plegd::model::system_to_timestamp(plegd::clock::now());
             let mut req = tonic::Request::new(api::GetPodStatusRequest { pod_uid: uid, min_timestamp: Some(now) });
-            req.set_timeout(Duration::from_millis(500));
+            req.set_timeout(Duration::from_secs(2));
             client.get_pod_status(req).await
         }
     };
