@@ -486,6 +486,33 @@ async fn a_trusted_stream_that_stays_up_but_goes_silent_hides_no_change_for_long
     p.stop().await;
 }
 
+/// Found by the end-to-end suite on containerd 2.1: a reader waiting on a pod whose
+/// removal plegd has already published was left to the next full relist — up to the
+/// stream check's period on a trusted stream — because the records no longer know the
+/// pod. A pod found gone lately is read for its reader like a pod the records know.
+#[tokio::test(start_paused = true)]
+async fn a_reader_waiting_on_a_pod_removed_a_while_ago_is_answered_by_a_read_not_by_the_next_full_relist() {
+    let p = start(Mode::Auto, None).await;
+    let (gone, gone_sid, _) = p.run_pod("going").await;
+    p.ready().await;
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    p.sim.stop_pod_sandbox(&gone_sid).await.unwrap();
+    p.sim.remove_pod_sandbox(&gone_sid).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(p.app.cache().get(&gone.uid).is_none(), "its removal was seen");
+    let period = p.cfg.pleg.relist_period;
+    assert!(p.cfg.pleg.stream_check > period * 4, "full relists are far apart on this node");
+    let min = Instant::now();
+    let fresh = tokio::time::timeout(period * 2, p.app.cache().get_newer_than(&gone.uid, min))
+        .await
+        .expect("answered within two relist periods, not at the next full relist");
+    assert!(
+        fresh.entry.is_none() && fresh.absent_at.is_some_and(|at| at >= min),
+        "answered absent by a read: {fresh:?}"
+    );
+    p.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_quiet_node_on_a_trusted_stream_relists_once_per_stream_check_and_reads_no_pod_alone() {
     let p = start(Mode::Auto, None).await;

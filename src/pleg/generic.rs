@@ -20,7 +20,7 @@ use super::inbox::{Inbox, InboxRx, inbox};
 use super::lost_exits::LostExits;
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, Transition, group_pods};
-use super::schedule::{Merge, Read, Reason, Scheduler, Why};
+use super::schedule::{Merge, Read, Reason, RecentlyGone, Scheduler, Why};
 use super::step::{PodRead, events_of};
 use super::stream_trust::StreamTrust;
 use super::{PlegState, same_status};
@@ -126,6 +126,8 @@ struct Books {
     lost_exits: LostExits,
     /// Sandboxes the runtime said deleted.
     deleted_sandboxes: DeletedSandboxes,
+    /// Pods a read found gone lately.
+    gone: RecentlyGone,
 }
 
 /// Pods seeded from the journal's view and not read yet in this process: the next full
@@ -480,6 +482,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         let status = match found {
             Found::Gone => {
                 self.cache.delete(uid, at);
+                self.books.gone.note(uid, at);
                 None
             }
             Found::Status(status) => {

@@ -262,6 +262,43 @@ impl<K: Clone + Eq + Hash + Ord, M: Merge> Scheduler<K, M> {
     }
 }
 
+/// Pods a read found gone lately, so that a reader waiting on one is answered by a read
+/// of it (absent, or back) rather than by the next full relist, which a trusted stream
+/// puts up to its check period away. Bounded by count and age.
+#[derive(Default)]
+pub(super) struct RecentlyGone {
+    at: HashMap<String, Instant>,
+    order: std::collections::VecDeque<(Instant, String)>,
+}
+
+impl RecentlyGone {
+    /// Pods followed at most.
+    const MAX: usize = 4096;
+    /// How long a pod is followed after it was found gone.
+    const FOR: Duration = Duration::from_secs(600);
+
+    /// A read found pod `uid` gone.
+    pub fn note(&mut self, uid: &str, now: Instant) {
+        self.at.insert(uid.to_owned(), now);
+        self.order.push_back((now, uid.to_owned()));
+        while self
+            .order
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) >= Self::FOR || self.order.len() > Self::MAX)
+        {
+            let (t, id) = self.order.pop_front().expect("checked");
+            if self.at.get(&id) == Some(&t) {
+                self.at.remove(&id);
+            }
+        }
+    }
+
+    /// Whether pod `uid` was found gone lately.
+    pub fn contains(&self, uid: &str, now: Instant) -> bool {
+        self.at.get(uid).is_some_and(|t| now.duration_since(*t) < Self::FOR)
+    }
+}
+
 /// What a re-read of one container's or sandbox's status found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Reread {

@@ -112,8 +112,8 @@ impl<R: RuntimeService> GenericPleg<R> {
     }
 
     /// A reader started waiting on pod `uid`. While full relists are far apart, a pod the
-    /// relister knows is read now (paced, see [`GenericPleg::read_due`]); pods it has
-    /// never seen are left to the next full relist or their own event (a reader cannot
+    /// relister knows, or found gone lately, is read now (paced, see
+    /// [`GenericPleg::read_due`]); pods it has never seen are left to the next full relist or their own event (a reader cannot
     /// make plegd search the runtime for made-up pods). Otherwise the next full relist,
     /// at most a relist period away, answers it. Either way the read that answers starts
     /// after the waiter came (the cache is told so).
@@ -122,7 +122,9 @@ impl<R: RuntimeService> GenericPleg<R> {
             return;
         }
         let now = Instant::now();
-        let known = self.records.old(&uid).is_some() || self.records.current(&uid).is_some();
+        let known = self.records.old(&uid).is_some()
+            || self.records.current(&uid).is_some()
+            || self.books.gone.contains(&uid, now);
         let read = Read::Pod(uid);
         // A pod whose read failed is read again at its own retry, which answers its
         // readers: waiting on it does not bring that read forward.
