@@ -249,7 +249,9 @@ impl Handler for Enqueue {
         }
         let names: Vec<&str> = self.queues.iter().map(|q| q.name()).collect();
         Ok(match uids.as_slice() {
-            [one] => format!("queued {one} for {}", names.join(",")),
+            // The record's description names the pod already: the change says only
+            // where it went (the history keeps tens of thousands of these).
+            [_] => format!("queued for {}", names.join(",")),
             many => format!("queued {} pods for {}", many.len(), names.join(",")),
         })
     }
