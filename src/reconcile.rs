@@ -550,7 +550,7 @@ impl Default for SyncConfig {
         Self {
             workers: 4,
             history_retention: Duration::from_secs(24 * 3600),
-            history_budget: 8 << 20,
+            history_budget: 3 << 20,
             resync_period: Some(Duration::from_secs(300)),
             rate_limit: crate::workqueue::RateLimit::default(),
             gc: GcConfig::default(),
