@@ -167,6 +167,28 @@ pub(crate) fn block(len: usize) -> usize {
     if len == 0 { 0 } else { ((len + 8).div_ceil(16) * 16).max(32) }
 }
 
+/// What a text block takes in the allocator. On glibc what `malloc` handed out: its
+/// usable size and its header, [`block`] or 16 bytes more when it did not split a free
+/// chunk whose remainder was under its smallest; elsewhere [`block`].
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn text_cost(text: &[u8]) -> usize {
+    unsafe extern "C" {
+        fn malloc_usable_size(p: *const std::ffi::c_void) -> usize;
+    }
+    if text.is_empty() {
+        return 0;
+    }
+    // SAFETY: a non-empty boxed slice is a live block of the global allocator, which is
+    // glibc's malloc in plegd (no `#[global_allocator]`); the call only reads its header.
+    unsafe { malloc_usable_size(text.as_ptr().cast()) + 8 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn text_cost(text: &[u8]) -> usize {
+    block(text.len())
+}
+
 /// Sentinel of [`Packed`]'s optional numbers: no sequence number or revision gets there.
 const NONE: u64 = u64::MAX;
 
@@ -261,8 +283,10 @@ impl Packed {
             started_at: r.started_at,
             revision: r.revision.unwrap_or(NONE),
             follow_up_of: r.follow_up_of.unwrap_or(NONE),
-            // Exact: `Vec::into_boxed_slice` gives back what `with_capacity` over-reserved.
-            text: buf.into_boxed_slice(),
+            // A fresh block of exactly the text: shrinking `buf` in place
+            // (`into_boxed_slice`) would leave glibc's chunk as large as reserved when
+            // what it gives back is under its 32-byte smallest chunk.
+            text: buf.as_slice().into(),
             duration_us: u32::try_from(r.duration_us).unwrap_or(u32::MAX),
             name,
             handlers: u8::try_from(r.handlers.len()).expect("at most 255 handlers"),
@@ -301,7 +325,7 @@ impl Packed {
 
     /// What its text block costs.
     fn cost(&self) -> usize {
-        block(self.text.len())
+        text_cost(&self.text)
     }
 }
 
@@ -1077,11 +1101,15 @@ mod tests {
                 let r = sized(seq as u64, start + Duration::from_millis(seq as u64 * 5), name, description, &changes);
                 let fits_easily = r.footprint() + 8 * 1024 <= budget / 2;
                 h.push(r);
+                for p in h.boot.iter().chain(h.recent.iter()) {
+                    proptest::prop_assert!(measured(&p.text) >= block(p.text.len()), "the model is a floor");
+                }
                 let texts: usize = h.boot.iter().chain(h.recent.iter()).map(|p| measured(&p.text)).sum();
                 let measured = texts + buffer_cost(&h.boot) + buffer_cost(&h.recent);
                 proptest::prop_assert_eq!(h.bytes(), measured);
                 proptest::prop_assert!(measured <= budget, "{} > {}", measured, budget);
-                if fits_easily {
+                // (The first hour's records are kept before newer ones.)
+                if fits_easily && h.boot.is_empty() {
                     let last = h.recent.back().or(h.boot.back()).map(|p| p.seq);
                     proptest::prop_assert_eq!(last, Some(seq as u64));
                 }
