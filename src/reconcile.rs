@@ -249,7 +249,9 @@ impl Handler for Enqueue {
         }
         let names: Vec<&str> = self.queues.iter().map(|q| q.name()).collect();
         Ok(match uids.as_slice() {
-            [one] => format!("queued {one} for {}", names.join(",")),
+            // The record's description names the pod already: the change says only
+            // where it went (the history keeps tens of thousands of these).
+            [_] => format!("queued for {}", names.join(",")),
             many => format!("queued {} pods for {}", many.len(), names.join(",")),
         })
     }
@@ -548,7 +550,7 @@ impl Default for SyncConfig {
         Self {
             workers: 4,
             history_retention: Duration::from_secs(24 * 3600),
-            history_budget: 8 << 20,
+            history_budget: 3 << 20,
             resync_period: Some(Duration::from_secs(300)),
             rate_limit: crate::workqueue::RateLimit::default(),
             gc: GcConfig::default(),

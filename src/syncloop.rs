@@ -140,33 +140,201 @@ fn ser_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Erro
 
 /// The event history: records older than the retention are trimmed, except those of
 /// the first hour after start, which are kept for good.
+///
+/// A record is kept packed ([`Packed`]): its fixed fields in the queue's slot and all
+/// its text in one allocation, so each record is one heap block besides its slot. What
+/// the history counts against its budget is what the allocator hands out for it: each
+/// text block as glibc's `malloc` sizes it ([`block`]: rounded up, with its header) and
+/// the two queues' whole buffers, spare capacity included.
 pub struct History {
     started: SystemTime,
     boot_window: Duration,
     retention: Duration,
     max: usize,
-    boot: VecDeque<Arc<EventRecord>>,
-    recent: VecDeque<Arc<EventRecord>>,
+    boot: VecDeque<Packed>,
+    recent: VecDeque<Packed>,
     /// Bytes the records may take, all told; the oldest go first beyond it (the boot
     /// window's too, once nothing else is left).
     budget: usize,
-    bytes: usize,
+    /// The text blocks' cost; the queues' buffers are added in [`History::bytes`].
+    text_bytes: usize,
+}
+
+/// What one allocation of `len` bytes costs glibc's `malloc`: the bytes and its 8-byte
+/// header rounded up to its 16-byte chunks, at least its 32-byte smallest chunk (the
+/// lookup's `tomb_cost` counts the same way; a zero-length box allocates nothing).
+pub(crate) fn block(len: usize) -> usize {
+    if len == 0 { 0 } else { ((len + 8).div_ceil(16) * 16).max(32) }
+}
+
+/// What a text block takes in the allocator. On glibc what `malloc` handed out: its
+/// usable size and its header, [`block`] or 16 bytes more when it did not split a free
+/// chunk whose remainder was under its smallest; elsewhere [`block`].
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn text_cost(text: &[u8]) -> usize {
+    unsafe extern "C" {
+        fn malloc_usable_size(p: *const std::ffi::c_void) -> usize;
+    }
+    if text.is_empty() {
+        return 0;
+    }
+    // SAFETY: a non-empty boxed slice is a live block of the global allocator, which is
+    // glibc's malloc in plegd (no `#[global_allocator]`); the call only reads its header.
+    unsafe { malloc_usable_size(text.as_ptr().cast()) + 8 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn text_cost(text: &[u8]) -> usize {
+    block(text.len())
+}
+
+/// Sentinel of [`Packed`]'s optional numbers: no sequence number or revision gets there.
+const NONE: u64 = u64::MAX;
+
+/// One record as the history keeps it: 64 bytes of fixed fields and one allocation
+/// holding its texts (see [`Packed::pack`]).
+struct Packed {
+    seq: u64,
+    started_at: SystemTime,
+    revision: u64,
+    follow_up_of: u64,
+    /// The record's owned name (if `name` is 0), description and handler outcomes:
+    /// each text as a varint length and its bytes; a handler as its name's
+    /// [`static_name`] index, an error flag, its change, and its error if it has one.
+    text: Box<[u8]>,
+    duration_us: u32,
+    /// [`static_name`] index + 1 of a static event name; 0: the name is in `text`.
+    name: u8,
+    handlers: u8,
+    reverse: bool,
+}
+
+/// Names that are `&'static str` (event kinds, handler names) stored as one byte: a
+/// few dozen at most, all literals in plegd's code.
+fn static_name(s: &'static str) -> u8 {
+    let mut names = STATIC_NAMES.lock().expect("static names lock");
+    if let Some(i) = names.iter().position(|n| *n == s) {
+        return i as u8;
+    }
+    assert!(names.len() < 255, "more than 255 static names in the history");
+    names.push(s);
+    (names.len() - 1) as u8
+}
+
+fn static_name_at(i: u8) -> &'static str {
+    STATIC_NAMES.lock().expect("static names lock")[usize::from(i)]
+}
+
+static STATIC_NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+fn put_text(buf: &mut Vec<u8>, s: &str) {
+    let mut n = s.len();
+    while n >= 0x80 {
+        buf.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    buf.push(n as u8);
+    buf.extend_from_slice(s.as_bytes());
+}
+
+fn take_text<'a>(buf: &mut &'a [u8]) -> &'a str {
+    let (mut n, mut shift) = (0usize, 0);
+    loop {
+        let b = buf[0];
+        *buf = &buf[1..];
+        n |= usize::from(b & 0x7f) << shift;
+        shift += 7;
+        if b < 0x80 {
+            break;
+        }
+    }
+    let (s, rest) = buf.split_at(n);
+    *buf = rest;
+    std::str::from_utf8(s).expect("packed from a str")
+}
+
+impl Packed {
+    fn pack(r: EventRecord) -> Self {
+        let texts = r.description.len()
+            + r.handlers
+                .iter()
+                .map(|h| 2 + 2 * 5 + h.change.len() + h.error.as_ref().map_or(0, |e| e.len()))
+                .sum::<usize>();
+        let mut buf = Vec::with_capacity(texts + r.name.len() + 10);
+        let name = match r.name {
+            Cow::Borrowed(s) => static_name(s) + 1,
+            Cow::Owned(s) => {
+                put_text(&mut buf, &s);
+                0
+            }
+        };
+        put_text(&mut buf, &r.description);
+        for h in &r.handlers {
+            buf.push(static_name(h.handler));
+            buf.push(u8::from(h.error.is_some()));
+            put_text(&mut buf, &h.change);
+            if let Some(e) = &h.error {
+                put_text(&mut buf, e);
+            }
+        }
+        Self {
+            seq: r.seq,
+            started_at: r.started_at,
+            revision: r.revision.unwrap_or(NONE),
+            follow_up_of: r.follow_up_of.unwrap_or(NONE),
+            // A fresh block of exactly the text: shrinking `buf` in place
+            // (`into_boxed_slice`) would leave glibc's chunk as large as reserved when
+            // what it gives back is under its 32-byte smallest chunk.
+            text: buf.as_slice().into(),
+            duration_us: u32::try_from(r.duration_us).unwrap_or(u32::MAX),
+            name,
+            handlers: u8::try_from(r.handlers.len()).expect("at most 255 handlers"),
+            reverse: r.reverse,
+        }
+    }
+
+    fn unpack(&self) -> EventRecord {
+        let mut buf = &self.text[..];
+        let name = match self.name {
+            0 => Cow::Owned(take_text(&mut buf).to_owned()),
+            i => Cow::Borrowed(static_name_at(i - 1)),
+        };
+        let description = take_text(&mut buf).into();
+        let handlers = (0..self.handlers)
+            .map(|_| {
+                let (handler, failed) = (static_name_at(buf[0]), buf[1] == 1);
+                buf = &buf[2..];
+                let change = take_text(&mut buf).into();
+                let error = failed.then(|| take_text(&mut buf).into());
+                HandlerRecord { handler, change, error }
+            })
+            .collect();
+        EventRecord {
+            seq: self.seq,
+            name,
+            description,
+            revision: (self.revision != NONE).then_some(self.revision),
+            follow_up_of: (self.follow_up_of != NONE).then_some(self.follow_up_of),
+            reverse: self.reverse,
+            started_at: self.started_at,
+            duration_us: u64::from(self.duration_us),
+            handlers,
+        }
+    }
+
+    /// What its text block costs.
+    fn cost(&self) -> usize {
+        text_cost(&self.text)
+    }
 }
 
 impl EventRecord {
-    /// What the record takes in memory, near enough to bound the history by.
+    /// What the record costs the history that keeps it: its slot and its one text
+    /// block, as the allocator counts them (the slot's share of a queue's spare
+    /// capacity is counted by the history).
     pub fn footprint(&self) -> usize {
-        let name = match &self.name {
-            Cow::Owned(s) => s.len(),
-            Cow::Borrowed(_) => 0,
-        };
-        let handlers: usize = self
-            .handlers
-            .iter()
-            .map(|h| std::mem::size_of::<HandlerRecord>() + h.change.len() + h.error.as_ref().map_or(0, |e| e.len()))
-            .sum();
-        // The Arc's counts, the record, its strings, its handlers.
-        16 + std::mem::size_of::<Self>() + name + self.description.len() + handlers
+        size_of::<Packed>() + Packed::pack(self.clone()).cost()
     }
 }
 
@@ -200,7 +368,7 @@ impl History {
             boot: VecDeque::new(),
             recent: VecDeque::new(),
             budget: usize::MAX,
-            bytes: 0,
+            text_bytes: 0,
         }
     }
 
@@ -213,12 +381,26 @@ impl History {
     /// Adds a record and trims.
     pub fn push(&mut self, r: EventRecord) {
         let in_boot = r.started_at.duration_since(self.started).map(|d| d < self.boot_window).unwrap_or(true);
-        self.bytes += r.footprint();
-        if in_boot && self.boot.len() < self.max {
-            self.boot.push_back(Arc::new(r));
-        } else {
-            self.recent.push_back(Arc::new(r));
+        let p = Packed::pack(r);
+        let to_boot = in_boot && self.boot.len() < self.max;
+        // A full queue grows only into what the budget leaves (doubling while it can);
+        // otherwise its oldest record makes room, so its buffer never outgrows the budget.
+        // (Less a page and a header: a large buffer is mapped in whole pages.)
+        let spare = self.budget.saturating_sub(self.bytes() + p.cost() + 4112) / size_of::<Packed>();
+        let q = if to_boot { &mut self.boot } else { &mut self.recent };
+        if q.len() == q.capacity() {
+            let cap = q.capacity();
+            let grow = cap.max(16).min(spare);
+            if grow >= (cap / 8).max(1) {
+                q.reserve_exact(grow);
+            } else if let Some(gone) = q.pop_front() {
+                self.text_bytes -= gone.cost();
+            } else {
+                q.reserve_exact(1);
+            }
         }
+        self.text_bytes += p.cost();
+        q.push_back(p);
         self.trim(crate::clock::now());
     }
 
@@ -226,39 +408,64 @@ impl History {
     pub fn trim(&mut self, now: SystemTime) {
         while let Some(front) = self.recent.front() {
             let old = now.duration_since(front.started_at).is_ok_and(|age| age > self.retention);
-            if old || self.recent.len() > self.max || self.bytes > self.budget {
+            let over = self.bytes() > self.budget && !self.shrink_spare();
+            if old || self.recent.len() > self.max || over {
                 let gone = self.recent.pop_front().expect("non-empty");
-                self.bytes -= gone.footprint();
+                self.text_bytes -= gone.cost();
             } else {
                 break;
             }
         }
-        while self.bytes > self.budget {
+        while self.bytes() > self.budget && !self.shrink_spare() {
             let Some(gone) = self.boot.pop_front() else { break };
-            self.bytes -= gone.footprint();
+            self.text_bytes -= gone.cost();
+        }
+        // A queue emptied by age (or by a budget its buffer alone exceeds) gives its
+        // spare slots back.
+        for q in [&mut self.boot, &mut self.recent] {
+            if q.capacity() > 4 * q.len() + 64 {
+                q.shrink_to(2 * q.len());
+            }
+        }
+        if self.bytes() > self.budget {
+            self.boot.shrink_to_fit();
+            self.recent.shrink_to_fit();
         }
     }
 
-    /// Bytes the records take (as [`EventRecord::footprint`] counts them).
+    /// Gives back a queue's spare slots if they are many (a quarter of its records,
+    /// at least 64), so that budget goes to records again; whether that made the
+    /// history fit its budget.
+    fn shrink_spare(&mut self) -> bool {
+        for q in [&mut self.boot, &mut self.recent] {
+            if q.capacity() - q.len() > (q.len() / 4).max(64) {
+                q.shrink_to(q.len() + q.len() / 8);
+            }
+        }
+        self.bytes() <= self.budget
+    }
+
+    /// Bytes the records take in the allocator: their text blocks ([`block`]) and the
+    /// queues' buffers, spare slots included.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.text_bytes + buffer_cost(&self.boot) + buffer_cost(&self.recent)
     }
 
     /// Records matching the query, oldest first.
     pub fn query(&self, q: &Query) -> Vec<Arc<EventRecord>> {
-        let hits: Vec<_> = self
+        let hits: Vec<&Packed> = self
             .boot
             .iter()
             .chain(self.recent.iter())
             .filter(|r| q.seq.is_none_or(|s| r.seq == s))
             .filter(|r| q.since.is_none_or(|t| r.started_at >= t))
             .filter(|r| q.until.is_none_or(|t| r.started_at <= t))
-            .cloned()
             .collect();
-        match q.last {
-            Some(n) if n < hits.len() => hits[hits.len() - n..].to_vec(),
-            _ => hits,
-        }
+        let from = match q.last {
+            Some(n) if n < hits.len() => hits.len() - n,
+            _ => 0,
+        };
+        hits[from..].iter().map(|p| Arc::new(p.unpack())).collect()
     }
 
     /// Number of records kept.
@@ -270,6 +477,13 @@ impl History {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// What a queue's buffer costs: a heap block, or beyond glibc's smallest mmap
+/// threshold (128 KiB) whole pages with the mapping's header.
+fn buffer_cost(q: &VecDeque<Packed>) -> usize {
+    let len = q.capacity() * size_of::<Packed>();
+    if len >= 128 * 1024 { (len + 16).next_multiple_of(4096) } else { block(len) }
 }
 
 /// The loop's inputs from other tasks. Cheap to clone.
@@ -801,5 +1015,105 @@ mod tests {
             h.push(record(i, SystemTime::now()));
         }
         assert_eq!(h.len(), 3);
+    }
+
+    /// What the allocator says a text block takes: glibc's usable size and its header.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    fn measured(text: &[u8]) -> usize {
+        unsafe extern "C" {
+            fn malloc_usable_size(p: *const std::ffi::c_void) -> usize;
+        }
+        if text.is_empty() {
+            return 0;
+        }
+        // SAFETY: `text` is a live block from the global allocator, glibc's malloc here.
+        unsafe { malloc_usable_size(text.as_ptr().cast()) + 8 }
+    }
+
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    fn measured(text: &[u8]) -> usize {
+        block(text.len())
+    }
+
+    fn sized(
+        seq: u64,
+        at: SystemTime,
+        name: Option<usize>,
+        description: usize,
+        changes: &[(usize, Option<usize>)],
+    ) -> EventRecord {
+        EventRecord {
+            seq,
+            name: name.map_or(Cow::Borrowed("CONTAINER_DIED"), |n| Cow::Owned("n".repeat(n))),
+            description: "d".repeat(description).into(),
+            revision: seq.is_multiple_of(2).then_some(seq),
+            follow_up_of: seq.is_multiple_of(3).then_some(seq / 3),
+            reverse: seq.is_multiple_of(5),
+            started_at: at,
+            duration_us: seq * 7,
+            handlers: changes
+                .iter()
+                .enumerate()
+                .map(|(i, &(c, e))| HandlerRecord {
+                    handler: ["enqueue", "publish", "other"][i % 3],
+                    change: "c".repeat(c).into(),
+                    error: e.map(|e| "é".repeat(e).into()),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_packed_record_reads_back_as_it_was_pushed() {
+        let at = SystemTime::now();
+        let mut h = History::new(Duration::from_secs(3600), Duration::from_secs(3600), 100);
+        let records = [
+            sized(0, at, Some(14), 0, &[]),
+            sized(1, at, None, 300, &[(20, None), (0, Some(200))]),
+            sized(6, at, Some(0), 1, &[(128, Some(1)), (5, None), (0, None)]),
+        ];
+        for r in &records {
+            h.push(r.clone());
+        }
+        let back = h.query(&Query::default());
+        let json = |r: &EventRecord| serde_json::to_string(r).unwrap();
+        assert_eq!(back.iter().map(|r| json(r)).collect::<Vec<_>>(), records.iter().map(json).collect::<Vec<_>>());
+    }
+
+    proptest::proptest! {
+        /// Whatever the records' sizes, the history's memory — each text block as the
+        /// allocator sized it, and the queues' buffers — stays within its budget, is
+        /// what `bytes` says, and the newest record is kept whenever it fits easily.
+        #[test]
+        fn the_history_takes_no_more_memory_than_its_budget_for_any_mix_of_records(
+            budget in 256usize..256 * 1024,
+            boot_secs in 0u64..3,
+            records in proptest::collection::vec(
+                (proptest::option::of(0usize..40), 0usize..600, proptest::collection::vec((0usize..300, proptest::option::of(0usize..100)), 0..4)),
+                1..400,
+            ),
+        ) {
+            let start = SystemTime::now() - Duration::from_secs(1);
+            let mut h = History::started_at(start, Duration::from_secs(86400), Duration::from_secs(boot_secs), 1000)
+                .with_budget(budget);
+            for (seq, (name, description, changes)) in records.into_iter().enumerate() {
+                let r = sized(seq as u64, start + Duration::from_millis(seq as u64 * 5), name, description, &changes);
+                let fits_easily = r.footprint() + 8 * 1024 <= budget / 2;
+                h.push(r);
+                for p in h.boot.iter().chain(h.recent.iter()) {
+                    proptest::prop_assert!(measured(&p.text) >= block(p.text.len()), "the model is a floor");
+                }
+                let texts: usize = h.boot.iter().chain(h.recent.iter()).map(|p| measured(&p.text)).sum();
+                let measured = texts + buffer_cost(&h.boot) + buffer_cost(&h.recent);
+                proptest::prop_assert_eq!(h.bytes(), measured);
+                proptest::prop_assert!(measured <= budget, "{} > {}", measured, budget);
+                // (The first hour's records are kept before newer ones.)
+                if fits_easily && h.boot.is_empty() {
+                    let last = h.recent.back().or(h.boot.back()).map(|p| p.seq);
+                    proptest::prop_assert_eq!(last, Some(seq as u64));
+                }
+            }
+        }
     }
 }
