@@ -393,7 +393,7 @@ impl Outbox {
 mod tests {
     use std::time::SystemTime;
 
-    use super::history::buffer_cost;
+    use super::history::{buffer_cost, text_cost as measured};
     use super::*;
     use crate::model::event::EventSource;
 
@@ -630,25 +630,6 @@ mod tests {
             h.push(record(i, SystemTime::now()));
         }
         assert_eq!(h.len(), 3);
-    }
-
-    /// What the allocator says a text block takes: glibc's usable size and its header.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    #[allow(unsafe_code)]
-    fn measured(text: &[u8]) -> usize {
-        unsafe extern "C" {
-            fn malloc_usable_size(p: *const std::ffi::c_void) -> usize;
-        }
-        if text.is_empty() {
-            return 0;
-        }
-        // SAFETY: `text` is a live block from the global allocator, glibc's malloc here.
-        unsafe { malloc_usable_size(text.as_ptr().cast()) + 8 }
-    }
-
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    fn measured(text: &[u8]) -> usize {
-        block(text.len())
     }
 
     fn sized(

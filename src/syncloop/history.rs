@@ -85,7 +85,7 @@ pub(crate) fn block(len: usize) -> usize {
 /// chunk whose remainder was under its smallest; elsewhere [`block`].
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
-fn text_cost(text: &[u8]) -> usize {
+pub(super) fn text_cost(text: &[u8]) -> usize {
     unsafe extern "C" {
         fn malloc_usable_size(p: *const std::ffi::c_void) -> usize;
     }
@@ -98,7 +98,7 @@ fn text_cost(text: &[u8]) -> usize {
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn text_cost(text: &[u8]) -> usize {
+pub(super) fn text_cost(text: &[u8]) -> usize {
     block(text.len())
 }
 
