@@ -183,7 +183,13 @@ pub async fn inspect_prefetched<R: RuntimeService>(
     let mut sandboxes: Vec<SandboxStatus> = sandbox_reads.iter().map(|r| sandbox_status(r, previous)).collect();
     let mut containers: Vec<_> = container_reads.iter().map(|r| ContainerStatus::from_cri(&r.status)).collect();
     give_processes(&mut containers, &container_reads, host, previous).await;
-    let mut containers: Vec<_> = containers.into_iter().map(|c| share_unchanged(c, previous)).collect();
+    // Into a new allocation: collecting a `Vec`'s own `into_iter` reuses its buffer, and
+    // the status would keep room for whole `ContainerStatus`es to hold pointers.
+    let mut containers: Vec<Arc<ContainerStatus>> = {
+        let mut shared = Vec::with_capacity(containers.len());
+        shared.extend(containers.into_iter().map(|c| share_unchanged(c, previous)));
+        shared
+    };
     let about = About::of(pod, &sandbox_reads, previous);
     sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
     containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));

@@ -40,11 +40,25 @@ pub struct RuntimePod {
     pub containers: Vec<RuntimeContainer>,
 }
 
-/// A pod's record: committed state and the current listing.
+/// A pod's record: committed state and the current listing. On an idle node the two
+/// are equal for almost every pod, so a listing equal to the committed state is held
+/// once (`current_is_old`).
 #[derive(Clone, Debug, Default)]
 struct PodRecord {
     old: Option<RuntimePod>,
     current: Option<RuntimePod>,
+    current_is_old: bool,
+}
+
+impl PodRecord {
+    fn current(&self) -> Option<&RuntimePod> {
+        if self.current_is_old { self.old.as_ref() } else { self.current.as_ref() }
+    }
+
+    fn set_current(&mut self, pod: Option<RuntimePod>) {
+        self.current_is_old = pod.is_some() && pod == self.old;
+        self.current = if self.current_is_old { None } else { pod };
+    }
 }
 
 /// Pod records by UID.
@@ -128,6 +142,10 @@ pub fn group_pods(sandboxes: Vec<cri::PodSandbox>, containers: Vec<cri::Containe
         .map(|(uid, mut pod)| {
             pod.sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.id.cmp(&b.id)));
             pod.containers.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.id.cmp(&b.id)));
+            // Records live as long as their pod: no slack from `push`'s doubling (a pod
+            // of 5 containers would hold room for 8).
+            pod.sandboxes.shrink_to_fit();
+            pod.containers.shrink_to_fit();
             (uid, pod)
         })
         .collect()
@@ -166,22 +184,23 @@ impl PodRecords {
     /// Records `status` as the pod's committed state, as if plegd had read it: the
     /// next relist's diff against the runtime gives what changed since.
     pub fn seed(&mut self, status: &crate::model::PodStatus) {
-        self.records.insert(status.uid.clone(), PodRecord { old: Some(RuntimePod::of_status(status)), current: None });
+        let old = Some(RuntimePod::of_status(status));
+        self.records.insert(status.uid.clone(), PodRecord { old, ..Default::default() });
     }
 
     /// Replaces every record's current listing: pods not in `pods` become absent.
     pub fn set_current(&mut self, mut pods: BTreeMap<String, RuntimePod>) {
         for (uid, rec) in self.records.iter_mut() {
-            rec.current = pods.remove(uid);
+            rec.set_current(pods.remove(uid));
         }
         for (uid, pod) in pods {
-            self.records.insert(uid, PodRecord { old: None, current: Some(pod) });
+            self.records.insert(uid, PodRecord { current: Some(pod), ..Default::default() });
         }
     }
 
     /// Replaces one pod's current listing (a targeted relist).
     pub fn set_current_one(&mut self, uid: &str, pod: Option<RuntimePod>) {
-        self.records.entry(uid.to_owned()).or_default().current = pod;
+        self.records.entry(uid.to_owned()).or_default().set_current(pod);
     }
 
     /// UIDs of all records, sorted.
@@ -193,7 +212,7 @@ impl PodRecords {
 
     /// The current listing of a pod.
     pub fn current(&self, uid: &str) -> Option<&RuntimePod> {
-        self.records.get(uid).and_then(|r| r.current.as_ref())
+        self.records.get(uid).and_then(PodRecord::current)
     }
 
     /// The committed listing of a pod.
@@ -204,7 +223,7 @@ impl PodRecords {
     /// The pod's name and namespace from whichever listing has them.
     pub fn pod_name(&self, uid: &str) -> (String, String) {
         let r = self.records.get(uid);
-        let p = r.and_then(|r| r.current.as_ref().or(r.old.as_ref()));
+        let p = r.and_then(|r| r.current().or(r.old.as_ref()));
         p.map(|p| (p.namespace.clone(), p.name.clone())).unwrap_or_default()
     }
 
@@ -220,7 +239,7 @@ impl PodRecords {
     pub fn changed(&self, also: &std::collections::HashSet<String>) -> BTreeMap<String, Vec<Transition>> {
         self.records
             .iter()
-            .filter(|(uid, rec)| rec.old != rec.current || also.contains(*uid))
+            .filter(|(uid, rec)| rec.old.as_ref() != rec.current() || also.contains(*uid))
             .map(|(uid, rec)| (uid.clone(), transitions_of(rec)))
             .collect()
     }
@@ -228,7 +247,7 @@ impl PodRecords {
 
 fn transitions_of(rec: &PodRecord) -> Vec<Transition> {
     {
-        let (old, cur) = (rec.old.as_ref(), rec.current.as_ref());
+        let (old, cur) = (rec.old.as_ref(), rec.current());
         if old == cur {
             return Vec::new();
         }
@@ -269,6 +288,7 @@ impl PodRecords {
         if let Some(rec) = self.records.get_mut(uid) {
             match rec.current.take() {
                 Some(cur) => rec.old = Some(cur),
+                None if std::mem::take(&mut rec.current_is_old) => {}
                 None => {
                     self.records.remove(uid);
                 }
@@ -279,20 +299,20 @@ impl PodRecords {
     /// Sandbox ids the records know for a pod (committed or current).
     pub fn sandbox_ids(&self, uid: &str) -> std::collections::BTreeSet<String> {
         let Some(r) = self.records.get(uid) else { return Default::default() };
-        r.old.iter().chain(&r.current).flat_map(|p| p.sandboxes.iter().map(|s| s.id.clone())).collect()
+        r.old.iter().chain(r.current()).flat_map(|p| p.sandboxes.iter().map(|s| s.id.clone())).collect()
     }
 
     /// Container ids of the pod, committed or listed.
     pub fn container_ids(&self, uid: &str) -> std::collections::BTreeSet<String> {
         let Some(r) = self.records.get(uid) else { return Default::default() };
-        r.old.iter().chain(&r.current).flat_map(|p| p.containers.iter().map(|c| c.id.clone())).collect()
+        r.old.iter().chain(r.current()).flat_map(|p| p.containers.iter().map(|c| c.id.clone())).collect()
     }
 
     /// The pod that has (or had) a container or sandbox with this id.
     pub fn uid_of(&self, id: &str) -> Option<String> {
         self.records.iter().find_map(|(uid, r)| {
             let has = |p: &RuntimePod| p.containers.iter().chain(&p.sandboxes).any(|c| c.id == id);
-            (r.old.as_ref().is_some_and(has) || r.current.as_ref().is_some_and(has)).then(|| uid.clone())
+            (r.old.as_ref().is_some_and(has) || r.current().is_some_and(has)).then(|| uid.clone())
         })
     }
 
@@ -388,5 +408,29 @@ mod tests {
         assert_eq!(recs.transitions("u1").len(), 1);
         recs.set_current(group_pods(vec![sandbox("s1", "u1", true, 1)], vec![]));
         assert_eq!(recs.transitions("u1").len(), 1, "not committed: the change is still pending");
+    }
+
+    #[test]
+    fn a_listing_equal_to_the_committed_state_is_held_once_and_reads_as_before() {
+        let mut recs = PodRecords::default();
+        let ready = || group_pods(vec![sandbox("s1", "u1", true, 1)], vec![]);
+        recs.set_current(ready());
+        recs.commit("u1");
+        recs.set_current(ready());
+        let rec = &recs.records["u1"];
+        assert!(rec.current.is_none() && rec.current_is_old, "held once");
+        assert!(recs.current("u1").is_some() && recs.current("u1") == recs.old("u1"));
+        assert!(recs.transitions("u1").is_empty() && recs.changed(&Default::default()).is_empty());
+        assert_eq!(recs.sandbox_ids("u1").len(), 1);
+        recs.commit("u1");
+        assert_eq!(recs.old("u1"), ready().get("u1"), "a commit of the same listing keeps it");
+        // A change is held as itself, and an absence is an absence.
+        recs.set_current(group_pods(vec![sandbox("s1", "u1", false, 1)], vec![]));
+        assert!(!recs.records["u1"].current_is_old);
+        assert_eq!(recs.transitions("u1").len(), 1);
+        recs.set_current(BTreeMap::new());
+        assert!(recs.current("u1").is_none() && recs.transitions("u1").len() == 2);
+        recs.commit("u1");
+        assert!(recs.is_empty());
     }
 }
