@@ -141,11 +141,9 @@ pub const SUPPORTED: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
 /// fast bins and no thread caches left 47.4 MiB resident against 51.1 by default, and
 /// 0.7 instead of 2.3 MiB of growth over the last 5 minutes; jemalloc left 55.3
 /// (BENCHMARKS.md). Thread caches cannot be set through `mallopt`; the other two can.
-/// The one arena also keeps a full relist's listing (10 MiB at 20,000 containers) for
-/// the next one instead of faulting a fresh one in every second: at 5,000 × 4, idle,
-/// 8.4 MiB more resident, and most of why the idle relist went from 1.87 to 1.20 % of
-/// a core (`cargo bench --bench scale`; with a 1 MiB mmap threshold, which maps such
-/// buffers afresh, 72.0 MiB and 2.13 %). Call it first thing in `main`,
+/// An idle relist holds no listing ([`crate::cri::hashed`] hashes the answers as they
+/// arrive); a changed one's listing (about 10 MiB at 20,000 containers) is kept by the
+/// one arena for the next rather than mapped afresh. Call it first thing in `main`,
 /// before any thread starts; returns whether this build's allocator took the settings
 /// (elsewhere than glibc: nothing to set).
 pub fn tune() -> bool {

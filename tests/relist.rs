@@ -647,3 +647,46 @@ async fn a_runtime_that_names_no_pid_is_asked_one_container_status_per_container
     assert_eq!(statuses() - before, 3, "a targeted read reads each container once");
     assert_eq!(events.try_recv().expect("an event")[0].container_id, third);
 }
+
+#[tokio::test]
+async fn an_idle_relist_over_the_socket_asks_for_the_listings_hash_and_lists_in_full_only_after_a_change() {
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_secs(2));
+    let pod = PodSpec::new("default", "web");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app"), ContainerSpec::new("side")]).await;
+    let lists = || (h.sim.calls("ListPodSandbox"), h.sim.calls("ListContainers"));
+    assert!(!p.pleg.relist().await.unwrap().unchanged);
+    // The first unchanged relist follows a change: it lists in full.
+    let before = lists();
+    assert!(p.pleg.relist().await.unwrap().unchanged);
+    assert_eq!(lists(), (before.0 + 1, before.1 + 1));
+    // From then on each relist is one call per answer, hashed as it arrives.
+    for _ in 0..3 {
+        let before = lists();
+        let idle = p.pleg.relist().await.unwrap();
+        assert!(idle.unchanged && idle.events == 0, "{idle:?}");
+        assert_eq!(lists(), (before.0 + 1, before.1 + 1));
+    }
+    // A change after idleness costs one more listing, and is diffed as any change.
+    h.sim.exit_container(&ids[1], 2, "Error");
+    p.drain();
+    let before = lists();
+    let died = p.pleg.relist().await.unwrap();
+    assert!(!died.unchanged && died.events == 1, "{died:?}");
+    assert_eq!(summary(&p.drain()), [s("CONTAINER_DIED", "side")]);
+    assert_eq!(lists(), (before.0 + 2, before.1 + 2), "the hashes, then the listing");
+    // A failing answer fails the relist and is not taken for an unchanged listing.
+    assert!(p.pleg.relist().await.unwrap().unchanged);
+    h.sim.inject(Fault {
+        method: "ListContainers",
+        target: None,
+        action: FaultAction::Error(tonic::Code::Internal, "boom".into()),
+        times: Some(1),
+    });
+    h.sim.exit_container(&ids[0], 0, "Completed");
+    let err = p.pleg.relist().await.unwrap_err().to_string();
+    assert!(err.contains("ListContainers") && err.contains("boom"), "{err}");
+    let after = p.pleg.relist().await.unwrap();
+    assert!(!after.unchanged && after.events == 1, "{after:?}");
+    assert_eq!(summary(&p.drain()), [s("CONTAINER_DIED", "app")]);
+}

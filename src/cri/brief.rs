@@ -100,9 +100,9 @@ impl EncodedListing {
     /// marshals map entries — labels, annotations — in random order), keyed by `seed` so
     /// that nobody can aim a collision at it; `None` if the bytes are not a listing.
     pub fn fingerprint(&self, seed: u64) -> Option<u64> {
-        let s = multiset_hash(&self.sandboxes, seed, true)?;
-        let c = multiset_hash(&self.containers, seed ^ 0x9e37_79b9_7f4a_7c15, true)?;
-        Some(mix(s ^ seed, c ^ 0xd6e8_feb8_6659_fd93))
+        let s = multiset_hash(&self.sandboxes, Answer::Sandboxes.seed(seed), true)?;
+        let c = multiset_hash(&self.containers, Answer::Containers.seed(seed), true)?;
+        Some(fingerprint_of(seed, s, c))
     }
 
     /// Decodes the projection of both answers; an error names the call whose answer
@@ -171,40 +171,192 @@ fn item_hash(bytes: &[u8], seed: u64) -> u64 {
     mix(P1 ^ len as u64, mix(a ^ P1, b ^ s) ^ P0)
 }
 
-/// The wrapping sum of the hashes of every field of a message, plus their count: a
-/// multiset hash. With `items`, each length-delimited field is a message whose own
-/// fields are hashed the same way (one level down).
-fn multiset_hash(mut buf: &[u8], seed: u64, items: bool) -> Option<u64> {
-    let (mut sum, mut count) = (0u64, 0u64);
-    while !buf.is_empty() {
-        let start = buf;
-        let key = prost::encoding::decode_varint(&mut buf).ok()?;
-        let mut value: &[u8] = &[];
-        match key & 7 {
-            0 => {
-                prost::encoding::decode_varint(&mut buf).ok()?;
-            }
-            1 if buf.len() >= 8 => buf.advance(8),
-            2 => {
-                let len = usize::try_from(prost::encoding::decode_varint(&mut buf).ok()?).ok()?;
-                if len > buf.len() {
-                    return None;
-                }
-                value = &buf[..len];
-                buf.advance(len);
-            }
-            5 if buf.len() >= 4 => buf.advance(4),
-            _ => return None,
+/// The fingerprint of a listing whose two answers hash to `sandboxes` and `containers`
+/// (each hashed with its [`Answer::seed`]).
+pub fn fingerprint_of(seed: u64, sandboxes: u64, containers: u64) -> u64 {
+    mix(sandboxes ^ seed, containers ^ 0xd6e8_feb8_6659_fd93)
+}
+
+/// One of the two answers a listing is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// `ListPodSandboxResponse`.
+    Sandboxes,
+    /// `ListContainersResponse`.
+    Containers,
+}
+
+impl Answer {
+    /// The key this answer's hash takes, from the listing's: the two answers swapped
+    /// are another listing.
+    pub fn seed(self, seed: u64) -> u64 {
+        match self {
+            Self::Sandboxes => seed,
+            Self::Containers => seed ^ 0x9e37_79b9_7f4a_7c15,
         }
-        let h = if items && key & 7 == 2 {
-            mix(multiset_hash(value, seed, false)? ^ key, 0x8ebc_6af0_9c88_c6e3 ^ seed)
-        } else {
-            item_hash(&start[..start.len() - buf.len()], seed)
-        };
-        sum = sum.wrapping_add(h);
-        count += 1;
     }
-    Some(mix(sum ^ seed, count ^ 0x8ebc_6af0_9c88_c6e3))
+}
+
+/// The protobuf wire format is not followed.
+#[derive(Debug, PartialEq, Eq)]
+struct Malformed;
+
+/// The longest head a field can have: a key and a length, ten bytes each at most.
+const FIELD_HEAD_MAX: usize = 20;
+
+/// A varint at the start of `buf` and its length; `Ok(None)` when `buf` ends inside it.
+fn varint(buf: &[u8]) -> Result<Option<(u64, usize)>, Malformed> {
+    let mut value = 0u64;
+    for (i, &b) in buf.iter().enumerate().take(10) {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            // The tenth byte holds the 64th bit only.
+            return if i == 9 && b > 1 { Err(Malformed) } else { Ok(Some((value, i + 1))) };
+        }
+    }
+    if buf.len() >= 10 { Err(Malformed) } else { Ok(None) }
+}
+
+/// The field at the start of a message's bytes, known from its head.
+struct Field {
+    /// Its key (field number and wire type).
+    key: u64,
+    /// Its whole length, key included.
+    len: usize,
+    /// Where a length-delimited field's value starts.
+    value_at: usize,
+}
+
+impl Field {
+    /// The field `buf` starts with, once its head (key, and length or varint value) is
+    /// there; its value may not be (`len` past the end of `buf`). `Ok(None)` while the
+    /// head is cut.
+    fn head(buf: &[u8]) -> Result<Option<Field>, Malformed> {
+        let Some((key, k)) = varint(buf)? else { return Ok(None) };
+        let fixed = |n: usize| Field { key, len: k + n, value_at: k + n };
+        Ok(Some(match key & 7 {
+            0 => match varint(&buf[k..])? {
+                Some((_, n)) => fixed(n),
+                None => return Ok(None),
+            },
+            1 => fixed(8),
+            5 => fixed(4),
+            2 => match varint(&buf[k..])? {
+                Some((len, n)) => {
+                    let len = usize::try_from(len).map_err(|_| Malformed)?;
+                    Field { key, len: (k + n).checked_add(len).ok_or(Malformed)?, value_at: k + n }
+                }
+                None => return Ok(None),
+            },
+            _ => return Err(Malformed),
+        }))
+    }
+
+    /// Its hash: a length-delimited field of a listing (`items`) is an item, whose own
+    /// fields are summed in any order; any other field is hashed as it is encoded.
+    fn hash(&self, buf: &[u8], seed: u64, items: bool) -> Result<u64, Malformed> {
+        Ok(if items && self.key & 7 == 2 {
+            let inner = multiset_hash(&buf[self.value_at..self.len], seed, false).ok_or(Malformed)?;
+            mix(inner ^ self.key, 0x8ebc_6af0_9c88_c6e3 ^ seed)
+        } else {
+            item_hash(&buf[..self.len], seed)
+        })
+    }
+}
+
+/// The wrapping sum of the hashes of a message's fields, and their count: a multiset
+/// hash, the same whatever order the fields come in.
+#[derive(Clone, Copy, Debug, Default)]
+struct FieldSum {
+    sum: u64,
+    count: u64,
+}
+
+impl FieldSum {
+    fn add(&mut self, h: u64) {
+        self.sum = self.sum.wrapping_add(h);
+        self.count += 1;
+    }
+
+    fn finish(self, seed: u64) -> u64 {
+        mix(self.sum ^ seed, self.count ^ 0x8ebc_6af0_9c88_c6e3)
+    }
+
+    /// Adds each whole field at the start of `buf`; returns the bytes they took.
+    fn add_fields(&mut self, buf: &[u8], seed: u64, items: bool) -> Result<usize, Malformed> {
+        let mut used = 0;
+        while let Some(field) = Field::head(&buf[used..])?
+            && field.len <= buf.len() - used
+        {
+            self.add(field.hash(&buf[used..], seed, items)?);
+            used += field.len;
+        }
+        Ok(used)
+    }
+}
+
+/// The multiset hash of a whole message. With `items`, each length-delimited field is
+/// a message whose own fields are hashed the same way (one level down).
+fn multiset_hash(buf: &[u8], seed: u64, items: bool) -> Option<u64> {
+    let mut sum = FieldSum::default();
+    let used = sum.add_fields(buf, seed, items).ok()?;
+    (used == buf.len()).then(|| sum.finish(seed))
+}
+
+/// The hash of one listing answer, fed its bytes as they arrive, in pieces cut
+/// anywhere: equal to the hash of the whole answer ([`EncodedListing::fingerprint`]'s),
+/// without the answer ever being held. Only an item cut by a piece's end is kept until
+/// the piece that completes it.
+#[derive(Debug)]
+pub struct AnswerHash {
+    seed: u64,
+    sum: FieldSum,
+    /// The start of an item the pieces so far have not completed.
+    pending: Vec<u8>,
+    malformed: bool,
+}
+
+impl AnswerHash {
+    /// A hash of `answer`, for the listing fingerprint keyed by `seed`.
+    pub fn new(answer: Answer, seed: u64) -> Self {
+        Self { seed: answer.seed(seed), sum: FieldSum::default(), pending: Vec::new(), malformed: false }
+    }
+
+    /// Adds the next piece of the answer.
+    pub fn feed(&mut self, mut piece: &[u8]) {
+        // First the item the last piece cut: its head, then exactly the bytes it lacks.
+        while !self.pending.is_empty() && !piece.is_empty() && !self.malformed {
+            let lacks = match Field::head(&self.pending) {
+                // A whole field is never left pending.
+                Ok(Some(field)) => field.len.saturating_sub(self.pending.len()),
+                Ok(None) => FIELD_HEAD_MAX,
+                Err(Malformed) => {
+                    self.malformed = true;
+                    return;
+                }
+            };
+            let take = lacks.min(piece.len());
+            self.pending.extend_from_slice(&piece[..take]);
+            piece = &piece[take..];
+            let pending = std::mem::take(&mut self.pending);
+            match self.sum.add_fields(&pending, self.seed, true) {
+                Ok(used) => self.pending.extend_from_slice(&pending[used..]),
+                Err(Malformed) => self.malformed = true,
+            }
+        }
+        if self.malformed || !self.pending.is_empty() {
+            return;
+        }
+        match self.sum.add_fields(piece, self.seed, true) {
+            Ok(used) => self.pending.extend_from_slice(&piece[used..]),
+            Err(Malformed) => self.malformed = true,
+        }
+    }
+
+    /// The answer's hash; `None` if its bytes were not a listing.
+    pub fn finish(self) -> Option<u64> {
+        (!self.malformed && self.pending.is_empty()).then(|| self.sum.finish(self.seed))
+    }
 }
 
 impl<Req> Default for RawCodec<Req> {
@@ -448,6 +600,92 @@ mod tests {
         listing.containers.truncate(listing.containers.len() - 3);
         assert_eq!(listing.fingerprint(1), None);
         assert_eq!(listing.decode().unwrap_err().0, "ListContainers");
+    }
+
+    /// `answer` hashed in the pieces `cuts` makes of it.
+    fn hashed_in_pieces(answer: &[u8], which: Answer, seed: u64, cuts: &[usize]) -> Option<u64> {
+        let mut at: Vec<usize> = cuts.iter().map(|c| c % (answer.len() + 1)).collect();
+        at.extend([0, answer.len()]);
+        at.sort_unstable();
+        let mut h = AnswerHash::new(which, seed);
+        for w in at.windows(2) {
+            h.feed(&answer[w[0]..w[1]]);
+        }
+        h.finish()
+    }
+
+    fn containers_strategy() -> impl proptest::strategy::Strategy<Value = Vec<v1::Container>> {
+        use proptest::prelude::*;
+        let one = ("[a-f0-9]{1,70}", "[a-z]{0,12}", 0u32..300, 0i32..4, any::<i64>(), 0usize..6).prop_map(
+            |(id, name, attempt, state, created_at, labels)| v1::Container {
+                id: id.clone(),
+                pod_sandbox_id: format!("s-{id}"),
+                metadata: Some(v1::ContainerMetadata { name, attempt }),
+                state,
+                created_at,
+                labels: (0..labels).map(|i| (format!("k{i}"), "v".repeat(i * 40))).collect(),
+                ..Default::default()
+            },
+        );
+        proptest::collection::vec(one, 0..40)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn an_answer_hashed_in_pieces_cut_anywhere_is_the_answer_hashed_whole(
+            containers in containers_strategy(),
+            cuts in proptest::collection::vec(proptest::prelude::any::<usize>(), 0..12),
+            seed in proptest::prelude::any::<u64>(),
+        ) {
+            let listing = EncodedListing::encode(vec![], containers);
+            let whole = listing.fingerprint(seed);
+            proptest::prop_assert!(whole.is_some());
+            let streamed = (
+                hashed_in_pieces(&listing.sandboxes, Answer::Sandboxes, seed, &cuts),
+                hashed_in_pieces(&listing.containers, Answer::Containers, seed, &cuts),
+            );
+            let streamed = match streamed {
+                (Some(s), Some(c)) => Some(fingerprint_of(seed, s, c)),
+                _ => None,
+            };
+            proptest::prop_assert_eq!(streamed, whole);
+        }
+
+        #[test]
+        fn bytes_that_are_not_a_listing_have_no_hash_in_pieces_exactly_when_they_have_none_whole(
+            containers in containers_strategy(),
+            damage in proptest::collection::vec((proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 0..4),
+            cut_short in proptest::prelude::any::<bool>(),
+            cuts in proptest::collection::vec(proptest::prelude::any::<usize>(), 0..12),
+        ) {
+            let mut bytes = v1::ListContainersResponse { containers }.encode_to_vec();
+            for (at, b) in damage {
+                if !bytes.is_empty() {
+                    let n = bytes.len();
+                    bytes[at % n] = b;
+                }
+            }
+            if cut_short && !bytes.is_empty() {
+                bytes.truncate(bytes.len() - 1);
+            }
+            let whole = multiset_hash(&bytes, Answer::Containers.seed(7), true);
+            proptest::prop_assert_eq!(hashed_in_pieces(&bytes, Answer::Containers, 7, &cuts), whole);
+        }
+    }
+
+    #[test]
+    fn an_answer_fed_one_byte_at_a_time_holds_no_more_than_the_item_it_is_in() {
+        let containers: Vec<_> = (0..50).map(|i| container(&format!("c{i:062}"), "s1", "app")).collect();
+        let bytes = v1::ListContainersResponse { containers }.encode_to_vec();
+        let mut h = AnswerHash::new(Answer::Containers, 3);
+        let mut most = 0;
+        for b in &bytes {
+            h.feed(std::slice::from_ref(b));
+            most = most.max(h.pending.len());
+        }
+        let item = bytes.len() / 50;
+        assert!(most <= item, "held {most} bytes; one item is {item}");
+        assert_eq!(h.finish(), multiset_hash(&bytes, Answer::Containers.seed(3), true));
     }
 
     #[test]

@@ -166,16 +166,20 @@ const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
 /// Calls `path` (a unary method of `runtime.v1.RuntimeService`) with `req` and returns
 /// the answer undecoded.
-async fn call_raw<Req>(
-    channel: Channel,
+async fn call_raw<Req, S>(
+    channel: S,
     path: &'static str,
     req: tonic::Request<Req>,
 ) -> Result<tonic::Response<prost::bytes::Bytes>, tonic::Status>
 where
     Req: prost::Message + Send + Sync + 'static,
+    S: tonic::client::GrpcService<tonic::body::Body>,
+    S::ResponseBody: Send + 'static,
+    <S::ResponseBody as http_body::Body>::Error: Into<tonic::codegen::StdError> + Send,
+    S::Error: Into<tonic::codegen::StdError>,
 {
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_MESSAGE);
-    grpc.ready().await.map_err(|e| tonic::Status::unavailable(format!("runtime not ready: {e}")))?;
+    grpc.ready().await.map_err(|e| tonic::Status::unavailable(format!("runtime not ready: {}", e.into())))?;
     let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
     grpc.unary(req, path, super::brief::RawCodec::<Req>::default()).await
 }
@@ -254,6 +258,39 @@ impl RuntimeService for CriClient {
             })
             .await?;
         Ok(super::brief::EncodedListing { sandboxes, containers })
+    }
+
+    async fn list_if_changed(
+        &self,
+        seed: u64,
+        unchanged: u64,
+    ) -> Result<Option<super::brief::EncodedListing>, CriError> {
+        use super::brief::{Answer, fingerprint_of};
+        let hashed = |answer: Answer, method: &'static str, path: &'static str| {
+            let channel = self.channel.clone();
+            self.unary(method, move |_, t| async move {
+                let hashing = super::hashed::Hashing { channel, answer, seed, max_len: MAX_MESSAGE };
+                match answer {
+                    Answer::Sandboxes => {
+                        call_raw(hashing, path, request(v1::ListPodSandboxRequest { filter: None }, t)).await
+                    }
+                    Answer::Containers => {
+                        call_raw(hashing, path, request(v1::ListContainersRequest { filter: None }, t)).await
+                    }
+                }
+            })
+        };
+        let sandboxes =
+            hashed(Answer::Sandboxes, "ListPodSandbox", "/runtime.v1.RuntimeService/ListPodSandbox").await?;
+        let containers =
+            hashed(Answer::Containers, "ListContainers", "/runtime.v1.RuntimeService/ListContainers").await?;
+        let fingerprint = super::hashed::hash_of(&sandboxes)
+            .zip(super::hashed::hash_of(&containers))
+            .map(|(s, c)| fingerprint_of(seed, s, c));
+        if fingerprint == Some(unchanged) {
+            return Ok(None);
+        }
+        self.list_encoded().await.map(Some)
     }
 
     async fn pod_sandbox_status(&self, id: &str) -> Result<v1::PodSandboxStatus, CriError> {

@@ -3,6 +3,7 @@
 
 pub mod brief;
 pub mod client;
+pub mod hashed;
 pub mod metrics;
 pub mod spec;
 pub mod verbose;
@@ -137,6 +138,21 @@ pub trait RuntimeService: Clone + Send + Sync + 'static {
             let sandboxes = self.list_pod_sandboxes(None).await?;
             let containers = self.list_containers(None).await?;
             Ok(brief::EncodedListing::encode(sandboxes, containers))
+        }
+    }
+    /// The listing [`list_encoded`](Self::list_encoded) gives, unless its fingerprint
+    /// keyed by `seed` ([`brief::EncodedListing::fingerprint`]) is `unchanged`: then
+    /// `None`. A client over a socket hashes the answers as they arrive first and lists
+    /// again only when they changed, so an idle node's relist never holds its listing;
+    /// one served in-process lists once.
+    fn list_if_changed(
+        &self,
+        seed: u64,
+        unchanged: u64,
+    ) -> impl Future<Output = Result<Option<brief::EncodedListing>, CriError>> + Send {
+        async move {
+            let listing = self.list_encoded().await?;
+            Ok((listing.fingerprint(seed) != Some(unchanged)).then_some(listing))
         }
     }
     /// `ContainerStatus` (not verbose).

@@ -142,6 +142,10 @@ struct Seeds {
 struct Listing {
     /// Its fingerprint; cleared when anything else touches the records.
     fingerprint: Option<u64>,
+    /// Whether the last full relist found the listing unchanged: the next one asks the
+    /// runtime for the fingerprint first ([`RuntimeService::list_if_changed`]) and lists
+    /// in full only if it changed. A node that is changing lists in full at once.
+    idle: bool,
     /// This process's key for fingerprints.
     key: u64,
 }
@@ -240,7 +244,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             },
             books: Books::default(),
             seeds: Seeds::default(),
-            listing: Listing { fingerprint: None, key: fastrand::u64(..) },
+            listing: Listing { fingerprint: None, idle: false, key: fastrand::u64(..) },
             report: Report { health, metrics, beat: Beat::detached("relist"), failing: false, last_start: None },
         }
     }
@@ -340,19 +344,30 @@ impl<R: RuntimeService> GenericPleg<R> {
     }
 
     async fn relist_inner(&mut self, start: Instant, start_wall: SystemTime) -> Result<RelistOutcome, PlegError> {
-        let listing = self.runtime.list_encoded().await.map_err(PlegError::List)?;
         // An idle node lists the same bytes (in some order) every period: with no pod
         // waiting for a re-inspection, the records already hold this listing and every
         // diff would be empty.
-        let fingerprint = listing.fingerprint(self.listing.key);
-        if fingerprint.is_some()
-            && fingerprint == self.listing.fingerprint
-            && !self.reads.any(|_, why| why.has(Reason::FailedRead))
-            && self.books.final_statuses.is_empty()
-        {
+        let skippable = self
+            .listing
+            .fingerprint
+            .filter(|_| !self.reads.any(|_, why| why.has(Reason::FailedRead)) && self.books.final_statuses.is_empty());
+        let listing = match skippable {
+            Some(unchanged) if self.listing.idle => {
+                self.runtime.list_if_changed(self.listing.key, unchanged).await.map_err(PlegError::List)?
+            }
+            _ => Some(self.runtime.list_encoded().await.map_err(PlegError::List)?),
+        };
+        let key = self.listing.key;
+        let listed = listing.map(|l| {
+            let fingerprint = l.fingerprint(key);
+            (l, fingerprint)
+        });
+        let Some((listing, fingerprint)) = listed.filter(|(_, f)| skippable.is_none() || *f != skippable) else {
+            self.listing.idle = true;
             self.finish(start, start_wall);
             return Ok(RelistOutcome { pods: self.records.len(), unchanged: true, ..Default::default() });
-        }
+        };
+        self.listing.idle = false;
         self.listing.fingerprint = None;
         let (sandboxes, containers) =
             super::list::decode_listing(&self.runtime, &listing).await.map_err(PlegError::Decode)?;
