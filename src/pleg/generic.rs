@@ -343,10 +343,14 @@ impl<R: RuntimeService> GenericPleg<R> {
         res
     }
 
-    async fn relist_inner(&mut self, start: Instant, start_wall: SystemTime) -> Result<RelistOutcome, PlegError> {
-        // An idle node lists the same bytes (in some order) every period: with no pod
-        // waiting for a re-inspection, the records already hold this listing and every
-        // diff would be empty.
+    /// The runtime's listing and its fingerprint; `None` when it is the one the records
+    /// already hold. An idle node lists the same bytes (in some order) every period:
+    /// with no pod waiting for a re-inspection, every diff would be empty. After a relist
+    /// that found it so, the runtime is asked for the fingerprint first
+    /// ([`RuntimeService::list_if_changed`]), and lists in full only if it changed.
+    async fn list_unless_unchanged(
+        &mut self,
+    ) -> Result<Option<(crate::cri::brief::EncodedListing, Option<u64>)>, PlegError> {
         let skippable = self
             .listing
             .fingerprint
@@ -362,12 +366,16 @@ impl<R: RuntimeService> GenericPleg<R> {
             let fingerprint = l.fingerprint(key);
             (l, fingerprint)
         });
-        let Some((listing, fingerprint)) = listed.filter(|(_, f)| skippable.is_none() || *f != skippable) else {
-            self.listing.idle = true;
+        let changed = listed.filter(|(_, f)| skippable.is_none() || *f != skippable);
+        self.listing.idle = changed.is_none();
+        Ok(changed)
+    }
+
+    async fn relist_inner(&mut self, start: Instant, start_wall: SystemTime) -> Result<RelistOutcome, PlegError> {
+        let Some((listing, fingerprint)) = self.list_unless_unchanged().await? else {
             self.finish(start, start_wall);
             return Ok(RelistOutcome { pods: self.records.len(), unchanged: true, ..Default::default() });
         };
-        self.listing.idle = false;
         self.listing.fingerprint = None;
         let (sandboxes, containers) =
             super::list::decode_listing(&self.runtime, &listing).await.map_err(PlegError::Decode)?;
