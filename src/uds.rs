@@ -71,16 +71,29 @@ pub async fn bind(path: &Path, mode: u32) -> Result<UnixListener, UdsError> {
 /// A lazily connecting tonic channel to a unix socket; tonic redials on the next call
 /// after the connection breaks.
 pub fn lazy_channel(path: PathBuf) -> tonic::transport::Channel {
+    lazy_channel_on(tonic::transport::Endpoint::from_static("http://plegd.invalid"), path)
+}
+
+/// [`lazy_channel`] with HTTP/2 flow-control windows of `window` bytes per stream and
+/// for the connection: at most that much of an answer waits in the connection for a
+/// reader that lags (hyper's defaults are 2 and 5 MiB). The runtime's answers: a full
+/// listing hashed as it arrives holds no more than this (`cri::hashed`).
+pub fn lazy_channel_windowed(path: PathBuf, window: u32) -> tonic::transport::Channel {
+    let endpoint = tonic::transport::Endpoint::from_static("http://plegd.invalid")
+        .initial_stream_window_size(window)
+        .initial_connection_window_size(window);
+    lazy_channel_on(endpoint, path)
+}
+
+fn lazy_channel_on(endpoint: tonic::transport::Endpoint, path: PathBuf) -> tonic::transport::Channel {
     // The URI is required by tonic but never dialed: the connector below is.
-    tonic::transport::Endpoint::from_static("http://plegd.invalid").connect_with_connector_lazy(tower::service_fn(
-        move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                let stream = UnixStream::connect(path).await?;
-                Ok::<_, io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        },
-    ))
+    endpoint.connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
+        let path = path.clone();
+        async move {
+            let stream = UnixStream::connect(path).await?;
+            Ok::<_, io::Error>(hyper_util::rt::TokioIo::new(stream))
+        }
+    }))
 }
 
 /// The supplementary groups of the process at the other end of a unix socket, as the

@@ -101,7 +101,9 @@ async fn an_unchanged_listing_is_hashed_as_it_arrives_and_never_held_whole() {
     assert_eq!(whole.unwrap().fingerprint(7), Some(fingerprint));
     println!("listing {size} bytes; peak above the start: hashed {hashed_peak} bytes, whole {whole_peak} bytes");
     assert!(whole_peak >= size, "the whole listing is held: {whole_peak} bytes at its peak for {size}");
-    assert!(hashed_peak < size / 8, "the hashed listing held {hashed_peak} bytes at its peak for {size}");
+    // What waits unread in the connection is bounded by its 256 KiB flow-control window,
+    // however slowly this process reads (on a loaded machine, it lags).
+    assert!(hashed_peak < 512 << 10, "the hashed listing held {hashed_peak} bytes at its peak for {size}");
     sim.kill().ok();
     sim.wait().ok();
 }

@@ -686,7 +686,9 @@ async fn an_idle_relist_over_the_socket_asks_for_the_listings_hash_and_lists_in_
     h.sim.exit_container(&ids[0], 0, "Completed");
     let err = p.pleg.relist().await.unwrap_err().to_string();
     assert!(err.contains("ListContainers") && err.contains("boom"), "{err}");
+    let before = lists();
     let after = p.pleg.relist().await.unwrap();
+    assert_eq!(lists(), (before.0 + 1, before.1 + 1), "after a failed hashed listing, a full one at once");
     assert!(!after.unchanged && after.events == 1, "{after:?}");
     assert_eq!(summary(&p.drain()), [s("CONTAINER_DIED", "app")]);
 }

@@ -87,7 +87,7 @@ impl CriClient {
     /// up yet is not an error here; calls fail until it is.
     pub fn new(endpoint: &str, opts: ClientOptions, metrics: CriMetrics) -> Result<Self, UdsError> {
         let path = parse_unix_endpoint(endpoint)?;
-        let channel = crate::uds::lazy_channel(path.clone());
+        let channel = crate::uds::lazy_channel_windowed(path.clone(), RUNTIME_WINDOW);
         let inner = RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE);
         let backoff = Backoff::new(opts.backoff_initial, opts.backoff_max);
         Ok(Self {
@@ -163,6 +163,11 @@ impl CriClient {
 
 /// The largest response plegd decodes (a listing of tens of thousands of containers).
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+
+/// HTTP/2 flow-control window of the runtime connection, per stream and in all: how
+/// much of an answer may wait unread. A listing of 20,000 containers (about 10 MiB) then
+/// takes about 40 window updates, each a few microseconds on a unix socket.
+const RUNTIME_WINDOW: u32 = 256 * 1024;
 
 /// Calls `path` (a unary method of `runtime.v1.RuntimeService`) with `req` and returns
 /// the answer undecoded.

@@ -357,7 +357,10 @@ impl<R: RuntimeService> GenericPleg<R> {
             .filter(|_| !self.reads.any(|_, why| why.has(Reason::FailedRead)) && self.books.final_statuses.is_empty());
         let listing = match skippable {
             Some(unchanged) if self.listing.idle => {
-                self.runtime.list_if_changed(self.listing.key, unchanged).await.map_err(PlegError::List)?
+                let listed = self.runtime.list_if_changed(self.listing.key, unchanged).await;
+                // A failed hashed listing is not retried as one: the next relist lists in full.
+                self.listing.idle &= listed.is_ok();
+                listed.map_err(PlegError::List)?
             }
             _ => Some(self.runtime.list_encoded().await.map_err(PlegError::List)?),
         };
