@@ -75,12 +75,14 @@ async fn an_unchanged_listing_is_hashed_as_it_arrives_and_never_held_whole() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("cri.sock");
     let endpoint = format!("unix://{}", socket.display());
-    let mut sim = std::process::Command::new(env!("CARGO_BIN_EXE_plegd"))
-        .args(["sim", "--listen", &endpoint, "--pods", "1000", "--containers-per-pod", "5", "--churn-per-sec", "0"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("plegd sim");
+    let _sim = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_plegd"))
+            .args(["sim", "--listen", &endpoint, "--pods", "1000", "--containers-per-pod", "5", "--churn-per-sec", "0"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("plegd sim"),
+    );
     let opts = ClientOptions { timeout: Duration::from_secs(10), ..Default::default() };
     let client =
         CriClient::new(&endpoint, opts, plegd::cri::metrics::CriMetrics::register(&mut Default::default())).unwrap();
@@ -104,6 +106,14 @@ async fn an_unchanged_listing_is_hashed_as_it_arrives_and_never_held_whole() {
     // What waits unread in the connection is bounded by its 256 KiB flow-control window,
     // however slowly this process reads (on a loaded machine, it lags).
     assert!(hashed_peak < 512 << 10, "the hashed listing held {hashed_peak} bytes at its peak for {size}");
-    sim.kill().ok();
-    sim.wait().ok();
+}
+
+/// The simulator, killed however the test ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
 }
