@@ -692,3 +692,27 @@ async fn an_idle_relist_over_the_socket_asks_for_the_listings_hash_and_lists_in_
     assert!(!after.unchanged && after.events == 1, "{after:?}");
     assert_eq!(summary(&p.drain()), [s("CONTAINER_DIED", "app")]);
 }
+
+#[tokio::test]
+async fn a_runtime_that_stalls_in_a_hashed_listing_fails_that_relist_at_its_deadline_and_the_next_lists_in_full() {
+    let h = SimHarness::start().await;
+    let mut p = pleg(h.client(), Duration::from_secs(2));
+    let pod = PodSpec::new("default", "web");
+    let (_, ids) = h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
+    let lists = || h.sim.calls("ListContainers");
+    p.pleg.relist().await.unwrap();
+    assert!(p.pleg.relist().await.unwrap().unchanged, "idle: the next relist asks for the hash");
+    p.drain();
+    // The container dies while the runtime's listing never answers.
+    h.sim.exit_container(&ids[0], 9, "Error");
+    h.sim.inject(Fault { method: "ListContainers", target: None, action: FaultAction::Hang, times: Some(1) });
+    let started = std::time::Instant::now();
+    let err = p.pleg.relist().await.unwrap_err().to_string();
+    assert!(err.contains("ListContainers"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10), "the call's 500 ms deadline ends it: {:?}", started.elapsed());
+    let before = lists();
+    let died = p.pleg.relist().await.unwrap();
+    assert!(!died.unchanged && died.events == 1, "{died:?}");
+    assert_eq!(summary(&p.drain()), [s("CONTAINER_DIED", "app")]);
+    assert_eq!(lists(), before + 1, "a full listing at once, not the hash again");
+}
