@@ -8,8 +8,8 @@
 #   clients/go/generate.sh && git diff --exit-code clients/go/plegdv1 &&
 #     test -z "$(git status --porcelain clients/go/plegdv1)"
 #
-# Needs: go, and protoc (Debian: apt-get install protobuf-compiler) with the
-# well-known types (google/protobuf/timestamp.proto) on its include path. The
+# Needs: go, and protoc (Debian: apt-get install protobuf-compiler libprotobuf-dev) with
+# the well-known types (google/protobuf/timestamp.proto) on its include path. The
 # protoc version does not change the generated code; its line in the file header is
 # normalized so that CI's protoc need not match the one that generated the stubs.
 set -euo pipefail
@@ -32,6 +32,13 @@ includes=(-I "$root/cri-proto")
 # Debian's protoc finds the well-known types in /usr/include; others ship them in
 # their own include directory, which protoc searches by itself.
 [ -f /usr/include/google/protobuf/timestamp.proto ] && includes+=(-I /usr/include)
+
+# Ask protoc for the well-known types before the old stubs are removed.
+printf 'syntax = "proto3";\nimport "google/protobuf/timestamp.proto";\n' >"$bin/probe.proto"
+protoc -I "$bin" "${includes[@]}" --descriptor_set_out=/dev/null "$bin/probe.proto" 2>/dev/null || {
+  echo "generate.sh: protoc cannot find google/protobuf/timestamp.proto (Debian: apt-get install libprotobuf-dev)" >&2
+  exit 1
+}
 
 rm -f "$here"/plegdv1/*.pb.go
 protoc "${includes[@]}" \
