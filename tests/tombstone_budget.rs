@@ -43,9 +43,9 @@ fn pod(i: u64, n: u64, round: u64, note: usize) -> Arc<PodStatus> {
                 finished_at: 3,
                 exit_code: 1,
                 reason: "Error".into(),
-                image: "registry.k8s.io/e2e-test-images/busybox:1.36.1-1".into(),
-                image_ref: format!("sha256:{}", hex(7)),
-                image_id: format!("sha256:{}", hex(8)),
+                image: plegd::labels::shared("registry.k8s.io/e2e-test-images/busybox:1.36.1-1"),
+                image_ref: plegd::labels::shared(&format!("sha256:{}", hex(7))),
+                image_id: plegd::labels::shared(&format!("sha256:{}", hex(8))),
                 process: Some(Process {
                     pid: 1000 + serial as u32,
                     cgroup_path: format!("kubepods-besteffort-pod{}.slice:cri-containerd:{id}", uid.replace('-', "_")),

@@ -46,9 +46,9 @@ fn pod(i: u64, n: u64) -> Arc<PodStatus> {
                 started_at: 2,
                 finished_at: 3,
                 reason: "Completed".into(),
-                image: "registry.k8s.io/e2e-test-images/busybox:1.36.1-1".into(),
-                image_ref: format!("sha256:{}", hex(7)),
-                image_id: format!("sha256:{}", hex(8)),
+                image: plegd::labels::shared("registry.k8s.io/e2e-test-images/busybox:1.36.1-1"),
+                image_ref: plegd::labels::shared(&format!("sha256:{}", hex(7))),
+                image_id: plegd::labels::shared(&format!("sha256:{}", hex(8))),
                 process: Some(Process {
                     pid: 1000 + (i * 10 + c) as u32,
                     cgroup_path: format!("kubepods-besteffort-pod{}.slice:cri-containerd:{id}", uid.replace('-', "_")),

@@ -77,13 +77,13 @@ pub fn log_record(entry: &Entry, epoch: u64, node: &str) -> LogRecord {
     if let Some(c) = container {
         attrs.push(kv_int("k8s.container.restart_count", i64::from(c.attempt)));
         if !c.image.is_empty() {
-            attrs.push(kv("container.image.name", &c.image));
+            attrs.push(kv("container.image.name", &*c.image));
         }
         if c.image_ref.contains('@') {
-            attrs.push(kv_list("container.image.repo_digests", vec![c.image_ref.clone()]));
+            attrs.push(kv_list("container.image.repo_digests", vec![c.image_ref.to_string()]));
         }
         if !c.image_id.is_empty() {
-            attrs.push(kv("container.image.id", &c.image_id));
+            attrs.push(kv("container.image.id", &*c.image_id));
         }
         if c.state == ContainerState::Exited && ev.kind == EventType::ContainerDied {
             if !c.reason.is_empty() {

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::labels::Labels;
+use crate::labels::{Labels, shared};
 use crate::proto::{plegd as api, runtime as cri};
 
 pub use crate::host::Namespaces;
@@ -66,12 +66,13 @@ pub struct ContainerStatus {
     pub reason: String,
     /// Human-readable detail.
     pub message: String,
-    /// Image reference.
-    pub image: String,
+    /// Image reference. The image's three strings are shared ([`crate::labels::shared`])
+    /// with every container of the same image.
+    pub image: Arc<str>,
     /// The image in use by digest, as the runtime resolved it.
-    pub image_ref: String,
+    pub image_ref: Arc<str>,
     /// The image's id on the node.
-    pub image_id: String,
+    pub image_id: Arc<str>,
     /// Resources the runtime applied, where it reports them.
     pub resources: Option<Resources>,
     /// Its process and cgroup, read once when plegd first sees it running.
@@ -213,9 +214,9 @@ impl ContainerStatus {
             exit_code: s.exit_code,
             reason: s.reason.clone(),
             message: s.message.clone(),
-            image: s.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
-            image_ref: s.image_ref.clone(),
-            image_id: s.image_id.clone(),
+            image: shared(s.image.as_ref().map_or("", |i| i.image.as_str())),
+            image_ref: shared(&s.image_ref),
+            image_id: shared(&s.image_id),
             resources: s.resources.as_ref().and_then(|r| r.linux.as_ref()).map(|l| Resources {
                 cpu_shares: l.cpu_shares,
                 cpu_quota: l.cpu_quota,
@@ -245,14 +246,14 @@ impl ContainerStatus {
             exit_code: self.exit_code,
             reason: self.reason.clone(),
             message: self.message.clone(),
-            image: self.image.clone(),
+            image: self.image.to_string(),
             labels: self.labels.to_map(),
             annotations: self.annotations.to_map(),
             pid: if self.state == ContainerState::Running { process.pid } else { 0 },
             cgroup_path: process.cgroup_path,
             cgroup_id: process.cgroup_id,
-            image_ref: self.image_ref.clone(),
-            image_id: self.image_id.clone(),
+            image_ref: self.image_ref.to_string(),
+            image_id: self.image_id.to_string(),
             resources: self.resources.map(|r| api::ContainerResources {
                 cpu_shares: r.cpu_shares,
                 cpu_quota: r.cpu_quota,
@@ -442,5 +443,30 @@ mod tests {
         assert_eq!(SandboxState::from_cri(0), SandboxState::Ready);
         assert_eq!(SandboxState::from_cri(1), SandboxState::NotReady);
         assert_eq!(SandboxState::from_cri(7), SandboxState::Unknown);
+    }
+
+    #[test]
+    fn containers_of_one_image_share_its_strings_and_read_as_the_runtime_said() {
+        let of = |id: &str, image: &str| cri::ContainerStatus {
+            id: id.into(),
+            image: Some(cri::ImageSpec { image: image.into(), ..Default::default() }),
+            image_ref: format!("{image}@sha256:0a1b"),
+            image_id: format!("sha256:{image}"),
+            ..Default::default()
+        };
+        let (a, b) =
+            (ContainerStatus::from_cri(&of("a", "busybox:1")), ContainerStatus::from_cri(&of("b", "busybox:1")));
+        let other = ContainerStatus::from_cri(&of("c", "nginx:2"));
+        assert!(Arc::ptr_eq(&a.image, &b.image) && Arc::ptr_eq(&a.image_ref, &b.image_ref));
+        assert!(Arc::ptr_eq(&a.image_id, &b.image_id));
+        assert_eq!(
+            (&*a.image, &*a.image_ref, &*a.image_id),
+            ("busybox:1", "busybox:1@sha256:0a1b", "sha256:busybox:1")
+        );
+        assert_eq!((&*other.image, &*other.image_id), ("nginx:2", "sha256:nginx:2"));
+        let api = a.to_api();
+        assert_eq!((api.image.as_str(), api.image_ref.as_str()), ("busybox:1", "busybox:1@sha256:0a1b"));
+        let none = ContainerStatus::from_cri(&cri::ContainerStatus { image: None, ..of("d", "x") });
+        assert_eq!(&*none.image, "", "no image spec reads as an empty image");
     }
 }

@@ -198,7 +198,7 @@ mod tests {
                 exit_code: *code,
                 reason: (*reason).into(),
                 message: String::new(),
-                image: String::new(),
+                image: Default::default(),
                 labels: Default::default(),
                 annotations: Default::default(),
                 ..Default::default()
