@@ -93,7 +93,10 @@ fn realistic_pods(n: usize) -> Vec<Arc<PodStatus>> {
                         exit_code: 0,
                         reason: String::new(),
                         message: String::new(),
-                        image: plegd::labels::shared(&format!("registry.example.com/shop/{cname}@sha256:{}", hex(k, 99))),
+                        image: plegd::labels::shared(&format!(
+                            "registry.example.com/shop/{cname}@sha256:{}",
+                            hex(k, 99)
+                        )),
                         labels: [
                             ("io.kubernetes.container.name", *cname),
                             ("io.kubernetes.pod.name", name.as_str()),
