@@ -9,6 +9,7 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
+use super::brief::Answer;
 use super::metrics::{CriMetrics, MethodCode, MethodLabel};
 use super::{CriError, EventStream, RuntimeService};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -189,6 +190,45 @@ where
     grpc.unary(req, path, super::brief::RawCodec::<Req>::default()).await
 }
 
+/// A listing call: its method (in metrics and errors) and its path.
+struct ListingRpc {
+    method: &'static str,
+    path: &'static str,
+}
+
+impl ListingRpc {
+    /// The call that answers `answer`.
+    fn of(answer: Answer) -> Self {
+        match answer {
+            Answer::Sandboxes => Self { method: "ListPodSandbox", path: "/runtime.v1.RuntimeService/ListPodSandbox" },
+            Answer::Containers => Self { method: "ListContainers", path: "/runtime.v1.RuntimeService/ListContainers" },
+        }
+    }
+}
+
+/// Lists everything for `answer` (no filter) through `channel`, the answer undecoded.
+async fn call_listing<S>(
+    channel: S,
+    answer: Answer,
+    timeout: Duration,
+) -> Result<tonic::Response<prost::bytes::Bytes>, tonic::Status>
+where
+    S: tonic::client::GrpcService<tonic::body::Body>,
+    S::ResponseBody: Send + 'static,
+    <S::ResponseBody as http_body::Body>::Error: Into<tonic::codegen::StdError> + Send,
+    S::Error: Into<tonic::codegen::StdError>,
+{
+    let path = ListingRpc::of(answer).path;
+    match answer {
+        Answer::Sandboxes => {
+            call_raw(channel, path, request(v1::ListPodSandboxRequest { filter: None }, timeout)).await
+        }
+        Answer::Containers => {
+            call_raw(channel, path, request(v1::ListContainersRequest { filter: None }, timeout)).await
+        }
+    }
+}
+
 /// Whether a status means the call's deadline passed: tonic reports the deadline it
 /// enforces from `grpc-timeout` as `Cancelled: Timeout expired`.
 fn is_deadline(status: &tonic::Status) -> bool {
@@ -248,20 +288,12 @@ impl RuntimeService for CriClient {
     }
 
     async fn list_encoded(&self) -> Result<super::brief::EncodedListing, CriError> {
-        let channel = self.channel.clone();
-        let sandboxes = self
-            .unary("ListPodSandbox", |_, t| async move {
-                let req = request(v1::ListPodSandboxRequest { filter: None }, t);
-                call_raw(channel, "/runtime.v1.RuntimeService/ListPodSandbox", req).await
-            })
-            .await?;
-        let channel = self.channel.clone();
-        let containers = self
-            .unary("ListContainers", |_, t| async move {
-                let req = request(v1::ListContainersRequest { filter: None }, t);
-                call_raw(channel, "/runtime.v1.RuntimeService/ListContainers", req).await
-            })
-            .await?;
+        let raw = |answer: Answer| {
+            let channel = self.channel.clone();
+            self.unary(ListingRpc::of(answer).method, move |_, t| call_listing(channel, answer, t))
+        };
+        let sandboxes = raw(Answer::Sandboxes).await?;
+        let containers = raw(Answer::Containers).await?;
         Ok(super::brief::EncodedListing { sandboxes, containers })
     }
 
@@ -270,25 +302,13 @@ impl RuntimeService for CriClient {
         seed: u64,
         unchanged: u64,
     ) -> Result<Option<super::brief::EncodedListing>, CriError> {
-        use super::brief::{Answer, fingerprint_of};
-        let hashed = |answer: Answer, method: &'static str, path: &'static str| {
-            let channel = self.channel.clone();
-            self.unary(method, move |_, t| async move {
-                let hashing = super::hashed::Hashing { channel, answer, seed, max_len: MAX_MESSAGE };
-                match answer {
-                    Answer::Sandboxes => {
-                        call_raw(hashing, path, request(v1::ListPodSandboxRequest { filter: None }, t)).await
-                    }
-                    Answer::Containers => {
-                        call_raw(hashing, path, request(v1::ListContainersRequest { filter: None }, t)).await
-                    }
-                }
-            })
+        use super::brief::fingerprint_of;
+        let hashed = |answer: Answer| {
+            let hashing = super::hashed::Hashing { channel: self.channel.clone(), answer, seed, max_len: MAX_MESSAGE };
+            self.unary(ListingRpc::of(answer).method, move |_, t| call_listing(hashing, answer, t))
         };
-        let sandboxes =
-            hashed(Answer::Sandboxes, "ListPodSandbox", "/runtime.v1.RuntimeService/ListPodSandbox").await?;
-        let containers =
-            hashed(Answer::Containers, "ListContainers", "/runtime.v1.RuntimeService/ListContainers").await?;
+        let sandboxes = hashed(Answer::Sandboxes).await?;
+        let containers = hashed(Answer::Containers).await?;
         let fingerprint = super::hashed::hash_of(&sandboxes)
             .zip(super::hashed::hash_of(&containers))
             .map(|(s, c)| fingerprint_of(seed, s, c));
