@@ -42,22 +42,40 @@ pub struct RuntimePod {
 
 /// A pod's record: committed state and the current listing. On an idle node the two
 /// are equal for almost every pod, so a listing equal to the committed state is held
-/// once (`current_is_old`).
+/// once ([`Listed::AsCommitted`]).
 #[derive(Clone, Debug, Default)]
 struct PodRecord {
     old: Option<RuntimePod>,
-    current: Option<RuntimePod>,
-    current_is_old: bool,
+    current: Listed,
+}
+
+/// A record's current listing.
+#[derive(Clone, Debug, Default)]
+enum Listed {
+    /// The runtime no longer lists the pod.
+    #[default]
+    Absent,
+    /// Listed exactly as committed (`old`), not held a second time.
+    AsCommitted,
+    /// Listed, and different from what is committed.
+    Pod(RuntimePod),
 }
 
 impl PodRecord {
     fn current(&self) -> Option<&RuntimePod> {
-        if self.current_is_old { self.old.as_ref() } else { self.current.as_ref() }
+        match &self.current {
+            Listed::Absent => None,
+            Listed::AsCommitted => self.old.as_ref(),
+            Listed::Pod(p) => Some(p),
+        }
     }
 
     fn set_current(&mut self, pod: Option<RuntimePod>) {
-        self.current_is_old = pod.is_some() && pod == self.old;
-        self.current = if self.current_is_old { None } else { pod };
+        self.current = match pod {
+            None => Listed::Absent,
+            Some(p) if self.old.as_ref() == Some(&p) => Listed::AsCommitted,
+            Some(p) => Listed::Pod(p),
+        };
     }
 }
 
@@ -194,7 +212,7 @@ impl PodRecords {
             rec.set_current(pods.remove(uid));
         }
         for (uid, pod) in pods {
-            self.records.insert(uid, PodRecord { current: Some(pod), ..Default::default() });
+            self.records.insert(uid, PodRecord { current: Listed::Pod(pod), ..Default::default() });
         }
     }
 
@@ -286,10 +304,10 @@ impl PodRecords {
     /// gone loses its record.
     pub fn commit(&mut self, uid: &str) {
         if let Some(rec) = self.records.get_mut(uid) {
-            match rec.current.take() {
-                Some(cur) => rec.old = Some(cur),
-                None if std::mem::take(&mut rec.current_is_old) => {}
-                None => {
+            match std::mem::take(&mut rec.current) {
+                Listed::Pod(cur) => rec.old = Some(cur),
+                Listed::AsCommitted => {}
+                Listed::Absent => {
                     self.records.remove(uid);
                 }
             }
@@ -418,7 +436,7 @@ mod tests {
         recs.commit("u1");
         recs.set_current(ready());
         let rec = &recs.records["u1"];
-        assert!(rec.current.is_none() && rec.current_is_old, "held once");
+        assert!(matches!(rec.current, Listed::AsCommitted), "held once");
         assert!(recs.current("u1").is_some() && recs.current("u1") == recs.old("u1"));
         assert!(recs.transitions("u1").is_empty() && recs.changed(&Default::default()).is_empty());
         assert_eq!(recs.sandbox_ids("u1").len(), 1);
@@ -426,7 +444,7 @@ mod tests {
         assert_eq!(recs.old("u1"), ready().get("u1"), "a commit of the same listing keeps it");
         // A change is held as itself, and an absence is an absence.
         recs.set_current(group_pods(vec![sandbox("s1", "u1", false, 1)], vec![]));
-        assert!(!recs.records["u1"].current_is_old);
+        assert!(matches!(recs.records["u1"].current, Listed::Pod(_)));
         assert_eq!(recs.transitions("u1").len(), 1);
         recs.set_current(BTreeMap::new());
         assert!(recs.current("u1").is_none() && recs.transitions("u1").len() == 2);
