@@ -1,12 +1,15 @@
 //! Builds the sidecar's components from a validated config and spawns each into the
-//! task tracker: the one place long-running tasks start.
+//! task tracker: the one place long-running tasks start, each under [`tasks`]' rule that
+//! an essential task's early end is fatal.
+
+mod tasks;
+pub use tasks::{Fatal, Tasks};
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
 use crate::admin::{AdminError, AdminState, HttpServer, relist_liveness_limit};
 use crate::backoff::Backoff;
@@ -84,9 +87,15 @@ pub struct Sidecar {
     queues: Vec<WorkQueue<String>>,
     inbox: Inbox,
     lookup: ContainerLookup,
+    tasks: Tasks,
 }
 
 impl Sidecar {
+    /// The first essential task that ended early (plegd is then shutting down).
+    pub fn fatal(&self) -> Option<Fatal> {
+        self.tasks.fatal()
+    }
+
     /// The pod-status cache.
     pub fn cache(&self) -> &PodCache {
         &self.cache
@@ -228,24 +237,26 @@ pub async fn start_on<R: RuntimeService>(
     let exporter = exporter(export, &state_dir, &journal, &metrics)?;
 
     // Every task, each in its span.
-    spawn(tracker, "publish", publisher.run(shutdown.clone()));
+    let tasks = Tasks::new(tracker, shutdown);
+    tasks.essential("publish", publisher.run(shutdown.clone()));
     if let Some(exporter) = exporter {
-        spawn(tracker, "otlp_export", exporter.run(shutdown.clone()));
+        tasks.essential("otlp_export", exporter.run(shutdown.clone()));
     }
-    spawn_upkeep(tracker, shutdown, tombstones, memory.build(metrics.memory.clone()), &journal);
+    spawn_upkeep(&tasks, shutdown, tombstones, memory.build(metrics.memory.clone()), &journal);
+    tasks.essential("terminations", lookup.terminations().run(shutdown.clone()));
     if let Some(watcher) = watcher {
-        spawn(tracker, "event_stream", watcher.run(shutdown.clone()));
+        tasks.essential("event_stream", watcher.run(shutdown.clone()));
     }
-    spawn(tracker, "run_log", keep_run_log(runlog, state_rx.clone(), health.clone(), shutdown.clone()));
-    spawn(tracker, "relist", relister.run(shutdown.clone()));
-    spawn(tracker, "sync_loop", pipeline.sync_loop.run(shutdown.clone()));
+    tasks.essential("run_log", keep_run_log(runlog, state_rx.clone(), health.clone(), shutdown.clone()));
+    tasks.essential("relist", relister.run(shutdown.clone()));
+    tasks.essential("sync_loop", pipeline.sync_loop.run(shutdown.clone()));
     for c in pipeline.controllers {
         let span = tracing::info_span!("reconciler", name = c.name());
-        tracker.spawn(c.run(shutdown.clone()).instrument(span));
+        tasks.essential_in("reconciler", span, c.run(shutdown.clone()));
     }
-    spawn(tracker, "announce_runtime", announce_runtime(client.clone(), shutdown.clone()));
-    spawn(tracker, "admin", serve_http("admin", admin, shutdown.clone()));
-    spawn(tracker, "debug", serve_http("debug", debug, shutdown.clone()));
+    tasks.once("announce_runtime", announce_runtime(client.clone(), shutdown.clone()));
+    tasks.essential("admin", serve_http("admin", admin, shutdown.clone()));
+    tasks.essential("debug", serve_http("debug", debug, shutdown.clone()));
     let svc = PodLifecycleService::new(
         journal.clone(),
         cache.clone(),
@@ -256,7 +267,7 @@ pub async fn start_on<R: RuntimeService>(
     )
     .with_lookup(lookup.clone(), Some(container_reader(client.clone(), host.clone())));
     let api_beat = liveness.register("api", QUICK_LOOP_LIMIT);
-    serve_api(tracker, api_listener, svc, readiness.clone(), api_beat, api.socket.clone(), shutdown);
+    serve_api(&tasks, api_listener, svc, readiness.clone(), api_beat, api.socket.clone(), shutdown);
     tracing::info!(
         runtime = %runtime.endpoint, api = %api.socket.display(), admin = %admin_addr, debug = %debug_addr,
         mode = ?pleg.mode, "plegd started"
@@ -278,6 +289,7 @@ pub async fn start_on<R: RuntimeService>(
         queues: pipeline.queues,
         inbox,
         lookup,
+        tasks,
     })
 }
 
@@ -348,25 +360,26 @@ impl<R: RuntimeService> Pleg<R> {
 /// Spawns what keeps the state dir and the memory in shape: the tombstone file's
 /// writer, the journal's checkpointer, the memory scavenger.
 fn spawn_upkeep(
-    tracker: &TaskTracker,
+    tasks: &Tasks,
     shutdown: &CancellationToken,
     tombstones: Option<crate::lookup::TombstoneWriter>,
     scavenger: crate::memory::Scavenger,
     journal: &Journal,
 ) {
     if let Some(w) = tombstones {
-        spawn(tracker, "tombstones", w.run(shutdown.clone()));
+        tasks.essential("tombstones", w.run(shutdown.clone()));
     }
-    spawn(tracker, "memory_trim", scavenger.run(shutdown.clone()));
+    // It ends at once when trimming is off or not glibc's to do.
+    tasks.once("memory_trim", scavenger.run(shutdown.clone()));
     if let Some(checkpointer) = journal.checkpointer() {
-        spawn(tracker, "journal_checkpoint", checkpointer.run(shutdown.clone()));
+        tasks.essential("journal_checkpoint", checkpointer.run(shutdown.clone()));
     }
 }
 
 /// Serves the gRPC API on its bound socket until shutdown; the socket file goes with
 /// it. A server that fails stops plegd.
 fn serve_api(
-    tracker: &TaskTracker,
+    tasks: &Tasks,
     listener: tokio::net::UnixListener,
     svc: PodLifecycleService,
     ready: Readiness,
@@ -375,7 +388,7 @@ fn serve_api(
     shutdown: &CancellationToken,
 ) {
     let sd = shutdown.clone();
-    spawn(tracker, "grpc", async move {
+    tasks.essential("grpc", async move {
         if let Err(e) = crate::grpc::serve(listener, svc, ready, beat, sd.clone()).await {
             tracing::error!(error = %e, "gRPC API stopped");
             sd.cancel();
@@ -494,15 +507,6 @@ async fn serve_http(name: &'static str, server: HttpServer, shutdown: Cancellati
         tracing::error!(error = %e, listener = name, "HTTP server stopped");
         shutdown.cancel();
     }
-}
-
-/// Spawns a long-running component into the tracker inside a span named for it, so
-/// every log line it writes says which component wrote it.
-fn spawn<F>(tracker: &TaskTracker, name: &'static str, fut: F)
-where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    tracker.spawn(fut.instrument(tracing::info_span!("task", name)));
 }
 
 /// Records in the run log what the pages draw beside the pods: the event stream's
@@ -634,6 +638,7 @@ impl Metrics {
         let http = crate::admin::HttpMetrics::register(plegd.sub_registry_with_prefix("http"));
         let lookup = crate::lookup::LookupMetrics::register(plegd);
         let export = crate::export::ExportMetrics::register(plegd.sub_registry_with_prefix("otlp"));
+        crate::telemetry::LogCollector::register(plegd);
         let queues = crate::workqueue::QueueMetrics::register(root.sub_registry_with_prefix("workqueue"));
         crate::process::ProcessCollector::register(root.sub_registry_with_prefix("process"));
         Self {

@@ -32,10 +32,16 @@ fn main() -> ExitCode {
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("plegd: {f}");
+            say(&format!("plegd: {f}"));
             if f.usage { ExitCode::from(EX_USAGE) } else { ExitCode::FAILURE }
         }
     }
+}
+
+/// One line on stderr; a stderr nobody reads any more is no reason to panic on the way out.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Help and version go to stdout with status 0 (help for a missing subcommand: 64);
@@ -53,7 +59,7 @@ fn clap_exit(e: clap::Error) -> ExitCode {
         }
         _ => {
             let msg = e.to_string();
-            eprintln!("plegd: {}", msg.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: "));
+            say(&format!("plegd: {}", msg.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ")));
             ExitCode::from(EX_USAGE)
         }
     }
@@ -62,7 +68,7 @@ fn clap_exit(e: clap::Error) -> ExitCode {
 /// Runs the command with logging set up, stops on the first SIGINT or SIGTERM, and
 /// gives its tasks [`GRACE`] to finish.
 async fn run(cli: Cli) -> Result<(), Failure> {
-    plegd::telemetry::init(cli.command.log(), cli.command.default_log_level()).map_err(Failure::usage)?;
+    let log = plegd::telemetry::init(cli.command.log(), cli.command.default_log_level()).map_err(Failure::usage)?;
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
     // Outside the tracker: it must keep listening for a second signal while the
@@ -77,6 +83,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
     exited.cancel();
     let _ = signal_task.await;
+    log.flush(Duration::from_secs(1));
     res
 }
 
@@ -93,8 +100,8 @@ async fn signals(shutdown: CancellationToken, exited: CancellationToken) {
         _ = int.recv() => {}
         _ = term.recv() => {}
     }
-    tracing::info!("shutting down (send the signal again to exit at once)");
     shutdown.cancel();
+    tracing::info!("shutting down (send the signal again to exit at once)");
     tokio::select! {
         _ = exited.cancelled() => return,
         _ = int.recv() => {}

@@ -593,7 +593,7 @@ async fn full_relists_racing_the_streams_hints_count_no_miss() {
 /// "OOMKilled" and sends no event. Found by the hour-long soak on containerd 2.1: one
 /// death said 255 "Unknown" to every watcher while the runtime said 255 "OOMKilled".
 /// Amended at any moment of the minute after plegd read the lost word, the amendment
-/// reaches the watchers (one `POD_SYNC`) and the cache; the death is still told once;
+/// reaches the watchers (one `CONTAINER_CHANGED` of that container) and the cache; the death is still told once;
 /// and the re-reads end, amended or not.
 #[tokio::test(start_paused = true)]
 async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_and_the_cache_without_an_event() {
@@ -639,7 +639,11 @@ async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_an
             assert!(told == want || told == (255, "Unknown".into()), "{at}: the death said {told:?}");
             let after: Vec<_> = events[died[0] + 1..].iter().map(|e| e.kind).collect();
             let amended = usize::from(told != want);
-            assert_eq!(after, vec![EventType::PodSync; amended], "{at}: only the amendment follows: {kinds:?}");
+            assert_eq!(
+                after,
+                vec![EventType::ContainerChanged; amended],
+                "{at}: only the amendment follows: {kinds:?}"
+            );
             let last = events.iter().rev().find_map(|e| word(e)).expect("events carry the container");
             assert_eq!(last, want, "{at}: a watcher's copy ends with the runtime's word: {kinds:?}");
             let entry = p.app.cache().get(&pod.uid).expect("cached");
@@ -660,6 +664,73 @@ async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_an
                 timeline.len(),
                 "{at}: nothing more was told"
             );
+            p.stop().await;
+        }
+    }
+}
+
+/// containerd before 2.3 reports an OOM-killed container's death as `Error` first and
+/// `OOMKilled` a moment later, with no event for the correction (its exit and OOM
+/// handlers race; fixed in 2.3). The kubelet reads the pod again and shows the
+/// correction. Corrected at any moment of the seconds after plegd read the death, the
+/// correction reaches watchers as a `CONTAINER_CHANGED` of that container, the cache ends
+/// with the runtime's word, the death is told once, and it is counted once, by its final
+/// reason.
+#[tokio::test(start_paused = true)]
+async fn a_deaths_reason_the_runtime_corrects_a_moment_later_reaches_watchers_and_is_counted_once_by_it() {
+    use plegd::model::event::{EventType, PodLifecycleEvent};
+    let schedules = [
+        None,
+        Some(Duration::ZERO),
+        Some(Duration::from_millis(50)),
+        Some(Duration::from_millis(400)),
+        Some(Duration::from_millis(1500)),
+        Some(Duration::from_millis(2500)),
+    ];
+    for (mode, identity, what) in MODES {
+        for amend_after in schedules {
+            let at = format!("{what}, corrected {amend_after:?} after the death");
+            let p = start(mode, identity).await;
+            let (pod, _, id) = p.run_pod("oom").await;
+            p.ready().await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            assert!(p.sim.exit_container(&id, 137, "Error"), "{at}");
+            if let Some(after) = amend_after {
+                tokio::time::sleep(after).await;
+                assert!(p.sim.amend_exit_reason(&id, "OOMKilled"), "{at}");
+            }
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            let want = (137, if amend_after.is_some() { "OOMKilled" } else { "Error" }.to_owned());
+
+            let word = |e: &PodLifecycleEvent| {
+                let c = e.pod.as_ref()?.containers.iter().find(|c| c.id == id)?.clone();
+                Some((c.exit_code, c.reason.clone()))
+            };
+            let timeline = p.app.journal().timeline(&pod.uid).expect("the pod's timeline");
+            let events: Vec<_> = timeline.iter().map(|e| e.event.clone()).collect();
+            let kinds: Vec<_> = events.iter().map(|e| (e.kind, e.container_id.clone(), word(e))).collect();
+            let died: Vec<usize> = (0..events.len())
+                .filter(|&i| events[i].kind == EventType::ContainerDied && events[i].container_id == id)
+                .collect();
+            assert_eq!(died.len(), 1, "{at}: the death is told once: {kinds:?}");
+            let told = word(&events[died[0]]).expect("the death carries the container");
+            let after: Vec<_> = events[died[0] + 1..].iter().map(|e| (e.kind, e.container_id.clone())).collect();
+            let corrected = usize::from(told != want);
+            assert_eq!(
+                after,
+                vec![(EventType::ContainerChanged, id.clone()); corrected],
+                "{at}: only the correction follows, as a change of that container: {kinds:?}"
+            );
+            let last = events.iter().rev().find_map(|e| word(e)).expect("events carry the container");
+            assert_eq!(last, want, "{at}: a watcher's copy ends with the runtime's word: {kinds:?}");
+            let entry = p.app.cache().get(&pod.uid).expect("cached");
+            let cached = entry.status.as_ref().unwrap().containers.iter().find(|c| c.id == id).unwrap().clone();
+            assert_eq!((cached.exit_code, cached.reason.clone()), want, "{at}: the cache has the runtime's word");
+            let counted = |reason: &str| {
+                p.metric(&format!("plegd_container_terminations_total{{namespace=\"default\",reason=\"{reason}\"}}"))
+            };
+            let other = if want.1 == "Error" { "OOMKilled" } else { "Error" };
+            assert_eq!((counted(&want.1), counted(other)), (1.0, 0.0), "{at}: counted once, by the final reason");
             p.stop().await;
         }
     }

@@ -1363,7 +1363,7 @@ async fn soak(mut runtime: Runtime, secs: u64, seed: u64) {
                     }
                     // Told with containerd's lost word, and the runtime's last word (the
                     // poller's, read for a minute) is another: plegd reads such a
-                    // container again for a minute (src/pleg/lost_exits.rs), so the watcher's
+                    // container again for a minute (src/pleg/amended_exits.rs), so the watcher's
                     // copy should end with the amendment. Counted; listed where not.
                     let last = d.later.last().cloned().unwrap_or((d.code, d.reason.clone()));
                     if (*code, reason.as_str()) == (255, "Unknown") && last != (*code, reason.clone()) {

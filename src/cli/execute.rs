@@ -50,9 +50,12 @@ pub async fn execute(command: Command, tracker: &TaskTracker, shutdown: &Cancell
         Command::Run(args) => {
             let cfg = RunConfig::try_from(&args).map_err(Failure::usage)?;
             match crate::app::start(&cfg, tracker, shutdown).await {
-                Ok(_sidecar) => {
+                Ok(sidecar) => {
                     shutdown.cancelled().await;
-                    Ok(())
+                    match sidecar.fatal() {
+                        Some(fatal) => Err(Failure::failed(fatal)),
+                        None => Ok(()),
+                    }
                 }
                 // A SIGTERM while it waited for the state dir: a clean exit.
                 Err(crate::app::AppError::Interrupted) => {

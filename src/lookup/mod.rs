@@ -6,9 +6,9 @@
 //!
 //! It learns in revision order from the publish path (each published event's pod
 //! status) and, at start, from the journal's view of the pods. It also counts each
-//! container's death once (`plegd_container_terminations_total{namespace,reason}`):
-//! a container already dead in the journal's view at start was counted by the plegd
-//! that saw it die.
+//! container's death once (`plegd_container_terminations_total{namespace,reason}`), by
+//! its final reason ([`deaths`]): a container already dead in the journal's view at
+//! start was counted by the plegd that saw it die.
 //!
 //! A PID is attributed with the kernel's word where plegd can read the host's `/proc`
 //! (see [`crate::host`]): a live process belongs to the container its cgroup names,
@@ -16,6 +16,7 @@
 //! left falls back to the newest container that had it.
 
 mod catch_up;
+mod deaths;
 mod index;
 pub mod keys;
 pub mod tombstones;
@@ -176,6 +177,38 @@ pub struct ContainerLookup {
     cfg: Arc<LookupConfig>,
     store: Option<mpsc::Sender<TombstoneOp>>,
     metrics: LookupMetrics,
+    /// Deaths waiting to be counted by their final reason.
+    deaths: Arc<Mutex<deaths::Deaths>>,
+}
+
+/// Counts deaths as they settle ([`deaths::SETTLE`] after they were heard).
+pub struct Terminations {
+    lookup: ContainerLookup,
+}
+
+impl Terminations {
+    /// Counts each death when its wait is over, until shutdown; what waits then is
+    /// counted as it stands.
+    pub async fn run(self, shutdown: tokio_util::sync::CancellationToken) {
+        loop {
+            let next = self.lookup.deaths.lock().expect("deaths lock").next_due();
+            let wait = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    // A death heard meanwhile is due no sooner than SETTLE from now.
+                    None => tokio::time::sleep(deaths::SETTLE).await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    let all = self.lookup.deaths.lock().expect("deaths lock").due(tokio::time::Instant::now() + deaths::SETTLE);
+                    self.lookup.count(all);
+                    return;
+                }
+                _ = wait => self.lookup.count_settled_deaths(),
+            }
+        }
+    }
 }
 
 /// Ids the runtime said are not a pod's container (a read for a PID's cgroup), and
@@ -198,6 +231,7 @@ impl ContainerLookup {
             cfg: Arc::new(cfg),
             store: None,
             metrics,
+            deaths: Arc::default(),
         };
         lookup.lock().host_ns = host_ns;
         let Some(dir) = lookup.cfg.state_dir.clone() else { return Ok((lookup, None)) };
@@ -290,6 +324,12 @@ impl ContainerLookup {
                 if live && ev.kind == EventType::ContainerDied && !ev.is_sandbox {
                     self.count_death(&mut ix, ev);
                 }
+                if live && ev.kind == EventType::ContainerChanged && !ev.is_sandbox {
+                    let now = ev.pod.as_ref().and_then(|p| p.containers.iter().find(|c| c.id == ev.container_id));
+                    if let Some(c) = now.filter(|c| c.state == ContainerState::Exited && !c.reason.is_empty()) {
+                        self.deaths.lock().expect("deaths lock").reworded(&c.id, &c.reason);
+                    }
+                }
                 let gone = match &ev.pod {
                     Some(status) => ix.learn(status, clock, &mut ops),
                     None => ix.forget_pod(&ev.pod_uid),
@@ -327,10 +367,36 @@ impl ContainerLookup {
             .or_else(|| before.filter(|c| c.state == ContainerState::Exited).map(|c| c.reason.as_str()))
             .filter(|r| !r.is_empty())
             .unwrap_or("Unknown");
-        self.metrics
-            .terminations
-            .get_or_create(&TerminationLabels { namespace: ev.pod_namespace.to_string(), reason: reason.into() })
-            .inc();
+        let now = tokio::time::Instant::now();
+        let counted = self.deaths.lock().expect("deaths lock").died(&ev.container_id, &ev.pod_namespace, reason, now);
+        self.count(counted);
+    }
+
+    fn count(&self, deaths: Vec<deaths::Counted>) {
+        for d in deaths {
+            self.metrics
+                .terminations
+                .get_or_create(&TerminationLabels { namespace: d.namespace, reason: d.reason })
+                .inc();
+        }
+    }
+
+    /// Counts the deaths that have settled.
+    pub fn count_settled_deaths(&self) {
+        let due = self.deaths.lock().expect("deaths lock").due(tokio::time::Instant::now());
+        self.count(due);
+    }
+
+    /// Counts every waiting death now, settled or not.
+    #[cfg(test)]
+    pub(crate) fn count_waiting_deaths(&self) {
+        let all = self.deaths.lock().expect("deaths lock").due(tokio::time::Instant::now() + deaths::SETTLE);
+        self.count(all);
+    }
+
+    /// The task that counts each death once it has settled.
+    pub fn terminations(&self) -> Terminations {
+        Terminations { lookup: self.clone() }
     }
 
     /// Resolves `key`, reading the host's `/proc` here for a PID (tests, and callers

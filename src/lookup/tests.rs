@@ -179,6 +179,7 @@ fn each_death_is_counted_once_with_the_runtimes_reason_and_a_seeded_death_not_ag
     )]);
     l.observe([&event("u", EventType::ContainerDied, "c", Some(died.clone()))]);
     l.observe([&event("u", EventType::ContainerDied, "c", Some(died))]);
+    l.count_waiting_deaths();
     let oom = l
         .metrics
         .terminations
@@ -193,6 +194,7 @@ fn each_death_is_counted_once_with_the_runtimes_reason_and_a_seeded_death_not_ag
         Some(pod("u", vec![container("r", ContainerState::Running, 8, 0, 2)])),
     )]);
     l.observe([&event("u", EventType::ContainerDied, "r", None)]);
+    l.count_waiting_deaths();
     let unknown = l
         .metrics
         .terminations
@@ -258,6 +260,7 @@ fn containers_of_a_pod_deleted_between_reads_keep_their_keys_and_are_counted_onc
     }
     // The same death heard again (another source) is not counted again.
     l.observe([&event("u", EventType::ContainerDied, "c2", Some(pod("u", vec![d2])))]);
+    l.count_waiting_deaths();
     let oom = l
         .metrics
         .terminations

@@ -118,7 +118,7 @@ impl DeletedSandboxes {
 }
 
 #[cfg(test)]
-impl super::lost_exits::Book for DeletedSandboxes {
+impl super::amended_exits::Book for DeletedSandboxes {
     fn pod_of(&self, id: &str) -> Option<&str> {
         DeletedSandboxes::pod_of(self, id)
     }
@@ -152,7 +152,7 @@ mod tests {
         s: &mut Scheduler<String, ()>,
         answer: impl FnMut(u32) -> Reread,
     ) -> Vec<u64> {
-        crate::pleg::lost_exits::reread_times(d, s, Duration::from_millis(1), answer).await
+        crate::pleg::amended_exits::reread_times(d, s, Duration::from_millis(1), answer).await
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,13 +11,13 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use super::amended_exits::AmendedExits;
 use super::deleted_sandboxes::DeletedSandboxes;
 use super::evented::StreamState;
 use super::final_statuses::FinalStatus;
 use super::final_statuses::{FinalStatuses, Settled};
 use super::health::PlegHealth;
 use super::inbox::{Inbox, InboxRx, inbox};
-use super::lost_exits::LostExits;
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, Transition, group_pods};
 use super::schedule::{Merge, Read, Reason, RecentlyGone, Scheduler, Why};
@@ -123,7 +123,7 @@ struct Books {
     /// Stopped containers' final statuses from the stream.
     final_statuses: FinalStatuses,
     /// Containers read with an exit status the runtime lost.
-    lost_exits: LostExits,
+    amended_exits: AmendedExits,
     /// Sandboxes the runtime said deleted.
     deleted_sandboxes: DeletedSandboxes,
     /// Pods a read found gone lately.
@@ -255,7 +255,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// gives its event — with the runtime's timestamps and exit code — and one that did
     /// not change gives none. Every seeded pod is read in that relist so the cache has
     /// it; one whose dead container's exit word changed while plegd was down (containerd
-    /// amends a lost exit status, `pleg::lost_exits`) gets a `POD_SYNC` carrying the new one.
+    /// amends a lost exit status, `pleg::amended_exits`) gets a `POD_SYNC` carrying the new one.
     pub fn with_seed(mut self, pods: Vec<Arc<PodStatus>>) -> Self {
         for pod in pods {
             self.seeds.unread.insert(pod.uid.clone());
@@ -413,11 +413,11 @@ impl<R: RuntimeService> GenericPleg<R> {
         for (uid, transitions) in work {
             // Not listed any more: the pod is gone from the runtime.
             let r = results.remove(&uid).unwrap_or_else(|| ReadResult::gone(uid.clone(), start));
-            let reworded = match &r.found {
-                Found::Status(status) => seeded.get(&uid).is_some_and(|seed| words_changed(seed, status)),
+            let reworded_since_seed = match &r.found {
+                Found::Status(status) => seeded.get(&uid).is_some_and(|seed| !reworded(seed, status).is_empty()),
                 _ => false,
             };
-            let sync = retried.contains(&uid) || reworded;
+            let sync = retried.contains(&uid) || reworded_since_seed;
             let how =
                 ApplyHow { transitions: &transitions, sync, source: EventSource::Relist, suspect_from: Some(start) };
             match self.apply(r, how).await {
@@ -505,6 +505,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         let ApplyHow { transitions, sync, source, suspect_from } = how;
         let uid = uid.as_str();
         let gone = matches!(found, Found::Gone);
+        let previous = self.cache.reader().get(uid).and_then(|e| e.status.clone());
         let status = match found {
             Found::Gone => {
                 self.cache.delete(uid, at);
@@ -543,8 +544,8 @@ impl<R: RuntimeService> GenericPleg<R> {
         let (namespace, name) = self.records.pod_name(uid);
         let identity = books.final_statuses.identity(uid).cloned();
         let now = Instant::now();
-        for (id, first) in books.lost_exits.note(uid, status.as_deref()) {
-            self.reads.schedule(Read::ExitStatus(id), Why::because(Reason::LostExit, now), first);
+        for (id, first) in books.amended_exits.note(uid, status.as_deref()) {
+            self.reads.schedule(Read::ExitStatus(id), Why::because(Reason::UnsettledExit, now), first);
         }
         // A sandbox said deleted is still there if the listing or the statuses have it
         // (a status read NotFound while the listing still had it: still there).
@@ -570,6 +571,10 @@ impl<R: RuntimeService> GenericPleg<R> {
             transitions,
             unseen: &unseen,
             final_statuses: &final_statuses,
+            reworded: &match (&previous, &status) {
+                (Some(before), Some(now)) => reworded(before, now),
+                _ => Vec::new(),
+            },
             sync,
             empty_record,
             source,
@@ -736,12 +741,19 @@ impl<R: RuntimeService> GenericPleg<R> {
     }
 }
 
-/// Whether a container dead in both `before` and `now` says another exit code or reason
+/// The containers dead in both `before` and `now` that say another exit code or reason
 /// now.
-fn words_changed(before: &PodStatus, now: &PodStatus) -> bool {
-    now.containers.iter().filter(|c| c.state == ContainerState::Exited).any(|c| {
-        before.containers.iter().any(|b| {
-            b.id == c.id && b.state == ContainerState::Exited && (b.exit_code, &b.reason) != (c.exit_code, &c.reason)
+fn reworded(before: &PodStatus, now: &PodStatus) -> Vec<String> {
+    now.containers
+        .iter()
+        .filter(|c| c.state == ContainerState::Exited)
+        .filter(|c| {
+            before.containers.iter().any(|b| {
+                b.id == c.id
+                    && b.state == ContainerState::Exited
+                    && (b.exit_code, &b.reason) != (c.exit_code, &c.reason)
+            })
         })
-    })
+        .map(|c| c.id.clone())
+        .collect()
 }

@@ -4,6 +4,7 @@
 //! only writer) that performs it.
 //! It produces [`crate::model::event::PodLifecycleEvent`]s.
 
+mod amended_exits;
 mod config;
 mod deleted_sandboxes;
 pub mod evented;
@@ -13,7 +14,6 @@ pub mod health;
 pub mod inbox;
 pub mod inspect;
 pub mod list;
-mod lost_exits;
 pub mod metrics;
 pub mod records;
 pub mod schedule;

@@ -59,8 +59,9 @@ pub enum Reason {
     FailedRead,
     /// A re-read of a container or sandbox found it changed: its pod is read in full.
     Reread,
-    /// A container's exit status the runtime lost, read again in case it amends it.
-    LostExit,
+    /// A dead container's exit status the runtime may still amend (lost, or fresh), read
+    /// again until it settles.
+    UnsettledExit,
     /// A sandbox the runtime said deleted, read again until it is gone.
     SandboxDeleted,
 }
@@ -311,7 +312,7 @@ pub(super) enum Reread {
 }
 
 /// An entry of a book the relister reads again (the lost exit statuses,
-/// [`super::lost_exits`], and the sandboxes said deleted, [`super::deleted_sandboxes`]):
+/// [`super::amended_exits`], and the sandboxes said deleted, [`super::deleted_sandboxes`]):
 /// its pod, and how its re-reads went.
 pub(super) struct Rereads {
     pub uid: String,

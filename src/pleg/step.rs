@@ -42,6 +42,10 @@ pub struct PodRead<'a> {
     pub unseen: &'a [Transition],
     /// The stream's final statuses of containers the read no longer finds, by id.
     pub final_statuses: &'a HashMap<String, ContainerStatus>,
+    /// Containers dead before and after this read whose exit code or reason the runtime
+    /// changed since the last read (containerd before 2.3 says `Error` first and
+    /// `OOMKilled` a moment later): each is a `CONTAINER_CHANGED` of that container.
+    pub reworded: &'a [String],
     /// Publish a `POD_SYNC` when nothing transitioned (the read followed a failed one,
     /// or the status changed in another way).
     pub sync: bool,
@@ -63,11 +67,19 @@ pub struct PodRead<'a> {
 ///   event that carries the pod comes before the first that does not (a client that drops
 ///   a pod on an event without one never sees it come back). A pod gone with nothing
 ///   left to name ends with a `POD_SYNC` without a pod.
+/// - A dead container whose exit code or reason the runtime corrected: a
+///   `CONTAINER_CHANGED` of it, after the transitions.
 /// - Nothing transitioned: one `POD_SYNC` when `sync` is set and the pod is there.
 pub fn events_of(read: PodRead<'_>) -> Vec<PodLifecycleEvent> {
     let pod = Pod::of(&read);
     let transitions = in_order(read.transitions, read.unseen);
     let mut events: Vec<PodLifecycleEvent> = transitions.iter().map(|t| pod.transition(&read, t)).collect();
+    for id in read.reworded.iter().filter(|id| transitions.iter().all(|t| t.id != **id)) {
+        let Some(c) = pod.status.as_deref().and_then(|s| s.containers.iter().find(|c| c.id == *id)) else { continue };
+        let t =
+            Transition { id: id.clone(), name: c.name.clone(), is_sandbox: false, kind: EventType::ContainerChanged };
+        events.push(pod.event(&read, t.kind, Some(&t), pod.status.clone()));
+    }
     if events.is_empty() && read.sync && pod.status.is_some() {
         events.push(pod.event(&read, EventType::PodSync, None, pod.status.clone()));
     }

@@ -124,7 +124,17 @@ impl StreamTrust {
         if self.announced.get(uid).is_some_and(|t| *t + MISS_GRACE >= listed) {
             return 0;
         }
-        let n = events.iter().filter(|e| e.kind != EventType::PodSync).count();
+        // A dead container's corrected word is a `CONTAINER_CHANGED` the runtime sends no
+        // event for: not the stream's miss.
+        let corrected = |e: &PodLifecycleEvent| {
+            e.kind == EventType::ContainerChanged
+                && e.pod.as_ref().is_some_and(|p| {
+                    p.containers
+                        .iter()
+                        .any(|c| c.id == e.container_id && c.state == crate::model::ContainerState::Exited)
+                })
+        };
+        let n = events.iter().filter(|e| e.kind != EventType::PodSync && !corrected(e)).count();
         if n > 0 {
             self.suspects.push((Instant::now(), uid.to_owned(), n));
         }

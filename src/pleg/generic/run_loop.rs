@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::GenericPleg;
 use crate::cri::RuntimeService;
 use crate::liveness::BEAT_EVERY;
+use crate::pleg::amended_exits::Word;
 use crate::pleg::final_statuses::FinalStatus;
 use crate::pleg::inbox::Request;
 use crate::pleg::schedule::{Read, Reason, Reread, ScheduleRequest, Why};
@@ -196,20 +197,20 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// dropped.
     async fn reread(&mut self, due: Vec<Read>) {
         let books = &self.books;
-        let jobs: Vec<(Read, String)> = due
+        let jobs: Vec<(Read, String, Option<Word>)> = due
             .into_iter()
             .filter_map(|read| {
-                let pod = match &read {
-                    Read::ExitStatus(id) => books.lost_exits.pod_of(id),
-                    Read::DeletedSandbox(id) => books.deleted_sandboxes.pod_of(id),
-                    Read::Full | Read::Pod(_) | Read::PodOf(_) => None,
-                }?;
-                Some((read, pod.to_owned()))
+                let (pod, word) = match &read {
+                    Read::ExitStatus(id) => (books.amended_exits.pod_of(id)?, books.amended_exits.word_of(id).cloned()),
+                    Read::DeletedSandbox(id) => (books.deleted_sandboxes.pod_of(id)?, None),
+                    Read::Full | Read::Pod(_) | Read::PodOf(_) => return None,
+                };
+                Some((read, pod.to_owned(), word))
             })
             .collect();
         let timeout = self.cfg.inspect_timeout;
         let done: Vec<StatusReread> = futures_util::stream::iter(jobs)
-            .map(|(read, pod)| {
+            .map(|(read, pod, word)| {
                 let runtime = self.runtime.clone();
                 async move {
                     let found = match &read {
@@ -219,11 +220,12 @@ impl<R: RuntimeService> GenericPleg<R> {
                                 Err(_) => Reread::Failed,
                             }
                         }
-                        Read::ExitStatus(id) => match tokio::time::timeout(timeout, runtime.container_status(id)).await
-                        {
-                            Ok(answer) => crate::pleg::lost_exits::reread_of(answer),
-                            Err(_) => Reread::Failed,
-                        },
+                        Read::ExitStatus(id) => {
+                            match (tokio::time::timeout(timeout, runtime.container_status(id)).await, &word) {
+                                (Ok(answer), Some(word)) => crate::pleg::amended_exits::reread_of(answer, word),
+                                _ => Reread::Failed,
+                            }
+                        }
                         // Pods are not among the re-reads (`reread` is given none).
                         Read::Full | Read::Pod(_) | Read::PodOf(_) => Reread::Failed,
                     };
@@ -238,7 +240,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         let mut changed = BTreeSet::new();
         for StatusReread { read, pod, found } in done {
             let next = match &read {
-                Read::ExitStatus(id) => self.books.lost_exits.read(id, found).map(|at| (at, Reason::LostExit)),
+                Read::ExitStatus(id) => self.books.amended_exits.read(id, found).map(|at| (at, Reason::UnsettledExit)),
                 Read::DeletedSandbox(id) => {
                     tracing::debug!(sandbox = %id, %pod, ?found, "sandbox said deleted, read again");
                     self.books.deleted_sandboxes.read(id, found).map(|at| (at, Reason::SandboxDeleted))

@@ -160,6 +160,7 @@ fn each_read_makes_the_events_its_table_row_says_in_order() {
         let words: HashMap<String, ContainerStatus> =
             case.final_statuses.iter().map(|c| (c.id.clone(), (**c).clone())).collect();
         let events = events_of(PodRead {
+            reworded: &[],
             uid: "u",
             namespace: "ns",
             name: "web",
@@ -197,6 +198,7 @@ fn a_change_carries_the_runtimes_time_of_it() {
     let none = HashMap::new();
     let read = |transitions: &[Transition]| {
         events_of(PodRead {
+            reworded: &[],
             uid: "u",
             namespace: "ns",
             name: "web",
@@ -234,6 +236,7 @@ fn a_pod_the_records_never_knew_gone_before_it_was_read_is_named_and_labelled_as
     let transitions = [died(EventType::ContainerDied), died(EventType::ContainerRemoved)];
     let at = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(42);
     let events = events_of(PodRead {
+        reworded: &[],
         uid: "u",
         namespace: "",
         name: "",
