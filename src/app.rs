@@ -200,7 +200,9 @@ pub async fn start_on<R: RuntimeService>(
     crate::clock::start();
     let RunConfig { state_dir, host, runtime, pleg, admin, api, journal, sync, memory, lookup, export } = cfg.clone();
     let liveness = Liveness::new();
-    let stores = Stores::open(journal, lookup, &state_dir, &host, pleg.mode, &metrics, shutdown).await?;
+    // The journal's lineage is marked beside the API socket: a per-boot directory.
+    let lineage = api.socket.parent().map(|dir| dir.join(crate::journal::lineage::FILE));
+    let stores = Stores::open(journal, lookup, &state_dir, lineage, &host, pleg.mode, &metrics, shutdown).await?;
     let Pleg { relister, publisher, watcher, cache, health, readiness, stream: state_rx } =
         Pleg::build(cfg, client.clone(), &stores, &metrics, &liveness);
     let Stores { journal, lookup, tombstones, runlog } = stores;
@@ -407,6 +409,7 @@ struct Stores {
 }
 
 impl Stores {
+    #[allow(clippy::too_many_arguments)]
     /// Opens each on a blocking thread (the journal may wait for a plegd that still holds
     /// the state dir, and signals must be heard meanwhile); the lookup learns the pods the
     /// journal holds; the run log records this start.
@@ -414,6 +417,7 @@ impl Stores {
         journal: crate::journal::JournalConfig,
         lookup: crate::lookup::LookupConfig,
         state_dir: &Option<std::path::PathBuf>,
+        lineage: Option<std::path::PathBuf>,
         host: &crate::host::Host,
         mode: Mode,
         metrics: &Metrics,
@@ -421,7 +425,7 @@ impl Stores {
     ) -> Result<Self, AppError> {
         let journal = {
             let (dir, jmetrics, stop) = (state_dir.clone(), metrics.journal.clone(), shutdown.clone());
-            tokio::task::spawn_blocking(move || journal.build(dir, jmetrics, &stop))
+            tokio::task::spawn_blocking(move || journal.build(dir, lineage, jmetrics, &stop))
                 .await
                 .expect("opening the journal panicked")
                 .map_err(|e| match e {

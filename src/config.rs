@@ -416,6 +416,7 @@ fn journal_config(j: &JournalArgs, watch_buffer: usize) -> Result<crate::journal
         memory_budget: j.journal_memory_budget,
         state_dir: None,
         disk_budget: j.journal_disk_budget,
+        lineage: None,
     })
 }
 

@@ -251,6 +251,7 @@ pub(super) fn store_config(cfg: &JournalConfig, dir: PathBuf) -> StoreConfig {
         capacity: cfg.capacity.max(1) as u64,
         disk_budget: cfg.disk_budget.max(1),
         memory_budget: cfg.memory_budget.max(1),
+        lineage: cfg.lineage.clone(),
     }
 }
 

@@ -19,6 +19,7 @@
 
 mod disk;
 mod feed;
+pub mod lineage;
 mod metrics;
 mod queue;
 pub mod record;
@@ -205,6 +206,9 @@ pub struct JournalConfig {
     pub state_dir: Option<PathBuf>,
     /// Bytes of records the disk keeps.
     pub disk_budget: u64,
+    /// Where the lineage mark is kept ([`lineage`]): a per-boot place outside the state
+    /// dir. `None`: not kept.
+    pub lineage: Option<PathBuf>,
 }
 
 /// Where `plegd run` keeps its state by default.
@@ -218,26 +222,29 @@ impl Default for JournalConfig {
             memory_budget: 8 << 20,
             state_dir: Some(PathBuf::from(STATE_DIR)),
             disk_budget: 256 << 20,
+            lineage: None,
         }
     }
 }
 
 impl JournalConfig {
-    /// Opens the journal in `state_dir` (memory only without one), waiting up to
+    /// Opens the journal in `state_dir` (memory only without one), its lineage marked at
+    /// `lineage` ([`lineage`]), waiting up to
     /// [`LOCK_WAIT`] for a plegd that still holds it ([`Journal::open_waiting`]). It
     /// blocks: async callers run it on a blocking thread.
     pub fn build(
         self,
         state_dir: Option<PathBuf>,
+        lineage: Option<PathBuf>,
         metrics: JournalMetrics,
         shutdown: &CancellationToken,
     ) -> Result<Journal, StoreError> {
-        Journal::open_waiting(&JournalConfig { state_dir, ..self }, metrics, LOCK_WAIT, shutdown)
+        Journal::open_waiting(&JournalConfig { state_dir, lineage, ..self }, metrics, LOCK_WAIT, shutdown)
     }
 
     /// In memory only, `capacity` revisions within 8 MiB.
     pub fn memory(capacity: usize, client_buffer: usize) -> Self {
-        Self { capacity, client_buffer, memory_budget: 8 << 20, state_dir: None, disk_budget: 0 }
+        Self { capacity, client_buffer, memory_budget: 8 << 20, state_dir: None, disk_budget: 0, lineage: None }
     }
 }
 

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use super::PodMeta;
+use super::lineage::{Lineage, Mark};
 use super::record::{self, RecordError};
 use crate::model::PodStatus;
 use crate::model::event::PodLifecycleEvent;
@@ -131,6 +132,8 @@ pub struct StoreConfig {
     pub disk_budget: u64,
     /// Bytes of the newest records read back into memory at start.
     pub memory_budget: u64,
+    /// The lineage mark, outside the state dir ([`super::lineage`]); none: not kept.
+    pub lineage: Option<PathBuf>,
 }
 
 /// One stored event as read back.
@@ -183,6 +186,10 @@ pub struct Store {
     view_bytes: u64,
     /// Whether the view's share of the disk budget was reported.
     view_warned: bool,
+    /// The epoch on disk.
+    epoch: u64,
+    /// The lineage mark, written after each commit.
+    mark: Option<Mark>,
 }
 
 /// An event to write: its revision, pod and record.
@@ -328,10 +335,16 @@ impl Store {
             .unwrap_or_default();
         let mut store = Self::new(conn, path, cfg, revision + 1)?;
         let view = store.read_view()?;
+        let (mark, held) = Self::open_mark(cfg);
+        store.mark = mark;
+        let rebooted = !boot.is_empty() && stored_boot != boot;
+        let restored = !rebooted && held.is_some_and(|m| m.is_ahead_of(epoch as u64, revision));
         let mut new_epoch_reason = None;
-        let epoch = if !boot.is_empty() && stored_boot != boot {
+        let epoch = if rebooted || restored {
             // The machine rebooted: a power loss may have taken back commits that
-            // watchers saw. The pods still seed the relister; the events go.
+            // watchers saw. Or the state dir was put back from a copy: this boot handed
+            // out revisions past the ones it holds, for other events. The pods still seed
+            // the relister; the events go.
             let epoch = new_epoch();
             let tx = store.conn.transaction().map_err(sql(path))?;
             tx.execute("DELETE FROM events", []).map_err(sql(path))?;
@@ -339,11 +352,20 @@ impl Store {
             tx.execute("INSERT OR REPLACE INTO meta(key, value, text) VALUES ('boot', NULL, ?1)", [boot])
                 .map_err(sql(path))?;
             tx.commit().map_err(sql(path))?;
-            new_epoch_reason = Some("the machine rebooted since the journal was written".to_owned());
+            new_epoch_reason = Some(match held {
+                Some(m) if restored => format!(
+                    "the state dir holds revision {revision} of epoch {}, but this boot had committed revision {} of it: \
+                     it was restored from a copy",
+                    m.epoch, m.revision
+                ),
+                _ => "the machine rebooted since the journal was written".to_owned(),
+            });
             epoch
         } else {
             epoch as u64
         };
+        store.epoch = epoch;
+        store.mark(revision);
         let (oldest, kept): (Option<i64>, Option<i64>) = store
             .conn
             .query_row("SELECT MIN(rev), SUM(size) FROM events", [], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -385,7 +407,10 @@ impl Store {
         .map_err(sql(path))?;
         tx.execute("INSERT INTO meta(key, value, text) VALUES ('boot', NULL, ?1)", [boot]).map_err(sql(path))?;
         tx.commit().map_err(sql(path))?;
-        let store = Self::new(conn, path, cfg, 1)?;
+        let mut store = Self::new(conn, path, cfg, 1)?;
+        store.epoch = epoch;
+        store.mark = Self::open_mark(cfg).0;
+        store.mark(0);
         Ok((
             store,
             Loaded {
@@ -412,7 +437,31 @@ impl Store {
             view_sizes: Default::default(),
             view_bytes: 0,
             view_warned: false,
+            epoch: 0,
+            mark: None,
         })
+    }
+
+    /// Opens the lineage mark, if one is kept; one that cannot be opened is said once
+    /// and not kept.
+    fn open_mark(cfg: &StoreConfig) -> (Option<Mark>, Option<Lineage>) {
+        let Some(path) = &cfg.lineage else { return (None, None) };
+        match Mark::open(path) {
+            Ok((mark, held)) => (Some(mark), held),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "the journal's lineage mark cannot be kept; a state dir restored from a copy will not be noticed");
+                (None, None)
+            }
+        }
+    }
+
+    /// Marks `revision` of the store's epoch committed.
+    fn mark(&self, revision: u64) {
+        if let Some(mark) = &self.mark
+            && let Err(e) = mark.write(Lineage { epoch: self.epoch, revision })
+        {
+            tracing::debug!(path = %mark.path().display(), error = %e, "the lineage mark was not written");
+        }
     }
 
     fn read_view(&mut self) -> Result<Vec<(PodStatus, PodMeta)>, StoreError> {
@@ -488,6 +537,7 @@ impl Store {
         let compacted =
             Self::compact(&tx, &path, &self.cfg, self.page_size, warned, oldest, revision, kept, view_bytes)?;
         tx.commit().map_err(sql(&path))?;
+        self.mark(revision);
         for (uid, body) in view {
             self.sized_view(uid, body.map(|b| b.len() as u64));
         }
@@ -633,6 +683,8 @@ impl Store {
         let compacted =
             Self::compact(&tx, &path, &self.cfg, self.page_size, warned, oldest, revision, kept, view_bytes)?;
         tx.commit().map_err(sql(&path))?;
+        self.epoch = epoch;
+        self.mark(revision);
         self.view_sizes.clear();
         self.view_bytes = 0;
         for (uid, body) in view {

@@ -460,6 +460,7 @@ mod durable {
             memory_budget: 8 << 20,
             state_dir: Some(dir.to_owned()),
             disk_budget: 256 << 20,
+            lineage: None,
         }
     }
 
