@@ -171,6 +171,21 @@ impl Host {
         }
     }
 
+    /// Whether any process on the host is in the `kind` (`mnt`, `pid`) namespace with this
+    /// inode now; `None` when the host's processes are not visible here. One `readlink`
+    /// per process: run it off the async threads.
+    pub fn namespace_in_use(&self, kind: &str, inode: u64) -> Option<bool> {
+        if !self.sees_processes() {
+            return None;
+        }
+        let dir = std::fs::read_dir(self.root.join("proc")).ok()?;
+        let held = dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(|pid| std::fs::read_link(self.proc(pid, &format!("ns/{kind}"))).ok())
+            .any(|target| namespace_inode(&target.to_string_lossy()) == Some(inode));
+        Some(held)
+    }
+
     /// Where a `/proc/PID/cgroup` places the process: its path and the hierarchy's
     /// mount. The unified hierarchy where the process sits below its root, else the
     /// `memory` hierarchy (v1).

@@ -515,6 +515,25 @@ async fn malformed_lookup_keys_are_invalid_arguments_naming_their_field() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_about_a_huge_key_is_the_real_error_with_the_key_cut_short() {
+    let p = start_plegd(|_| {}).await;
+    let huge = "x".repeat(60 << 10);
+    for (key, code) in [
+        (Key::LogPath(format!("/var/log/{huge}.txt")), tonic::Code::InvalidArgument),
+        (Key::LogPath(format!("/var/log/pods/ns_{huge}_u/c/0.log")), tonic::Code::NotFound),
+        (Key::ContainerId(huge.clone()), tonic::Code::NotFound),
+    ] {
+        // The stock client's header limit would turn a 60 KiB grpc-message into
+        // RESOURCE_EXHAUSTED: the message is cut, the code is the real one.
+        let e = get(&p, key).await.expect_err("refused");
+        assert_eq!(e.code(), code, "{}", &e.message()[..200.min(e.message().len())]);
+        assert!(e.message().len() <= plegd::grpc::MAX_ERROR_MESSAGE, "{} bytes", e.message().len());
+        assert!(e.message().contains("more bytes not shown"), "it says it was cut");
+    }
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removal_the_tombstone_file_had_not_written_when_plegd_died_is_found_after_the_restart() {
     let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let t = tune(state.path().into(), root.path().into(), Duration::from_secs(3600));

@@ -175,11 +175,31 @@ pub enum RequestError {
 
 impl From<RequestError> for Status {
     fn from(e: RequestError) -> Self {
-        match e {
+        let status = match e {
             RequestError::NotNewer { .. } => Status::deadline_exceeded(e.to_string()),
             _ => Status::invalid_argument(e.to_string()),
-        }
+        };
+        capped(status)
     }
+}
+
+/// The most of an error message the API sends. A message travels in a response header
+/// (`grpc-message`); one that quotes a huge key would pass the client's header limit,
+/// which the client then reports as `RESOURCE_EXHAUSTED` instead of the real error.
+pub const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// `status` with its message cut to [`MAX_ERROR_MESSAGE`] bytes (at a character's
+/// boundary), saying how much was cut.
+pub fn capped(status: Status) -> Status {
+    let msg = status.message();
+    if msg.len() <= MAX_ERROR_MESSAGE {
+        return status;
+    }
+    let mut end = MAX_ERROR_MESSAGE - 64;
+    while !msg.is_char_boundary(end) {
+        end -= 1;
+    }
+    Status::new(status.code(), format!("{}… ({} more bytes not shown)", &msg[..end], msg.len() - end))
 }
 
 /// The PodLifecycle service.
@@ -438,7 +458,7 @@ impl PodLifecycle for PodLifecycleService {
         &self,
         req: Request<api::GetContainerRequest>,
     ) -> Result<Response<api::GetContainerResponse>, Status> {
-        self.find_container(req).await.map(Response::new)
+        self.find_container(req).await.map(Response::new).map_err(capped)
     }
 }
 
@@ -476,8 +496,19 @@ impl PodLifecycleService {
             tokio::pin!(learned);
             learned.as_mut().enable();
             match lookup.find_read(&key, process.clone(), clock) {
-                Answer::Found(f) => return Ok(found(f)),
+                // A removed container is vetted against the host (a namespace inode
+                // reused by a live process answers no removed container).
+                f @ Answer::Found(_) => {
+                    return match lookup.vet(&key, f).await {
+                        Answer::Found(f) => Ok(found(f)),
+                        Answer::Unavailable(why) => Err(Status::unavailable(why)),
+                        Answer::Ambiguous(why) => Err(Status::invalid_argument(why)),
+                        Answer::NotFound(why) => Err(Status::not_found(why)),
+                        Answer::NotYet { id, .. } => Err(Status::not_found(format!("container {id} is not published"))),
+                    };
+                }
                 Answer::NotFound(why) => return Err(Status::not_found(why)),
+                Answer::Unavailable(why) => return Err(Status::unavailable(why)),
                 Answer::Ambiguous(why) => return Err(Status::invalid_argument(why)),
                 Answer::NotYet { id, cgroup } => {
                     // The kernel already runs it; the runtime is asked once (however

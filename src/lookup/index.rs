@@ -215,7 +215,7 @@ impl Index {
                 .is_some_and(|age| age <= FRESH_START);
             let forks_at_start =
                 (c.state == ContainerState::Running && fresh).then_some(clock).flatten().map(|k| k.forks);
-            self.index_keys(&id, c, &uid, forks_at_start);
+            self.index_keys(&id, c, status, true, forks_at_start);
             // A status that does not carry the process (a final status the runtime's
             // event stream gave) keeps the one learned before: its PID and cgroup id
             // still find it once it is gone.
@@ -256,10 +256,29 @@ impl Index {
 
     /// Points the container's attempt, log file, namespaces, cgroup id and PID at it;
     /// `forks_at_start` is the host's task count near its start, if plegd has it.
-    pub(super) fn index_keys(&mut self, id: &Id, c: &ContainerStatus, uid: &Arc<str>, forks_at_start: Option<u64>) {
+    ///
+    /// A log file is pointed at the container only when its path is the pod's own
+    /// (`<namespace>_<name>_<uid>/<container>/`, as the kubelet builds it): a sandbox
+    /// created with another pod's log directory takes no other pod's file. And a removed
+    /// container (`live`: false) never takes a path from a live one.
+    pub(super) fn index_keys(
+        &mut self,
+        id: &Id,
+        c: &ContainerStatus,
+        pod: &PodStatus,
+        live: bool,
+        forks_at_start: Option<u64>,
+    ) {
+        let uid = &crate::labels::shared(&pod.uid);
         self.by_attempt.insert(attempt_key(uid, &c.name, c.attempt), id.clone());
         if let Ok(LogFile::Attempt(path)) = log_file(&c.log_path) {
-            self.by_log.insert(log_key(&path), id.clone());
+            let key = log_key(&path);
+            let held_live = self.by_log.get(&key).is_some_and(|x| x != id && self.live.contains_key(x));
+            if !owns_log_path(&path, pod, &c.name) {
+                tracing::debug!(container = %id, %path, pod = %pod.uid, "a log path outside the pod's own directory is not indexed");
+            } else if live || !held_live {
+                self.by_log.insert(key, id.clone());
+            }
         }
         let Some(p) = &c.process else { return };
         for (kind, inode, host) in
@@ -430,4 +449,12 @@ impl Index {
             ops.push(TombstoneOp::Delete(id.to_string()));
         }
     }
+}
+
+/// Whether `path` (a kubelet log file, `…/<namespace>_<name>_<uid>/<container>/<n>.log`)
+/// is in pod `pod`'s own directory, under container `container`'s.
+pub(super) fn owns_log_path(path: &str, pod: &PodStatus, container: &str) -> bool {
+    let mut dirs = path.rsplit('/').skip(1);
+    let (Some(cdir), Some(pdir)) = (dirs.next(), dirs.next()) else { return false };
+    cdir == container && pdir == format!("{}_{}_{}", pod.namespace, pod.name, pod.uid)
 }

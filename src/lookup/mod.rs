@@ -124,6 +124,8 @@ pub enum Answer {
     NotFound(String),
     /// The key names more than one container; the sentence says which.
     Ambiguous(String),
+    /// The host could not be read in time to vet the answer; the sentence says why.
+    Unavailable(String),
 }
 
 /// Failures of opening the lookup.
@@ -259,7 +261,7 @@ impl ContainerLookup {
                         // A stamp from before this boot counted another boot's tasks.
                         let stamp = t.forks_at_start.filter(|_| t.removed_at >= boot);
                         let uid = crate::labels::shared(&found.pod.uid);
-                        ix.index_keys(&id, &found.container, &uid, stamp);
+                        ix.index_keys(&id, &found.container, &found.pod, false, stamp);
                         ix.add_tomb(id, &uid, t.record, t.removed_at);
                     }
                     Err(e) => tracing::warn!(id = %t.id, error = %e, "a tombstone does not decode; skipped"),
@@ -590,6 +592,36 @@ impl ContainerLookup {
         }
     }
 
+    /// Answers a removed container for a namespace inode only while no live process on
+    /// the host is in that namespace: the kernel gives a freed namespace's inode to the
+    /// next namespace of any kind at once (a host `unshare -m` got a removed container's
+    /// mount-namespace inode on containerd 2.1). Any other answer passes unchanged. The
+    /// host is read off the async threads.
+    pub async fn vet(&self, key: &LookupKey, answer: Answer) -> Answer {
+        let (kind, name, inode) = match key {
+            LookupKey::MntNs(inode) => ("mnt", "mount", *inode),
+            LookupKey::PidNs(inode) => ("pid", "PID", *inode),
+            _ => return answer,
+        };
+        let Answer::Found(f) = answer else { return answer };
+        if f.removed_at.is_none() {
+            return Answer::Found(f);
+        }
+        let was = format!("{}/{}'s {} (removed)", f.pod.namespace, f.pod.name, f.container.name);
+        match self.cfg.host.off_thread(move |h| h.namespace_in_use(kind, inode)).await {
+            Ok(Some(false)) => Answer::Found(f),
+            Ok(Some(true)) => Answer::NotFound(format!(
+                "{name} namespace {inode} is a live process's that is in no container plegd knows; {was} had that \
+                 inode before, and the kernel reuses a freed namespace's inode at once"
+            )),
+            Ok(None) => Answer::NotFound(format!(
+                "{name} namespace {inode} was {was}'s, but plegd cannot see the host's processes to tell whether \
+                 another namespace holds that inode now (see --host-root)"
+            )),
+            Err(e) => Answer::Unavailable(format!("{e}; try again")),
+        }
+    }
+
     /// A namespace's container: the one live container in it, else the one removed
     /// container that was; more than one is ambiguous (a pod that shares its PID
     /// namespace), and the host's own namespace is no container's.
@@ -619,7 +651,7 @@ impl ContainerLookup {
 
     fn unknown(&self, what: &str) -> String {
         format!(
-            "plegd knows no {what} on this node: it never saw one, or it was removed more than {} ago \
+            "plegd has no record of {what} on this node: it never saw one, or it was removed more than {} ago \
              (--tombstone-retention)",
             humantime::format_duration(self.cfg.retention)
         )

@@ -523,3 +523,73 @@ fn log_paths_are_read_in_the_kubelets_forms_rotated_files_included_and_nothing_e
         assert!(log_file(bad).is_err(), "{bad}");
     }
 }
+
+/// A container of pod `uid` (named `pod-<uid>` in `ns`) whose log file is `path`.
+fn logging(id: &str, state: ContainerState, path: &str) -> Arc<ContainerStatus> {
+    let mut c = ContainerStatus::clone(&container(id, state, 0, 0, 1));
+    c.name = "app".into();
+    c.log_path = path.into();
+    Arc::new(c)
+}
+
+#[test]
+fn a_log_path_in_another_pods_directory_is_never_that_pods_and_a_removed_container_never_takes_a_live_ones() {
+    let l = lookup(Duration::from_secs(3600));
+    let victims = "/var/log/pods/ns_pod-victim_victim/app/0.log";
+    l.observe([&event(
+        "victim",
+        EventType::ContainerStarted,
+        "v",
+        Some(pod("victim", vec![logging("v", ContainerState::Running, victims)])),
+    )]);
+    // A sandbox created with the victim's log directory: its container claims the file.
+    l.observe([&event(
+        "thief",
+        EventType::ContainerStarted,
+        "t",
+        Some(pod("thief", vec![logging("t", ContainerState::Running, victims)])),
+    )]);
+    let key = LookupKey::LogPath(log_file(victims).unwrap());
+    assert_eq!(found(l.find(&key)).container.id, "v", "the file is the victim's while the thief runs");
+    // The thief is removed: its tombstone takes nothing either.
+    l.observe([&event("thief", EventType::ContainerRemoved, "t", Some(pod("thief", vec![])))]);
+    l.observe([&event("thief", EventType::PodSync, "", None)]);
+    let f = found(l.find(&key));
+    assert_eq!((f.container.id.as_str(), f.removed_at), ("v", None), "and after the thief is gone");
+    // The victim's own file under its own name resolves; a path in no pod's form is refused.
+    let own = found(l.find(&LookupKey::Id("t".into())));
+    assert!(own.removed_at.is_some(), "the thief is still found by its id");
+    assert!(!index::owns_log_path(victims, &own.pod, "app"));
+    assert!(index::owns_log_path(victims, &found(l.find(&key)).pod, "app"));
+    assert!(!index::owns_log_path(victims, &found(l.find(&key)).pod, "sidecar"), "another container's directory");
+}
+
+#[tokio::test]
+async fn a_removed_containers_namespace_inode_is_not_answered_once_a_live_process_holds_it() {
+    let root = empty_host();
+    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    cfg.host = Host::new(root.clone());
+    let l = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap().0;
+    let mut c = ContainerStatus::clone(&container("gone", ContainerState::Running, 0, 0, 1));
+    c.process = Some(Process {
+        pid: 0,
+        namespaces: crate::model::Namespaces { mnt: 4026532901, ..Default::default() },
+        ..Default::default()
+    });
+    l.observe([&event("u", EventType::ContainerStarted, "gone", Some(pod("u", vec![Arc::new(c)])))]);
+    l.observe([&event("u", EventType::ContainerRemoved, "gone", Some(pod("u", vec![])))]);
+    l.observe([&event("u", EventType::PodSync, "", None)]);
+    let key = LookupKey::MntNs(4026532901);
+    // Nobody holds the inode: the removed container is the answer.
+    let f = found(l.vet(&key, l.find(&key)).await);
+    assert_eq!((f.container.id.as_str(), f.removed_at.is_some()), ("gone", true));
+    // A host `unshare -m` gets the freed inode.
+    std::fs::create_dir_all(root.join("proc/4242/ns")).unwrap();
+    std::os::unix::fs::symlink("mnt:[4026532901]", root.join("proc/4242/ns/mnt")).unwrap();
+    let why = not_found(l.vet(&key, l.find(&key)).await);
+    assert!(why.contains("live process") && why.contains("reuses"), "{why}");
+    // Where the host's processes cannot be seen, no removed container is answered.
+    std::fs::remove_file(root.join("proc/1/stat")).unwrap();
+    let why = not_found(l.vet(&key, l.find(&key)).await);
+    assert!(why.contains("cannot see the host's processes"), "{why}");
+}
