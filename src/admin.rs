@@ -158,7 +158,8 @@ pub type RuntimeView = Arc<
 /// The listeners' metrics.
 #[derive(Clone, Default)]
 pub struct HttpMetrics {
-    /// `plegd_http_connections_refused_total{listener}`: connections closed at the cap.
+    /// `plegd_http_connections_refused_total{listener}`: connections closed at a cap
+    /// (refused, or displaced).
     pub refused:
         prometheus_client::metrics::family::Family<ListenerLabel, prometheus_client::metrics::counter::Counter>,
 }
@@ -177,7 +178,7 @@ impl HttpMetrics {
         let m = Self::default();
         registry.register(
             "connections_refused",
-            "HTTP connections closed at once because the listener held its cap",
+            "HTTP connections closed at a cap: refused as they were accepted, or idle and displaced by a newer one",
             m.refused.clone(),
         );
         m
@@ -250,11 +251,16 @@ impl HttpServer {
         self.listener.local_addr().expect("bound listener has an address")
     }
 
-    /// Serves until shutdown: one task per connection, at most `max_connections`.
+    /// Serves until shutdown: one task per connection, at most `max_connections`, at
+    /// most `per_source` from one address. A connection over either cap takes the place
+    /// of the oldest one (of that address, or of all) that is not running a request — an
+    /// idle keep-alive or one still sending its headers — so a user on the node that
+    /// holds connections open never locks the kubelet's probes out, which come from the
+    /// node's own address like every host process. Only when every connection it could
+    /// displace is running a request is a new one closed.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), AdminError> {
         let Self { listener, router, limits, refused } = self;
-        let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-        let sources = Sources::default();
+        let open = Open::default();
         let conns = tokio_util::task::TaskTracker::new();
         loop {
             let accepted = tokio::select! {
@@ -270,20 +276,17 @@ impl HttpServer {
                     continue;
                 }
             };
-            let Some(source) = sources.admit(peer.ip(), limits.per_source) else {
+            let Some((slot, displaced)) = open.admit(peer.ip(), &limits) else {
                 refused.inc();
-                tracing::debug!(%peer, cap = limits.per_source, "HTTP connection refused at the per-address cap");
+                tracing::debug!(%peer, "HTTP connection refused: every connection it could displace is busy");
                 continue;
             };
-            let Ok(permit) = permits.clone().try_acquire_owned() else {
+            if displaced {
                 refused.inc();
-                tracing::debug!(cap = limits.max_connections, "HTTP connection refused at the cap");
-                continue;
-            };
+            }
             let (router, shutdown) = (router.clone(), shutdown.clone());
             conns.spawn(async move {
-                let _held = (permit, source);
-                serve_connection(stream, router, limits, shutdown).await;
+                serve_connection(stream, router, limits, slot, shutdown).await;
             });
         }
         conns.close();
@@ -292,37 +295,55 @@ impl HttpServer {
     }
 }
 
-/// Connections open per source address.
+/// The listener's open connections, oldest first.
 #[derive(Clone, Default)]
-struct Sources(Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>);
+struct Open(Arc<std::sync::Mutex<Vec<Arc<Conn>>>>);
 
-/// One connection's place in its address's count, given back when dropped.
-struct SourceSlot {
-    sources: Sources,
+/// One open connection as the caps see it.
+struct Conn {
     ip: std::net::IpAddr,
+    /// A request is being answered on it.
+    busy: std::sync::atomic::AtomicBool,
+    /// Closes it to make room for a newer one.
+    displaced: CancellationToken,
 }
 
-impl Sources {
-    fn admit(&self, ip: std::net::IpAddr, cap: usize) -> Option<SourceSlot> {
-        let mut m = self.0.lock().expect("sources lock");
-        let n = m.entry(ip).or_default();
-        if *n >= cap {
-            return None;
-        }
-        *n += 1;
-        Some(SourceSlot { sources: self.clone(), ip })
+/// A connection's place among the open ones, given back when dropped.
+struct ConnSlot {
+    open: Open,
+    conn: Arc<Conn>,
+}
+
+impl Open {
+    /// A place for a connection from `ip`, displacing the oldest idle one where a cap is
+    /// reached (then `true`); `None` when none can be displaced.
+    fn admit(&self, ip: std::net::IpAddr, limits: &HttpLimits) -> Option<(ConnSlot, bool)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut open = self.0.lock().expect("open connections lock");
+        // Those already displaced are on their way out.
+        let counted = |c: &&Arc<Conn>| !c.displaced.is_cancelled();
+        let same = |c: &&Arc<Conn>| c.ip == ip;
+        let idle = |c: &&Arc<Conn>| !c.busy.load(Relaxed);
+        let from_ip = open.iter().filter(counted).filter(same).count();
+        let all = open.iter().filter(counted).count();
+        let victim = if from_ip >= limits.per_source {
+            Some(open.iter().filter(counted).filter(same).find(idle)?)
+        } else if all >= limits.max_connections {
+            Some(open.iter().filter(counted).find(idle)?)
+        } else {
+            None
+        };
+        let displaced = victim.inspect(|v| v.displaced.cancel()).is_some();
+        let conn = Arc::new(Conn { ip, busy: Default::default(), displaced: CancellationToken::new() });
+        open.push(conn.clone());
+        Some((ConnSlot { open: self.clone(), conn }, displaced))
     }
 }
 
-impl Drop for SourceSlot {
+impl Drop for ConnSlot {
     fn drop(&mut self) {
-        let mut m = self.sources.0.lock().expect("sources lock");
-        if let Some(n) = m.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.ip);
-            }
-        }
+        let mut open = self.open.0.lock().expect("open connections lock");
+        open.retain(|c| !Arc::ptr_eq(c, &self.conn));
     }
 }
 
@@ -332,9 +353,22 @@ async fn serve_connection(
     stream: tokio::net::TcpStream,
     router: Router,
     limits: HttpLimits,
+    slot: ConnSlot,
     shutdown: CancellationToken,
 ) {
-    let svc = hyper_util::service::TowerToHyperService::new(router);
+    use std::sync::atomic::Ordering::Relaxed;
+    let conn_state = slot.conn.clone();
+    let svc = tower::service_fn(move |req: axum::http::Request<hyper::body::Incoming>| {
+        let (router, conn) = (router.clone(), conn_state.clone());
+        async move {
+            use tower::ServiceExt;
+            conn.busy.store(true, Relaxed);
+            let answered = router.oneshot(req).await;
+            conn.busy.store(false, Relaxed);
+            answered
+        }
+    });
+    let svc = hyper_util::service::TowerToHyperService::new(svc);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(hyper_util::rt::TokioTimer::new())
@@ -344,6 +378,8 @@ async fn serve_connection(
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => return,
+        // A newer connection took its place while it sat idle: closed at once.
+        _ = slot.conn.displaced.cancelled() => return,
         _ = tokio::time::sleep(limits.max_connection_age) => {}
         _ = shutdown.cancelled() => {}
     }

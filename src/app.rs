@@ -200,9 +200,7 @@ pub async fn start_on<R: RuntimeService>(
     crate::clock::start();
     let RunConfig { state_dir, host, runtime, pleg, admin, api, journal, sync, memory, lookup, export } = cfg.clone();
     let liveness = Liveness::new();
-    // The journal's lineage is marked beside the API socket: a per-boot directory.
-    let lineage = api.socket.parent().map(|dir| dir.join(crate::journal::lineage::FILE));
-    let stores = Stores::open(journal, lookup, &state_dir, lineage, &host, pleg.mode, &metrics, shutdown).await?;
+    let stores = Stores::open(journal, lookup, &state_dir, &api.socket, &host, pleg.mode, &metrics, shutdown).await?;
     let Pleg { relister, publisher, watcher, cache, health, readiness, stream: state_rx } =
         Pleg::build(cfg, client.clone(), &stores, &metrics, &liveness);
     let Stores { journal, lookup, tombstones, runlog } = stores;
@@ -237,17 +235,15 @@ pub async fn start_on<R: RuntimeService>(
     let (admin, debug) = admin.build(admin_state, &metrics.http).await?;
     let (admin_addr, debug_addr) = (admin.local_addr(), debug.local_addr());
     let exporter = exporter(export, &state_dir, &journal, &metrics)?;
-
     // Every task, each in its span.
     let tasks = Tasks::new(tracker, shutdown);
     tasks.essential("publish", publisher.run(shutdown.clone()));
     if let Some(exporter) = exporter {
         tasks.essential("otlp_export", exporter.run(shutdown.clone()));
     }
-    spawn_upkeep(&tasks, shutdown, tombstones, memory.build(metrics.memory.clone()), &journal);
-    tasks.essential("terminations", lookup.terminations().run(shutdown.clone()));
-    if let Some(watcher) = watcher {
-        tasks.essential("event_stream", watcher.run(shutdown.clone()));
+    spawn_upkeep(&tasks, shutdown, tombstones, memory.build(metrics.memory.clone()), &journal, &lookup);
+    if let Some(w) = watcher {
+        tasks.essential("event_stream", w.run(shutdown.clone()));
     }
     tasks.essential("run_log", keep_run_log(runlog, state_rx.clone(), health.clone(), shutdown.clone()));
     tasks.essential("relist", relister.run(shutdown.clone()));
@@ -268,8 +264,8 @@ pub async fn start_on<R: RuntimeService>(
         shutdown.clone(),
     )
     .with_lookup(lookup.clone(), Some(container_reader(client.clone(), host.clone())));
-    let api_beat = liveness.register("api", QUICK_LOOP_LIMIT);
-    serve_api(&tasks, api_listener, svc, readiness.clone(), api_beat, api.socket.clone(), shutdown);
+    let (beat, ready) = (liveness.register("api", QUICK_LOOP_LIMIT), readiness.clone());
+    serve_api(&tasks, api_listener, svc, ready, beat, api.socket.clone(), shutdown);
     tracing::info!(
         runtime = %runtime.endpoint, api = %api.socket.display(), admin = %admin_addr, debug = %debug_addr,
         mode = ?pleg.mode, "plegd started"
@@ -360,14 +356,17 @@ impl<R: RuntimeService> Pleg<R> {
 }
 
 /// Spawns what keeps the state dir and the memory in shape: the tombstone file's
-/// writer, the journal's checkpointer, the memory scavenger.
+/// writer, the journal's checkpointer, the memory scavenger; and the lookup's count of
+/// settled deaths.
 fn spawn_upkeep(
     tasks: &Tasks,
     shutdown: &CancellationToken,
     tombstones: Option<crate::lookup::TombstoneWriter>,
     scavenger: crate::memory::Scavenger,
     journal: &Journal,
+    lookup: &ContainerLookup,
 ) {
+    tasks.essential("terminations", lookup.terminations().run(shutdown.clone()));
     if let Some(w) = tombstones {
         tasks.essential("tombstones", w.run(shutdown.clone()));
     }
@@ -417,13 +416,15 @@ impl Stores {
         journal: crate::journal::JournalConfig,
         lookup: crate::lookup::LookupConfig,
         state_dir: &Option<std::path::PathBuf>,
-        lineage: Option<std::path::PathBuf>,
+        api_socket: &std::path::Path,
         host: &crate::host::Host,
         mode: Mode,
         metrics: &Metrics,
         shutdown: &CancellationToken,
     ) -> Result<Self, AppError> {
         let journal = {
+            // The journal's lineage is marked beside the API socket, a per-boot directory.
+            let lineage = api_socket.parent().map(|d| d.join(crate::journal::lineage::FILE));
             let (dir, jmetrics, stop) = (state_dir.clone(), metrics.journal.clone(), shutdown.clone());
             tokio::task::spawn_blocking(move || journal.build(dir, lineage, jmetrics, &stop))
                 .await

@@ -137,16 +137,16 @@ async fn half_open_requests_are_capped_and_cut_off_and_the_probes_still_answer()
         c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ").await.unwrap();
         held.push(c);
     }
-    // Those past the cap are closed at once.
+    // Those past the cap take the places of the oldest, which are closed at once.
     let mut closed = 0;
-    for c in held.iter_mut().rev().take(40) {
+    for c in held.iter_mut().take(40) {
         let mut buf = [0u8; 64];
         // A close with the request unread is a reset, or an end of stream.
         if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(Duration::from_millis(200), c.read(&mut buf)).await {
             closed += 1;
         }
     }
-    assert!(closed >= 20, "{closed} of the last 40 connections were closed at the cap");
+    assert!(closed >= 20, "{closed} of the first 40 connections were closed to make room");
     // The header deadline frees every slot; then the probes answer again.
     let limit = limits.header_read_timeout + Duration::from_secs(3);
     let t0 = tokio::time::Instant::now();
@@ -168,7 +168,7 @@ async fn half_open_requests_are_capped_and_cut_off_and_the_probes_still_answer()
         .find_map(|l| l.strip_prefix("plegd_http_connections_refused_total{listener=\"admin\"} "))
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or(0.0);
-    assert!(refused >= 20.0, "refusals are counted: {refused}");
+    assert!(refused >= 20.0, "connections closed at the cap are counted: {refused}");
     p.stop().await;
 }
 
@@ -216,6 +216,49 @@ async fn a_neighbour_that_keeps_reconnecting_never_locks_the_probes_out() {
     let opened = attacker.await.unwrap();
     assert!(opened > plegd::admin::HttpLimits::ADMIN.per_source as u64, "the neighbour opened {opened} connections");
     assert_eq!(ok, tried, "{ok} of {tried} probes answered while a neighbour kept reconnecting");
+    p.stop().await;
+}
+
+/// The kubelet probes from the node's address, which every host process shares (and
+/// which a pod network's veth pair shows as well): a user that holds connections open
+/// from it — idle keep-alives, or requests it never finishes — must not make the probes
+/// fail, or the liveness probe restarts plegd for ever.
+#[tokio::test]
+async fn a_user_holding_connections_from_the_probes_own_address_never_makes_a_probe_fail() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let p = start_plegd(|_| {}).await;
+    let a = p.app.admin_addr();
+    let cap = plegd::admin::HttpLimits::ADMIN.per_source;
+    let mut held = Vec::new();
+    // Idle keep-alives: one request each, answered, the connection kept.
+    for _ in 0..cap {
+        let mut c = tokio::net::TcpStream::connect(a).await.unwrap();
+        c.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 512];
+        let n = c.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+        held.push(c);
+    }
+    // And as many that never finish their headers.
+    for _ in 0..cap {
+        let mut c = tokio::net::TcpStream::connect(a).await.unwrap();
+        c.write_all(b"GET /livez HTTP/1.1\r\n").await.unwrap();
+        held.push(c);
+    }
+    let mut ok = 0;
+    for _ in 0..10 {
+        if matches!(support::try_http(a, "GET", "/livez").await, Ok((200, _))) {
+            ok += 1;
+        }
+        // The user takes its places back between probes.
+        for _ in 0..4 {
+            if let Ok(mut c) = tokio::net::TcpStream::connect(a).await {
+                let _ = c.write_all(b"GET /livez HTTP/1.1\r\n").await;
+                held.push(c);
+            }
+        }
+    }
+    assert_eq!(ok, 10, "{ok} of 10 probes answered beside {} connections held from their address", held.len());
     p.stop().await;
 }
 

@@ -510,9 +510,13 @@ async fn a_watcher_that_goes_away_is_unsubscribed_and_shutdown_ends_the_others_c
 #[tokio::test]
 async fn two_hundred_concurrent_watchers_all_see_the_same_events() {
     let p = start_plegd(|_| {}).await;
+    // As agents hold them: a few channels, many streams on each (one process may keep
+    // 64 connections open; `grpc::connections`).
+    let channels: Vec<_> = (0..4).map(|_| p.client()).collect();
     let mut streams = Vec::new();
-    for _ in 0..200 {
-        let mut s = watch(&p, api::WatchRequest::default()).await;
+    for i in 0..200 {
+        let mut s = channels[i % 4].clone().watch(api::WatchRequest::default()).await.expect("watch").into_inner();
+        assert!(matches!(next(&mut s).await.kind, Some(Kind::Start(_))), "the epoch first");
         read_snapshot(&mut s).await;
         streams.push(s);
     }

@@ -363,9 +363,12 @@ async fn lookups_of_a_pause_process_or_an_unknown_container_ask_the_runtime_once
         &format!("/kubepods.slice/kubepods-besteffort.slice/cri-containerd-{unknown}.scope"),
     );
     let before = container_status_calls(&p).await;
+    // Many callers at once, over a few channels (one process keeps at most 64
+    // connections open; `grpc::connections`).
+    let channels: Vec<_> = (0..8).map(|_| p.client()).collect();
     for pid in [pause, stranger] {
-        let asks = (0..150).map(|_| {
-            let mut c = p.client();
+        let asks = (0..150).map(|i| {
+            let mut c = channels[i % channels.len()].clone();
             async move { c.get_container(api::GetContainerRequest { key: Some(Key::Pid(pid)) }).await }
         });
         for r in futures_util::future::join_all(asks).await {

@@ -89,6 +89,13 @@ fn the_daemonset_mounts_the_socket_directory_and_probes_the_admin_port() {
     assert_eq!(c["ports"][0]["name"], "admin");
     assert_eq!(c["ports"][0]["containerPort"], 9477);
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    // Every API peer's process is named by the kernel (each root agent its own holder).
+    assert_eq!(spec["hostPID"], true, "hostPID: peers in other pods are not all PID 0");
+    // The API socket's directory is the host's /run/plegd: per boot, outside the state
+    // dir, where the journal's lineage mark lives.
+    let run = mounts.iter().find(|m| m["mountPath"] == "/run/plegd").unwrap();
+    let vol = vols.iter().find(|v| v["name"] == run["name"]).unwrap();
+    assert_eq!(vol["hostPath"]["path"], "/run/plegd");
 }
 
 #[test]

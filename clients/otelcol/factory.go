@@ -91,6 +91,8 @@ type plegdProcessor struct {
 	shared *sharedResolver
 	r      *resolver
 	keys   []assocKey
+	// wantsPID: process.pid is among the keys (its calls are started ahead).
+	wantsPID bool
 }
 
 func newProcessor(cfg *Config, set processor.Settings) (*plegdProcessor, error) {
@@ -101,6 +103,7 @@ func newProcessor(cfg *Config, set processor.Settings) (*plegdProcessor, error) 
 	p := &plegdProcessor{cfg: cfg, shared: s, r: s.r}
 	for _, k := range cfg.PodAssociation {
 		p.keys = append(p.keys, assocKeyOf(k))
+		p.wantsPID = p.wantsPID || assocKeyOf(k) == assocProcessPID
 	}
 	return p, nil
 }

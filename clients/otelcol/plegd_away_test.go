@@ -317,3 +317,38 @@ func TestAGetContainerThatNeverReturnsEndsWithTheBatch(t *testing.T) {
 		t.Errorf("placed without an answer")
 	}
 }
+
+// The process resources of one batch (the hostmetrics process scraper's shape: one
+// resource per process) are looked up at once, not one after another within the
+// batch's lookup_timeout: with plegd answering each call in 50 ms and a 100 ms
+// budget, one after another would start two or three calls; at once starts as many as
+// the bound lets in, at the batch's start. (A serial batch placed 397 of 1,200, and the
+// same tail went unplaced at every scrape.)
+func TestTheDistinctPIDsOfABatchAreLookedUpAtOnce(t *testing.T) {
+	n := newNode(t)
+	h := newHarness(t, n.f.endpoint(), func(c *Config) { c.LookupTimeout = 100 * time.Millisecond })
+	n.f.mu.Lock()
+	n.f.delay = 50 * time.Millisecond
+	n.f.mu.Unlock()
+	var recs []rec
+	for i := 0; i < 1200; i++ {
+		recs = append(recs, rec{res: map[string]any{"process.pid": int64(60000 + i%600)}})
+	}
+	before := n.f.rpcs.Load()
+	h.consume(makeLogs(recs...))
+	calls := n.f.rpcs.Load() - before
+	t.Logf("one batch of 1,200 process resources (600 PIDs): %d calls reached plegd", calls)
+	if calls < maxInFlight {
+		t.Errorf("%d GetContainer calls reached plegd within the batch; want the bound's %d started at once", calls, maxInFlight)
+	}
+	if calls > 600 {
+		t.Errorf("%d calls for 600 distinct PIDs: a key was asked twice", calls)
+	}
+	// Those answered within the budget are placed or not_found; none waited its turn
+	// behind another's answer.
+	notFound := h.counter("otelcol_processor_plegd_records_unplaced", map[string]string{"reason": "not_found"})
+	t.Logf("not_found %d of 1,200 within the budget", notFound)
+	if notFound < int64(2*maxInFlight) {
+		t.Errorf("only %d records answered within the budget; the calls did not overlap", notFound)
+	}
+}

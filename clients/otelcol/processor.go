@@ -56,6 +56,9 @@ type batch struct {
 	// sdk: whether the current resource is an OpenTelemetry SDK's (0: not looked yet,
 	// 1: no, 2: yes).
 	sdk uint8
+	// the calls to start before the records are resolved, each key once
+	prefetch []lookupReq
+	wanted   map[string]struct{}
 }
 
 func (p *plegdProcessor) newBatch(ctx context.Context) *batch {
@@ -151,6 +154,35 @@ func (b *batch) lookup(k assocKey, res, rec pcommon.Map) (a answer, present bool
 	}
 	b.memo[mk] = a
 	return a, true
+}
+
+// want notes a record's keys that only a call to plegd answers (a host PID), so that
+// the batch starts every such call at once before it resolves its records one by one.
+func (b *batch) want(res, rec pcommon.Map) {
+	if !b.p.wantsPID || b.sdkResource(res) {
+		return
+	}
+	n, ok := getInt(res, rec, KeyProcessPID)
+	if !ok {
+		return
+	}
+	q, ok := pidReq(n)
+	if !ok {
+		return
+	}
+	if b.wanted == nil {
+		b.wanted = make(map[string]struct{}, 64)
+	}
+	if _, seen := b.wanted[q.key]; !seen {
+		b.wanted[q.key] = struct{}{}
+		b.prefetch = append(b.prefetch, q)
+	}
+}
+
+// startPrefetch starts the calls want noted.
+func (b *batch) startPrefetch() {
+	b.p.r.prefetch(b.ctx, b.prefetch)
+	b.prefetch, b.wanted = nil, nil
 }
 
 // sdkResource says whether res is an OpenTelemetry SDK's resource (it carries
@@ -261,6 +293,21 @@ func (p *plegdProcessor) processLogs(ctx context.Context, ld plog.Logs) (plog.Lo
 	var c counts
 	rls := ld.ResourceLogs()
 	n := rls.Len()
+	if p.wantsPID {
+		for i := 0; i < n; i++ {
+			rl := rls.At(i)
+			b.reset()
+			b.want(rl.Resource().Attributes(), pcommon.Map{})
+			sls := rl.ScopeLogs()
+			for j := 0; j < sls.Len(); j++ {
+				lrs := sls.At(j).LogRecords()
+				for k := 0; k < lrs.Len(); k++ {
+					b.want(rl.Resource().Attributes(), lrs.At(k).Attributes())
+				}
+			}
+		}
+		b.startPrefetch()
+	}
 	for i := 0; i < n; i++ {
 		rl := rls.At(i)
 		res := rl.Resource().Attributes()
@@ -333,6 +380,21 @@ func (p *plegdProcessor) processTraces(ctx context.Context, td ptrace.Traces) (p
 	var c counts
 	rss := td.ResourceSpans()
 	n := rss.Len()
+	if p.wantsPID {
+		for i := 0; i < n; i++ {
+			rs := rss.At(i)
+			b.reset()
+			b.want(rs.Resource().Attributes(), pcommon.Map{})
+			sss := rs.ScopeSpans()
+			for j := 0; j < sss.Len(); j++ {
+				spans := sss.At(j).Spans()
+				for k := 0; k < spans.Len(); k++ {
+					b.want(rs.Resource().Attributes(), spans.At(k).Attributes())
+				}
+			}
+		}
+		b.startPrefetch()
+	}
 	for i := 0; i < n; i++ {
 		rs := rss.At(i)
 		res := rs.Resource().Attributes()
@@ -406,6 +468,21 @@ func (p *plegdProcessor) processMetrics(ctx context.Context, md pmetric.Metrics)
 	defer b.cancel()
 	var c counts
 	rms := md.ResourceMetrics()
+	if p.wantsPID {
+		for i := 0; i < rms.Len(); i++ {
+			rm := rms.At(i)
+			b.reset()
+			b.want(rm.Resource().Attributes(), pcommon.Map{})
+			sms := rm.ScopeMetrics()
+			for j := 0; j < sms.Len(); j++ {
+				ms := sms.At(j).Metrics()
+				for k := 0; k < ms.Len(); k++ {
+					forEachPoint(ms.At(k), func(attrs pcommon.Map) { b.want(rm.Resource().Attributes(), attrs) })
+				}
+			}
+		}
+		b.startPrefetch()
+	}
 	for i := 0; i < rms.Len(); i++ {
 		rm := rms.At(i)
 		res := rm.Resource().Attributes()

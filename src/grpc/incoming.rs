@@ -15,6 +15,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::connections::{CallGuard, Connections, Flow};
+use super::watch::Holder;
 use super::{ApiConfig, ApiMetrics};
 
 /// Whether a peer may connect: its uid, its primary group or one of its supplementary
@@ -79,7 +81,12 @@ pub enum Refused {
 
 /// Reads the HTTP/2 preface (bounded in time, failing fast on anything else) and
 /// returns the connection with the preface put back in front.
-async fn read_preface(mut conn: UnixStream, timeout: Duration, refused: Option<Arc<str>>) -> Result<Prefaced, Refused> {
+async fn read_preface(
+    mut conn: UnixStream,
+    timeout: Duration,
+    refused: Option<Arc<str>>,
+    admitted: Admitted,
+) -> Result<Prefaced, Refused> {
     use tokio::io::AsyncReadExt;
     let check = async {
         let mut buf = [0u8; 24];
@@ -98,8 +105,7 @@ async fn read_preface(mut conn: UnixStream, timeout: Duration, refused: Option<A
     };
     tokio::time::timeout(timeout, check).await.map_err(|_| Refused::Slow(timeout))??;
     let ends = refused.as_ref().map(|_| Box::pin(tokio::time::sleep(REFUSED_FOR)));
-    let cut = CancellationToken::new();
-    let id = NEXT_CONNECTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let Admitted { id, cut, flow } = admitted;
     Ok(Prefaced {
         replayed: 0,
         inner: conn,
@@ -108,7 +114,16 @@ async fn read_preface(mut conn: UnixStream, timeout: Duration, refused: Option<A
         cut: Box::pin(cut.clone().cancelled_owned()),
         token: cut,
         id,
+        flow,
     })
+}
+
+/// A connection given its place among the node's: its number, how plegd closes it,
+/// and its flow.
+struct Admitted {
+    id: u64,
+    cut: CancellationToken,
+    flow: Arc<Flow>,
 }
 
 /// Connection numbers, for telling connections apart.
@@ -130,6 +145,8 @@ pub struct Prefaced {
     cut: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
     token: CancellationToken,
     id: u64,
+    /// Its place among the node's connections and the bytes it has ahead.
+    flow: Arc<Flow>,
 }
 
 /// What the gRPC services learn of a connection's peer.
@@ -143,6 +160,8 @@ pub struct Peer {
     pub cut: CancellationToken,
     /// This connection's number.
     pub id: u64,
+    /// Its place among the node's connections and the bytes it has ahead.
+    pub flow: Arc<Flow>,
 }
 
 impl tokio::io::AsyncRead for Prefaced {
@@ -179,7 +198,11 @@ impl tokio::io::AsyncWrite for Prefaced {
         if self.token.is_cancelled() {
             return std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
         }
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let written = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = written {
+            self.flow.written(n);
+        }
+        written
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
@@ -201,7 +224,11 @@ impl tokio::io::AsyncWrite for Prefaced {
         if self.token.is_cancelled() {
             return std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
         }
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let std::task::Poll::Ready(Ok(n)) = written {
+            self.flow.written(n);
+        }
+        written
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -213,7 +240,13 @@ impl tonic::transport::server::Connected for Prefaced {
     type ConnectInfo = Peer;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        Peer { refused: self.refused.clone(), uds: self.inner.connect_info(), cut: self.token.clone(), id: self.id }
+        Peer {
+            refused: self.refused.clone(),
+            uds: self.inner.connect_info(),
+            cut: self.token.clone(),
+            id: self.id,
+            flow: self.flow.clone(),
+        }
     }
 }
 
@@ -229,7 +262,7 @@ where
     S::Error: Send + 'static,
     R: Default + Send + 'static,
 {
-    type Response = S::Response;
+    type Response = axum::http::Response<InCall<R>>;
     type Error = S::Error;
     type Future = Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
@@ -238,15 +271,59 @@ where
     }
 
     fn call(&mut self, req: axum::http::Request<B>) -> Self::Future {
-        let refused = req.extensions().get::<Peer>().and_then(|p| p.refused.clone());
+        let peer = req.extensions().get::<Peer>();
+        let refused = peer.and_then(|p| p.refused.clone());
+        // The call lasts until its response's body is done (a Watch: until it ends).
+        let call = peer.map(|p| p.flow.call());
         match refused {
             Some(why) => {
                 let status =
                     tonic::Status::permission_denied(format!("refused by plegd's --allow-uid/--allow-gid: {why}"));
-                Box::pin(std::future::ready(Ok(status.into_http())))
+                Box::pin(std::future::ready(Ok(status.into_http::<R>().map(|b| InCall::new(b, None)))))
             }
-            None => Box::pin(self.0.call(req)),
+            None => {
+                let fut = self.0.call(req);
+                Box::pin(async move { fut.await.map(|r| r.map(|b| InCall::new(b, call))) })
+            }
         }
+    }
+}
+
+/// A response body that keeps its call counted on its connection until it is done.
+pub struct InCall<B> {
+    inner: Pin<Box<B>>,
+    _call: Option<CallGuard>,
+}
+
+impl<B> InCall<B> {
+    fn new(inner: B, call: Option<CallGuard>) -> Self {
+        Self { inner: Box::pin(inner), _call: call }
+    }
+}
+
+impl<B: Default> Default for InCall<B> {
+    fn default() -> Self {
+        Self::new(B::default(), None)
+    }
+}
+
+impl<B: http_body::Body> http_body::Body for InCall<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        self.inner.as_mut().poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -256,6 +333,7 @@ where
 pub fn incoming(
     listener: UnixListener,
     cfg: Arc<ApiConfig>,
+    connections: Connections,
     metrics: ApiMetrics,
     beat: crate::liveness::Beat,
     tasks: TaskTracker,
@@ -267,6 +345,7 @@ pub fn incoming(
         let mut ticks = crate::liveness::beat_timer();
         // A peer refused in a loop must not flood the log: the counter has them all.
         let mut refusals_to_log = crate::backoff::TokenBucket::new(1.0, 10);
+        let mut over_cap_to_log = crate::backoff::TokenBucket::new(1.0, 10);
         loop {
             let conn = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -302,9 +381,27 @@ pub fn incoming(
                 }
                 None => None,
             };
+            let id = NEXT_CONNECTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let holder = match conn.peer_cred() {
+                Ok(cred) => Holder::of(cred.uid(), cred.pid(), id),
+                Err(_) => Holder::RootConnection(id),
+            };
+            let cut = CancellationToken::new();
+            let flow = match connections.admit(holder, cut.clone()) {
+                Ok(flow) => flow,
+                Err(why) => {
+                    metrics.over_cap.inc();
+                    if over_cap_to_log.try_take() {
+                        tracing::warn!(reason = %why, "closed an API connection over its cap");
+                    }
+                    continue;
+                }
+            };
+            metrics.open.set(connections.open() as i64);
+            let admitted = Admitted { id, cut, flow };
             let (tx, timeout, metrics) = (tx.clone(), cfg.handshake_timeout, metrics.clone());
             tasks.spawn(async move {
-                match read_preface(conn, timeout, refused).await {
+                match read_preface(conn, timeout, refused, admitted).await {
                     Ok(conn) => {
                         metrics.accepted.inc();
                         let _ = tx.send(Ok(conn)).await;

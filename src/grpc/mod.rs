@@ -10,6 +10,7 @@
 //! [`wire::Codec`], `Watch` yielding [`wire::WatchFrame`]s), so the generated server
 //! routes every method; clients decode plain `WatchEvent`s.
 
+pub mod connections;
 pub mod health;
 pub mod incoming;
 pub mod served;
@@ -97,6 +98,14 @@ pub struct ApiMetrics {
     pub watch_refused: Counter,
     /// `plegd_api_stalled_watch_connections_closed_total`.
     pub stalled_closed: Counter,
+    /// `plegd_api_connections_over_cap_total`.
+    pub over_cap: Counter,
+    /// `plegd_api_idle_connections_closed_total`.
+    pub idle_closed: Counter,
+    /// `plegd_api_open_connections`.
+    pub open: Gauge,
+    /// `plegd_api_watch_bytes_ahead`.
+    pub ahead: Gauge,
 }
 
 impl ApiMetrics {
@@ -108,6 +117,22 @@ impl ApiMetrics {
         registry.sub_registry_with_prefix("watch").register("clients", "Open Watch streams", api.watch_clients.clone());
         let registry = registry.sub_registry_with_prefix("api");
         registry.register("connections", "API connections accepted", api.accepted.clone());
+        registry.register(
+            "connections_over_cap",
+            "API connections closed as they were accepted: the node or their holder held its cap",
+            api.over_cap.clone(),
+        );
+        registry.register(
+            "idle_connections_closed",
+            "API connections closed after two minutes with no call in progress",
+            api.idle_closed.clone(),
+        );
+        registry.register("open_connections", "API connections open", api.open.clone());
+        registry.register(
+            "watch_bytes_ahead",
+            "Watch bytes handed to connections and not yet written to their sockets",
+            api.ahead.clone(),
+        );
         registry.register(
             "connections_refused",
             "API connections refused by the peer-credential allowlist",
@@ -380,8 +405,9 @@ impl PodLifecycle for PodLifecycleService {
         let peer = req.extensions().get::<incoming::Peer>().cloned();
         let holder =
             peer.as_ref().and_then(|p| Some(watch::Holder::of(p.uds.peer_cred?.uid(), p.uds.peer_cred?.pid(), p.id)));
+        let flow = peer.as_ref().map(|p| p.flow.clone());
         let cut = peer.map(|p| p.cut);
-        Ok(Response::new(watch::open(self, holder, cut, req.into_inner())?))
+        Ok(Response::new(watch::open(self, holder, cut, flow, req.into_inner())?))
     }
 
     async fn list_pods(&self, req: Request<api::ListPodsRequest>) -> Result<Response<api::ListPodsResponse>, Status> {
@@ -462,6 +488,19 @@ impl PodLifecycle for PodLifecycleService {
     }
 }
 
+impl Answer {
+    /// The container found, or the status that says why not.
+    fn into_result(self) -> Result<crate::lookup::Found, Status> {
+        match self {
+            Answer::Found(f) => Ok(f),
+            Answer::Unavailable(why) => Err(Status::unavailable(why)),
+            Answer::Ambiguous(why) => Err(Status::invalid_argument(why)),
+            Answer::NotFound(why) => Err(Status::not_found(why)),
+            Answer::NotYet { id, .. } => Err(Status::not_found(format!("container {id} is not published yet"))),
+        }
+    }
+}
+
 impl PodLifecycleService {
     async fn find_container(
         &self,
@@ -498,15 +537,7 @@ impl PodLifecycleService {
             match lookup.find_read(&key, process.clone(), clock) {
                 // A removed container is vetted against the host (a namespace inode
                 // reused by a live process answers no removed container).
-                f @ Answer::Found(_) => {
-                    return match lookup.vet(&key, f).await {
-                        Answer::Found(f) => Ok(found(f)),
-                        Answer::Unavailable(why) => Err(Status::unavailable(why)),
-                        Answer::Ambiguous(why) => Err(Status::invalid_argument(why)),
-                        Answer::NotFound(why) => Err(Status::not_found(why)),
-                        Answer::NotYet { id, .. } => Err(Status::not_found(format!("container {id} is not published"))),
-                    };
-                }
+                f @ Answer::Found(_) => return lookup.vet(&key, f).await.into_result().map(found),
                 Answer::NotFound(why) => return Err(Status::not_found(why)),
                 Answer::Unavailable(why) => return Err(Status::unavailable(why)),
                 Answer::Ambiguous(why) => return Err(Status::invalid_argument(why)),
@@ -661,8 +692,10 @@ pub async fn serve(
     if cfg.max_stalled_watch_streams > 0 {
         tasks.spawn(svc.streams.clone().close_stalled(cfg.clone(), metrics.stalled_closed.clone(), shutdown.clone()));
     }
+    let connections = connections::Connections::default();
+    tasks.spawn(connections.clone().run_idle_closer(metrics.clone(), shutdown.clone()));
     let lifecycle = PodLifecycleServer::new(svc).max_decoding_message_size(MAX_REQUEST_BYTES);
-    let incoming = incoming::incoming(listener, cfg, metrics, beat, tasks, shutdown.clone());
+    let incoming = incoming::incoming(listener, cfg, connections, metrics, beat, tasks, shutdown.clone());
     let res = tonic::transport::Server::builder()
         .http2_max_header_list_size(16 * 1024)
         .concurrency_limit_per_connection(MAX_STREAMS_PER_CONNECTION as usize)

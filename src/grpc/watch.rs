@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
 
+use super::connections::{Flow, WatchGuard};
 use super::wire::{EncodedTail, WatchFrame};
 use super::{PodLifecycleService, pod_api, to_filter, watch_event};
 use crate::cache::PodCache;
@@ -30,6 +31,7 @@ pub fn open(
     svc: &PodLifecycleService,
     holder: Option<Holder>,
     cut: Option<CancellationToken>,
+    flow: Option<Arc<Flow>>,
     r: api::WatchRequest,
 ) -> Result<FeedStream, Status> {
     let filter = Arc::new(to_filter(r.filter, &r.types)?);
@@ -40,6 +42,7 @@ pub fn open(
         None => None,
     };
     let handed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let on_flow = flow.as_ref().map(|f| f.watch());
     let tracked = cut.map(|cut| svc.streams.track(handed.clone(), cut, holder));
     let since = if r.since_revision == 0 { Since::Snapshot } else { Since::Revision(r.since_revision, r.epoch) };
     svc.metrics.watch_clients.inc();
@@ -63,13 +66,24 @@ pub fn open(
         _slot: slot,
         _tracked: tracked,
         handed,
+        flow,
+        counted: false,
+        _on_flow: on_flow,
     };
     Ok(Box::pin(futures_util::stream::unfold(feed, |mut feed| async move {
+        use prost::Message;
         use std::sync::atomic::Ordering::Relaxed;
         feed.handed.store(0, Relaxed);
         let item = feed.next().await?;
-        // From now until the transport asks again, this stream waits for its client.
+        // From now until the transport asks again, this stream waits for its client:
+        // first for its connection to have room ([`Flow`]), then for the transport.
         feed.handed.store(millis_since_start().max(1), Relaxed);
+        if let Some(flow) = &feed.flow
+            && !std::mem::take(&mut feed.counted)
+        {
+            flow.room(&feed.shutdown).await;
+            flow.handed(item.encoded_len() as u64);
+        }
         Some((Ok(item), feed))
     })))
 }
@@ -111,6 +125,12 @@ struct WatchFeed {
     /// When it last handed its transport a message and has not been asked for the next
     /// since ([`millis_since_start`]; 0: it is being asked).
     handed: Arc<std::sync::atomic::AtomicU64>,
+    /// Its connection's bytes ahead of the peer (none when the peer is not known).
+    flow: Option<Arc<Flow>>,
+    /// The message about to go was counted on the flow when it was made (a snapshot's).
+    counted: bool,
+    /// Its place among its connection's Watch streams.
+    _on_flow: Option<WatchGuard>,
 }
 
 /// Where a [`WatchFeed`] is.
@@ -165,18 +185,33 @@ impl WatchFeed {
     /// Converts a snapshot on a task of its own, a few messages ahead of the transport,
     /// ending with `Synced`. The task ends when the snapshot is sent, the stream is
     /// dropped or plegd shuts down.
+    ///
+    /// A message converted is counted on the connection's flow as it is made, and the
+    /// next is made only while the connection has room: a peer that reads nothing holds
+    /// its allowance, not [`SNAPSHOT_AHEAD`] converted messages per stream on top.
     fn convert(&self, pods: Vec<Arc<PodStatus>>, revision: u64, epoch: u64) -> mpsc::Receiver<WatchFrame> {
         let (tx, rx) = mpsc::channel(SNAPSHOT_AHEAD);
-        let (cache, shutdown) = (self.cache.clone(), self.shutdown.clone());
+        let (cache, shutdown, flow) = (self.cache.clone(), self.shutdown.clone(), self.flow.clone());
         self.tasks.spawn(async move {
+            use prost::Message;
             let count = pods.len() as u32;
-            let messages = pods
-                .iter()
-                .map(|p| Self::message(revision, api::watch_event::Kind::Snapshot(pod_api(p, &cache))))
-                .chain(std::iter::once_with(|| {
-                    Self::message(revision, api::watch_event::Kind::Synced(api::Synced { epoch, pods: count }))
-                }));
-            for m in messages {
+            let mut pods = pods.iter();
+            let mut synced = false;
+            loop {
+                if let Some(flow) = &flow {
+                    flow.room(&shutdown).await;
+                }
+                let m = match pods.next() {
+                    Some(p) => Self::message(revision, api::watch_event::Kind::Snapshot(pod_api(p, &cache))),
+                    None if !synced => {
+                        synced = true;
+                        Self::message(revision, api::watch_event::Kind::Synced(api::Synced { epoch, pods: count }))
+                    }
+                    None => return,
+                };
+                if let Some(flow) = &flow {
+                    flow.handed(m.encoded_len() as u64);
+                }
                 tokio::select! {
                     sent = tx.send(m) => if sent.is_err() { return },
                     _ = shutdown.cancelled() => return,
@@ -261,7 +296,10 @@ impl WatchFeed {
         tokio::select! {
             _ = self.shutdown.cancelled() => self.phase = Phase::Done,
             m = rx.recv() => match m {
-                Some(m) => return Turn::Send(m),
+                Some(m) => {
+                    self.counted = self.flow.is_some();
+                    return Turn::Send(m);
+                }
                 None => self.follow_feed(),
             },
         }

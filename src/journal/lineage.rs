@@ -45,6 +45,15 @@ impl Lineage {
         Some(Self { epoch: epoch.parse().ok()?, revision: revision.parse().ok()? })
     }
 
+    /// Why a journal at `revision` of this mark's epoch starts a new one.
+    pub fn restored_from_a_copy(&self, revision: u64) -> String {
+        format!(
+            "the state dir holds revision {revision} of epoch {}, but this boot had committed revision {} of it: \
+             it was restored from a copy",
+            self.epoch, self.revision
+        )
+    }
+
     /// Whether a journal on disk at `epoch` and `revision` is behind this mark: the same
     /// epoch, an older revision. Such a journal was put back from a copy.
     pub fn is_ahead_of(&self, epoch: u64, revision: u64) -> bool {
@@ -54,6 +63,22 @@ impl Lineage {
 
 /// The length of a mark: the prefix, two 20-digit numbers, the separators.
 const LINE: usize = "plegd-journal epoch= revision=\n".len() + 40;
+
+/// A store's epoch and its mark, if one is kept.
+#[derive(Debug, Default)]
+pub struct Marked {
+    /// The epoch on disk.
+    pub epoch: u64,
+    /// The mark.
+    pub mark: Option<Mark>,
+}
+
+impl Marked {
+    /// Records that `revision` of the epoch is committed; a failed write is logged.
+    pub fn record(&self, revision: u64) {
+        Mark::record(self.mark.as_ref(), Lineage { epoch: self.epoch, revision });
+    }
+}
 
 /// The open mark file.
 #[derive(Debug)]
@@ -75,6 +100,28 @@ impl Mark {
         let n = file.read_at(&mut buf, 0)?;
         let held = Lineage::parse(&buf[..n]);
         Ok((Self { file, path: path.to_owned() }, held))
+    }
+
+    /// The mark at `path`, if one is kept there, and what it holds; one that cannot be
+    /// opened is said once and not kept.
+    pub fn open_kept(path: Option<&Path>) -> (Option<Self>, Option<Lineage>) {
+        let Some(path) = path else { return (None, None) };
+        match Self::open(path) {
+            Ok((mark, held)) => (Some(mark), held),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "the journal's lineage mark cannot be kept; a state dir restored from a copy will not be noticed");
+                (None, None)
+            }
+        }
+    }
+
+    /// Records `lineage` in `mark`, if one is kept; a failed write is logged.
+    pub fn record(mark: Option<&Self>, lineage: Lineage) {
+        if let Some(mark) = mark
+            && let Err(e) = mark.write(lineage)
+        {
+            tracing::debug!(path = %mark.path.display(), error = %e, "the lineage mark was not written");
+        }
     }
 
     /// Records that `lineage` is committed.

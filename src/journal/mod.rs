@@ -24,6 +24,7 @@ mod metrics;
 mod queue;
 pub mod record;
 pub mod store;
+mod timeline;
 
 pub use disk::{Checkpointer, DiskReplay, ReplayError};
 use disk::{Disk, store_config};
@@ -43,7 +44,7 @@ use crate::model::PodStatus;
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::selector::Selector;
 pub use store::StoreError;
-use store::{Reader, Store, StoreConfig};
+use store::{Store, StoreConfig};
 
 /// Why a subscriber must start over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -180,10 +181,7 @@ struct Sub {
     queue: Arc<queue::Queue>,
 }
 
-/// Entries a pod's timeline shows at most.
-const TIMELINE_PER_POD: usize = 1000;
-/// Timelines read at once.
-pub const TIMELINE_READS: usize = 2;
+pub use timeline::TIMELINE_READS;
 /// Pods whose identity is kept after they are gone: every removal event of a pod (its
 /// containers', its sandbox's, in one batch or a few) matches filters as the pod did.
 /// Those follow within a relist; 2,000 is ≈ 18 node-fulls of pods (the kubelet's 110)
@@ -264,12 +262,6 @@ struct Inner {
     next_sub: u64,
     disk: Disk,
     epoch: u64,
-}
-
-impl Shared {
-    async fn timeline_reads_owned(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.timeline_reads.clone().acquire_owned().await.ok()
-    }
 }
 
 struct Shared {
@@ -711,49 +703,6 @@ impl Journal {
             Start::Snapshot { pods, revision } => (pods, revision),
             Start::Replay(_) => unreachable!("snapshot() makes snapshots"),
         }
-    }
-
-    /// The events plegd published for a pod (the last 1,000 of those still kept: on
-    /// disk with a state dir, else in memory), oldest first; `None` when there are none.
-    pub fn timeline(&self, uid: &str) -> Option<Vec<Arc<Entry>>> {
-        let durable = matches!(self.lock().disk, Disk::Durable(_));
-        if let (true, Some(path)) = (durable, &self.shared.path) {
-            let read = Reader::open(path).and_then(|r| r.timeline(uid, TIMELINE_PER_POD));
-            match read {
-                Ok(v) if v.is_empty() => {}
-                Ok(v) => {
-                    return Some(v.into_iter().map(|s| Arc::new(Entry::from(s))).collect());
-                }
-                Err(e) => tracing::warn!(error = %e, "reading a timeline from disk failed; showing memory's"),
-            }
-        }
-        let inner = self.lock();
-        let mut v: Vec<_> = inner.ring.iter().filter(|e| *e.event.pod_uid == *uid).cloned().collect();
-        if v.len() > TIMELINE_PER_POD {
-            v.drain(..v.len() - TIMELINE_PER_POD);
-        }
-        (!v.is_empty()).then_some(v)
-    }
-
-    /// [`Self::timeline`] with the journal's epoch, read off the async threads, at
-    /// most [`TIMELINE_READS`] at once (more wait their turn, up to 10 s): the pages and
-    /// the debug API each read one per request, and a pod's timeline can be large.
-    /// `None` when the read failed or found no turn.
-    pub async fn read_timeline(&self, uid: &str) -> Option<(u64, Option<Vec<Arc<Entry>>>)> {
-        // A turn within 10 s, or the caller is told to come back. The turn goes with the
-        // read and ends with it, even when the caller leaves meanwhile.
-        let reads = self.shared.clone();
-        let turn = tokio::time::timeout(Duration::from_secs(10), async move { reads.timeline_reads_owned().await })
-            .await
-            .ok()??;
-        let (journal, uid) = (self.clone(), uid.to_owned());
-        // Its revisions belong to the journal's epoch, read with it.
-        tokio::task::spawn_blocking(move || {
-            let _turn = turn;
-            (journal.epoch(), journal.timeline(&uid))
-        })
-        .await
-        .ok()
     }
 
     /// The oldest revision the journal still holds, in memory or on disk (the next

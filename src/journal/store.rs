@@ -17,7 +17,7 @@ use std::sync::Arc;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use super::PodMeta;
-use super::lineage::{Lineage, Mark};
+use super::lineage::{Mark, Marked};
 use super::record::{self, RecordError};
 use crate::model::PodStatus;
 use crate::model::event::PodLifecycleEvent;
@@ -186,10 +186,8 @@ pub struct Store {
     view_bytes: u64,
     /// Whether the view's share of the disk budget was reported.
     view_warned: bool,
-    /// The epoch on disk.
-    epoch: u64,
-    /// The lineage mark, written after each commit.
-    mark: Option<Mark>,
+    /// The epoch on disk and its lineage mark, written after each commit.
+    lineage: Marked,
 }
 
 /// An event to write: its revision, pod and record.
@@ -335,16 +333,15 @@ impl Store {
             .unwrap_or_default();
         let mut store = Self::new(conn, path, cfg, revision + 1)?;
         let view = store.read_view()?;
-        let (mark, held) = Self::open_mark(cfg);
-        store.mark = mark;
+        let (mark, held) = Mark::open_kept(cfg.lineage.as_deref());
+        store.lineage.mark = mark;
         let rebooted = !boot.is_empty() && stored_boot != boot;
         let restored = !rebooted && held.is_some_and(|m| m.is_ahead_of(epoch as u64, revision));
         let mut new_epoch_reason = None;
         let epoch = if rebooted || restored {
-            // The machine rebooted: a power loss may have taken back commits that
-            // watchers saw. Or the state dir was put back from a copy: this boot handed
-            // out revisions past the ones it holds, for other events. The pods still seed
-            // the relister; the events go.
+            // A reboot (a power loss may have taken back commits watchers saw), or a
+            // state dir put back from a copy (`lineage`). The pods still seed the
+            // relister; the events go.
             let epoch = new_epoch();
             let tx = store.conn.transaction().map_err(sql(path))?;
             tx.execute("DELETE FROM events", []).map_err(sql(path))?;
@@ -352,20 +349,16 @@ impl Store {
             tx.execute("INSERT OR REPLACE INTO meta(key, value, text) VALUES ('boot', NULL, ?1)", [boot])
                 .map_err(sql(path))?;
             tx.commit().map_err(sql(path))?;
-            new_epoch_reason = Some(match held {
-                Some(m) if restored => format!(
-                    "the state dir holds revision {revision} of epoch {}, but this boot had committed revision {} of it: \
-                     it was restored from a copy",
-                    m.epoch, m.revision
-                ),
-                _ => "the machine rebooted since the journal was written".to_owned(),
+            new_epoch_reason = Some(match held.filter(|_| restored) {
+                Some(mark) => mark.restored_from_a_copy(revision),
+                None => "the machine rebooted since the journal was written".to_owned(),
             });
             epoch
         } else {
             epoch as u64
         };
-        store.epoch = epoch;
-        store.mark(revision);
+        store.lineage.epoch = epoch;
+        store.lineage.record(revision);
         let (oldest, kept): (Option<i64>, Option<i64>) = store
             .conn
             .query_row("SELECT MIN(rev), SUM(size) FROM events", [], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -408,9 +401,8 @@ impl Store {
         tx.execute("INSERT INTO meta(key, value, text) VALUES ('boot', NULL, ?1)", [boot]).map_err(sql(path))?;
         tx.commit().map_err(sql(path))?;
         let mut store = Self::new(conn, path, cfg, 1)?;
-        store.epoch = epoch;
-        store.mark = Self::open_mark(cfg).0;
-        store.mark(0);
+        store.lineage = Marked { epoch, mark: Mark::open_kept(cfg.lineage.as_deref()).0 };
+        store.lineage.record(0);
         Ok((
             store,
             Loaded {
@@ -437,31 +429,8 @@ impl Store {
             view_sizes: Default::default(),
             view_bytes: 0,
             view_warned: false,
-            epoch: 0,
-            mark: None,
+            lineage: Marked::default(),
         })
-    }
-
-    /// Opens the lineage mark, if one is kept; one that cannot be opened is said once
-    /// and not kept.
-    fn open_mark(cfg: &StoreConfig) -> (Option<Mark>, Option<Lineage>) {
-        let Some(path) = &cfg.lineage else { return (None, None) };
-        match Mark::open(path) {
-            Ok((mark, held)) => (Some(mark), held),
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "the journal's lineage mark cannot be kept; a state dir restored from a copy will not be noticed");
-                (None, None)
-            }
-        }
-    }
-
-    /// Marks `revision` of the store's epoch committed.
-    fn mark(&self, revision: u64) {
-        if let Some(mark) = &self.mark
-            && let Err(e) = mark.write(Lineage { epoch: self.epoch, revision })
-        {
-            tracing::debug!(path = %mark.path().display(), error = %e, "the lineage mark was not written");
-        }
     }
 
     fn read_view(&mut self) -> Result<Vec<(PodStatus, PodMeta)>, StoreError> {
@@ -537,7 +506,7 @@ impl Store {
         let compacted =
             Self::compact(&tx, &path, &self.cfg, self.page_size, warned, oldest, revision, kept, view_bytes)?;
         tx.commit().map_err(sql(&path))?;
-        self.mark(revision);
+        self.lineage.record(revision);
         for (uid, body) in view {
             self.sized_view(uid, body.map(|b| b.len() as u64));
         }
@@ -683,8 +652,8 @@ impl Store {
         let compacted =
             Self::compact(&tx, &path, &self.cfg, self.page_size, warned, oldest, revision, kept, view_bytes)?;
         tx.commit().map_err(sql(&path))?;
-        self.epoch = epoch;
-        self.mark(revision);
+        self.lineage.epoch = epoch;
+        self.lineage.record(revision);
         self.view_sizes.clear();
         self.view_bytes = 0;
         for (uid, body) in view {

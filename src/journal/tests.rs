@@ -668,7 +668,7 @@ mod durable {
         drop(j);
         // Wreck it: keep the header, scribble over the pages.
         let path = dir.path().join(store::FILE);
-        let _ = Reader::checkpoint(&path);
+        let _ = store::Reader::checkpoint(&path);
         let mut bytes = std::fs::read(&path).unwrap();
         for b in bytes.iter_mut().skip(100) {
             *b = 0xA5;

@@ -111,11 +111,28 @@ async fn pod(
         return respond(StatusCode::BAD_REQUEST, "plegd · bad request", false, &body);
     }
     let since = token(&s);
-    let Some((epoch, read)) = s.journal.read_timeline(&uid).await else {
+    // Drawn within the read's turn: at most `TIMELINE_READS` pages are drawn at once.
+    let marks = s.runlog.clone();
+    let (page_uid, page_since) = (uid.clone(), since.clone());
+    let drawn = s
+        .journal
+        .with_timeline(&uid, move |epoch, read| {
+            let entries = read?;
+            let now = SystemTime::now();
+            let tl = timeline::build(&entries, &marks.marks(), now);
+            let body = timeline::render(&page_uid, epoch, &tl, &page_since, now);
+            let title = entries
+                .last()
+                .map(|e| format!("{}/{} · plegd", e.event.pod_namespace, e.event.pod_name))
+                .unwrap_or_else(|| "plegd · pod".into());
+            Some((title, body))
+        })
+        .await;
+    let Some(drawn) = drawn else {
         let body = "<main><h1>Unavailable</h1><p class=\"error\" role=\"alert\">Reading the pod's timeline failed; try again.</p></main>";
         return respond(StatusCode::SERVICE_UNAVAILABLE, "plegd · unavailable", false, body);
     };
-    let Some(entries) = read else {
+    let Some((title, body)) = drawn else {
         let body = format!(
             "<main data-since=\"{}\"><h1>No such pod</h1><p class=\"error\" role=\"alert\">plegd has seen no change of a pod with uid <code>{}</code>: it never ran on this node, or it went away longer ago than the journal keeps.</p><p><a href=\"/\">All pods on this node</a></p></main>",
             html::esc(&since),
@@ -123,13 +140,5 @@ async fn pod(
         );
         return respond(StatusCode::NOT_FOUND, "plegd · no such pod", false, &body);
     };
-    let now = SystemTime::now();
-    let marks = s.runlog.marks();
-    let tl = timeline::build(&entries, &marks, now);
-    let body = timeline::render(&uid, epoch, &tl, &since, now);
-    let title = entries
-        .last()
-        .map(|e| format!("{}/{} · plegd", e.event.pod_namespace, e.event.pod_name))
-        .unwrap_or_else(|| "plegd · pod".into());
     respond(StatusCode::OK, &title, true, &body)
 }
