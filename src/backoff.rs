@@ -63,6 +63,31 @@ impl Backoff {
     }
 }
 
+/// One warning that may repeat many times a second (every write to a full disk): said
+/// at once, then at most once a minute, each time with how many went unsaid since.
+pub struct Repeats {
+    bucket: TokenBucket,
+    unsaid: u64,
+}
+
+impl Default for Repeats {
+    fn default() -> Self {
+        Self { bucket: TokenBucket::new(1.0 / 60.0, 1), unsaid: 0 }
+    }
+}
+
+impl Repeats {
+    /// `Some(n)`: say it now, with `n` unsaid since the last time; `None`: keep quiet.
+    pub fn say(&mut self) -> Option<u64> {
+        if self.bucket.try_take() {
+            Some(std::mem::take(&mut self.unsaid))
+        } else {
+            self.unsaid += 1;
+            None
+        }
+    }
+}
+
 /// A token bucket: `rate` tokens a second, at most `burst` saved up.
 #[derive(Clone, Debug)]
 pub struct TokenBucket {
@@ -100,6 +125,22 @@ impl TokenBucket {
         self.refill();
         let missing = (1.0 - self.tokens).max(0.0);
         self.last + Duration::from_secs_f64(missing / self.rate)
+    }
+}
+
+#[cfg(test)]
+mod repeats_tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_repeated_warning_is_said_once_a_minute_with_how_many_went_unsaid() {
+        let mut r = Repeats::default();
+        assert_eq!(r.say(), Some(0), "the first at once");
+        let unsaid = (0..233).filter(|_| r.say().is_none()).count();
+        assert_eq!(unsaid, 233, "a minute's worth at 4 a second stays quiet");
+        tokio::time::advance(std::time::Duration::from_secs(60)).await;
+        assert_eq!(r.say(), Some(233), "then once, with the count");
+        assert_eq!(r.say(), None);
     }
 }
 

@@ -296,7 +296,8 @@ impl Store {
         // The writer appends at the end of two B-trees: its page cache only needs their
         // right edges, not SQLite's default 2 MiB (which an idle node pays in RSS).
         conn.execute_batch(
-            "PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0; PRAGMA foreign_keys=OFF; PRAGMA cache_size=-256;",
+            "PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0; PRAGMA foreign_keys=OFF; PRAGMA cache_size=-256;
+             PRAGMA journal_size_limit=4194304;",
         )
         .map_err(sql(path))?;
         Ok(conn)
@@ -889,6 +890,10 @@ impl Reader {
         let conn =
             Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
                 .map_err(sql(path))?;
+        // A WAL that a burst, or writes retried against a full disk, made large is cut
+        // back to 4 MiB (`journal_size_limit`) once checkpointed: on a small filesystem
+        // it would otherwise keep the space another writer gave back.
+        conn.execute_batch("PRAGMA journal_size_limit=4194304;").map_err(sql(path))?;
         conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())).map_err(sql(path))
     }
 }

@@ -6,6 +6,7 @@ mod feed;
 mod selection;
 mod stalled;
 mod timeline;
+mod wal;
 
 mod basics {
     use super::super::*;

@@ -93,7 +93,7 @@ impl TombstoneStore {
     fn open_at(path: &Path) -> Result<Self, TombstoneError> {
         let conn = Connection::open(path).map_err(sql(path))?;
         conn.execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-128;
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-128; PRAGMA journal_size_limit=1048576;
              CREATE TABLE IF NOT EXISTS tombstones (
                  id TEXT PRIMARY KEY, removed_at INTEGER NOT NULL, record BLOB NOT NULL, forks_at_start INTEGER);
              CREATE INDEX IF NOT EXISTS tombstones_removed ON tombstones (removed_at);",
@@ -200,6 +200,8 @@ impl TombstoneWriter {
     /// Writes until shutdown, a batch per wake-up, then what is left.
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut store = Some(self.store);
+        // A full disk fails every write: said once a minute, not at every batch.
+        let mut failures = crate::backoff::Repeats::default();
         loop {
             let first = tokio::select! {
                 op = self.rx.recv() => op,
@@ -222,8 +224,10 @@ impl TombstoneWriter {
             .await;
             match res {
                 Ok((s, r)) => {
-                    if let Err(e) = r {
-                        tracing::warn!(error = %e, "writing tombstones failed; they stay in memory until plegd stops");
+                    if let Err(e) = r
+                        && let Some(unsaid) = failures.say()
+                    {
+                        tracing::warn!(error = %e, unsaid, "writing tombstones failed; they stay in memory until plegd stops");
                     }
                     store = Some(s);
                 }
