@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::cursor::{self, Cursor};
 use super::otlp::{self, ExportLogsServiceRequest, LogRecord, Outcome};
-use super::retry::{RetryAction, RetryPolicy};
+use super::retry::RetryPolicy;
 use super::{ExportConfig, ExportMetrics, records, redacted};
 use crate::journal::{Entry, FeedItem, Filter, Journal, Since};
 
@@ -222,19 +222,25 @@ impl<C: Collector> Driver<C> {
                 self.metrics.retried.inc();
             }
             let outcome = self.until_shutdown(self.collector.export(req.clone())).await?;
-            match retries.action(outcome) {
-                RetryAction::Successful { rejected, message } => {
-                    self.count_accepted(&batch, rejected, &message);
+            retries.attempted();
+            match outcome {
+                Outcome::Accepted => {
+                    self.count_accepted(&batch, 0, "");
                     break;
                 }
-                RetryAction::Retry { delay, attempt, error } => {
+                Outcome::Partial { rejected, message } => {
+                    self.count_accepted(&batch, rejected.max(0) as u64, &message);
+                    break;
+                }
+                Outcome::Retry { after, error } => {
+                    let (delay, attempt) = (retries.delay(after), retries.attempts());
                     self.metrics.failed.inc();
                     if attempt == 1 || attempt.is_power_of_two() {
                         tracing::warn!(%error, attempt, ?delay, "OTLP export failed; retrying");
                     }
                     self.until_shutdown(tokio::time::sleep(delay)).await?;
                 }
-                RetryAction::DontRetry { error } => {
+                Outcome::Dropped { error } => {
                     self.give_up(&batch, req, &error).await;
                     break;
                 }

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::cursor::{self, Cursor};
 use super::driver::{Collector, Driver};
 use super::otlp::{self, ExportLogsServiceRequest, Outcome, any_value::Value};
-use super::retry::{RetryAction, RetryPolicy};
+use super::retry::RetryPolicy;
 use super::{ExportConfig, ExportMetrics};
 use crate::journal::Journal;
 use crate::model::PodStatus;
@@ -145,18 +145,27 @@ async fn a_collector_that_is_down_is_retried_per_policy_and_the_cursor_stays_bef
     let run = tokio::spawn(driver.run());
     collector.wait_for_calls(5).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let ms = Duration::from_millis;
+    let calls = collector.calls();
     assert_eq!(
-        collector.calls(),
+        calls.iter().map(|(_, revs, cursor)| (revs.clone(), *cursor)).collect::<Vec<_>>(),
         [
-            (ms(0), vec![1, 2], None),
-            (ms(0), vec![3, 4], Some(2)),
-            (ms(500), vec![3, 4], Some(2)),
-            (ms(1500), vec![3, 4], Some(2)),
-            (ms(3500), vec![3, 4], Some(2)),
+            (vec![1, 2], None),
+            (vec![3, 4], Some(2)),
+            (vec![3, 4], Some(2)),
+            (vec![3, 4], Some(2)),
+            (vec![3, 4], Some(2))
         ],
-        "the same batch again after 0.5, 1 and 2 s, the cursor at the last batch taken meanwhile"
+        "the same batch again, the cursor at the last batch taken meanwhile"
     );
+    // After 0.5, 1 and 2 s, each ± 25 % (jittered, so exporters do not retry in step).
+    for (i, want) in [(2, 500.0), (3, 1000.0), (4, 2000.0)] {
+        let gap = (calls[i].0 - calls[i - 1].0).as_secs_f64() * 1000.0;
+        assert!(
+            gap >= want * 0.75 && gap <= want * 1.25,
+            "retry {}: {gap} ms after the one before, want {want} ± 25 %",
+            i - 1
+        );
+    }
     let saved = cursor::load(dir.path());
     assert_eq!(saved, Some(Cursor { epoch: journal.epoch(), revision: 4 }), "and past it once it is taken");
     let counted = (metrics.exported.get(), metrics.failed.get(), metrics.retried.get(), metrics.lag_revisions.get());
@@ -202,7 +211,7 @@ async fn an_exporter_that_fell_behind_while_the_collector_was_away_reads_again_f
 }
 
 #[test]
-fn the_policy_doubles_its_delay_up_to_the_ceiling_and_honours_a_collectors_within_bounds() {
+fn the_policy_doubles_its_jittered_delay_up_to_the_ceiling_and_honours_a_collectors_within_bounds() {
     let policy = RetryPolicy {
         initial: Duration::from_secs(1),
         max: Duration::from_secs(5),
@@ -210,29 +219,26 @@ fn the_policy_doubles_its_delay_up_to_the_ceiling_and_honours_a_collectors_withi
     };
     let mut retries = policy.start();
     assert!(!retries.retrying());
-    let delays: Vec<_> = (0..5)
-        .map(|_| match retries.action(unavailable()) {
-            RetryAction::Retry { delay, .. } => delay.as_secs(),
-            other => panic!("{other:?}"),
-        })
-        .collect();
-    assert_eq!(delays, [1, 2, 4, 5, 5]);
-    let asked = |after: Duration| Outcome::Retry { after: Some(after), error: "throttled".into() };
-    let delay = |a: RetryAction| match a {
-        RetryAction::Retry { delay, attempt, .. } => (delay, attempt),
-        other => panic!("{other:?}"),
-    };
-    assert_eq!(delay(retries.action(asked(Duration::from_secs(30)))), (Duration::from_secs(30), 6));
-    assert_eq!(delay(retries.action(asked(Duration::from_secs(3600)))).0, Duration::from_secs(60), "the ceiling");
-    assert_eq!(delay(retries.action(asked(Duration::ZERO))).0, Duration::from_secs(1), "never shorter than the first");
+    for base in [1.0, 2.0, 4.0, 5.0, 5.0] {
+        retries.attempted();
+        let d = retries.delay(None).as_secs_f64();
+        assert!(d >= base * 0.75 && d <= (base * 1.25f64).min(5.0), "{d} s for a base of {base} s");
+    }
+    assert_eq!(retries.attempts(), 5);
+    assert_eq!(retries.delay(Some(Duration::from_secs(30))), Duration::from_secs(30), "the collector's word");
+    assert_eq!(retries.delay(Some(Duration::from_secs(3600))), Duration::from_secs(60), "the ceiling");
+    assert_eq!(retries.delay(Some(Duration::ZERO)), Duration::from_secs(1), "never shorter than the first");
 }
 
 #[test]
-fn a_partial_success_is_settled_and_a_refusal_is_given_up() {
-    let mut retries = ExportConfig::new("http://c:4317", "n").retry_policy().start();
-    let partial = Outcome::Partial { rejected: 3, message: "bad attribute".into() };
-    assert_eq!(retries.action(partial), RetryAction::Successful { rejected: 3, message: "bad attribute".into() });
-    let refused = Outcome::Dropped { error: "InvalidArgument".into() };
-    assert_eq!(retries.action(refused), RetryAction::DontRetry { error: "InvalidArgument".into() });
-    assert_eq!(retries.action(Outcome::Accepted), RetryAction::Successful { rejected: 0, message: String::new() });
+fn a_daemonsets_exporters_do_not_come_back_to_a_restarted_collector_in_step() {
+    let policy = ExportConfig::new("http://c:4317", "n").retry_policy();
+    // A hundred nodes' exporters, all failing at once: their third retries spread out.
+    let thirds: std::collections::BTreeSet<u128> = (0..100)
+        .map(|_| {
+            let mut r = policy.start();
+            (0..3).map(|_| r.delay(None)).last().unwrap().as_millis()
+        })
+        .collect();
+    assert!(thirds.len() > 50, "{} distinct delays of 100: {thirds:?}", thirds.len());
 }
