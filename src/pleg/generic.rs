@@ -128,6 +128,10 @@ struct Books {
     deleted_sandboxes: DeletedSandboxes,
     /// Pods a read found gone lately.
     gone: RecentlyGone,
+    /// Pods whose last read failed while the stream was down: the next full relist reads
+    /// them (the kubelet's `podsToReinspect`). While the stream is up a failed read is
+    /// retried at the relist period instead, from the schedule.
+    failed: std::collections::BTreeSet<String>,
 }
 
 /// Pods seeded from the journal's view and not read yet in this process: the next full
@@ -203,10 +207,6 @@ struct ApplyHow<'a> {
 pub const DEMAND_READS_PER_SEC: f64 = 20.0;
 /// See [`DEMAND_READS_PER_SEC`].
 pub const DEMAND_READS_BURST: u32 = 40;
-
-/// A failed read's retry while the stream is down: later than any full relist, which
-/// reads every pod whose read failed, so that one does.
-const NEXT_FULL_RELIST: Duration = Duration::from_secs(3600);
 
 impl<R: RuntimeService> GenericPleg<R> {
     /// A relister that owns the cache's writer and sends events on `events`.
@@ -354,7 +354,8 @@ impl<R: RuntimeService> GenericPleg<R> {
         let skippable = self
             .listing
             .fingerprint
-            .filter(|_| !self.reads.any(|_, why| why.has(Reason::FailedRead)) && self.books.final_statuses.is_empty());
+            .filter(|_| !self.reads.any(|_, why| why.has(Reason::FailedRead)) && self.books.final_statuses.is_empty())
+            .filter(|_| self.books.failed.is_empty());
         let listing = match skippable {
             Some(unchanged) if self.listing.idle => {
                 let listed = self.runtime.list_if_changed(self.listing.key, unchanged).await;
@@ -397,6 +398,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 Read::Pod(uid) => Some(uid),
                 _ => None,
             })
+            .chain(std::mem::take(&mut self.books.failed))
             .collect();
         let mut also: HashSet<String> = retried.union(&self.seeds.unread).cloned().collect();
         also.extend(self.books.final_statuses.pods().cloned());
@@ -457,13 +459,20 @@ impl<R: RuntimeService> GenericPleg<R> {
         Ok(outcome)
     }
 
-    /// Schedules pod `uid`'s read again after a failed one: at the relist period while the
-    /// stream is up (full relists may be far apart), else at the next full relist, which
-    /// reads every pod whose read failed.
+    /// Reads pod `uid` again after a failed read: at the relist period while the stream
+    /// is up (full relists may be far apart), else at the next full relist, which reads
+    /// every pod in [`Books::failed`].
     fn retry_later(&mut self, uid: &str) {
-        let now = Instant::now();
-        let at = if self.stream.state.borrow().is_up() { now + self.cfg.period } else { now + NEXT_FULL_RELIST };
-        self.reads.schedule(Read::Pod(uid.to_owned()), Why::because(Reason::FailedRead, now), at);
+        if self.stream.state.borrow().is_up() {
+            let now = Instant::now();
+            self.reads.schedule(
+                Read::Pod(uid.to_owned()),
+                Why::because(Reason::FailedRead, now),
+                now + self.cfg.period,
+            );
+        } else {
+            self.books.failed.insert(uid.to_owned());
+        }
     }
 
     /// Stores a failed inspection. A pod whose very first inspection fails is cached
@@ -669,7 +678,8 @@ impl<R: RuntimeService> GenericPleg<R> {
         if let Some(pending) = self.reads.remove(&Read::Pod(uid.clone())) {
             why.merge(pending.message);
         }
-        let asked = Asked { source: why.source(), retried: why.has(Reason::FailedRead) };
+        let retried = self.books.failed.remove(&uid) || why.has(Reason::FailedRead);
+        let asked = Asked { source: why.source(), retried };
         let mut sandboxes = self.records.sandbox_ids(&uid);
         sandboxes.extend(why.sandbox_ids);
         let mut containers = self.records.container_ids(&uid);
@@ -756,4 +766,35 @@ fn reworded(before: &PodStatus, now: &PodStatus) -> Vec<String> {
         })
         .map(|c| c.id.clone())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{Fault, FaultAction};
+
+    /// The kubelet keeps the pods to inspect again at the next relist in a set
+    /// (`podsToReinspect`); plegd parked them in its schedule an hour ahead, a time
+    /// standing in for "at the next full relist".
+    #[tokio::test(start_paused = true)]
+    async fn a_read_that_fails_while_the_stream_is_down_waits_in_a_set_for_the_next_full_relist() {
+        let sim = crate::sim::SimRuntime::new();
+        let pod = crate::cri::spec::PodSpec::new("ns", "p");
+        let sid = sim.run_pod_sandbox(pod.run_request()).await.unwrap();
+        let (writer, _cache) = crate::cache::new();
+        let (tx, _rx) = mpsc::channel(64);
+        let metrics = PlegMetrics::register(&mut Default::default());
+        let health = PlegHealth::new(Duration::from_secs(180));
+        let mut pleg = GenericPleg::new(sim.clone(), writer, tx, health, metrics, RelistConfig::default());
+        let fails = FaultAction::Error(tonic::Code::Unavailable, "down".into());
+        sim.inject(Fault { method: "PodSandboxStatus", target: Some(sid.clone()), action: fails, times: None });
+        let outcome = pleg.relist().await.unwrap();
+        assert_eq!(outcome.failed, 1, "{outcome:?}");
+        assert!(pleg.books.failed.contains(&pod.uid), "waits in the set");
+        assert!(!pleg.reads.any(|_, why| why.has(Reason::FailedRead)), "nothing parked in the schedule");
+        sim.clear_faults();
+        let outcome = pleg.relist().await.unwrap();
+        assert_eq!(outcome.failed, 0, "{outcome:?}");
+        assert!(pleg.books.failed.is_empty(), "the next full relist read it");
+    }
 }

@@ -129,7 +129,8 @@ impl<R: RuntimeService> GenericPleg<R> {
         let read = Read::Pod(uid);
         // A pod whose read failed is read again at its own retry, which answers its
         // readers: waiting on it does not bring that read forward.
-        let failing = self.reads.get(&read).is_some_and(|why| why.has(Reason::FailedRead));
+        let failing = self.reads.get(&read).is_some_and(|why| why.has(Reason::FailedRead))
+            || matches!(&read, Read::Pod(uid) if self.books.failed.contains(uid));
         if known && !failing {
             self.schedule_counted(read, Why::because(Reason::Waiting, now), now);
         }
@@ -260,13 +261,17 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
     }
 
-    /// Brings the failed reads parked for the next full relist to the relist period: the
+    /// Brings the failed reads waiting for the next full relist to the relist period: the
     /// stream came up (full relists may be minutes apart now) or a full relist failed
     /// while it is up.
     fn retry_failed_soon(&mut self) {
-        let at = Instant::now() + self.cfg.period;
+        let now = Instant::now();
+        let at = now + self.cfg.period;
         for r in self.reads.take_where(|read, why| matches!(read, Read::Pod(_)) && why.has(Reason::FailedRead)) {
             self.reads.schedule(r.key, r.message, r.run_at.min(at));
+        }
+        for uid in std::mem::take(&mut self.books.failed) {
+            self.reads.schedule(Read::Pod(uid), Why::because(Reason::FailedRead, now), at);
         }
     }
 
