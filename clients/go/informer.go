@@ -187,14 +187,13 @@ func (i *Informer) AddEventHandler(handler ResourceEventHandler) (Registration, 
 	return r, nil
 }
 
-// RemoveEventHandler removes a registration of this informer. When it returns, the
-// registration's handler is not running and is never called again: a call in flight
-// is waited for, and the notifications still buffered are dropped. So it must not be
-// called from the registration's own handler, which it would wait for (there, call it
-// on another goroutine: the current call is then the last but may still be running
-// when RemoveEventHandler returns). Removing a registration twice, or after Run has
-// returned, is allowed and does nothing more; a registration of another informer is an
-// error.
+// RemoveEventHandler removes a registration of this informer, as client-go's does:
+// at once, from any goroutine (the registration's own handler included), never
+// waiting. After it returns no handler call begins, and the notifications still
+// buffered are dropped; a call already running goes on, and the registration's Done
+// channel is closed when it has returned. Removing a registration twice, or after Run
+// has returned, is allowed and does nothing more; a registration of another informer
+// is an error.
 func (i *Informer) RemoveEventHandler(reg Registration) error {
 	r, ok := reg.(*registration)
 	if !ok || r == nil {
@@ -207,7 +206,6 @@ func (i *Informer) RemoveEventHandler(reg Registration) error {
 	i.regs = slices.DeleteFunc(i.regs, func(x *registration) bool { return x == r })
 	r.halt()
 	i.dispatchMu.Unlock()
-	<-r.done
 	return nil
 }
 

@@ -432,8 +432,9 @@ func TestSlowRegistrationScripted(t *testing.T) {
 }
 
 // TestRemoveEventHandler removes a registration whose handler is in a call with more
-// waiting: RemoveEventHandler waits for that call, and the handler is never called
-// again, while the other registration carries on.
+// waiting: RemoveEventHandler returns at once, the registration's Done closes when that
+// call ends, and the handler is never called again, while the other registration
+// carries on.
 func TestRemoveEventHandler(t *testing.T) {
 	s, conn := serveScripted(t)
 	inf, _ := newScriptedInformer(t, conn)
@@ -457,23 +458,21 @@ func TestRemoveEventHandler(t *testing.T) {
 		waiting, busy := plegd.Backlog(goneReg)
 		return busy && waiting >= 2
 	})
-	removed := make(chan error, 1)
-	go func() { removed <- inf.RemoveEventHandler(goneReg) }()
+	if err := inf.RemoveEventHandler(goneReg); err != nil {
+		t.Fatalf("RemoveEventHandler: %v", err)
+	}
+	gone.removed.Store(true)
 	select {
-	case err := <-removed:
-		t.Fatalf("RemoveEventHandler returned (%v) while the handler was still in a call", err)
-	case <-time.After(200 * time.Millisecond):
+	case <-goneReg.Done():
+		t.Fatal("Done closed while the handler was still in a call")
+	default:
 	}
 	close(gone.gate)
 	select {
-	case err := <-removed:
-		if err != nil {
-			t.Fatalf("RemoveEventHandler: %v", err)
-		}
+	case <-goneReg.Done():
 	case <-time.After(5 * time.Second):
-		t.Fatal("RemoveEventHandler did not return after the handler's call ended")
+		t.Fatal("Done did not close after the handler's call ended")
 	}
-	gone.removed.Store(true)
 	c.send(event(4, "a", pod("a", "a4", running)), event(5, "b", pod("b", "b1", running)))
 	expect(t, j, keep, inf, E, 5, "update a a3->a4", "add b")
 	if n := gone.calls.Load(); n != 1 {
@@ -494,6 +493,52 @@ func TestRemoveEventHandler(t *testing.T) {
 	other, _ := newScriptedInformer(t, conn)
 	if err := other.RemoveEventHandler(keep); err == nil {
 		t.Error("an informer removed another informer's registration")
+	}
+}
+
+// selfRemover removes its own registration from inside its first call.
+type selfRemover struct {
+	inf   *plegd.Informer
+	reg   chan plegd.Registration
+	err   chan error
+	calls atomic.Int32
+}
+
+func (h *selfRemover) OnAdd(*plegdv1.PodStatus) {
+	if h.calls.Add(1) == 1 {
+		h.err <- h.inf.RemoveEventHandler(<-h.reg)
+	}
+}
+func (h *selfRemover) OnUpdate(_, _ *plegdv1.PodStatus, _ *plegdv1.LifecycleEvent) { h.calls.Add(1) }
+func (h *selfRemover) OnDelete(*plegdv1.PodStatus, bool)                           { h.calls.Add(1) }
+
+// TestAHandlerThatRemovesItselfDoesNotHang: client-go's RemoveEventHandler may be called
+// from the handler; it returns, the call ends, Done closes, and no call follows.
+func TestAHandlerThatRemovesItselfDoesNotHang(t *testing.T) {
+	s, conn := serveScripted(t)
+	inf, _ := newScriptedInformer(t, conn)
+	h := &selfRemover{inf: inf, reg: make(chan plegd.Registration, 1), err: make(chan error, 1)}
+	reg := mustAdd(t, inf, h)
+	h.reg <- reg
+	runScripted(t, inf)
+	c := s.next(t)
+	c.send(startMsg(7, false, 0), snap(1, pod("a", "a1", running)), snap(1, pod("b", "b1", running)), synced(1, 7, 2),
+		event(2, "a", pod("a", "a2", running)))
+	select {
+	case err := <-h.err:
+		if err != nil {
+			t.Fatalf("RemoveEventHandler from the handler: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("RemoveEventHandler called from its own handler did not return")
+	}
+	select {
+	case <-reg.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done did not close after the handler's last call")
+	}
+	if n := h.calls.Load(); n != 1 {
+		t.Errorf("the handler was called %d times; want the one that removed it", n)
 	}
 }
 

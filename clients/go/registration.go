@@ -18,6 +18,11 @@ type Registration interface {
 	// ResourceEventHandlerRegistration.HasSynced; [Informer.HasSynced] only says that
 	// the copy is complete.
 	HasSynced() bool
+	// Done is closed once the registration is removed (or its informer's Run has
+	// returned) and its handler has returned from its last call: after
+	// [Informer.RemoveEventHandler], wait on it (never from the handler itself) to know
+	// that no call is running any more.
+	Done() <-chan struct{}
 }
 
 // The kinds of notification.
@@ -69,6 +74,9 @@ func newRegistration(inf *Informer, h ResourceEventHandler) *registration {
 
 // HasSynced implements [Registration].
 func (r *registration) HasSynced() bool { return r.synced.Load() }
+
+// Done implements [Registration].
+func (r *registration) Done() <-chan struct{} { return r.done }
 
 // push appends n to the buffer; it never waits for the handler. inf.dispatchMu must be
 // held.
