@@ -390,9 +390,9 @@ fn serve_api(
 ) {
     let sd = shutdown.clone();
     tasks.essential("grpc", async move {
+        // A server that fails returns before shutdown: fatal (`tasks`), exit status 1.
         if let Err(e) = crate::grpc::serve(listener, svc, ready, beat, sd.clone()).await {
             tracing::error!(error = %e, "gRPC API stopped");
-            sd.cancel();
         }
         let _ = std::fs::remove_file(&socket);
     });
@@ -506,11 +506,11 @@ fn container_reader<R: RuntimeService>(client: R, host: crate::host::Host) -> cr
     })
 }
 
-/// Serves an HTTP listener until shutdown; a listener that fails stops plegd.
+/// Serves an HTTP listener until shutdown; a listener that fails stops plegd (status 1).
 async fn serve_http(name: &'static str, server: HttpServer, shutdown: CancellationToken) {
+    // A listener that fails returns before shutdown: fatal (`tasks`), exit status 1.
     if let Err(e) = server.run(shutdown.clone()).await {
         tracing::error!(error = %e, listener = name, "HTTP server stopped");
-        shutdown.cancel();
     }
 }
 

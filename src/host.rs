@@ -172,18 +172,27 @@ impl Host {
     }
 
     /// Whether any process on the host is in the `kind` (`mnt`, `pid`) namespace with this
-    /// inode now; `None` when the host's processes are not visible here. One `readlink`
+    /// inode now; `None` when plegd cannot tell: the host's processes are not visible
+    /// here, or a process's namespace cannot be read (another user's, without
+    /// `CAP_SYS_PTRACE`). One `readlink`
     /// per process: run it off the async threads.
     pub fn namespace_in_use(&self, kind: &str, inode: u64) -> Option<bool> {
         if !self.sees_processes() {
             return None;
         }
         let dir = std::fs::read_dir(self.root.join("proc")).ok()?;
-        let held = dir
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-            .filter_map(|pid| std::fs::read_link(self.proc(pid, &format!("ns/{kind}"))).ok())
-            .any(|target| namespace_inode(&target.to_string_lossy()) == Some(inode));
-        Some(held)
+        let pids = dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
+        for pid in pids {
+            match std::fs::read_link(self.proc(pid, &format!("ns/{kind}"))) {
+                Ok(target) if namespace_inode(&target.to_string_lossy()) == Some(inode) => return Some(true),
+                Ok(_) => {}
+                // The process ended since the listing.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                // Another user's process, without CAP_SYS_PTRACE: it may hold the inode.
+                Err(_) => return None,
+            }
+        }
+        Some(false)
     }
 
     /// Where a `/proc/PID/cgroup` places the process: its path and the hierarchy's

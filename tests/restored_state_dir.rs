@@ -106,3 +106,27 @@ async fn a_state_dir_restored_from_a_copy_starts_a_new_epoch_and_a_watcher_past_
     assert!(again.resumed && again.epoch == epoch, "the new lineage continues: {again:?}");
     p.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_of_an_earlier_journal_put_back_after_a_new_one_began_starts_a_new_epoch() {
+    let state = tempfile::tempdir().unwrap();
+    let backup = tempfile::tempdir().unwrap();
+    let p = start(support::SimHarness::start().await, state.path()).await;
+    run_pods(&p, "first", 3).await;
+    let (old_epoch, old_revision) = (p.app.journal().epoch(), p.app.journal().revision());
+    let h = p.stop_plegd().await;
+    copy_dir(state.path(), backup.path());
+    // The state dir is wiped: a new journal, a new epoch, which the mark now names.
+    std::fs::remove_dir_all(state.path()).unwrap();
+    std::fs::create_dir(state.path()).unwrap();
+    let p = start(h, state.path()).await;
+    assert_ne!(p.app.journal().epoch(), old_epoch);
+    let h = p.stop_plegd().await;
+    // The earlier journal is put back and runs on past where a watcher of it stopped.
+    copy_dir(backup.path(), state.path());
+    let p = start(h, state.path()).await;
+    run_pods(&p, "later", 4).await;
+    let (began, _) = watch(&p, old_revision, old_epoch).await;
+    assert!(!began.resumed && began.epoch != old_epoch, "not resumed into a history that forked: {began:?}");
+    p.stop().await;
+}

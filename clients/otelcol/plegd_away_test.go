@@ -322,7 +322,7 @@ func TestAGetContainerThatNeverReturnsEndsWithTheBatch(t *testing.T) {
 // resource per process) are looked up at once, not one after another within the
 // batch's lookup_timeout: with plegd answering each call in 50 ms and a 100 ms
 // budget, one after another would start two or three calls; at once starts as many as
-// the bound lets in, at the batch's start. (A serial batch placed 397 of 1,200, and the
+// the prefetch's share of the bound (three quarters) lets in, at the batch's start. (A serial batch placed 397 of 1,200, and the
 // same tail went unplaced at every scrape.)
 func TestTheDistinctPIDsOfABatchAreLookedUpAtOnce(t *testing.T) {
 	n := newNode(t)
@@ -338,8 +338,8 @@ func TestTheDistinctPIDsOfABatchAreLookedUpAtOnce(t *testing.T) {
 	h.consume(makeLogs(recs...))
 	calls := n.f.rpcs.Load() - before
 	t.Logf("one batch of 1,200 process resources (600 PIDs): %d calls reached plegd", calls)
-	if calls < maxInFlight {
-		t.Errorf("%d GetContainer calls reached plegd within the batch; want the bound's %d started at once", calls, maxInFlight)
+	if calls < maxInFlight*3/4 {
+		t.Errorf("%d GetContainer calls reached plegd within the batch; want the prefetch's share, %d, started at once", calls, maxInFlight*3/4)
 	}
 	if calls > 600 {
 		t.Errorf("%d calls for 600 distinct PIDs: a key was asked twice", calls)
@@ -348,7 +348,7 @@ func TestTheDistinctPIDsOfABatchAreLookedUpAtOnce(t *testing.T) {
 	// behind another's answer.
 	notFound := h.counter("otelcol_processor_plegd_records_unplaced", map[string]string{"reason": "not_found"})
 	t.Logf("not_found %d of 1,200 within the budget", notFound)
-	if notFound < int64(2*maxInFlight) {
+	if notFound < int64(maxInFlight*3/4) {
 		t.Errorf("only %d records answered within the budget; the calls did not overlap", notFound)
 	}
 }

@@ -461,7 +461,8 @@ func (r *resolver) byPID(ctx context.Context, pid int64) answer {
 // rpc answers a key by GetContainer: from the cache, by joining a call in flight for
 // the same key, or by a new call. It waits for the answer until ctx ends (the
 // batch's lookup_timeout); the call goes on and its answer is cached for the next
-// batch. No call is started once ctx has ended, nor beyond maxInFlight.
+// batch. No call is started once ctx has ended, nor beyond maxInFlight: a lookup waits
+// for a place until ctx ends.
 func (r *resolver) rpc(ctx context.Context, key string, req proto.Message, pol cachePolicy) answer {
 	var stale *answer
 	if c, ok := r.cache.get(key); ok {
@@ -484,19 +485,26 @@ func (r *resolver) rpc(ctx context.Context, key string, req proto.Message, pol c
 	}
 	r.flightMu.Lock()
 	cl, ok := r.flight[key]
+	r.flightMu.Unlock()
 	if !ok {
+		// A place among the calls in flight, within the batch's time: the batch's
+		// other keys' calls (started ahead by prefetch) free places as they end.
 		select {
 		case r.sem <- struct{}{}:
-		default:
-			r.flightMu.Unlock()
+		case <-ctx.Done():
 			r.tel.lookup(ctx, sourceLimit, reasonUnavailable)
 			return unavailable()
 		}
-		cl = &call{done: make(chan struct{})}
-		r.flight[key] = cl
-		go r.call(key, req, pol, cl)
+		r.flightMu.Lock()
+		if cl, ok = r.flight[key]; ok {
+			<-r.sem // another caller started it meanwhile
+		} else {
+			cl = &call{done: make(chan struct{})}
+			r.flight[key] = cl
+			go r.call(key, req, pol, cl)
+		}
+		r.flightMu.Unlock()
 	}
-	r.flightMu.Unlock()
 	select {
 	case <-cl.done:
 		if cl.a.why == reasonUnavailable {
@@ -524,8 +532,9 @@ type lookupReq struct {
 }
 
 // prefetch starts the GetContainer call of every key in reqs that the cache does not
-// answer and no call is in flight for, as many at once as maxInFlight allows (waiting
-// for a place, not skipping), until ctx ends. It does not wait for the answers: the
+// answer and no call is in flight for, as many at once as three quarters of
+// maxInFlight allow (waiting for a place, not skipping; the last quarter stays for
+// other batches), until ctx ends. It does not wait for the answers: the
 // batch's rpc calls join them. A batch of 1,200 process resources waited for one call
 // after another within its lookup_timeout, and the same tail went unplaced every time.
 func (r *resolver) prefetch(ctx context.Context, reqs []lookupReq) {
@@ -536,6 +545,14 @@ func (r *resolver) prefetch(ctx context.Context, reqs []lookupReq) {
 		for _, q := range reqs {
 			if c, ok := r.cache.get(q.key); ok && r.answers(c, q.pol) {
 				continue
+			}
+			// A quarter of the places stay for other batches and pipelines.
+			for len(r.sem) >= maxInFlight*3/4 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(2 * time.Millisecond):
+				}
 			}
 			select {
 			case r.sem <- struct{}{}:

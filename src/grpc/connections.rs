@@ -81,35 +81,57 @@ struct Open {
 }
 
 impl Connections {
-    /// A place for one more connection of `holder`, or why not.
+    /// A place for one more connection of `holder`, or why not. Over a cap (its
+    /// holder's, or the node's), the newcomer takes the place of the oldest connection
+    /// of that holder (or of the node) with no call in progress, which is closed; only
+    /// when every such connection has a call in progress is the newcomer refused. So a
+    /// leaking agent closes its own idle connections, not another agent's place.
     pub fn admit(&self, holder: Holder, cut: CancellationToken) -> Result<Arc<Flow>, OverCap> {
-        let mut open = self.inner.open.lock().expect("connections lock");
-        open.all.retain(|w| w.strong_count() > 0);
-        if open.all.len() >= MAX_CONNECTIONS {
-            return Err(OverCap::Node);
-        }
-        let (held, cap) = match holder {
-            Holder::RootConnection(_) => {
-                let all = open.by_holder.iter().filter(|(h, _)| matches!(h, Holder::RootConnection(_))).count();
-                (all, MAX_PER_HOLDER * ROOT_CONNECTIONS_SHARE)
-            }
-            _ => (open.by_holder.get(&holder).copied().unwrap_or(0), MAX_PER_HOLDER),
+        // The live connections, taken out of the lock: dropping the last handle of one
+        // in it would deadlock (its drop takes the lock).
+        let live: Vec<Arc<Flow>> = {
+            let mut open = self.inner.open.lock().expect("connections lock");
+            open.all.retain(|w| w.strong_count() > 0);
+            open.all.iter().filter_map(Weak::upgrade).collect()
         };
-        if held >= cap {
-            return Err(OverCap::Holder { holder, cap });
+        let counted: Vec<&Arc<Flow>> = live.iter().filter(|f| !f.cut.is_cancelled()).collect();
+        let same = |f: &&&Arc<Flow>| match holder {
+            Holder::RootConnection(_) => matches!(f.holder, Holder::RootConnection(_)),
+            h => f.holder == h,
+        };
+        let cap = match holder {
+            Holder::RootConnection(_) => MAX_PER_HOLDER * ROOT_CONNECTIONS_SHARE,
+            _ => MAX_PER_HOLDER,
+        };
+        fn idle_oldest<'a>(fs: impl Iterator<Item = &'a &'a Arc<Flow>>) -> Option<Arc<Flow>> {
+            fs.filter(|f| f.idle_since.lock().expect("idle lock").is_some())
+                .min_by_key(|f| f.opened)
+                .map(|f| (*f).clone())
         }
-        *open.by_holder.entry(holder).or_default() += 1;
+        if counted.iter().filter(same).count() >= cap {
+            let victim = idle_oldest(counted.iter().filter(same)).ok_or(OverCap::Holder { holder, cap })?;
+            victim.cut.cancel();
+        } else if counted.len() >= MAX_CONNECTIONS {
+            idle_oldest(counted.iter()).ok_or(OverCap::Node)?.cut.cancel();
+        }
+        drop(counted);
         let flow = Arc::new(Flow {
             connections: self.clone(),
             holder,
             cut,
+            opened: Instant::now(),
             ahead: AtomicU64::new(0),
             calls: AtomicUsize::new(0),
             idle_since: Mutex::new(Some(Instant::now())),
             drained: tokio::sync::Notify::new(),
             watches: AtomicUsize::new(0),
         });
-        open.all.push(Arc::downgrade(&flow));
+        {
+            let mut open = self.inner.open.lock().expect("connections lock");
+            *open.by_holder.entry(holder).or_default() += 1;
+            open.all.push(Arc::downgrade(&flow));
+        }
+        drop(live);
         Ok(flow)
     }
 
@@ -164,6 +186,8 @@ pub struct Flow {
     connections: Connections,
     holder: Holder,
     cut: CancellationToken,
+    /// When it was accepted.
+    opened: Instant,
     /// Watch bytes handed to the transport and not yet written to the socket.
     ahead: AtomicU64,
     /// Calls in progress (a Watch stream is one until it ends).
@@ -206,13 +230,7 @@ impl Flow {
     /// `n` bytes written to the socket: they leave what is ahead (bytes of other calls
     /// and of HTTP/2 itself take nothing below 0).
     pub fn written(&self, n: usize) {
-        let taken = self.ahead.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| Some(a.saturating_sub(n as u64)));
-        let before = taken.unwrap_or(0);
-        let freed = before.min(n as u64);
-        if freed > 0 {
-            self.connections.inner.ahead.fetch_sub(freed, Ordering::Relaxed);
-            self.drained.notify_waiters();
-        }
+        self.release(n as u64);
     }
 
     /// What this connection may have ahead now.
@@ -220,30 +238,44 @@ impl Flow {
         if self.connections.ahead() > AHEAD_ON_NODE { AHEAD_SHARE } else { AHEAD_PER_CONNECTION }
     }
 
-    /// Waits until this connection may hand its transport more, or `stop` ends.
-    pub async fn room(&self, stop: &CancellationToken) {
+    /// Waits until this connection may hand its transport more, or `stop` ends; held
+    /// back for [`HELD_BACK_FOR`] in a row, it gives up.
+    pub async fn room(&self, stop: &CancellationToken) -> Result<(), HeldBack> {
+        let since = Instant::now();
         loop {
             let drained = self.drained.notified();
             tokio::pin!(drained);
             drained.as_mut().enable();
-            if self.ahead.load(Ordering::Relaxed) < self.allowance() {
-                return;
+            let ahead = self.ahead.load(Ordering::Relaxed);
+            if ahead < self.allowance() {
+                return Ok(());
+            }
+            if since.elapsed() >= HELD_BACK_FOR {
+                return Err(HeldBack { ahead });
             }
             tokio::select! {
                 _ = drained => {}
                 _ = tokio::time::sleep(AHEAD_RECHECK) => {}
-                _ = stop.cancelled() => return,
-                _ = self.cut.cancelled() => return,
+                _ = stop.cancelled() => return Ok(()),
+                _ = self.cut.cancelled() => return Ok(()),
             }
         }
     }
 
-    /// A Watch stream began on this connection; the guard ends it. When the last one
-    /// ends, nothing of the connection's is ahead any more: what a stream handed and its
-    /// peer cancelled before it was written is let go with it.
-    pub fn watch(self: &Arc<Self>) -> WatchGuard {
+    /// A Watch stream began on this connection: its own share of the connection's flow.
+    pub fn watch(self: &Arc<Self>) -> Arc<StreamFlow> {
         self.watches.fetch_add(1, Ordering::Relaxed);
-        WatchGuard(self.clone())
+        Arc::new(StreamFlow { flow: self.clone(), mine: AtomicU64::new(0) })
+    }
+
+    /// Takes `n` bytes back from what is ahead (never below 0); wakes the waiters.
+    fn release(&self, n: u64) {
+        let before = self.ahead.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| Some(a.saturating_sub(n)));
+        let freed = before.unwrap_or(0).min(n);
+        if freed > 0 {
+            self.connections.inner.ahead.fetch_sub(freed, Ordering::Relaxed);
+            self.drained.notify_waiters();
+        }
     }
 
     /// A call began; the returned guard ends it.
@@ -255,15 +287,53 @@ impl Flow {
     }
 }
 
-/// A Watch stream open on a connection.
-pub struct WatchGuard(Arc<Flow>);
+/// One Watch stream's share of its connection's flow. What the stream handed and its
+/// peer had not taken when the stream ends (cancelled by the peer, closed by plegd) is
+/// never written: it is taken back then — at most what the stream itself handed — and
+/// all of the connection's once its last Watch stream ends. Dropped when the stream and
+/// its snapshot's conversion have both let go of it.
+pub struct StreamFlow {
+    flow: Arc<Flow>,
+    /// Bytes this stream handed.
+    mine: AtomicU64,
+}
 
-impl Drop for WatchGuard {
+/// A stream held back by its connection for [`HELD_BACK_FOR`]: the peer does not read
+/// what it was handed.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "this connection holds {ahead} bytes of Watch messages its peer has not read, and none was read for \
+     {HELD_BACK_FOR:?}: the stream ends; resume from the last revision received"
+)]
+pub struct HeldBack {
+    /// Bytes ahead of the peer.
+    pub ahead: u64,
+}
+
+/// How long a stream may wait for its connection to drain before it ends with an
+/// error, rather than hang: a client learns of it and resumes.
+pub const HELD_BACK_FOR: Duration = Duration::from_secs(10);
+
+impl StreamFlow {
+    /// Waits for room on the connection ([`Flow::room`]).
+    pub async fn room(&self, stop: &CancellationToken) -> Result<(), HeldBack> {
+        self.flow.room(stop).await
+    }
+
+    /// `n` bytes handed to the transport by this stream.
+    pub fn handed(&self, n: u64) {
+        self.mine.fetch_add(n, Ordering::Relaxed);
+        self.flow.handed(n);
+    }
+}
+
+impl Drop for StreamFlow {
     fn drop(&mut self) {
-        if self.0.watches.fetch_sub(1, Ordering::Relaxed) == 1 {
-            let left = self.0.ahead.swap(0, Ordering::Relaxed);
-            self.0.connections.inner.ahead.fetch_sub(left, Ordering::Relaxed);
-            self.0.drained.notify_waiters();
+        let flow = &self.flow;
+        if flow.watches.fetch_sub(1, Ordering::Relaxed) == 1 {
+            flow.release(u64::MAX);
+        } else {
+            flow.release(self.mine.load(Ordering::Relaxed));
         }
     }
 }
@@ -288,7 +358,16 @@ mod tests {
         let c = Connections::default();
         let mut held: Vec<Arc<Flow>> =
             (0..MAX_PER_HOLDER).map(|_| c.admit(Holder::Uid(1000), CancellationToken::new()).unwrap()).collect();
+        // Each has a call in progress (a stream): the next is refused.
+        let calls: Vec<_> = held.iter().map(|f| f.call()).collect();
         assert!(matches!(c.admit(Holder::Uid(1000), CancellationToken::new()), Err(OverCap::Holder { .. })));
+        // Idle, the oldest of that holder's gives its place to the newcomer.
+        drop(calls);
+        let first_cut = held[0].cut.clone();
+        let newcomer = c.admit(Holder::Uid(1000), CancellationToken::new()).expect("displaces an idle one");
+        assert!(first_cut.is_cancelled() && !held[1].cut.is_cancelled(), "the oldest idle one, only");
+        held.remove(0);
+        held.push(newcomer);
         assert!(c.admit(Holder::RootProcess(7), CancellationToken::new()).is_ok(), "another holder is not held back");
         held.pop();
         assert!(c.admit(Holder::Uid(1000), CancellationToken::new()).is_ok(), "a closed connection frees its place");
@@ -296,13 +375,21 @@ mod tests {
         let pool: Vec<_> = (0..(MAX_PER_HOLDER * ROOT_CONNECTIONS_SHARE) as u64)
             .map(|i| c.admit(Holder::RootConnection(i), CancellationToken::new()).unwrap())
             .collect();
-        assert!(c.admit(Holder::RootConnection(99_999), CancellationToken::new()).is_err());
-        drop(pool);
-        let many: Vec<_> = (0..MAX_CONNECTIONS as u32)
-            .map_while(|uid| c.admit(Holder::Uid(10_000 + uid), CancellationToken::new()).ok())
-            .collect();
+        let busy: Vec<_> = pool.iter().map(|f| f.call()).collect();
+        assert!(c.admit(Holder::RootConnection(99_999), CancellationToken::new()).is_err(), "the pool is full");
+        drop((busy, pool));
+        // The node fills with connections that each have a call in progress.
+        let mut busy: Vec<_> = held.iter().map(|f| f.call()).collect();
+        let mut many = Vec::new();
+        for uid in 0..(MAX_CONNECTIONS - held.len()) as u32 {
+            let f = c.admit(Holder::Uid(10_000 + uid), CancellationToken::new()).expect("room on the node");
+            busy.push(f.call());
+            many.push(f);
+        }
         assert_eq!(c.open(), MAX_CONNECTIONS);
         assert!(matches!(c.admit(Holder::Uid(5), CancellationToken::new()), Err(OverCap::Node)));
+        drop(busy);
+        assert!(c.admit(Holder::Uid(5), CancellationToken::new()).is_ok(), "an idle one makes room on the node");
         drop((many, held));
     }
 
@@ -332,11 +419,16 @@ mod tests {
         let unread = c.admit(Holder::Uid(1), CancellationToken::new()).unwrap();
         unread.handed(AHEAD_PER_CONNECTION);
         assert!(
-            tokio::time::timeout(Duration::from_secs(60), unread.room(&stop)).await.is_err(),
+            tokio::time::timeout(HELD_BACK_FOR / 2, unread.room(&stop)).await.is_err(),
             "held while its peer reads nothing"
         );
         unread.written(4096);
-        tokio::time::timeout(Duration::from_millis(1), unread.room(&stop)).await.expect("room once it drains");
+        tokio::time::timeout(Duration::from_millis(1), unread.room(&stop)).await.expect("room once it drains").unwrap();
+        unread.handed(4096);
+        assert!(
+            unread.room(&stop).await.is_err(),
+            "held back for {HELD_BACK_FOR:?} in a row, the stream gives up rather than hang"
+        );
         // Many such peers push the node past its total: each is held to its share, and
         // a connection that drains as it goes is not held at all.
         let many: Vec<_> = (2..40u32)
@@ -348,20 +440,39 @@ mod tests {
             .collect();
         assert!(c.ahead() > AHEAD_ON_NODE);
         assert!(tokio::time::timeout(Duration::from_secs(1), many[0].room(&stop)).await.is_err());
+        assert!(c.ahead() > AHEAD_ON_NODE);
         let reader = c.admit(Holder::Uid(1000), CancellationToken::new()).unwrap();
         for _ in 0..100 {
-            tokio::time::timeout(Duration::from_millis(1), reader.room(&stop)).await.expect("a reader never waits");
+            tokio::time::timeout(Duration::from_millis(1), reader.room(&stop))
+                .await
+                .expect("a reader never waits")
+                .unwrap();
             reader.handed(AHEAD_SHARE / 4);
             reader.written((AHEAD_SHARE / 4 + 100) as usize);
         }
         drop(many);
         assert!(c.ahead() < AHEAD_ON_NODE, "a closed connection's bytes leave the node's total");
-        // A stream cancelled before its bytes were written: they go with the last one.
-        let w = reader.watch();
-        reader.handed(AHEAD_PER_CONNECTION * 2);
-        assert!(tokio::time::timeout(Duration::from_millis(50), reader.room(&stop)).await.is_err());
-        drop(w);
-        tokio::time::timeout(Duration::from_millis(1), reader.room(&stop)).await.expect("room once no stream is left");
+        // A stream cancelled before its bytes were written, beside one that reads: what
+        // the cancelled one handed goes with it, and the reader is not held back.
+        let keeps = reader.watch();
+        for _ in 0..60 {
+            let cancelled = reader.watch();
+            cancelled.handed(AHEAD_SHARE);
+            drop(cancelled);
+        }
+        keeps.handed(1000);
+        reader.written(1000);
+        tokio::time::timeout(Duration::from_millis(1), keeps.room(&stop))
+            .await
+            .expect("the reading stream goes on beside cancelled ones")
+            .unwrap();
+        // The last stream's end takes back all the connection had ahead.
+        keeps.handed(AHEAD_PER_CONNECTION * 2);
+        drop(keeps);
+        tokio::time::timeout(Duration::from_millis(1), reader.room(&stop))
+            .await
+            .expect("room once no stream is left")
+            .unwrap();
         drop((unread, reader));
     }
 }

@@ -40,7 +40,11 @@ impl ReadinessHealth {
 }
 
 fn known(service: &str) -> Result<(), Status> {
-    if SERVICES.contains(&service) { Ok(()) } else { Err(Status::not_found(format!("unknown service {service:?}"))) }
+    if SERVICES.contains(&service) {
+        Ok(())
+    } else {
+        Err(super::capped(Status::not_found(format!("unknown service {service:?}"))))
+    }
 }
 
 #[tonic::async_trait]

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
 
-use super::connections::{Flow, WatchGuard};
+use super::connections::{Flow, StreamFlow};
 use super::wire::{EncodedTail, WatchFrame};
 use super::{PodLifecycleService, pod_api, to_filter, watch_event};
 use crate::cache::PodCache;
@@ -42,7 +42,7 @@ pub fn open(
         None => None,
     };
     let handed = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let on_flow = flow.as_ref().map(|f| f.watch());
+    let flow = flow.as_ref().map(|f| f.watch());
     let tracked = cut.map(|cut| svc.streams.track(handed.clone(), cut, holder));
     let since = if r.since_revision == 0 { Since::Snapshot } else { Since::Revision(r.since_revision, r.epoch) };
     svc.metrics.watch_clients.inc();
@@ -68,20 +68,25 @@ pub fn open(
         handed,
         flow,
         counted: false,
-        _on_flow: on_flow,
     };
     Ok(Box::pin(futures_util::stream::unfold(feed, |mut feed| async move {
         use prost::Message;
         use std::sync::atomic::Ordering::Relaxed;
         feed.handed.store(0, Relaxed);
-        let item = feed.next().await?;
+        let item = match feed.next().await? {
+            Ok(item) => item,
+            Err(status) => return Some((Err(status), feed)),
+        };
         // From now until the transport asks again, this stream waits for its client:
         // first for its connection to have room ([`Flow`]), then for the transport.
         feed.handed.store(millis_since_start().max(1), Relaxed);
         if let Some(flow) = &feed.flow
             && !std::mem::take(&mut feed.counted)
         {
-            flow.room(&feed.shutdown).await;
+            if let Err(held) = flow.room(&feed.shutdown).await {
+                feed.phase = Phase::Done;
+                return Some((Err(Status::resource_exhausted(held.to_string())), feed));
+            }
             flow.handed(item.encoded_len() as u64);
         }
         Some((Ok(item), feed))
@@ -125,12 +130,11 @@ struct WatchFeed {
     /// When it last handed its transport a message and has not been asked for the next
     /// since ([`millis_since_start`]; 0: it is being asked).
     handed: Arc<std::sync::atomic::AtomicU64>,
-    /// Its connection's bytes ahead of the peer (none when the peer is not known).
-    flow: Option<Arc<Flow>>,
+    /// Its share of its connection's bytes ahead of the peer (none when the peer is not
+    /// known).
+    flow: Option<Arc<StreamFlow>>,
     /// The message about to go was counted on the flow when it was made (a snapshot's).
     counted: bool,
-    /// Its place among its connection's Watch streams.
-    _on_flow: Option<WatchGuard>,
 }
 
 /// Where a [`WatchFeed`] is.
@@ -138,7 +142,7 @@ enum Phase {
     /// About to subscribe (at the start, or again after falling behind).
     Subscribe(Since),
     /// Sending a snapshot's pods, then `Synced`, as a task converts them.
-    Snapshot(mpsc::Receiver<WatchFrame>),
+    Snapshot(mpsc::Receiver<Result<WatchFrame, Status>>),
     /// Sending the feed's entries (the replay a resume asked for, then live ones) and
     /// bookmarks.
     Feed,
@@ -189,7 +193,12 @@ impl WatchFeed {
     /// A message converted is counted on the connection's flow as it is made, and the
     /// next is made only while the connection has room: a peer that reads nothing holds
     /// its allowance, not [`SNAPSHOT_AHEAD`] converted messages per stream on top.
-    fn convert(&self, pods: Vec<Arc<PodStatus>>, revision: u64, epoch: u64) -> mpsc::Receiver<WatchFrame> {
+    fn convert(
+        &self,
+        pods: Vec<Arc<PodStatus>>,
+        revision: u64,
+        epoch: u64,
+    ) -> mpsc::Receiver<Result<WatchFrame, Status>> {
         let (tx, rx) = mpsc::channel(SNAPSHOT_AHEAD);
         let (cache, shutdown, flow) = (self.cache.clone(), self.shutdown.clone(), self.flow.clone());
         self.tasks.spawn(async move {
@@ -199,7 +208,14 @@ impl WatchFeed {
             let mut synced = false;
             loop {
                 if let Some(flow) = &flow {
-                    flow.room(&shutdown).await;
+                    let room = tokio::select! {
+                        room = flow.room(&shutdown) => room,
+                        _ = tx.closed() => return,
+                    };
+                    if let Err(held) = room {
+                        let _ = tx.send(Err(Status::resource_exhausted(held.to_string()))).await;
+                        return;
+                    }
                 }
                 let m = match pods.next() {
                     Some(p) => Self::message(revision, api::watch_event::Kind::Snapshot(pod_api(p, &cache))),
@@ -209,13 +225,16 @@ impl WatchFeed {
                     }
                     None => return,
                 };
+                // Counted once its place in the channel is taken: a message the stream
+                // never takes is not counted.
+                let permit = tokio::select! {
+                    permit = tx.reserve() => match permit { Ok(p) => p, Err(_) => return },
+                    _ = shutdown.cancelled() => return,
+                };
                 if let Some(flow) = &flow {
                     flow.handed(m.encoded_len() as u64);
                 }
-                tokio::select! {
-                    sent = tx.send(m) => if sent.is_err() { return },
-                    _ = shutdown.cancelled() => return,
-                }
+                permit.send(Ok(m));
             }
         });
         rx
@@ -229,13 +248,13 @@ impl WatchFeed {
     }
 
     /// The next message; `None` at shutdown.
-    async fn next(&mut self) -> Option<WatchFrame> {
+    async fn next(&mut self) -> Option<Result<WatchFrame, Status>> {
         loop {
             if self.shutdown.is_cancelled() {
                 self.phase = Phase::Done;
             }
             if let Some(m) = self.queued.take() {
-                return Some(m);
+                return Some(Ok(m));
             }
             let turn = match &self.phase {
                 Phase::Done => return None,
@@ -244,9 +263,13 @@ impl WatchFeed {
                 Phase::Feed => self.feed_turn().await,
             };
             match turn {
-                Turn::Send(m) => return Some(m),
+                Turn::Send(m) => return Some(Ok(m)),
                 Turn::Again => {}
                 Turn::End => return None,
+                Turn::Fail(status) => {
+                    self.phase = Phase::Done;
+                    return Some(Err(status));
+                }
             }
         }
     }
@@ -296,10 +319,11 @@ impl WatchFeed {
         tokio::select! {
             _ = self.shutdown.cancelled() => self.phase = Phase::Done,
             m = rx.recv() => match m {
-                Some(m) => {
+                Some(Ok(m)) => {
                     self.counted = self.flow.is_some();
                     return Turn::Send(m);
                 }
+                Some(Err(status)) => return Turn::Fail(status),
                 None => self.follow_feed(),
             },
         }
@@ -417,6 +441,8 @@ enum Turn {
     Again,
     /// The stream ends.
     End,
+    /// The stream ends with this error.
+    Fail(Status),
 }
 
 /// Who holds Watch streams against the cap: a uid as a whole, except root, whose

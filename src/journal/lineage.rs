@@ -5,12 +5,12 @@
 //! a new epoch by the boot id).
 //!
 //! A state dir put back from a copy taken in the same boot (a backup, a volume snapshot
-//! rolled back) holds the same epoch at an older revision than the mark. Its next
-//! revisions would name other events than the ones watchers were handed under those
-//! numbers, and a watcher resuming past them would be told `resumed` and miss them. So
-//! a journal on disk behind the mark of its own epoch starts a new epoch
-//! ([`super::store::Store::open`]). Without a mark (the first start of this boot, a
-//! plegd whose socket's directory is elsewhere) the journal continues as before.
+//! rolled back) holds an older revision than the mark, of the same epoch or of one the
+//! mark has since left. Its next revisions would name other events than the ones
+//! watchers were handed under those numbers, and a watcher resuming past them would be
+//! told `resumed` and miss them. So a journal on disk that is not the one the mark names
+//! starts a new epoch ([`super::store::Store::open`]). Without a mark (the first start
+//! of this boot, a plegd whose socket's directory is elsewhere) the journal continues.
 //!
 //! The mark is one fixed-width line written in place after each commit and before any
 //! watcher sees the batch; on a tmpfs that is a memory copy, not a disk write.
@@ -45,19 +45,21 @@ impl Lineage {
         Some(Self { epoch: epoch.parse().ok()?, revision: revision.parse().ok()? })
     }
 
-    /// Why a journal at `revision` of this mark's epoch starts a new one.
-    pub fn restored_from_a_copy(&self, revision: u64) -> String {
+    /// Why a journal at `epoch` and `revision` starts a new epoch.
+    pub fn restored_from_a_copy(&self, epoch: u64, revision: u64) -> String {
         format!(
-            "the state dir holds revision {revision} of epoch {}, but this boot had committed revision {} of it: \
-             it was restored from a copy",
-            self.epoch, self.revision
+            "the state dir holds revision {revision} of epoch {epoch}, but this boot last committed revision {} of \
+             epoch {}: it was put back from a copy",
+            self.revision, self.epoch
         )
     }
 
-    /// Whether a journal on disk at `epoch` and `revision` is behind this mark: the same
-    /// epoch, an older revision. Such a journal was put back from a copy.
-    pub fn is_ahead_of(&self, epoch: u64, revision: u64) -> bool {
-        self.epoch == epoch && self.revision > revision
+    /// Whether a journal on disk at `epoch` and `revision` is not the one this boot last
+    /// committed: another epoch (a copy of an earlier journal put back after a new one
+    /// began), or the same epoch at an older revision (a copy of this one). Either way
+    /// its next revisions may name other events than watchers were handed.
+    pub fn disowns(&self, epoch: u64, revision: u64) -> bool {
+        self.epoch != epoch || self.revision > revision
     }
 }
 
@@ -162,10 +164,10 @@ mod tests {
     }
 
     #[test]
-    fn only_an_older_revision_of_the_same_epoch_is_behind_the_mark() {
+    fn a_journal_is_disowned_unless_it_is_the_marks_epoch_at_its_revision_or_further() {
         let mark = Lineage { epoch: 5, revision: 439 };
-        assert!(mark.is_ahead_of(5, 241), "restored from a copy");
-        assert!(!mark.is_ahead_of(5, 439) && !mark.is_ahead_of(5, 500), "the same or further on");
-        assert!(!mark.is_ahead_of(6, 1), "another epoch");
+        assert!(mark.disowns(5, 241), "a copy of this journal");
+        assert!(mark.disowns(4, 878), "a copy of an earlier journal, put back after this one began");
+        assert!(!mark.disowns(5, 439) && !mark.disowns(5, 500), "the same journal, as far or further on");
     }
 }

@@ -337,8 +337,8 @@ impl Store {
         let (mark, held) = Mark::open_kept(cfg.lineage.as_deref());
         store.lineage.mark = mark;
         let rebooted = !boot.is_empty() && stored_boot != boot;
-        let restored = !rebooted && held.is_some_and(|m| m.is_ahead_of(epoch as u64, revision));
-        let mut new_epoch_reason = None;
+        let restored = !rebooted && held.is_some_and(|m| m.disowns(epoch as u64, revision));
+        let (stored_epoch, mut new_epoch_reason) = (epoch as u64, None);
         let epoch = if rebooted || restored {
             // A reboot (a power loss may have taken back commits watchers saw), or a
             // state dir put back from a copy (`lineage`). The pods still seed the
@@ -351,12 +351,12 @@ impl Store {
                 .map_err(sql(path))?;
             tx.commit().map_err(sql(path))?;
             new_epoch_reason = Some(match held.filter(|_| restored) {
-                Some(mark) => mark.restored_from_a_copy(revision),
+                Some(mark) => mark.restored_from_a_copy(stored_epoch, revision),
                 None => "the machine rebooted since the journal was written".to_owned(),
             });
             epoch
         } else {
-            epoch as u64
+            stored_epoch
         };
         store.lineage.epoch = epoch;
         store.lineage.record(revision);

@@ -13,6 +13,9 @@ use tokio::time::Instant;
 /// How long a death waits to be counted: past the relister's last re-read of a fresh
 /// death (3 s after its first read), with room for a slow read.
 pub const SETTLE: Duration = Duration::from_secs(6);
+/// How long a death the runtime reported with a lost exit status (containerd's 255
+/// `Unknown`) waits: past the relister's last re-read of it (63 s after its first read).
+pub const SETTLE_LOST: Duration = Duration::from_secs(70);
 
 /// Deaths waiting past this many are counted at once (oldest first), whatever their wait.
 const MAX_PENDING: usize = 4096;
@@ -45,11 +48,12 @@ impl Deaths {
     /// A death heard now; it is counted [`SETTLE`] later, or at once past
     /// [`MAX_PENDING`] waiting.
     pub fn died(&mut self, id: &str, namespace: &str, reason: &str, now: Instant) -> Vec<Counted> {
+        let wait = if reason == "Unknown" { SETTLE_LOST } else { SETTLE };
         self.pending.push_back(Pending {
             id: id.to_owned(),
             namespace: namespace.to_owned(),
             reason: reason.to_owned(),
-            due: now + SETTLE,
+            due: now + wait,
         });
         let mut out = Vec::new();
         while self.pending.len() > MAX_PENDING {
@@ -66,18 +70,22 @@ impl Deaths {
         }
     }
 
-    /// The deaths whose wait is over at `now`.
+    /// The deaths whose wait is over at `now`, in the order they were heard.
     pub fn due(&mut self, now: Instant) -> Vec<Counted> {
         let mut out = Vec::new();
-        while self.pending.front().is_some_and(|p| p.due <= now) {
-            out.push(Self::count(self.pending.pop_front().expect("non-empty")));
-        }
+        self.pending.retain(|p| {
+            if p.due > now {
+                return true;
+            }
+            out.push(Counted { namespace: p.namespace.clone(), reason: p.reason.clone() });
+            false
+        });
         out
     }
 
     /// When the next death is due, if one waits.
     pub fn next_due(&self) -> Option<Instant> {
-        self.pending.front().map(|p| p.due)
+        self.pending.iter().map(|p| p.due).min()
     }
 
     fn count(p: Pending) -> Counted {
@@ -106,6 +114,11 @@ mod tests {
         assert_eq!(d.next_due(), Some(t0 + Duration::from_secs(1) + SETTLE));
         assert_eq!(d.due(t0 + SETTLE * 2), [counted("web", "Completed")], "a counted death is not counted again");
         assert!(d.due(t0 + SETTLE * 9).is_empty());
+        // A lost exit status waits past its minute of re-reads.
+        d.died("lost", "web", "Unknown", t0);
+        assert!(d.due(t0 + SETTLE * 2).is_empty(), "not counted while it may still be amended");
+        d.reworded("lost", "OOMKilled");
+        assert_eq!(d.due(t0 + SETTLE_LOST), [counted("web", "OOMKilled")]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -203,7 +203,7 @@ impl Terminations {
             };
             tokio::select! {
                 _ = shutdown.cancelled() => {
-                    let all = self.lookup.deaths.lock().expect("deaths lock").due(tokio::time::Instant::now() + deaths::SETTLE);
+                    let all = self.lookup.deaths.lock().expect("deaths lock").due(tokio::time::Instant::now() + deaths::SETTLE_LOST);
                     self.lookup.count(all);
                     return;
                 }
@@ -392,7 +392,7 @@ impl ContainerLookup {
     /// Counts every waiting death now, settled or not.
     #[cfg(test)]
     pub(crate) fn count_waiting_deaths(&self) {
-        let all = self.deaths.lock().expect("deaths lock").due(tokio::time::Instant::now() + deaths::SETTLE);
+        let all = self.deaths.lock().expect("deaths lock").due(tokio::time::Instant::now() + deaths::SETTLE_LOST);
         self.count(all);
     }
 
@@ -592,8 +592,8 @@ impl ContainerLookup {
         }
     }
 
-    /// Answers a removed container for a namespace inode only while no live process on
-    /// the host is in that namespace: the kernel gives a freed namespace's inode to the
+    /// Answers a removed or exited container for a namespace inode only while no live
+    /// process on the host is in that namespace (and plegd can tell): the kernel gives a freed namespace's inode to the
     /// next namespace of any kind at once (a host `unshare -m` got a removed container's
     /// mount-namespace inode on containerd 2.1). Any other answer passes unchanged. The
     /// host is read off the async threads.
@@ -604,10 +604,13 @@ impl ContainerLookup {
             _ => return answer,
         };
         let Answer::Found(f) = answer else { return answer };
-        if f.removed_at.is_none() {
+        // The inode is freed when the container's last process ends, not when it is
+        // removed: a dead container is vetted too.
+        if f.removed_at.is_none() && f.container.state != ContainerState::Exited {
             return Answer::Found(f);
         }
-        let was = format!("{}/{}'s {} (removed)", f.pod.namespace, f.pod.name, f.container.name);
+        let how = if f.removed_at.is_some() { "removed" } else { "exited" };
+        let was = format!("{}/{}'s {} ({how})", f.pod.namespace, f.pod.name, f.container.name);
         match self.cfg.host.off_thread(move |h| h.namespace_in_use(kind, inode)).await {
             Ok(Some(false)) => Answer::Found(f),
             Ok(Some(true)) => Answer::NotFound(format!(
@@ -615,8 +618,8 @@ impl ContainerLookup {
                  inode before, and the kernel reuses a freed namespace's inode at once"
             )),
             Ok(None) => Answer::NotFound(format!(
-                "{name} namespace {inode} was {was}'s, but plegd cannot see the host's processes to tell whether \
-                 another namespace holds that inode now (see --host-root)"
+                "{name} namespace {inode} was {was}'s, but plegd cannot read every host process's namespaces to \
+                 tell whether another namespace holds that inode now (see --host-root)"
             )),
             Err(e) => Answer::Unavailable(format!("{e}; try again")),
         }

@@ -588,8 +588,15 @@ async fn a_removed_containers_namespace_inode_is_not_answered_once_a_live_proces
     std::os::unix::fs::symlink("mnt:[4026532901]", root.join("proc/4242/ns/mnt")).unwrap();
     let why = not_found(l.vet(&key, l.find(&key)).await);
     assert!(why.contains("live process") && why.contains("reuses"), "{why}");
+    // A process whose namespaces plegd may not read may hold it: no answer either.
+    std::fs::remove_file(root.join("proc/4242/ns/mnt")).unwrap();
+    std::fs::create_dir_all(root.join("proc/4243/ns/mnt")).unwrap(); // readlink: not a link (EINVAL)
+    let why = not_found(l.vet(&key, l.find(&key)).await);
+    assert!(why.contains("cannot read every host process's namespaces"), "{why}");
+    std::fs::remove_dir_all(root.join("proc/4243")).unwrap();
+    assert_eq!(found(l.vet(&key, l.find(&key)).await).container.id, "gone", "readable again, nobody holds it");
     // Where the host's processes cannot be seen, no removed container is answered.
     std::fs::remove_file(root.join("proc/1/stat")).unwrap();
     let why = not_found(l.vet(&key, l.find(&key)).await);
-    assert!(why.contains("cannot see the host's processes"), "{why}");
+    assert!(why.contains("cannot read every host process's namespaces"), "{why}");
 }
