@@ -86,7 +86,8 @@ impl Connections {
     /// of that holder (or of the node) with no call in progress, which is closed; only
     /// when every such connection has a call in progress is the newcomer refused. So a
     /// leaking agent closes its own idle connections, not another agent's place.
-    pub fn admit(&self, holder: Holder, cut: CancellationToken) -> Result<Arc<Flow>, OverCap> {
+    /// Returns the connection's flow, and whether another connection was displaced.
+    pub fn admit(&self, holder: Holder, cut: CancellationToken) -> Result<(Arc<Flow>, bool), OverCap> {
         // The live connections, taken out of the lock: dropping the last handle of one
         // in it would deadlock (its drop takes the lock).
         let live: Vec<Arc<Flow>> = {
@@ -108,12 +109,14 @@ impl Connections {
                 .min_by_key(|f| f.opened)
                 .map(|f| (*f).clone())
         }
-        if counted.iter().filter(same).count() >= cap {
-            let victim = idle_oldest(counted.iter().filter(same)).ok_or(OverCap::Holder { holder, cap })?;
-            victim.cut.cancel();
+        let victim = if counted.iter().filter(same).count() >= cap {
+            Some(idle_oldest(counted.iter().filter(same)).ok_or(OverCap::Holder { holder, cap })?)
         } else if counted.len() >= MAX_CONNECTIONS {
-            idle_oldest(counted.iter()).ok_or(OverCap::Node)?.cut.cancel();
-        }
+            Some(idle_oldest(counted.iter()).ok_or(OverCap::Node)?)
+        } else {
+            None
+        };
+        let displaced = victim.inspect(|v| v.cut.cancel()).is_some();
         drop(counted);
         let flow = Arc::new(Flow {
             connections: self.clone(),
@@ -132,7 +135,7 @@ impl Connections {
             open.all.push(Arc::downgrade(&flow));
         }
         drop(live);
-        Ok(flow)
+        Ok((flow, displaced))
     }
 
     /// Connections open now.
@@ -357,14 +360,16 @@ mod tests {
     fn connections_are_capped_per_holder_and_on_the_node_and_given_back_when_they_close() {
         let c = Connections::default();
         let mut held: Vec<Arc<Flow>> =
-            (0..MAX_PER_HOLDER).map(|_| c.admit(Holder::Uid(1000), CancellationToken::new()).unwrap()).collect();
+            (0..MAX_PER_HOLDER).map(|_| c.admit(Holder::Uid(1000), CancellationToken::new()).unwrap().0).collect();
         // Each has a call in progress (a stream): the next is refused.
         let calls: Vec<_> = held.iter().map(|f| f.call()).collect();
         assert!(matches!(c.admit(Holder::Uid(1000), CancellationToken::new()), Err(OverCap::Holder { .. })));
         // Idle, the oldest of that holder's gives its place to the newcomer.
         drop(calls);
         let first_cut = held[0].cut.clone();
-        let newcomer = c.admit(Holder::Uid(1000), CancellationToken::new()).expect("displaces an idle one");
+        let (newcomer, displaced) =
+            c.admit(Holder::Uid(1000), CancellationToken::new()).expect("displaces an idle one");
+        assert!(displaced);
         assert!(first_cut.is_cancelled() && !held[1].cut.is_cancelled(), "the oldest idle one, only");
         held.remove(0);
         held.push(newcomer);
@@ -373,7 +378,7 @@ mod tests {
         assert!(c.admit(Holder::Uid(1000), CancellationToken::new()).is_ok(), "a closed connection frees its place");
         // Root peers plegd cannot see are one connection each, and share a pool.
         let pool: Vec<_> = (0..(MAX_PER_HOLDER * ROOT_CONNECTIONS_SHARE) as u64)
-            .map(|i| c.admit(Holder::RootConnection(i), CancellationToken::new()).unwrap())
+            .map(|i| c.admit(Holder::RootConnection(i), CancellationToken::new()).unwrap().0)
             .collect();
         let busy: Vec<_> = pool.iter().map(|f| f.call()).collect();
         assert!(c.admit(Holder::RootConnection(99_999), CancellationToken::new()).is_err(), "the pool is full");
@@ -382,7 +387,7 @@ mod tests {
         let mut busy: Vec<_> = held.iter().map(|f| f.call()).collect();
         let mut many = Vec::new();
         for uid in 0..(MAX_CONNECTIONS - held.len()) as u32 {
-            let f = c.admit(Holder::Uid(10_000 + uid), CancellationToken::new()).expect("room on the node");
+            let (f, _) = c.admit(Holder::Uid(10_000 + uid), CancellationToken::new()).expect("room on the node");
             busy.push(f.call());
             many.push(f);
         }
@@ -397,8 +402,8 @@ mod tests {
     async fn a_connection_with_no_call_for_the_idle_limit_is_closed_and_one_with_a_stream_never() {
         let c = Connections::default();
         let (idle_cut, busy_cut) = (CancellationToken::new(), CancellationToken::new());
-        let idle = c.admit(Holder::Uid(1), idle_cut.clone()).unwrap();
-        let busy = c.admit(Holder::Uid(2), busy_cut.clone()).unwrap();
+        let idle = c.admit(Holder::Uid(1), idle_cut.clone()).unwrap().0;
+        let busy = c.admit(Holder::Uid(2), busy_cut.clone()).unwrap().0;
         let stream = busy.call();
         let unary = idle.call();
         drop(unary);
@@ -416,7 +421,7 @@ mod tests {
     async fn a_connection_whose_peer_does_not_read_is_held_to_its_allowance_and_a_reader_never_waits() {
         let c = Connections::default();
         let stop = CancellationToken::new();
-        let unread = c.admit(Holder::Uid(1), CancellationToken::new()).unwrap();
+        let unread = c.admit(Holder::Uid(1), CancellationToken::new()).unwrap().0;
         unread.handed(AHEAD_PER_CONNECTION);
         assert!(
             tokio::time::timeout(HELD_BACK_FOR / 2, unread.room(&stop)).await.is_err(),
@@ -433,7 +438,7 @@ mod tests {
         // a connection that drains as it goes is not held at all.
         let many: Vec<_> = (2..40u32)
             .map(|uid| {
-                let f = c.admit(Holder::Uid(uid), CancellationToken::new()).unwrap();
+                let f = c.admit(Holder::Uid(uid), CancellationToken::new()).unwrap().0;
                 f.handed(AHEAD_PER_CONNECTION / 2);
                 f
             })
@@ -441,7 +446,7 @@ mod tests {
         assert!(c.ahead() > AHEAD_ON_NODE);
         assert!(tokio::time::timeout(Duration::from_secs(1), many[0].room(&stop)).await.is_err());
         assert!(c.ahead() > AHEAD_ON_NODE);
-        let reader = c.admit(Holder::Uid(1000), CancellationToken::new()).unwrap();
+        let reader = c.admit(Holder::Uid(1000), CancellationToken::new()).unwrap().0;
         for _ in 0..100 {
             tokio::time::timeout(Duration::from_millis(1), reader.room(&stop))
                 .await

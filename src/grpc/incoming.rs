@@ -388,7 +388,12 @@ pub fn incoming(
             };
             let cut = CancellationToken::new();
             let flow = match connections.admit(holder, cut.clone()) {
-                Ok(flow) => flow,
+                Ok((flow, displaced)) => {
+                    if displaced {
+                        metrics.over_cap.inc();
+                    }
+                    flow
+                }
                 Err(why) => {
                     metrics.over_cap.inc();
                     if over_cap_to_log.try_take() {

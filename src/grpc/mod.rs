@@ -119,7 +119,7 @@ impl ApiMetrics {
         registry.register("connections", "API connections accepted", api.accepted.clone());
         registry.register(
             "connections_over_cap",
-            "API connections closed as they were accepted: the node or their holder held its cap",
+            "API connections closed at a cap: refused as they were accepted, or idle and displaced by a newer one",
             api.over_cap.clone(),
         );
         registry.register(
