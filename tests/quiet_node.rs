@@ -588,6 +588,42 @@ async fn full_relists_racing_the_streams_hints_count_no_miss() {
     p.stop().await;
 }
 
+/// What a pod's timeline told of container `id`'s death, for the tests of a death's
+/// word the runtime amends: the word the death carried, the kinds and containers of the
+/// events after it, and the last word any event carried; asserts the death is told once.
+struct DeathTold {
+    told: (i32, String),
+    after: Vec<(plegd::model::event::EventType, String)>,
+    last: (i32, String),
+}
+
+fn death_told(p: &InProcess, uid: &str, id: &str, at: &str) -> DeathTold {
+    use plegd::model::event::{EventType, PodLifecycleEvent};
+    let word = |e: &PodLifecycleEvent| {
+        let c = e.pod.as_ref()?.containers.iter().find(|c| c.id == id)?.clone();
+        Some((c.exit_code, c.reason.clone()))
+    };
+    let timeline = p.app.journal().timeline(uid).expect("the pod's timeline");
+    let events: Vec<_> = timeline.iter().map(|e| e.event.clone()).collect();
+    let kinds: Vec<_> = events.iter().map(|e| (e.kind, e.container_id.clone(), word(e))).collect();
+    let died: Vec<usize> = (0..events.len())
+        .filter(|&i| events[i].kind == EventType::ContainerDied && events[i].container_id == id)
+        .collect();
+    assert_eq!(died.len(), 1, "{at}: the death is told once: {kinds:?}");
+    DeathTold {
+        told: word(&events[died[0]]).expect("the death carries the container"),
+        after: events[died[0] + 1..].iter().map(|e| (e.kind, e.container_id.clone())).collect(),
+        last: events.iter().rev().find_map(|e| word(e)).expect("events carry the container"),
+    }
+}
+
+/// The cached word of container `id` of pod `uid`.
+fn cached_word(p: &InProcess, uid: &str, id: &str) -> (i32, String) {
+    let entry = p.app.cache().get(uid).expect("cached");
+    let c = entry.status.as_ref().unwrap().containers.iter().find(|c| c.id == id).unwrap().clone();
+    (c.exit_code, c.reason.clone())
+}
+
 /// containerd marks a container whose task it lost across its own restart exited 255
 /// "Unknown"; when it handles the task's OOM after that, it amends the reason to
 /// "OOMKilled" and sends no event. Found by the hour-long soak on containerd 2.1: one
@@ -597,7 +633,7 @@ async fn full_relists_racing_the_streams_hints_count_no_miss() {
 /// and the re-reads end, amended or not.
 #[tokio::test(start_paused = true)]
 async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_and_the_cache_without_an_event() {
-    use plegd::model::event::{EventType, PodLifecycleEvent};
+    use plegd::model::event::EventType;
     // After the restart: before plegd reads the death, between its re-reads (the last
     // two are about 31 and 63 s after its first read), and never.
     let schedules = [
@@ -623,33 +659,18 @@ async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_an
             }
             tokio::time::sleep(Duration::from_secs(300)).await;
             let want = (255, if amend_after.is_some() { "OOMKilled" } else { "Unknown" }.to_owned());
-
-            let word = |e: &PodLifecycleEvent| {
-                let c = e.pod.as_ref()?.containers.iter().find(|c| c.id == id)?.clone();
-                Some((c.exit_code, c.reason.clone()))
-            };
-            let timeline = p.app.journal().timeline(&pod.uid).expect("the pod's timeline");
-            let events: Vec<_> = timeline.iter().map(|e| e.event.clone()).collect();
-            let kinds: Vec<_> = events.iter().map(|e| (e.kind, e.container_id.clone(), word(e))).collect();
-            let died: Vec<usize> = (0..events.len())
-                .filter(|&i| events[i].kind == EventType::ContainerDied && events[i].container_id == id)
-                .collect();
-            assert_eq!(died.len(), 1, "{at}: the death is told once: {kinds:?}");
-            let told = word(&events[died[0]]).expect("the death carries the container");
+            let DeathTold { told, after, last } = death_told(&p, &pod.uid, &id, &at);
             assert!(told == want || told == (255, "Unknown".into()), "{at}: the death said {told:?}");
-            let after: Vec<_> = events[died[0] + 1..].iter().map(|e| e.kind).collect();
             let amended = usize::from(told != want);
             assert_eq!(
                 after,
-                vec![EventType::ContainerChanged; amended],
-                "{at}: only the amendment follows: {kinds:?}"
+                vec![(EventType::ContainerChanged, id.clone()); amended],
+                "{at}: only the amendment follows"
             );
-            let last = events.iter().rev().find_map(|e| word(e)).expect("events carry the container");
-            assert_eq!(last, want, "{at}: a watcher's copy ends with the runtime's word: {kinds:?}");
+            assert_eq!(last, want, "{at}: a watcher's copy ends with the runtime's word");
             let entry = p.app.cache().get(&pod.uid).expect("cached");
-            let cached = entry.status.as_ref().unwrap().containers.iter().find(|c| c.id == id).unwrap().clone();
-            assert_eq!((cached.exit_code, cached.reason.clone()), want, "{at}: the cache has the runtime's word");
-
+            assert_eq!(cached_word(&p, &pod.uid, &id), want, "{at}: the cache has the runtime's word");
+            let timeline = p.app.journal().timeline(&pod.uid).expect("the pod's timeline");
             assert_eq!(
                 p.metric("plegd_evented_missed_changes_total"),
                 0.0,
@@ -678,7 +699,7 @@ async fn an_exit_status_the_runtime_amends_after_its_restart_reaches_watchers_an
 /// reason.
 #[tokio::test(start_paused = true)]
 async fn a_deaths_reason_the_runtime_corrects_a_moment_later_reaches_watchers_and_is_counted_once_by_it() {
-    use plegd::model::event::{EventType, PodLifecycleEvent};
+    use plegd::model::event::EventType;
     let schedules = [
         None,
         Some(Duration::ZERO),
@@ -701,31 +722,15 @@ async fn a_deaths_reason_the_runtime_corrects_a_moment_later_reaches_watchers_an
             }
             tokio::time::sleep(Duration::from_secs(60)).await;
             let want = (137, if amend_after.is_some() { "OOMKilled" } else { "Error" }.to_owned());
-
-            let word = |e: &PodLifecycleEvent| {
-                let c = e.pod.as_ref()?.containers.iter().find(|c| c.id == id)?.clone();
-                Some((c.exit_code, c.reason.clone()))
-            };
-            let timeline = p.app.journal().timeline(&pod.uid).expect("the pod's timeline");
-            let events: Vec<_> = timeline.iter().map(|e| e.event.clone()).collect();
-            let kinds: Vec<_> = events.iter().map(|e| (e.kind, e.container_id.clone(), word(e))).collect();
-            let died: Vec<usize> = (0..events.len())
-                .filter(|&i| events[i].kind == EventType::ContainerDied && events[i].container_id == id)
-                .collect();
-            assert_eq!(died.len(), 1, "{at}: the death is told once: {kinds:?}");
-            let told = word(&events[died[0]]).expect("the death carries the container");
-            let after: Vec<_> = events[died[0] + 1..].iter().map(|e| (e.kind, e.container_id.clone())).collect();
+            let DeathTold { told, after, last } = death_told(&p, &pod.uid, &id, &at);
             let corrected = usize::from(told != want);
             assert_eq!(
                 after,
                 vec![(EventType::ContainerChanged, id.clone()); corrected],
-                "{at}: only the correction follows, as a change of that container: {kinds:?}"
+                "{at}: only the correction follows, as a change of that container"
             );
-            let last = events.iter().rev().find_map(|e| word(e)).expect("events carry the container");
-            assert_eq!(last, want, "{at}: a watcher's copy ends with the runtime's word: {kinds:?}");
-            let entry = p.app.cache().get(&pod.uid).expect("cached");
-            let cached = entry.status.as_ref().unwrap().containers.iter().find(|c| c.id == id).unwrap().clone();
-            assert_eq!((cached.exit_code, cached.reason.clone()), want, "{at}: the cache has the runtime's word");
+            assert_eq!(last, want, "{at}: a watcher's copy ends with the runtime's word");
+            assert_eq!(cached_word(&p, &pod.uid, &id), want, "{at}: the cache has the runtime's word");
             let counted = |reason: &str| {
                 p.metric(&format!("plegd_container_terminations_total{{namespace=\"default\",reason=\"{reason}\"}}"))
             };
