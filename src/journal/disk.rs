@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::store::{self, Reader, Store, StoreConfig, StoreError};
-use super::{Entry, Filter, Inner, Journal, JournalConfig, NEW_EPOCH, RETRY_DISK_EVERY, epoch_now, record};
+use super::{Dropped, Entry, Filter, Inner, Journal, JournalConfig, RETRY_DISK_EVERY, epoch_now, record};
 
 /// Where the journal's records are, as `/healthz` tells it.
 pub(super) enum Disk {
@@ -191,7 +191,7 @@ impl Journal {
         inner.epoch = epoch;
         self.shared.epoch.store(epoch, Ordering::Release);
         for s in inner.subs.drain(..) {
-            s.queue.drop_for(NEW_EPOCH);
+            s.queue.drop_for(Dropped::NewEpoch);
         }
     }
 

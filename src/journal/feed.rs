@@ -23,9 +23,7 @@ use futures_util::Stream;
 use tokio::sync::Semaphore;
 use tokio_util::sync::ReusableBoxFuture;
 
-use super::{
-    DiskReplay, Entry, LEFT_SELECTION, NEW_EPOCH, Replay, ReplayError, ResetReason, SLOW, Start, Subscription, queue,
-};
+use super::{DiskReplay, Entry, Replay, ReplayError, ResetReason, Start, Subscription, queue};
 use crate::model::PodStatus;
 
 /// One thing a [`Feed`] yields.
@@ -39,15 +37,16 @@ pub enum FeedItem {
     ReplayStopped(FeedError),
 }
 
-/// Why the journal dropped a subscriber.
+/// Why the journal dropped a subscriber (kept in its queue as one byte, never 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Dropped {
     /// Its buffer filled while it was not read.
-    FellBehind,
+    FellBehind = 1,
     /// A pod it selected changed its labels and left its selection.
-    LeftSelection,
+    LeftSelection = 2,
     /// The journal's disk failed and it began a new epoch in memory.
-    NewEpoch,
+    NewEpoch = 3,
 }
 
 /// Why a feed's replay stopped short.
@@ -133,13 +132,7 @@ impl Dropped {
     }
 
     fn of(sub: &Subscription) -> Option<Self> {
-        match sub.queue.dropped() {
-            0 => None,
-            SLOW => Some(Self::FellBehind),
-            LEFT_SELECTION => Some(Self::LeftSelection),
-            NEW_EPOCH => Some(Self::NewEpoch),
-            _ => Some(Self::FellBehind),
-        }
+        sub.queue.dropped()
     }
 }
 

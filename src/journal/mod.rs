@@ -166,15 +166,6 @@ pub struct Subscription {
     journal: Journal,
 }
 
-/// Why the journal dropped a subscriber: its buffer overflowed.
-const SLOW: u8 = 1;
-/// Why the journal dropped a subscriber: a pod it watched changed labels and left its
-/// selection.
-const LEFT_SELECTION: u8 = 2;
-/// Why the journal dropped a subscriber: the journal moved to a new epoch (its disk
-/// failed).
-const NEW_EPOCH: u8 = 3;
-
 struct Sub {
     id: u64,
     filter: Arc<Filter>,
@@ -657,7 +648,7 @@ impl Journal {
                 return false;
             }
             if s.filter.leaves(entry) {
-                s.queue.drop_for(LEFT_SELECTION);
+                s.queue.drop_for(Dropped::LeftSelection);
                 return false;
             }
             if !s.filter.matches(entry) {
@@ -666,7 +657,7 @@ impl Journal {
             if s.queue.push(entry.clone()) {
                 true
             } else {
-                s.queue.drop_for(SLOW);
+                s.queue.drop_for(Dropped::FellBehind);
                 false
             }
         });
@@ -803,21 +794,17 @@ impl Subscription {
     /// watched left its selection, or the journal began a new epoch): it must start
     /// over.
     pub fn overflowed(&self) -> bool {
-        self.queue.dropped() != 0
+        self.queue.dropped().is_some()
     }
 
     /// Why the journal dropped this subscriber, if it did.
     pub fn dropped_because(&self) -> Option<ResetReason> {
-        match self.queue.dropped() {
-            0 => None,
-            LEFT_SELECTION | NEW_EPOCH => Some(ResetReason::RuntimeResync),
-            _ => Some(ResetReason::SlowConsumer),
-        }
+        self.queue.dropped().map(Dropped::reset_reason)
     }
 
     /// Whether the journal dropped this subscriber because it began a new epoch.
     pub fn epoch_changed(&self) -> bool {
-        self.queue.dropped() == NEW_EPOCH
+        self.queue.dropped() == Some(Dropped::NewEpoch)
     }
 
     /// Whether every entry handed to this subscriber has been taken (and it did not

@@ -10,14 +10,14 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use super::Entry;
+use super::{Dropped, Entry};
 
 /// One subscriber's live entries.
 pub(super) struct Queue {
     entries: Mutex<VecDeque<Arc<Entry>>>,
     ready: Notify,
     cap: usize,
-    /// Why the journal dropped the subscriber (0: it did not).
+    /// Why the journal dropped the subscriber (0: it did not; else a [`Dropped`]).
     dropped: AtomicU8,
     /// The subscriber went away.
     closed: AtomicBool,
@@ -52,22 +52,28 @@ impl Queue {
         true
     }
 
-    /// Drops the subscriber for `why` (non-zero): its entries go now.
-    pub(super) fn drop_for(&self, why: u8) {
-        self.dropped.store(why, Ordering::Release);
+    /// Drops the subscriber for `why`: its entries go now.
+    pub(super) fn drop_for(&self, why: Dropped) {
+        self.dropped.store(why as u8, Ordering::Release);
         let gone = std::mem::take(&mut *self.lock());
         drop(gone);
         self.ready.notify_one();
     }
 
-    /// Why the journal dropped the subscriber (0: it did not).
-    pub(super) fn dropped(&self) -> u8 {
-        self.dropped.load(Ordering::Acquire)
+    /// Why the journal dropped the subscriber, if it did: the one place the stored
+    /// byte is read back.
+    pub(super) fn dropped(&self) -> Option<Dropped> {
+        match self.dropped.load(Ordering::Acquire) {
+            0 => None,
+            x if x == Dropped::LeftSelection as u8 => Some(Dropped::LeftSelection),
+            x if x == Dropped::NewEpoch as u8 => Some(Dropped::NewEpoch),
+            _ => Some(Dropped::FellBehind),
+        }
     }
 
     /// The next entry if there is one; `None` also once the subscriber was dropped.
     pub(super) fn try_pop(&self) -> Option<Arc<Entry>> {
-        if self.dropped() != 0 {
+        if self.dropped().is_some() {
             return None;
         }
         self.lock().pop_front()
@@ -77,7 +83,7 @@ impl Queue {
     /// Cancel-safe: an entry is taken only when it is returned.
     pub(super) async fn pop(&self) -> Option<Arc<Entry>> {
         loop {
-            if self.dropped() != 0 {
+            if self.dropped().is_some() {
                 return None;
             }
             if let Some(e) = self.lock().pop_front() {
@@ -102,5 +108,22 @@ impl Queue {
     /// Whether the subscriber went away.
     pub(super) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn why_a_subscriber_was_dropped_reads_back_as_it_was_stored_and_undropped_is_none() {
+        let q = Queue::new(4);
+        assert_eq!(q.dropped(), None);
+        for why in [Dropped::FellBehind, Dropped::LeftSelection, Dropped::NewEpoch] {
+            let q = Queue::new(4);
+            q.drop_for(why);
+            assert_eq!(q.dropped(), Some(why));
+            assert!(q.try_pop().is_none(), "a dropped subscriber's entries are gone");
+        }
     }
 }
