@@ -25,7 +25,45 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::watch::{Holder, ROOT_CONNECTIONS_SHARE};
+/// Who holds Watch streams against the cap: a uid as a whole, except root, whose
+/// processes are held each to it (every root agent on a node shares uid 0; one that
+/// leaks streams must not lock the others out). A root peer whose process plegd cannot
+/// see (in another PID namespace, as every other pod's is from plegd's DaemonSet pod,
+/// the kernel says PID 0) is held per connection: all such agents would otherwise share
+/// one cap. The node-wide ceiling on stalled streams bounds them all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Holder {
+    /// Every process of a uid other than 0.
+    Uid(u32),
+    /// One process of uid 0.
+    RootProcess(i32),
+    /// One connection of a uid-0 peer whose process is not visible.
+    RootConnection(u64),
+}
+
+impl Holder {
+    /// The holder a peer with these credentials, on connection `conn`, counts against.
+    pub fn of(uid: u32, pid: Option<i32>, conn: u64) -> Self {
+        match (uid, pid) {
+            (0, Some(pid)) if pid > 0 => Self::RootProcess(pid),
+            (0, _) => Self::RootConnection(conn),
+            _ => Self::Uid(uid),
+        }
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Uid(uid) => write!(f, "peer uid {uid}"),
+            Self::RootProcess(pid) => write!(f, "peer process {pid} (uid 0)"),
+            Self::RootConnection(c) => write!(f, "connection {c} of a uid-0 peer in another PID namespace"),
+        }
+    }
+}
+
+/// How many per-holder caps uid-0 peers in other PID namespaces share in all.
+pub const ROOT_CONNECTIONS_SHARE: usize = 4;
 
 /// Connections on the node at most.
 pub const MAX_CONNECTIONS: usize = 512;

@@ -17,6 +17,7 @@ use tokio_util::task::TaskTracker;
 use tonic::Status;
 
 use super::connections::{Flow, StreamFlow};
+pub use super::connections::{Holder, ROOT_CONNECTIONS_SHARE};
 use super::wire::{EncodedTail, WatchFrame};
 use super::{PodLifecycleService, pod_api, to_filter, watch_event};
 use crate::cache::PodCache;
@@ -444,46 +445,6 @@ enum Turn {
     /// The stream ends with this error.
     Fail(Status),
 }
-
-/// Who holds Watch streams against the cap: a uid as a whole, except root, whose
-/// processes are held each to it (every root agent on a node shares uid 0; one that
-/// leaks streams must not lock the others out). A root peer whose process plegd cannot
-/// see (in another PID namespace, as every other pod's is from plegd's DaemonSet pod,
-/// the kernel says PID 0) is held per connection: all such agents would otherwise share
-/// one cap. The node-wide ceiling on stalled streams bounds them all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Holder {
-    /// Every process of a uid other than 0.
-    Uid(u32),
-    /// One process of uid 0.
-    RootProcess(i32),
-    /// One connection of a uid-0 peer whose process is not visible.
-    RootConnection(u64),
-}
-
-impl Holder {
-    /// The holder a peer with these credentials, on connection `conn`, counts against.
-    pub fn of(uid: u32, pid: Option<i32>, conn: u64) -> Self {
-        match (uid, pid) {
-            (0, Some(pid)) if pid > 0 => Self::RootProcess(pid),
-            (0, _) => Self::RootConnection(conn),
-            _ => Self::Uid(uid),
-        }
-    }
-}
-
-impl std::fmt::Display for Holder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Uid(uid) => write!(f, "peer uid {uid}"),
-            Self::RootProcess(pid) => write!(f, "peer process {pid} (uid 0)"),
-            Self::RootConnection(c) => write!(f, "connection {c} of a uid-0 peer in another PID namespace"),
-        }
-    }
-}
-
-/// How many per-holder caps uid-0 peers in other PID namespaces share in all.
-pub const ROOT_CONNECTIONS_SHARE: usize = 4;
 
 /// Milliseconds since plegd's first call (a clock for [`WatchFeed::handed`]).
 fn millis_since_start() -> u64 {

@@ -11,8 +11,8 @@ use std::time::SystemTime;
 
 use futures_util::future::join_all;
 
-use super::PlegState;
 use super::records::{RuntimeContainer, RuntimePod};
+use super::state::PlegState;
 use crate::cri::verbose::{ContainerVerbose, SandboxVerbose};
 use crate::cri::{CriError, RuntimeService};
 use crate::host::Host;

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::{PlegState, transition_events};
+use super::state::{PlegState, transition_events};
 use crate::labels::kubelet::{CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID};
 use crate::model::event::EventType;
 use crate::model::{ContainerState, SandboxState};
