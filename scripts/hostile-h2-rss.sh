@@ -99,4 +99,4 @@ for _ in $(seq "$secs"); do
   peak=$(awk -v a="$peak" -v b="$now" 'BEGIN { print (b > a ? b : a) }')
 done
 metric() { curl -s "127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
-echo "# peak RSS $peak MiB, final $(rss) MiB; open connections: $(metric plegd_api_open_connections); over cap: $(metric plegd_api_connections_over_cap_total); Watch bytes ahead: $(metric plegd_api_watch_bytes_ahead)"
+echo "# peak RSS $peak MiB, final $(rss) MiB; open connections: $(metric plegd_api_open_connections); over cap: $(metric plegd_api_connections_over_cap_total); Watch bytes ahead: $(metric plegd_api_watch_ahead_bytes)"

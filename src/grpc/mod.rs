@@ -104,7 +104,7 @@ pub struct ApiMetrics {
     pub idle_closed: Counter,
     /// `plegd_api_open_connections`.
     pub open: Gauge,
-    /// `plegd_api_watch_bytes_ahead`.
+    /// `plegd_api_watch_ahead_bytes`.
     pub ahead: Gauge,
 }
 
@@ -129,7 +129,7 @@ impl ApiMetrics {
         );
         registry.register("open_connections", "API connections open", api.open.clone());
         registry.register(
-            "watch_bytes_ahead",
+            "watch_ahead_bytes",
             "Watch bytes handed to connections and not yet written to their sockets",
             api.ahead.clone(),
         );
