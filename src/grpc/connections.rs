@@ -7,7 +7,9 @@
 //!   ([`Holder`]: a non-root uid, a uid-0 process; uid-0 peers whose process plegd
 //!   cannot see share [`ROOT_CONNECTIONS_SHARE`] holders' worth). An idle HTTP/2
 //!   connection costs about 16.5 KiB; a client that leaks a channel per call once held
-//!   plegd at 146 MiB with 8,000 of them. More are closed as they are accepted.
+//!   plegd at 146 MiB with 8,000 of them. A connection over a cap takes the place of the
+//!   oldest one with no call in progress (of its holder, else of the node); when there
+//!   is none it is closed as it is accepted.
 //! - **Idle.** A connection with no call in progress for [`IDLE_AFTER`] is closed; a gRPC
 //!   client dials again on its next call.
 //! - **Ahead.** Each connection counts the Watch bytes handed to its transport and the
@@ -15,8 +17,10 @@
 //!   does not read. A stream hands its next message only while its connection holds
 //!   less than [`AHEAD_PER_CONNECTION`], or, once the node holds more than
 //!   [`AHEAD_ON_NODE`] in all, less than [`AHEAD_SHARE`]: a reader's connection drains
-//!   as it goes and is never held back, and 1,024 unread `Watch(since=0)` hold a bounded
-//!   amount, not a snapshot each in send buffers (128.8 MiB within a second, before).
+//!   as it goes, and 1,024 unread `Watch(since=0)` hold a bounded amount, not a snapshot
+//!   each in send buffers (128.8 MiB within a second, before). Each stream has its own
+//!   share of the count ([`StreamFlow`]), taken back when it ends; a stream held back for
+//!   [`HELD_BACK_FOR`] ends with an error its client sees, rather than hang.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
