@@ -118,7 +118,8 @@ struct Shared {
 
 #[derive(Default)]
 struct Open {
-    by_holder: std::collections::HashMap<Holder, usize>,
+    /// Every connection accepted; one that has gone is a dead handle, let go at the next
+    /// admission.
     all: Vec<Weak<Flow>>,
 }
 
@@ -130,8 +131,7 @@ impl Connections {
     /// leaking agent closes its own idle connections, not another agent's place.
     /// Returns the connection's flow, and whether another connection was displaced.
     pub fn admit(&self, holder: Holder, cut: CancellationToken) -> Result<(Arc<Flow>, bool), OverCap> {
-        // The live connections, taken out of the lock: dropping the last handle of one
-        // in it would deadlock (its drop takes the lock).
+        // The live connections, read once; their handles are dropped after the lock.
         let live: Vec<Arc<Flow>> = {
             let mut open = self.inner.open.lock().expect("connections lock");
             open.all.retain(|w| w.strong_count() > 0);
@@ -173,7 +173,6 @@ impl Connections {
         });
         {
             let mut open = self.inner.open.lock().expect("connections lock");
-            *open.by_holder.entry(holder).or_default() += 1;
             open.all.push(Arc::downgrade(&flow));
         }
         drop(live);
@@ -182,7 +181,7 @@ impl Connections {
 
     /// Connections open now.
     pub fn open(&self) -> usize {
-        self.inner.open.lock().expect("connections lock").by_holder.values().sum()
+        self.inner.open.lock().expect("connections lock").all.iter().filter(|w| w.strong_count() > 0).count()
     }
 
     /// Watch bytes handed to transports and not yet written, on the node.
@@ -255,13 +254,6 @@ impl Drop for Flow {
     fn drop(&mut self) {
         let left = self.ahead.swap(0, Ordering::Relaxed);
         self.connections.inner.ahead.fetch_sub(left, Ordering::Relaxed);
-        let mut open = self.connections.inner.open.lock().expect("connections lock");
-        if let Some(n) = open.by_holder.get_mut(&self.holder) {
-            *n -= 1;
-            if *n == 0 {
-                open.by_holder.remove(&self.holder);
-            }
-        }
     }
 }
 

@@ -130,11 +130,6 @@ impl Mark {
     pub fn write(&self, lineage: Lineage) -> io::Result<()> {
         self.file.write_all_at(&lineage.encode(), 0)
     }
-
-    /// Where it is.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 #[cfg(test)]
