@@ -303,7 +303,9 @@ func (i *Informer) Run(ctx context.Context) error {
 		case status.Code(err) == codes.InvalidArgument:
 			i.log.Error("plegd refused the watch request; retrying", "error", err, "retry_in", delay)
 		case status.Code(err) == codes.ResourceExhausted:
-			i.log.Error("plegd refused another Watch stream for this uid (--max-watch-streams-per-uid); retrying", "error", err, "retry_in", delay)
+			// A cap (--max-watch-streams-per-uid), or a stream plegd ended because its
+			// connection held messages unread for 10 s: the error says which.
+			i.log.Error("plegd refused or ended the Watch stream; resuming", "error", err, "retry_in", delay)
 		case errors.Is(err, errProtocol):
 			i.log.Error("plegd's stream broke the Watch protocol; starting over with a snapshot", "error", err, "retry_in", delay)
 		default:
