@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use plegd::journal::{Journal, JournalConfig, Since};
+use futures_util::{FutureExt, StreamExt};
+use plegd::journal::{FeedItem, Journal, JournalConfig, Since};
 use plegd::model::PodStatus;
 use plegd::model::event::{EventSource, EventType, PodLifecycleEvent};
 
@@ -38,7 +39,8 @@ fn fan_out(c: &mut Criterion) {
         g.throughput(Throughput::Elements(1000));
         g.bench_with_input(BenchmarkId::from_parameter(subs), &subs, |b, &subs| {
             let j = Journal::new(100_000, 4096, plegd::journal::JournalMetrics::register(&mut Default::default()));
-            let mut s: Vec<_> = (0..subs).map(|_| j.subscribe(Since::Snapshot, Default::default())).collect();
+            let mut s: Vec<_> =
+                (0..subs).map(|_| j.subscribe(Since::Snapshot, Default::default()).into_feed().1).collect();
             b.iter(|| {
                 rt.block_on(async {
                     for _ in 0..1000 {
@@ -46,7 +48,7 @@ fn fan_out(c: &mut Criterion) {
                     }
                     for sub in &mut s {
                         let mut n = 0;
-                        while sub.try_next().is_some() {
+                        while let Some(Some(FeedItem::Entry(_))) = sub.next().now_or_never() {
                             n += 1;
                         }
                         assert_eq!(n, 1000);

@@ -12,7 +12,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::journal::{Entry, Journal, Since};
+use futures_util::StreamExt;
+
+use crate::journal::{Entry, Feed, FeedItem, Journal, Since};
 use crate::model::event::{EventType, PodLifecycleEvent};
 
 mod history;
@@ -280,9 +282,11 @@ impl SyncLoop {
 
     /// Runs until shutdown.
     pub async fn run(mut self, shutdown: CancellationToken) {
-        let live = |j: &Journal| j.subscribe(Since::Revision(j.revision(), j.epoch()), Default::default());
-        let mut sub = live(&self.journal);
-        // Startup resync first: events arriving meanwhile wait in the subscription.
+        let live = |j: &Journal| -> Feed {
+            j.subscribe(Since::Revision(j.revision(), j.epoch()), Default::default()).into_feed().1
+        };
+        let mut feed = live(&self.journal);
+        // Startup resync first: events arriving meanwhile wait in the feed.
         if let Some(h) = self.startup_gate.clone() {
             let deadline = tokio::time::sleep(self.startup_deadline);
             let (first, mut beat) = (h.first_relist(), crate::liveness::beat_timer());
@@ -332,11 +336,12 @@ impl SyncLoop {
                 _ = beat.tick() => continue,
                 Some((f, of)) = self.follow_rx.recv() => (LoopInput::FollowUp(Box::new(f)), of),
                 Some(kind) = self.resync_rx.recv() => (LoopInput::Resync(kind), None),
-                entry = sub.next() => match entry {
-                    Some(e) => (LoopInput::Lifecycle(e), None),
-                    None => {
-                        // Overflow turns into a resync, never a silent gap.
-                        sub = live(&self.journal);
+                item = feed.next() => match item {
+                    Some(FeedItem::Entry(e)) => (LoopInput::Lifecycle(e), None),
+                    // The journal dropped the loop (or a replay stopped, which a live
+                    // feed never has): a resync, never a silent gap.
+                    Some(FeedItem::Overflowed(_) | FeedItem::ReplayStopped(_)) | None => {
+                        feed = live(&self.journal);
                         (LoopInput::Resync(ResyncKind::Overflow), None)
                     }
                 },

@@ -613,7 +613,8 @@ async fn a_quiet_node_stays_live_healthy_ready_and_answers_get_newer_than_for_mi
 #[tokio::test]
 #[ignore = "needs a real containerd: run tests/e2e/run.sh"]
 async fn with_a_second_event_subscriber_every_start_and_death_still_reaches_plegd_within_a_relist_period() {
-    use plegd::journal::{Filter, Since};
+    use futures_util::StreamExt;
+    use plegd::journal::{FeedItem, Filter, Since};
     let env = env();
     let c = env.client();
     let p = env.full(|_| {}).await;
@@ -630,7 +631,7 @@ async fn with_a_second_event_subscriber_every_start_and_death_still_reaches_pleg
         }
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let mut sub = p.app.journal().subscribe(Since::Snapshot, std::sync::Arc::new(Filter::default()));
+    let (_, mut sub) = p.app.journal().subscribe(Since::Snapshot, std::sync::Arc::new(Filter::default())).into_feed();
     let mut started_at = BTreeMap::new();
     let mut sids = Vec::new();
     for i in 0..12 {
@@ -644,7 +645,9 @@ async fn with_a_second_event_subscriber_every_start_and_death_still_reaches_pleg
     let mut died = BTreeMap::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while (started.len() < 12 || died.len() < 12) && Instant::now() < deadline {
-        let Ok(Some(e)) = tokio::time::timeout(Duration::from_secs(1), sub.next()).await else { continue };
+        let Ok(Some(FeedItem::Entry(e))) = tokio::time::timeout(Duration::from_secs(1), sub.next()).await else {
+            continue;
+        };
         let ev = &e.event;
         if !started_at.contains_key(&ev.container_id) {
             continue;

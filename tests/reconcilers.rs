@@ -5,8 +5,9 @@ mod support;
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use plegd::cri::spec::{ContainerSpec, PodSpec};
-use plegd::journal::Since;
+use plegd::journal::{FeedItem, Since};
 use plegd::model::event::{EventSource, EventType};
 use plegd::reconcile::GcMode;
 use plegd::sim::{Fault, FaultAction};
@@ -28,7 +29,7 @@ async fn a_crash_looping_container_yields_one_crash_loop_event_then_a_cleared_on
         c.sync.crashloop.clear_after = Duration::from_secs(1);
     })
     .await;
-    let mut sub = p.app.journal().subscribe(Since::Snapshot, Default::default());
+    let (_, mut sub) = p.app.journal().subscribe(Since::Snapshot, Default::default()).into_feed();
     let pod = PodSpec::new("default", "crashy");
     let (sid, ids) = p.h.run_pod(&pod, &[ContainerSpec::new("app")]).await;
     let mut id = ids[0].clone();
@@ -40,7 +41,7 @@ async fn a_crash_looping_container_yields_one_crash_loop_event_then_a_cleared_on
     let mut cleared = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while cleared.is_empty() && tokio::time::Instant::now() < deadline {
-        if let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(200), sub.next()).await {
+        if let Ok(Some(FeedItem::Entry(e))) = tokio::time::timeout(Duration::from_millis(200), sub.next()).await {
             match e.event.kind {
                 EventType::CrashLoop => loops.push(e.clone()),
                 EventType::CrashLoopCleared => cleared.push(e.clone()),

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -74,7 +75,7 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
     let sidecar = crate::app::start(&run_cfg, &tracker, &inner).await?;
     let journal = sidecar.journal().clone();
     let live = |j: &crate::journal::Journal| {
-        j.subscribe(crate::journal::Since::Revision(j.revision(), j.epoch()), Default::default())
+        j.subscribe(crate::journal::Since::Revision(j.revision(), j.epoch()), Default::default()).into_feed().1
     };
     let mut events = live(&journal);
     // The first full relist's events tell pods that were there before plegd: their
@@ -120,7 +121,7 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
             _ = shutdown.cancelled() => break,
             _ = &mut deadline => break,
             ev = events.next() => match ev {
-                Some(entry) => {
+                Some(crate::journal::FeedItem::Entry(entry)) => {
                     let ev = &entry.event;
                     *summary.by_type.entry(ev.kind.as_str()).or_default() += 1;
                     if let Some(l) = ev.latency().filter(|_| entry.revision > first_read) {
@@ -136,7 +137,7 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
                         break;
                     }
                 }
-                None => {
+                Some(_) | None => {
                     eprintln!("(the terminal fell behind; skipping to the newest events)");
                     events = live(&journal);
                 }

@@ -162,7 +162,10 @@ impl Feed {
     /// the journal's revision read before, nothing it matches at or below that revision
     /// is still to come.
     pub fn is_drained(&self) -> bool {
-        matches!(self.stage, Stage::Live(_)) && self.page.len() == 0 && self.sub.is_drained()
+        matches!(self.stage, Stage::Live(_))
+            && self.page.len() == 0
+            && self.sub.queue.is_empty()
+            && Dropped::of(&self.sub).is_none()
     }
 
     /// Whether the feed is still yielding the replay a resume asked for.

@@ -150,7 +150,8 @@ pub struct Replay {
     pub memory: Vec<Arc<Entry>>,
 }
 
-/// A live subscription. Dropping it unsubscribes.
+/// A live subscription: how it starts, then [`Subscription::into_feed`], the one way
+/// to read it. Dropping it unsubscribes.
 pub struct Subscription {
     /// The journal's epoch when the subscription was taken, read under the same lock as
     /// its start: the epoch its stream announces (a disk failure between the two would
@@ -787,43 +788,6 @@ fn snapshot(inner: &Inner, filter: &Filter, revision: u64) -> Start {
         .map(|(_, p)| p.clone())
         .collect();
     Start::Snapshot { pods, revision }
-}
-
-impl Subscription {
-    /// Whether the journal dropped this subscriber (its buffer overflowed, a pod it
-    /// watched left its selection, or the journal began a new epoch): it must start
-    /// over.
-    pub fn overflowed(&self) -> bool {
-        self.queue.dropped().is_some()
-    }
-
-    /// Why the journal dropped this subscriber, if it did.
-    pub fn dropped_because(&self) -> Option<ResetReason> {
-        self.queue.dropped().map(Dropped::reset_reason)
-    }
-
-    /// Whether the journal dropped this subscriber because it began a new epoch.
-    pub fn epoch_changed(&self) -> bool {
-        self.queue.dropped() == Some(Dropped::NewEpoch)
-    }
-
-    /// Whether every entry handed to this subscriber has been taken (and it did not
-    /// overflow): with the journal's revision read before, nothing at or below that
-    /// revision is still to come.
-    pub fn is_drained(&self) -> bool {
-        self.queue.is_empty() && !self.overflowed()
-    }
-
-    /// The next live entry; `None` once the journal dropped the subscriber (check
-    /// [`Subscription::overflowed`]): its entries went with it. Cancel-safe.
-    pub async fn next(&mut self) -> Option<Arc<Entry>> {
-        self.queue.pop().await
-    }
-
-    /// The next live entry if one is queued.
-    pub fn try_next(&mut self) -> Option<Arc<Entry>> {
-        self.queue.try_pop()
-    }
 }
 
 impl Drop for Subscription {

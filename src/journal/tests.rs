@@ -8,9 +8,43 @@ mod stalled;
 mod timeline;
 mod wal;
 
+use std::sync::Arc;
+
+use futures_util::{FutureExt, StreamExt};
+
+use super::{Dropped, Entry, Feed, FeedItem, Subscription};
+
+/// A subscription's feed, the one way to read it.
+fn feed_of(sub: Subscription) -> Feed {
+    sub.into_feed().1
+}
+
+/// What a feed yields without waiting: the revisions of the entries it has ready, and
+/// why the journal dropped it, if it did (nothing follows that).
+fn ready(feed: &mut Feed) -> (Vec<u64>, Option<Dropped>) {
+    let mut revisions = Vec::new();
+    while let Some(Some(item)) = feed.next().now_or_never() {
+        match item {
+            FeedItem::Entry(e) => revisions.push(e.revision),
+            FeedItem::Overflowed(why) => return (revisions, Some(why)),
+            FeedItem::ReplayStopped(e) => panic!("a replay from memory stopped: {e}"),
+        }
+    }
+    (revisions, None)
+}
+
+/// The feed's next item, which must be an entry.
+async fn next_entry(feed: &mut Feed) -> Arc<Entry> {
+    match feed.next().await {
+        Some(FeedItem::Entry(e)) => e,
+        other => panic!("an entry, not {other:?}"),
+    }
+}
+
 mod basics {
     use super::super::*;
     use crate::model::event::EventSource;
+    use futures_util::StreamExt;
 
     pub(super) fn status(uid: &str, ns: &str, app: &str) -> Arc<PodStatus> {
         let labels = [("app".to_string(), app.to_string())].into();
@@ -39,37 +73,38 @@ mod basics {
         let j = Journal::new(100, 100, JournalMetrics::throwaway());
         j.append(event("a", EventType::ContainerStarted, Some(status("a", "ns", "web"))));
         j.append(event("b", EventType::ContainerStarted, Some(status("b", "ns", "db"))));
-        let mut sub = j.subscribe(Since::Snapshot, Arc::new(Filter::default()));
+        let sub = j.subscribe(Since::Snapshot, Arc::new(Filter::default()));
         let Start::Snapshot { pods, revision } = &sub.start else { panic!() };
         assert_eq!((pods.len(), *revision), (2, 2));
+        let mut feed = super::feed_of(sub);
         j.append(event("a", EventType::ContainerDied, Some(status("a", "ns", "web"))));
-        assert_eq!(sub.next().await.unwrap().revision, 3);
+        assert_eq!(super::next_entry(&mut feed).await.revision, 3);
     }
 
     #[tokio::test]
     async fn a_removed_pod_leaves_the_view_but_its_events_still_match_its_labels() {
         let j = Journal::new(100, 100, JournalMetrics::throwaway());
         let filter = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
-        let mut sub = j.subscribe(Since::Snapshot, Arc::new(filter));
+        let mut feed = super::feed_of(j.subscribe(Since::Snapshot, Arc::new(filter)));
         j.append(event("a", EventType::ContainerStarted, Some(status("a", "ns", "web"))));
         j.append(event("b", EventType::ContainerStarted, Some(status("b", "ns", "db"))));
         j.append(event("a", EventType::ContainerRemoved, None));
-        assert_eq!(sub.next().await.unwrap().revision, 1);
-        assert_eq!(sub.next().await.unwrap().revision, 3, "the removal of a web pod matches app=web");
+        assert_eq!(super::next_entry(&mut feed).await.revision, 1);
+        assert_eq!(super::next_entry(&mut feed).await.revision, 3, "the removal of a web pod matches app=web");
         assert!(j.list(&Filter::default()).0.iter().all(|p| p.uid != "a"));
     }
 
     #[tokio::test]
     async fn a_full_buffer_marks_the_subscriber_and_never_blocks() {
         let j = Journal::new(100, 2, JournalMetrics::throwaway());
-        let mut slow = j.subscribe(Since::Snapshot, Arc::new(Filter::default()));
-        let mut fast = j.subscribe(Since::Snapshot, Arc::new(Filter::default()));
+        let mut slow = super::feed_of(j.subscribe(Since::Snapshot, Arc::new(Filter::default())));
+        let mut fast = super::feed_of(j.subscribe(Since::Snapshot, Arc::new(Filter::default())));
         for i in 0..5 {
             j.append(event("a", EventType::PodSync, Some(status("a", "ns", "web"))));
-            assert_eq!(fast.next().await.unwrap().revision, i + 1);
+            assert_eq!(super::next_entry(&mut fast).await.revision, i + 1);
         }
-        assert!(slow.overflowed());
-        assert!(slow.next().await.is_none());
+        assert_eq!(super::ready(&mut slow), (vec![], Some(Dropped::FellBehind)), "dropped: none of its entries follow");
+        assert!(slow.next().await.is_none(), "and it ended");
         assert_eq!(j.subscribers(), 1);
     }
 
@@ -104,7 +139,7 @@ mod basics {
                     filter.types.insert(EventType::ContainerDied);
                 }
                 let filter = Arc::new(filter);
-                let mut continuous = j.subscribe(Since::Snapshot, filter.clone());
+                let mut continuous = super::feed_of(j.subscribe(Since::Snapshot, filter.clone()));
                 let kinds = [EventType::ContainerStarted, EventType::ContainerDied];
                 let at = at.min(n);
                 let mut resumed = None;
@@ -116,19 +151,14 @@ mod basics {
                     }
                     j.append(event(&format!("p{}", i % 7), kinds[i % 2], Some(status(&format!("p{}", i % 7), "ns", "x"))));
                 }
-                let mut resumed = resumed.unwrap_or_else(|| {
+                let resumed = resumed.unwrap_or_else(|| {
                     since_r = j.revision();
                     j.subscribe(Since::Revision(since_r, 0), filter.clone())
                 });
-                let mut all = Vec::new();
-                while let Some(e) = continuous.try_next() {
-                    all.push(e.revision);
-                }
-                let Start::Replay(replay) = &resumed.start else { panic!("kept revisions resume") };
-                let mut got: Vec<u64> = replay.memory.iter().map(|e| e.revision).collect();
-                while let Some(e) = resumed.try_next() {
-                    got.push(e.revision);
-                }
+                let (all, _) = super::ready(&mut continuous);
+                proptest::prop_assert!(matches!(resumed.start, Start::Replay(_)), "kept revisions resume");
+                let (got, dropped) = super::ready(&mut super::feed_of(resumed));
+                proptest::prop_assert_eq!(dropped, None);
                 let want: Vec<u64> = all.iter().copied().filter(|r| *r > since_r).collect();
                 proptest::prop_assert_eq!(&got, &want, "no gap, no repeat");
                 let mut sorted = got.clone();
@@ -143,6 +173,7 @@ mod basics {
 mod guarantees {
     use super::super::*;
     use crate::model::event::EventSource;
+    use futures_util::StreamExt;
 
     /// A pod as the PLEG reads it: with its sandbox, whose labels are the pod's.
     fn pod(uid: &str, app: Option<&str>) -> Arc<PodStatus> {
@@ -176,12 +207,10 @@ mod guarantees {
         }
     }
 
-    fn drain(s: &mut Subscription) -> Vec<u64> {
-        let mut v = Vec::new();
-        while let Some(e) = s.try_next() {
-            v.push(e.revision);
-        }
-        v
+    fn drain(feed: &mut Feed) -> Vec<u64> {
+        let (revisions, dropped) = super::ready(feed);
+        assert_eq!(dropped, None);
+        revisions
     }
 
     #[test]
@@ -189,8 +218,8 @@ mod guarantees {
         let j = Journal::new(100, 100, JournalMetrics::throwaway());
         let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
         let not_app = Filter { selector: Selector::parse("!app").unwrap(), ..Default::default() };
-        let mut web_sub = j.subscribe(Since::Snapshot, Arc::new(web));
-        let mut not_app_sub = j.subscribe(Since::Snapshot, Arc::new(not_app));
+        let mut web_sub = super::feed_of(j.subscribe(Since::Snapshot, Arc::new(web)));
+        let mut not_app_sub = super::feed_of(j.subscribe(Since::Snapshot, Arc::new(not_app)));
         j.append(ev("a", EventType::ContainerStarted, "c1", Some(pod("a", Some("web"))), EventSource::Relist));
         // The pod goes: its container's removal, the sandbox's death and removal.
         for (kind, id) in
@@ -215,7 +244,7 @@ mod guarantees {
         // labels; its later events must still reach the filters it matched.
         let j = Journal::new(100, 100, JournalMetrics::throwaway());
         let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
-        let mut sub = j.subscribe(Since::Snapshot, Arc::new(web.clone()));
+        let mut sub = super::feed_of(j.subscribe(Since::Snapshot, Arc::new(web.clone())));
         j.append(ev("a", EventType::ContainerStarted, "s1", Some(pod("a", Some("web"))), EventSource::Relist));
         let no_sandbox = Arc::new(PodStatus::empty("a", "ns", "pod-a"));
         j.append(ev("a", EventType::ContainerRemoved, "s1", Some(no_sandbox), EventSource::Relist));
@@ -251,14 +280,16 @@ mod guarantees {
         let j = Journal::new(100, 100, JournalMetrics::throwaway());
         let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
         let db = Filter { selector: Selector::parse("app=db").unwrap(), ..Default::default() };
-        let mut web_sub = j.subscribe(Since::Snapshot, Arc::new(web));
-        let mut db_sub = j.subscribe(Since::Snapshot, Arc::new(db));
+        let mut web_sub = super::feed_of(j.subscribe(Since::Snapshot, Arc::new(web)));
+        let mut db_sub = super::feed_of(j.subscribe(Since::Snapshot, Arc::new(db)));
         j.append(ev("a", EventType::ContainerStarted, "s1", Some(pod("a", Some("web"))), EventSource::Relist));
         j.append(ev("a", EventType::ContainerStarted, "s2", Some(pod("a", Some("db"))), EventSource::Relist));
-        assert!(web_sub.next().await.is_none(), "dropped: a reset and a snapshot follow");
-        assert_eq!(web_sub.dropped_because(), Some(ResetReason::RuntimeResync));
-        assert_eq!(db_sub.next().await.unwrap().revision, 2, "the pod entered this selection with the event");
-        assert!(!db_sub.overflowed());
+        let Some(FeedItem::Overflowed(why)) = web_sub.next().await else {
+            panic!("dropped: a reset and a snapshot follow")
+        };
+        assert_eq!(why.reset_reason(), ResetReason::RuntimeResync);
+        assert_eq!(super::next_entry(&mut db_sub).await.revision, 2, "the pod entered this selection with the event");
+        assert_eq!(super::ready(&mut db_sub), (vec![], None), "and it was not dropped");
     }
 
     /// One step of a generated schedule.
@@ -309,7 +340,9 @@ mod guarantees {
                 .iter()
                 .map(|i| Arc::new(Filter { selector: Selector::parse(SELECTORS[*i]).unwrap(), ..Default::default() }))
                 .collect();
-            let mut subs: Vec<Subscription> = filters.iter().map(|f| j.subscribe(Since::Snapshot, f.clone())).collect();
+            let mut subs: Vec<Feed> = filters.iter().map(|f| super::feed_of(j.subscribe(Since::Snapshot, f.clone()))).collect();
+            // Whether the journal dropped a subscriber its client has not yet reset.
+            let mut dropped = [false; 3];
             let mut got: Vec<Vec<u64>> = vec![Vec::new(); 3];
             // Revisions each subscriber was told it may have missed (a reset).
             let mut reset_at: Vec<Option<u64>> = vec![None; 3];
@@ -346,46 +379,45 @@ mod guarantees {
                     }
                     Step::Read(i) => {
                         let i = i as usize;
-                        while let Some(e) = subs[i].try_next() {
-                            got[i].push(e.revision);
-                        }
-                        if subs[i].overflowed() {
+                        let (revisions, why) = super::ready(&mut subs[i]);
+                        got[i].extend(revisions);
+                        if dropped[i] || why.is_some() {
                             // A reset: the client starts over from a snapshot.
                             let r = j.revision();
                             reset_at[i] = Some(r);
                             got[i].clear();
-                            subs[i] = j.subscribe(Since::Snapshot, filters[i].clone());
+                            subs[i] = super::feed_of(j.subscribe(Since::Snapshot, filters[i].clone()));
+                            dropped[i] = false;
                         }
                     }
                     Step::Resume(i) => {
                         let i = i as usize;
-                        if subs[i].overflowed() {
+                        let (revisions, why) = super::ready(&mut subs[i]);
+                        got[i].extend(revisions);
+                        dropped[i] |= why.is_some();
+                        if dropped[i] {
                             continue;
-                        }
-                        while let Some(e) = subs[i].try_next() {
-                            got[i].push(e.revision);
                         }
                         let last = got[i].last().copied().or(reset_at[i]).unwrap_or(0);
                         let resumed = j.subscribe(Since::Revision(last.max(1), j.epoch()), filters[i].clone());
                         if last == 0 || resumed.reset.is_some() {
-                            subs[i] = j.subscribe(Since::Snapshot, filters[i].clone());
+                            subs[i] = super::feed_of(j.subscribe(Since::Snapshot, filters[i].clone()));
                             reset_at[i] = Some(j.revision());
                             got[i].clear();
                             continue;
                         }
-                        let Start::Replay(entries) = &resumed.start else { panic!("kept revisions resume") };
-                        got[i].extend(entries.memory.iter().map(|e| e.revision));
-                        subs[i] = resumed;
+                        proptest::prop_assert!(matches!(resumed.start, Start::Replay(_)), "kept revisions resume");
+                        // The feed yields the replay, then the live entries.
+                        subs[i] = super::feed_of(resumed);
                     }
                 }
             }
             for i in 0..3 {
-                if subs[i].overflowed() {
+                let (revisions, why) = super::ready(&mut subs[i]);
+                if dropped[i] || why.is_some() {
                     continue;
                 }
-                while let Some(e) = subs[i].try_next() {
-                    got[i].push(e.revision);
-                }
+                got[i].extend(revisions);
                 let from = reset_at[i].unwrap_or(0);
                 let want: Vec<u64> = truth
                     .iter()
@@ -401,6 +433,7 @@ mod guarantees {
 mod durable {
     use super::super::*;
     use crate::model::event::EventSource;
+    use futures_util::StreamExt;
 
     pub(super) fn status(uid: &str, app: &str, running: bool) -> Arc<PodStatus> {
         let labels: Labels = [("app", app)].into();
@@ -534,9 +567,9 @@ mod durable {
             );
         }
         // And it continues: the next event is 51, delivered live after the replay.
-        let mut sub = j.subscribe(Since::Revision(50, epoch), Default::default());
+        let mut feed = super::feed_of(j.subscribe(Since::Revision(50, epoch), Default::default()));
         churn(&j, 1);
-        assert_eq!(sub.next().await.unwrap().revision, 51);
+        assert_eq!(super::next_entry(&mut feed).await.revision, 51);
     }
 
     #[test]
@@ -760,7 +793,7 @@ mod durable {
         let j = Journal::open(&cfg(dir.path()), metrics.clone()).unwrap();
         churn(&j, 20);
         let durable_epoch = j.epoch();
-        let mut watcher = j.subscribe(Since::Revision(20, durable_epoch), Default::default());
+        let mut watcher = super::feed_of(j.subscribe(Since::Revision(20, durable_epoch), Default::default()));
         // The disk fills: SQLite's own "database or disk is full".
         let pages = match &j.lock().disk {
             Disk::Durable(s) => s.page_count(),
@@ -775,7 +808,7 @@ mod durable {
         let memory_epoch = j.epoch();
         assert_ne!(memory_epoch, durable_epoch, "what the disk lacks is never delivered under the durable epoch");
         // The watcher got what was durable, then was told to start over.
-        assert!(watcher.next().await.is_none() && watcher.epoch_changed());
+        assert!(matches!(watcher.next().await, Some(FeedItem::Overflowed(Dropped::NewEpoch))));
         let resumed = j.subscribe(Since::Revision(20, durable_epoch), Default::default());
         assert_eq!(resumed.reset, Some(ResetReason::RevisionTooOld), "a resume in the old epoch is reset");
         // Space returns; the next batch after the retry period rewrites the disk.

@@ -7,6 +7,7 @@ pub mod containerd;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use futures_util::StreamExt as _;
 use plegd::cache::{self, PodCache};
 use plegd::cri::client::{ClientOptions, CriClient};
 use plegd::cri::spec::{ContainerSpec, PodSpec};
@@ -250,10 +251,9 @@ pub async fn start_sidecar(
     let tracker = TaskTracker::new();
     let app = plegd::app::start_on(&cfg, client, metrics.clone(), &tracker, &shutdown).await.expect("sidecar starts");
     // From revision 1: nothing published before this subscription is lost.
-    let mut sub = app.journal().subscribe(Since::Revision(0, 0), std::sync::Arc::new(Filter::default()));
-    let Start::Replay(replay) = std::mem::replace(&mut sub.start, Start::Replay(Default::default())) else {
-        panic!("a journal that kept everything replays from revision 0")
-    };
+    let sub = app.journal().subscribe(Since::Revision(0, 0), std::sync::Arc::new(Filter::default()));
+    assert!(matches!(sub.start, Start::Replay(_)), "a journal that kept everything replays from revision 0");
+    let (_, mut feed) = sub.into_feed();
     let (tx, events) = mpsc::unbounded_channel();
     let sd = shutdown.clone();
     tracker.spawn(async move {
@@ -262,14 +262,13 @@ pub async fn start_sidecar(
                 let _ = tx.send((*e.event).clone());
             }
         };
-        replay.memory.iter().for_each(|e| forward(e));
         loop {
             tokio::select! {
                 _ = sd.cancelled() => return,
-                e = sub.next() => match e {
-                    Some(e) => forward(&e),
-                    None if sd.is_cancelled() => return,
-                    None => panic!("the test's journal subscriber was dropped: {:?}", sub.dropped_because()),
+                item = feed.next() => match item {
+                    Some(plegd::journal::FeedItem::Entry(e)) => forward(&e),
+                    _ if sd.is_cancelled() => return,
+                    other => panic!("the test's journal subscriber was dropped: {other:?}"),
                 },
             }
         }
