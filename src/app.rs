@@ -19,6 +19,7 @@ use crate::cri::RuntimeService;
 use crate::grpc::{ApiError, PodLifecycleService};
 use crate::journal::{Journal, StoreError};
 use crate::liveness::{Liveness, QUICK_LOOP_LIMIT};
+use crate::lookup::resolver::{ContainerReader, DirectRead, ReadContainer, Resolver};
 use crate::lookup::{ContainerLookup, LookupError};
 use crate::metrics::Registry;
 use crate::pleg::evented::{self, EventedWatcher, Mode, StreamState};
@@ -263,7 +264,13 @@ pub async fn start_on<R: RuntimeService>(
         tracker.clone(),
         shutdown.clone(),
     )
-    .with_lookup(lookup.clone(), Some(container_reader(client.clone(), host.clone())));
+    .with_resolver(Resolver::new(
+        lookup.clone(),
+        Some(container_reader(client.clone(), host.clone())),
+        journal.clone(),
+        cache.clone(),
+        shutdown.clone(),
+    ));
     let (beat, ready) = (liveness.register("api", QUICK_LOOP_LIMIT), readiness.clone());
     serve_api(&tasks, api_listener, svc, ready, beat, api.socket.clone(), shutdown);
     tracing::info!(
@@ -493,14 +500,14 @@ fn runtime_view<R: RuntimeService>(
 }
 
 /// `GetContainer`'s read of a container plegd has not published yet.
-fn container_reader<R: RuntimeService>(client: R, host: crate::host::Host) -> crate::grpc::ContainerReader {
+fn container_reader<R: RuntimeService>(client: R, host: crate::host::Host) -> ContainerReader {
     Arc::new(move |id: String| {
         let (client, host) = (client.clone(), host.clone());
         Box::pin(async move {
             match crate::pleg::inspect::read_container(&client, &host, &id).await {
-                Ok(Some((pod, container))) => crate::grpc::DirectRead::Found(Box::new((pod, container))),
-                Ok(None) => crate::grpc::DirectRead::NotAPodsContainer,
-                Err(e) => crate::grpc::DirectRead::Failed(e.to_string()),
+                Ok(Some((pod, container))) => DirectRead::Found(Box::new(ReadContainer { pod, container })),
+                Ok(None) => DirectRead::NotAPodsContainer,
+                Err(e) => DirectRead::Failed(e.to_string()),
             }
         })
     })

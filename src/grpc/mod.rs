@@ -30,7 +30,8 @@ use tonic::{Request, Response, Status};
 
 use crate::cache::PodCache;
 use crate::journal::{Filter, Journal};
-use crate::lookup::{Answer, ContainerLookup, LookupKey};
+use crate::lookup::LookupKey;
+use crate::lookup::resolver::{ResolveError, Resolver};
 use crate::model::event::EventType;
 use crate::model::{PodStatus, system_to_timestamp};
 use crate::proto::plegd as api;
@@ -242,37 +243,15 @@ pub struct PodLifecycleService {
     shutdown: CancellationToken,
     /// Resumes reading from disk at once; more wait their turn.
     replays: Arc<tokio::sync::Semaphore>,
-    /// Containers by id, cgroup id and PID (`GetContainer`).
-    lookup: Option<ContainerLookup>,
-    /// Reads a container the lookup does not know yet.
-    reads: Option<DirectReads>,
+    /// `GetContainer`'s answers.
+    resolver: Option<Resolver>,
     /// Open Watch streams per peer uid.
     streams: watch::PeerStreams,
-}
-
-/// Reads one container from the runtime at once, for a `GetContainer` by PID whose
-/// container the relister has not published yet.
-pub type ContainerReader =
-    Arc<dyn Fn(String) -> std::pin::Pin<Box<dyn std::future::Future<Output = DirectRead> + Send>> + Send + Sync>;
-
-/// What the runtime said of a container read at once.
-#[derive(Clone, Debug)]
-pub enum DirectRead {
-    /// The pod (identity only) and the container.
-    Found(Box<(PodStatus, crate::model::ContainerStatus)>),
-    /// The runtime does not know it, or not as a pod's container.
-    NotAPodsContainer,
-    /// The read failed (or did not answer in time): nothing is learned from it.
-    Failed(String),
 }
 
 /// HTTP/2 streams one API connection may have open at once (calls past it wait for the
 /// client's own HTTP/2 layer to open them).
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
-
-/// The longest a `GetContainer` by PID waits for a container the kernel already names
-/// and plegd has not published yet (one it is reading right now).
-pub const LOOKUP_WAIT: Duration = Duration::from_secs(2);
 
 /// Resumes that read the journal's disk at once. Each holds a read-only connection
 /// (128 KiB of page cache), a decoded page of records and a blocking thread while it
@@ -301,36 +280,21 @@ impl PodLifecycleService {
             tasks,
             shutdown,
             replays,
-            lookup: None,
-            reads: None,
+            resolver: None,
             streams: Default::default(),
         }
     }
 
-    /// Answers `GetContainer` from `lookup`, and for a PID whose container the lookup
-    /// does not know yet, from `reader` (the runtime, at once).
-    pub fn with_lookup(mut self, lookup: ContainerLookup, reader: Option<ContainerReader>) -> Self {
-        self.lookup = Some(lookup);
-        self.reads = reader.map(DirectReads::new);
+    /// Answers `GetContainer` with `resolver`.
+    pub fn with_resolver(mut self, resolver: Resolver) -> Self {
+        self.resolver = Some(resolver);
         self
     }
 
     /// Waits (within `deadline`) until the journal holds the first relist's pods.
     async fn primed(&self, deadline: Duration) -> Result<(), Status> {
-        if self.journal.is_primed() {
-            return Ok(());
-        }
-        let primed = async {
-            tokio::select! {
-                _ = self.journal.primed() => true,
-                _ = self.shutdown.cancelled() => false,
-            }
-        };
-        match tokio::time::timeout(deadline, primed).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(Status::unavailable("plegd is shutting down; ask the next one")),
-            Err(_) => Err(Status::unavailable("plegd has not completed its first read of the runtime yet; retry")),
-        }
+        let primed = self.journal.primed_within(deadline, &self.shutdown).await;
+        primed.map_err(|u| Status::unavailable(u.why()))
     }
 }
 
@@ -488,15 +452,12 @@ impl PodLifecycle for PodLifecycleService {
     }
 }
 
-impl Answer {
-    /// The container found, or the status that says why not.
-    fn into_result(self) -> Result<crate::lookup::Found, Status> {
-        match self {
-            Answer::Found(f) => Ok(f),
-            Answer::Unavailable(why) => Err(Status::unavailable(why)),
-            Answer::Ambiguous(why) => Err(Status::invalid_argument(why)),
-            Answer::NotFound(why) => Err(Status::not_found(why)),
-            Answer::NotYet { id, .. } => Err(Status::not_found(format!("container {id} is not published yet"))),
+impl From<ResolveError> for Status {
+    fn from(e: ResolveError) -> Self {
+        match e {
+            ResolveError::NotFound(why) => Status::not_found(why),
+            ResolveError::Ambiguous(why) => Status::invalid_argument(why),
+            ResolveError::Unavailable(why) => Status::unavailable(why),
         }
     }
 }
@@ -508,150 +469,16 @@ impl PodLifecycleService {
     ) -> Result<api::GetContainerResponse, Status> {
         let deadline = grpc_timeout(req.metadata()).unwrap_or(self.cfg.max_wait).min(self.cfg.max_wait);
         let key = lookup_key(req.into_inner())?;
-        let Some(lookup) = &self.lookup else {
+        let Some(resolver) = &self.resolver else {
             return Err(Status::unimplemented("this server keeps no container lookup"));
         };
-        self.primed(deadline).await?;
-        let wait = deadline.min(LOOKUP_WAIT);
-        let until = tokio::time::Instant::now() + wait;
-        // The kernel's word on the PID, read off the async threads: a read that blocks
-        // holds up this call only.
-        let (process, clock) = match &key {
-            &LookupKey::Pid(pid) => lookup
-                .host()
-                .off_thread(move |h| (h.process(pid), h.pid_clock()))
-                .await
-                .map_err(|e| Status::unavailable(format!("{e}; try again")))?,
-            _ => (None, None),
-        };
-        let found = |f: crate::lookup::Found| api::GetContainerResponse {
-            pod: Some(pod_api(&f.pod, &self.cache)),
-            container: Some(f.container.to_api()),
-            removed: f.removed_at.is_some(),
-            removed_at: f.removed_at.map(system_to_timestamp),
-        };
-        loop {
-            let learned = lookup.learned();
-            tokio::pin!(learned);
-            learned.as_mut().enable();
-            match lookup.find_read(&key, process.clone(), clock) {
-                // A removed container is vetted against the host (a namespace inode
-                // reused by a live process answers no removed container).
-                f @ Answer::Found(_) => return lookup.vet(&key, f).await.into_result().map(found),
-                Answer::NotFound(why) => return Err(Status::not_found(why)),
-                Answer::Unavailable(why) => return Err(Status::unavailable(why)),
-                Answer::Ambiguous(why) => return Err(Status::invalid_argument(why)),
-                Answer::NotYet { id, cgroup } => {
-                    // The kernel already runs it; the runtime is asked once (however
-                    // many ask at the same time) rather than waiting for the relister
-                    // (which a runtime without an event stream leaves to the next
-                    // relist).
-                    if let Some(reads) = &self.reads {
-                        let direct = tokio::time::timeout_at(until, reads.read(&id))
-                            .await
-                            .unwrap_or_else(|_| DirectRead::Failed(format!("no answer within {wait:?}")));
-                        let (pod, container) = match direct {
-                            DirectRead::Found(found) => *found,
-                            DirectRead::Failed(why) => {
-                                return Err(Status::unavailable(format!(
-                                    "the kernel puts {key:?} in container {id}, which plegd has not published, \
-                                     and reading it from the runtime failed ({why}); try again"
-                                )));
-                            }
-                            DirectRead::NotAPodsContainer => {
-                                lookup.not_a_container(&id);
-                                return Err(Status::not_found(format!(
-                                    "the kernel puts {key:?} in container {id}, which the runtime does not know as \
-                                     a pod's container: a sandbox's pause process, or a container the kubelet did \
-                                     not create"
-                                )));
-                            }
-                        };
-                        if !ContainerLookup::holds(&container, &cgroup) {
-                            return Err(Status::not_found(format!(
-                                "{key:?} is in cgroup {cgroup}, which is named after container {id} but is not where \
-                                 the runtime put it"
-                            )));
-                        }
-                        let pod = self.cache.get(&pod.uid).and_then(|e| e.status.clone()).unwrap_or(Arc::new(pod));
-                        return Ok(api::GetContainerResponse {
-                            pod: Some(pod_api(&pod, &self.cache)),
-                            container: Some(container.to_api()),
-                            removed: false,
-                            removed_at: None,
-                        });
-                    }
-                    tokio::select! {
-                        _ = &mut learned => {}
-                        _ = tokio::time::sleep_until(until) => {
-                            return Err(Status::not_found(format!(
-                                "the kernel puts {key:?} in container {id}, which plegd has not published within \
-                                 {wait:?}: a sandbox's pause process, or a container the kubelet did not create"
-                            )));
-                        }
-                        _ = self.shutdown.cancelled() => {
-                            return Err(Status::unavailable("plegd is shutting down; ask the next one"));
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The runtime reads a `GetContainer` makes for containers plegd has not published:
-/// one read per container id however many calls ask for it at the same time, and at
-/// most [`DIRECT_READS`] ids read at once (the rest wait their turn, within their
-/// deadline). An id the runtime does not know as a pod's container is then answered
-/// from the lookup's memory for a while ([`ContainerLookup::not_a_container`]).
-#[derive(Clone)]
-struct DirectReads {
-    reader: ContainerReader,
-    inflight: Arc<std::sync::Mutex<std::collections::HashMap<String, SharedRead>>>,
-    turns: Arc<tokio::sync::Semaphore>,
-}
-
-type SharedRead = futures_util::future::Shared<std::pin::Pin<Box<dyn std::future::Future<Output = DirectRead> + Send>>>;
-
-/// Runtime reads of unpublished containers under way at once.
-pub const DIRECT_READS: usize = 4;
-
-/// The longest one such read (its wait for a turn included) runs.
-pub const DIRECT_READ_TIMEOUT: Duration = Duration::from_secs(5);
-
-impl DirectReads {
-    fn new(reader: ContainerReader) -> Self {
-        Self { reader, inflight: Arc::default(), turns: Arc::new(tokio::sync::Semaphore::new(DIRECT_READS)) }
-    }
-
-    /// The runtime's answer for `id`: the read under way for it, or a new one. A read
-    /// runs as a task of its own to its end (at most [`DIRECT_READ_TIMEOUT`]), whether or
-    /// not anyone still waits for it, so its turn and its place in the map always return.
-    fn read(&self, id: &str) -> SharedRead {
-        use futures_util::FutureExt;
-        let mut inflight = self.inflight.lock().expect("direct reads lock");
-        if let Some(r) = inflight.get(id) {
-            return r.clone();
-        }
-        let (this, key) = (self.clone(), id.to_owned());
-        let task = tokio::spawn(async move {
-            let read = async {
-                let _turn = this.turns.acquire().await.ok()?;
-                Some((this.reader)(key.clone()).await)
-            };
-            let answer = match tokio::time::timeout(DIRECT_READ_TIMEOUT, read).await {
-                Ok(Some(answer)) => answer,
-                Ok(None) => DirectRead::Failed("plegd is shutting down".into()),
-                Err(_) => DirectRead::Failed(format!("the runtime did not answer within {DIRECT_READ_TIMEOUT:?}")),
-            };
-            this.inflight.lock().expect("direct reads lock").remove(&key);
-            answer
-        });
-        let read: std::pin::Pin<Box<dyn std::future::Future<Output = DirectRead> + Send>> =
-            Box::pin(async move { task.await.unwrap_or_else(|e| DirectRead::Failed(e.to_string())) });
-        let shared = read.shared();
-        inflight.insert(id.to_owned(), shared.clone());
-        shared
+        let found = resolver.resolve(&key, deadline).await?;
+        Ok(api::GetContainerResponse {
+            pod: Some(pod_api(&found.pod, &self.cache)),
+            container: Some(found.container.to_api()),
+            removed: found.removed_at.is_some(),
+            removed_at: found.removed_at.map(system_to_timestamp),
+        })
     }
 }
 

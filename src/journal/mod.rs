@@ -150,6 +150,26 @@ pub struct Replay {
     pub memory: Vec<Arc<Entry>>,
 }
 
+/// Why [`Journal::primed_within`] gave up: an answer now would be wrong, one later
+/// may not be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unprimed {
+    /// The first full relist is not in yet.
+    NotYet,
+    /// plegd is shutting down.
+    ShuttingDown,
+}
+
+impl Unprimed {
+    /// What the caller is told.
+    pub fn why(self) -> &'static str {
+        match self {
+            Self::NotYet => "plegd has not completed its first read of the runtime yet; retry",
+            Self::ShuttingDown => "plegd is shutting down; ask the next one",
+        }
+    }
+}
+
 /// A live subscription: how it starts, then [`Subscription::into_feed`], the one way
 /// to read it. Dropping it unsubscribes.
 pub struct Subscription {
@@ -475,6 +495,25 @@ impl Journal {
     pub async fn primed(&self) {
         let mut rx = self.shared.primed.subscribe();
         let _ = rx.wait_for(|p| *p).await;
+    }
+
+    /// Waits at most `deadline` until the first full relist's events are in: what an
+    /// answer that needs every pod waits for.
+    pub async fn primed_within(
+        &self,
+        deadline: Duration,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> Result<(), Unprimed> {
+        if self.is_primed() {
+            return Ok(());
+        }
+        let primed = async {
+            tokio::select! {
+                _ = self.primed() => Ok(()),
+                _ = shutdown.cancelled() => Err(Unprimed::ShuttingDown),
+            }
+        };
+        tokio::time::timeout(deadline, primed).await.unwrap_or(Err(Unprimed::NotYet))
     }
 
     /// The journal's epoch: the same across restarts that keep the state dir.

@@ -19,6 +19,7 @@ mod catch_up;
 mod deaths;
 mod index;
 pub mod keys;
+pub mod resolver;
 pub mod tombstones;
 
 use std::path::PathBuf;

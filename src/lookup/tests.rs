@@ -1,3 +1,5 @@
+mod resolver;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -11,7 +13,13 @@ use crate::model::{ContainerState, ContainerStatus, PodStatus, Process};
 
 /// A container that started `started_at` nanoseconds after this test began (so that
 /// plegd sees it running just after its start, and the order of starts is kept).
-fn container(id: &str, state: ContainerState, pid: u32, cgroup_id: u64, started_at: i64) -> Arc<ContainerStatus> {
+pub(super) fn container(
+    id: &str,
+    state: ContainerState,
+    pid: u32,
+    cgroup_id: u64,
+    started_at: i64,
+) -> Arc<ContainerStatus> {
     Arc::new(ContainerStatus {
         id: id.into(),
         name: format!("n-{id}"),
@@ -23,11 +31,11 @@ fn container(id: &str, state: ContainerState, pid: u32, cgroup_id: u64, started_
     })
 }
 
-fn pod(uid: &str, containers: Vec<Arc<ContainerStatus>>) -> Arc<PodStatus> {
+pub(super) fn pod(uid: &str, containers: Vec<Arc<ContainerStatus>>) -> Arc<PodStatus> {
     Arc::new(PodStatus { containers, ..PodStatus::empty(uid, "ns", &format!("pod-{uid}")) })
 }
 
-fn event(uid: &str, kind: EventType, id: &str, status: Option<Arc<PodStatus>>) -> PodLifecycleEvent {
+pub(super) fn event(uid: &str, kind: EventType, id: &str, status: Option<Arc<PodStatus>>) -> PodLifecycleEvent {
     PodLifecycleEvent {
         pod_uid: uid.into(),
         pod_namespace: "ns".into(),
@@ -46,7 +54,7 @@ fn event(uid: &str, kind: EventType, id: &str, status: Option<Arc<PodStatus>>) -
 
 /// A host root whose only process is init: any other PID has no process. Its task
 /// count (`/proc/stat`) stands still unless a test moves it ([`forks`]).
-fn empty_host() -> std::path::PathBuf {
+pub(super) fn empty_host() -> std::path::PathBuf {
     let root = tempfile::tempdir().unwrap().keep();
     std::fs::create_dir_all(root.join("proc/1")).unwrap();
     std::fs::create_dir_all(root.join("proc/sys/kernel")).unwrap();
@@ -62,7 +70,7 @@ fn forks(root: &std::path::Path, n: u64) {
     std::fs::write(root.join("proc/stat"), format!("cpu  1 2 3 4\nprocesses {n}\nprocs_running 1\n")).unwrap();
 }
 
-fn lookup(retention: Duration) -> ContainerLookup {
+pub(super) fn lookup(retention: Duration) -> ContainerLookup {
     let mut cfg = LookupConfig::in_memory(retention);
     cfg.host = Host::new(empty_host());
     ContainerLookup::open(cfg, LookupMetrics::default()).unwrap().0
