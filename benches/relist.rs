@@ -9,7 +9,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use plegd::cache;
 use plegd::cri::RuntimeService;
-use plegd::pleg::generic::{GenericPleg, RelistConfig};
+use plegd::pleg::PlegConfig;
+use plegd::pleg::generic::GenericPleg;
 use plegd::pleg::health::PlegHealth;
 use plegd::pleg::records::{PodRecords, group_pods};
 use plegd::sim::SimRuntime;
@@ -60,8 +61,8 @@ fn whole(c: &mut Criterion) {
         let sim = populated(&rt, n);
         let (writer, _reader) = cache::new();
         let (tx, mut rx) = tokio::sync::mpsc::channel(1_000_000);
-        let cfg = RelistConfig {
-            period: Duration::from_secs(1),
+        let cfg = PlegConfig {
+            relist_period: Duration::from_secs(1),
             concurrency: 8,
             inspect_timeout: Duration::from_secs(30),
             ..Default::default()
@@ -73,6 +74,7 @@ fn whole(c: &mut Criterion) {
             PlegHealth::new(Duration::from_secs(180)),
             plegd::pleg::metrics::PlegMetrics::register(&mut Default::default()),
             cfg,
+            Default::default(),
         );
         rt.block_on(pleg.relist()).unwrap();
         while rx.try_recv().is_ok() {}

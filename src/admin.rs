@@ -678,11 +678,3 @@ async fn debug_resync(State(s): State<Arc<AdminState>>) -> Response {
     s.sync.request_resync(crate::syncloop::ResyncKind::OnDemand);
     (StatusCode::ACCEPTED, "resync requested: a full relist and a sync-loop resync\n").into_response()
 }
-
-/// How long the relist loop may go without a turn before `/livez` fails: a few of its
-/// turns (it turns at least every relist period and every
-/// [`crate::liveness::BEAT_EVERY`], quiet or busy), plus the longest a listing and
-/// one pod read may take while the runtime is slow, plus a margin.
-pub fn relist_liveness_limit(period: Duration, inspect_timeout: Duration, request_timeout: Duration) -> Duration {
-    period.min(crate::liveness::BEAT_EVERY) * 3 + inspect_timeout * 2 + request_timeout * 4 + Duration::from_secs(30)
-}

@@ -11,9 +11,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admin::{AdminError, AdminState, HttpServer, relist_liveness_limit};
+use crate::admin::{AdminError, AdminState, HttpServer};
 use crate::backoff::Backoff;
-use crate::cache::{self, PodCache};
+use crate::cache::PodCache;
 use crate::config::RunConfig;
 use crate::cri::RuntimeService;
 use crate::grpc::{ApiError, PodLifecycleService};
@@ -22,10 +22,11 @@ use crate::liveness::{Liveness, QUICK_LOOP_LIMIT};
 use crate::lookup::resolver::{ContainerReader, DirectRead, ReadContainer, Resolver};
 use crate::lookup::{ContainerLookup, LookupError};
 use crate::metrics::Registry;
-use crate::pleg::evented::{self, EventedWatcher, Mode, StreamState};
-use crate::pleg::generic::{GenericPleg, PlegHandle};
+use crate::pleg::evented::{Mode, StreamState};
+use crate::pleg::generic::PlegHandle;
 use crate::pleg::health::{PlegHealth, Readiness};
 use crate::pleg::inbox::Inbox;
+use crate::pleg::{Pleg, PlegDeps};
 use crate::publish;
 use crate::reconcile::PipelineInputs;
 use crate::runlog::{Mark, MarkKind, RunLog};
@@ -202,8 +203,20 @@ pub async fn start_on<R: RuntimeService>(
     let RunConfig { state_dir, host, runtime, pleg, admin, api, journal, sync, memory, lookup, export } = cfg.clone();
     let liveness = Liveness::new();
     let stores = Stores::open(journal, lookup, &state_dir, &api.socket, &host, pleg.mode, &metrics, shutdown).await?;
-    let Pleg { relister, publisher, watcher, cache, health, readiness, stream: state_rx } =
-        Pleg::build(cfg, client.clone(), &stores, &metrics, &liveness);
+    let (events, publisher) = publish::channel(4096, stores.journal.clone(), metrics.events.clone());
+    let Pleg { relister, watcher, cache, health, readiness, stream: state_rx } = pleg.clone().build(PlegDeps {
+        runtime: client.clone(),
+        events,
+        host: host.clone(),
+        seed: stores.journal.pods(),
+        liveness: &liveness,
+        metrics: metrics.pleg.clone(),
+        request_timeout: runtime.request_timeout,
+    });
+    let publisher = publisher
+        .with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT))
+        .priming(health.clone())
+        .with_lookup(stores.lookup.clone());
     let Stores { journal, lookup, tombstones, runlog } = stores;
     let (relist_handle, inbox) = (relister.handle(), relister.inbox());
     let on = PipelineInputs {
@@ -306,60 +319,7 @@ fn exporter(
     metrics: &Metrics,
 ) -> Result<Option<crate::export::OtlpExporter>, AppError> {
     let Some(export) = export else { return Ok(None) };
-    let export = crate::export::ExportConfig { state_dir: state_dir.clone(), ..export };
-    Ok(Some(crate::export::OtlpExporter::new(export, journal.clone(), metrics.export.clone())?))
-}
-
-/// The PLEG: the relister (the cache's only writer) seeded with what the journal last
-/// said of each pod, the publisher it feeds, the event stream's watcher (none in
-/// generic mode), health and readiness.
-struct Pleg<R: RuntimeService> {
-    relister: GenericPleg<R>,
-    publisher: publish::Publisher,
-    watcher: Option<EventedWatcher<R>>,
-    cache: PodCache,
-    health: PlegHealth,
-    readiness: Readiness,
-    stream: tokio::sync::watch::Receiver<StreamState>,
-}
-
-impl<R: RuntimeService> Pleg<R> {
-    fn build(cfg: &RunConfig, client: R, stores: &Stores, metrics: &Metrics, liveness: &Liveness) -> Self {
-        let pleg_cfg = &cfg.pleg;
-        let (writer, cache) = cache::new();
-        let health = PlegHealth::new(pleg_cfg.threshold);
-        let (events_tx, publisher) = publish::channel(4096, stores.journal.clone(), metrics.events.clone());
-        let publisher = publisher
-            .with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT))
-            .priming(health.clone())
-            .with_lookup(stores.lookup.clone());
-        let (state_tx, state_rx) = evented::stream_state();
-        let relist_limit =
-            relist_liveness_limit(pleg_cfg.relist_period, pleg_cfg.inspect_timeout, cfg.runtime.request_timeout);
-        let relist = pleg_cfg.relist(cfg.host.clone());
-        let relister =
-            GenericPleg::new(client.clone(), writer, events_tx, health.clone(), metrics.pleg.clone(), relist)
-                // What the journal's last events said of each pod: the first relist turns
-                // what changed while plegd was down into events.
-                .with_seed(stores.journal.pods())
-                .with_liveness(liveness.register("relist", relist_limit))
-                .with_stream(state_rx.clone());
-        let readiness = Readiness {
-            health: health.clone(),
-            stream: state_rx.clone(),
-            require_stream: pleg_cfg.mode == Mode::Evented,
-        };
-        let watcher = if pleg_cfg.mode == Mode::Generic {
-            state_tx.send_replace(StreamState::Disabled);
-            None
-        } else {
-            let watcher =
-                EventedWatcher::new(client, relister.inbox(), state_tx, metrics.pleg.clone(), pleg_cfg.stream.clone())
-                    .with_liveness(liveness.register("event stream", QUICK_LOOP_LIMIT));
-            Some(watcher)
-        };
-        Self { relister, publisher, watcher, cache, health, readiness, stream: state_rx }
-    }
+    Ok(Some(crate::export::OtlpExporter::new(export, state_dir.clone(), journal.clone(), metrics.export.clone())?))
 }
 
 /// Spawns what keeps the state dir and the memory in shape: the tombstone file's
@@ -443,9 +403,8 @@ impl Stores {
         };
         let (lookup, tombstones) = {
             // The tombstones are kept in the state dir; processes are read on the host.
-            let lookup = crate::lookup::LookupConfig { state_dir: state_dir.clone(), host: host.clone(), ..lookup };
-            let lmetrics = metrics.lookup.clone();
-            tokio::task::spawn_blocking(move || open_lookup(lookup, lmetrics))
+            let (host, dir, lmetrics) = (host.clone(), state_dir.clone(), metrics.lookup.clone());
+            tokio::task::spawn_blocking(move || open_lookup(lookup, host, dir.as_deref(), lmetrics))
                 .await
                 .expect("opening the lookup panicked")?
         };
@@ -471,12 +430,14 @@ impl Stores {
 /// the journal can live without does not keep plegd from starting.
 fn open_lookup(
     cfg: crate::lookup::LookupConfig,
+    host: crate::host::Host,
+    state_dir: Option<&std::path::Path>,
     metrics: crate::lookup::LookupMetrics,
 ) -> Result<(ContainerLookup, Option<crate::lookup::TombstoneWriter>), LookupError> {
-    match ContainerLookup::open(cfg.clone(), metrics.clone()) {
-        Err(e) if cfg.state_dir.is_some() => {
+    match ContainerLookup::open(cfg.clone(), host.clone(), state_dir, metrics.clone()) {
+        Err(e) if state_dir.is_some() => {
             tracing::error!(error = %e, "the tombstones cannot be kept in the state dir; the lookup keeps them in memory only");
-            ContainerLookup::open(crate::lookup::LookupConfig { state_dir: None, ..cfg }, metrics)
+            ContainerLookup::open(cfg, host, None, metrics)
         }
         opened => opened,
     }

@@ -313,7 +313,7 @@ impl Default for RunConfig {
             pleg: Default::default(),
             admin: Default::default(),
             api: Default::default(),
-            journal: crate::journal::JournalConfig { state_dir: None, ..Default::default() },
+            journal: crate::journal::JournalConfig::default(),
             sync: Default::default(),
             memory: Default::default(),
             lookup: crate::lookup::LookupConfig::in_memory(crate::lookup::LookupConfig::default().retention),

@@ -156,11 +156,7 @@ async fn a_wedged_relist_loop_fails_livez_within_its_limit_and_is_named() {
     // The in-process runtime has no deadline: a listing that never answers wedges the
     // relist loop, as a bug that awaited forever would.
     p.sim.inject(Fault { method: "ListPodSandbox", target: None, action: FaultAction::Hang, times: None });
-    let limit = plegd::admin::relist_liveness_limit(
-        p.cfg.pleg.relist_period,
-        p.cfg.pleg.inspect_timeout,
-        p.cfg.runtime.request_timeout,
-    );
+    let limit = p.cfg.pleg.relist_liveness_limit(p.cfg.runtime.request_timeout);
     let wedged_at = Instant::now();
     let mut failed_after = None;
     while wedged_at.elapsed() < limit * 2 {

@@ -380,6 +380,7 @@ async fn a_hinted_pod_is_read_in_one_round_trip_when_the_hint_names_what_changed
         PlegHealth::new(Duration::from_secs(180)),
         plegd::pleg::metrics::PlegMetrics::register(&mut Default::default()),
         Default::default(),
+        Default::default(),
     );
     let pod = PodSpec::new("default", "web");
     let sid = sim.run_pod_sandbox(pod.run_request()).await.unwrap();
@@ -617,6 +618,7 @@ async fn a_runtime_that_names_no_pid_is_asked_one_container_status_per_container
         tx,
         PlegHealth::new(Duration::from_secs(180)),
         plegd::pleg::metrics::PlegMetrics::register(&mut Default::default()),
+        Default::default(),
         Default::default(),
     );
     let pod = PodSpec::new("default", "web");

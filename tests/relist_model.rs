@@ -10,7 +10,8 @@ use plegd::cache;
 use plegd::cri::spec::{ContainerSpec, PodSpec};
 use plegd::model::event::EventType;
 use plegd::model::{ContainerState, SandboxState};
-use plegd::pleg::generic::{GenericPleg, RelistConfig};
+use plegd::pleg::PlegConfig;
+use plegd::pleg::generic::GenericPleg;
 use plegd::pleg::health::PlegHealth;
 use plegd::pleg::schedule::{Reason, Why};
 use plegd::pleg::{PlegState, transition_events};
@@ -169,8 +170,8 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
         let sim = SimRuntime::new();
         let (writer, reader) = cache::new();
         let (tx, mut rx) = tokio::sync::mpsc::channel(1_000_000);
-        let cfg = RelistConfig {
-            period: Duration::from_secs(1),
+        let cfg = PlegConfig {
+            relist_period: Duration::from_secs(1),
             concurrency: 4,
             inspect_timeout: Duration::from_secs(5),
             ..Default::default()
@@ -182,6 +183,7 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
             PlegHealth::new(Duration::from_secs(180)),
             plegd::pleg::metrics::PlegMetrics::register(&mut Default::default()),
             cfg,
+            Default::default(),
         );
         let mut world = World { sim: sim.clone(), pods: Vec::new(), containers: Vec::new(), attempts: HashMap::new() };
         // What plegd has reported of each id, and each id's pod.

@@ -98,9 +98,8 @@ fn event(status: &Arc<PodStatus>) -> PodLifecycleEvent {
 }
 
 fn lookup() -> ContainerLookup {
-    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
-    cfg.host = Host::new("/nonexistent-host-root");
-    ContainerLookup::open(cfg, LookupMetrics::default()).unwrap().0
+    let cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    ContainerLookup::open(cfg, Host::new("/nonexistent-host-root"), None, LookupMetrics::default()).unwrap().0
 }
 
 #[test]

@@ -100,10 +100,10 @@ fn event(uid: &str, status: Option<Arc<PodStatus>>) -> PodLifecycleEvent {
 
 #[test]
 fn tombstones_cost_no_more_memory_than_their_byte_bound_counts() {
-    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
-    cfg.host = Host::new("/nonexistent-host-root");
+    let cfg = LookupConfig::in_memory(Duration::from_secs(3600));
     let _profiler = dhat::Profiler::builder().testing().build();
-    let (lookup, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+    let (lookup, _) =
+        ContainerLookup::open(cfg, Host::new("/nonexistent-host-root"), None, LookupMetrics::default()).unwrap();
     let before = live();
     for i in 0..500 {
         let p = pod(i, 4);

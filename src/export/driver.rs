@@ -57,13 +57,15 @@ pub(super) struct Driver<C> {
     pub(super) resource: otlp::Resource,
     /// The last revision the collector settled (`None`: none yet, and none saved).
     pub(super) cursor: Option<Cursor>,
+    /// Where the cursor is kept; `None`: memory only.
+    pub(super) state_dir: Option<std::path::PathBuf>,
     pub(super) shutdown: CancellationToken,
 }
 
 impl<C: Collector> Driver<C> {
     /// Exports until shutdown, from the cursor saved in the state dir if there is one.
     pub(super) async fn run(mut self) {
-        self.cursor = self.cfg.state_dir.as_deref().and_then(cursor::load);
+        self.cursor = self.state_dir.as_deref().and_then(cursor::load);
         let (endpoint, cursor) = (redacted(&self.cfg.endpoint), self.cursor);
         tracing::info!(%endpoint, ?cursor, "exporting lifecycle events over OTLP");
         let Err(Shutdown) = self.export_all().await;
@@ -279,7 +281,7 @@ impl<C: Collector> Driver<C> {
     /// Moves the cursor to `upto` and saves it.
     async fn advance(&mut self, upto: Cursor) {
         self.cursor = Some(upto);
-        if let Some(dir) = self.cfg.state_dir.clone() {
+        if let Some(dir) = self.state_dir.clone() {
             match tokio::task::spawn_blocking(move || cursor::store(&dir, upto)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "the OTLP cursor was not saved; a restart sends more again"),

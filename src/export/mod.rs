@@ -46,8 +46,6 @@ pub struct ExportConfig {
     pub ca_pem: Option<Vec<u8>>,
     /// `k8s.node.name` of the records.
     pub node: String,
-    /// Where the cursor is kept; `None`: memory only.
-    pub state_dir: Option<PathBuf>,
     /// Records per export at most.
     pub batch: usize,
     /// How long a batch waits for more records once it has one.
@@ -120,7 +118,6 @@ impl ExportConfig {
             headers: Vec::new(),
             ca_pem: None,
             node: node.into(),
-            state_dir: None,
             batch: 512,
             linger: Duration::from_millis(200),
             timeout: Duration::from_secs(10),
@@ -216,7 +213,12 @@ pub struct GrpcCollector {
 impl OtlpExporter {
     /// An exporter of `journal`'s events to the collector at `cfg.endpoint` (connected
     /// lazily: a collector that is not up yet is not an error).
-    pub fn new(cfg: ExportConfig, journal: Journal, metrics: ExportMetrics) -> Result<Self, ExportError> {
+    pub fn new(
+        cfg: ExportConfig,
+        state_dir: Option<PathBuf>,
+        journal: Journal,
+        metrics: ExportMetrics,
+    ) -> Result<Self, ExportError> {
         let collector = GrpcCollector::new(&cfg)?;
         let resource = otlp::Resource {
             attributes: vec![
@@ -226,7 +228,7 @@ impl OtlpExporter {
             ],
         };
         let shutdown = CancellationToken::new();
-        let driver = driver::Driver { cfg, journal, metrics, collector, resource, cursor: None, shutdown };
+        let driver = driver::Driver { cfg, journal, metrics, collector, resource, cursor: None, state_dir, shutdown };
         Ok(Self { driver })
     }
 

@@ -97,10 +97,10 @@ fn rig(n: usize, batch: usize, collector: Scripted) -> (Journal, Driver<Scripted
     }
     let mut cfg = ExportConfig::new("http://127.0.0.1:4317", "node-a");
     cfg.batch = batch;
-    cfg.state_dir = collector.state_dir.clone();
     let resource = otlp::Resource { attributes: Vec::new() };
     let shutdown = CancellationToken::new();
     let metrics = ExportMetrics::default();
+    let state_dir = collector.state_dir.clone();
     let driver = Driver {
         cfg,
         journal: journal.clone(),
@@ -108,6 +108,7 @@ fn rig(n: usize, batch: usize, collector: Scripted) -> (Journal, Driver<Scripted
         collector,
         resource,
         cursor: None,
+        state_dir,
         shutdown: shutdown.clone(),
     };
     (journal, driver, shutdown)

@@ -212,7 +212,8 @@ pub struct JournalConfig {
     pub client_buffer: usize,
     /// Bytes of records memory keeps (the newest).
     pub memory_budget: u64,
-    /// The state dir, if any.
+    /// The state dir, if any: [`JournalConfig::build`] takes it as an argument (the
+    /// one `--state-dir` every store shares); [`Journal::open`] reads it here.
     pub state_dir: Option<PathBuf>,
     /// Bytes of records the disk keeps.
     pub disk_budget: u64,
@@ -230,7 +231,7 @@ impl Default for JournalConfig {
             capacity: 100_000,
             client_buffer: 4096,
             memory_budget: 8 << 20,
-            state_dir: Some(PathBuf::from(STATE_DIR)),
+            state_dir: None,
             disk_budget: 256 << 20,
             lineage: None,
         }

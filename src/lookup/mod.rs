@@ -22,7 +22,7 @@ pub mod keys;
 pub mod resolver;
 pub mod tombstones;
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -51,21 +51,11 @@ pub struct LookupConfig {
     pub max_tombstones: usize,
     /// Bytes of tombstone records kept at most.
     pub max_bytes: usize,
-    /// Where tombstones survive restarts; `None`: memory only.
-    pub state_dir: Option<PathBuf>,
-    /// The host's `/proc` and `/sys/fs/cgroup`.
-    pub host: Host,
 }
 
 impl Default for LookupConfig {
     fn default() -> Self {
-        Self {
-            retention: Duration::from_secs(3600),
-            max_tombstones: MAX_TOMBSTONES,
-            max_bytes: MAX_TOMBSTONE_BYTES,
-            state_dir: Some(PathBuf::from(crate::journal::STATE_DIR)),
-            host: Host::default(),
-        }
+        Self { retention: Duration::from_secs(3600), max_tombstones: MAX_TOMBSTONES, max_bytes: MAX_TOMBSTONE_BYTES }
     }
 }
 
@@ -85,13 +75,7 @@ pub const MAX_TOMBSTONE_BYTES: usize = 5 << 20;
 impl LookupConfig {
     /// Memory only, with the default bounds.
     pub fn in_memory(retention: Duration) -> Self {
-        Self {
-            retention,
-            max_tombstones: MAX_TOMBSTONES,
-            max_bytes: MAX_TOMBSTONE_BYTES,
-            state_dir: None,
-            host: Host::default(),
-        }
+        Self { retention, max_tombstones: MAX_TOMBSTONES, max_bytes: MAX_TOMBSTONE_BYTES }
     }
 }
 
@@ -178,6 +162,8 @@ pub struct ContainerLookup {
     pid_max: u64,
     learned: Arc<Notify>,
     cfg: Arc<LookupConfig>,
+    /// The host's `/proc` and `/sys/fs/cgroup`, where PIDs and namespaces are read.
+    host: Host,
     store: Option<mpsc::Sender<TombstoneOp>>,
     metrics: LookupMetrics,
     /// Deaths waiting to be counted by their final reason.
@@ -224,31 +210,34 @@ const NOT_A_CONTAINER_MAX: usize = 4096;
 impl ContainerLookup {
     /// An empty lookup; with a state dir, the tombstones kept there come back and the
     /// returned writer keeps the file (run it in the task tracker).
-    pub fn open(cfg: LookupConfig, metrics: LookupMetrics) -> Result<(Self, Option<TombstoneWriter>), LookupError> {
-        let pid_max = cfg.host.pid_max();
-        let host_ns = cfg.host.namespaces(1);
+    pub fn open(
+        cfg: LookupConfig,
+        host: Host,
+        state_dir: Option<&Path>,
+        metrics: LookupMetrics,
+    ) -> Result<(Self, Option<TombstoneWriter>), LookupError> {
+        let pid_max = host.pid_max();
+        let host_ns = host.namespaces(1);
         let mut lookup = Self {
             index: Arc::default(),
             pid_max,
             learned: Arc::new(Notify::new()),
             cfg: Arc::new(cfg),
+            host,
             store: None,
             metrics,
             deaths: Arc::default(),
         };
         lookup.lock().host_ns = host_ns;
-        let Some(dir) = lookup.cfg.state_dir.clone() else { return Ok((lookup, None)) };
-        let mut store = TombstoneStore::open(&dir)?;
+        let Some(dir) = state_dir else { return Ok((lookup, None)) };
+        let mut store = TombstoneStore::open(dir)?;
         let since = SystemTime::now().checked_sub(lookup.cfg.retention).unwrap_or(std::time::UNIX_EPOCH);
         // The newest within the bounds (twice the bytes, so that the fair eviction
         // below chooses among pods); the file drops the rest.
         let stored = store.load_newest(since, lookup.cfg.max_tombstones, lookup.cfg.max_bytes.saturating_mul(2))?;
         let oldest = stored.first().map(|t| t.removed_at);
-        let boot = lookup
-            .cfg
-            .host
-            .pid_clock()
-            .map_or(SystemTime::now(), |c| std::time::UNIX_EPOCH + Duration::from_secs(c.boot));
+        let boot =
+            lookup.host.pid_clock().map_or(SystemTime::now(), |c| std::time::UNIX_EPOCH + Duration::from_secs(c.boot));
         {
             let mut ops = Vec::new();
             let mut ix = lookup.lock();
@@ -311,7 +300,7 @@ impl ContainerLookup {
     /// Learns from published events, in revision order.
     pub fn observe<'a>(&self, events: impl IntoIterator<Item = &'a PodLifecycleEvent>) {
         // `/proc/stat`: the kernel's own counters, never behind a cgroup lock.
-        self.take(events, self.cfg.host.pid_clock(), true);
+        self.take(events, self.host.pid_clock(), true);
     }
 
     /// Learns events, in revision order; `live`: as they happen (deaths counted).
@@ -406,7 +395,7 @@ impl ContainerLookup {
     /// that may block; the API reads it off its threads and calls [`Self::find_read`]).
     pub fn find(&self, key: &LookupKey) -> Answer {
         let (process, clock) = match key {
-            LookupKey::Pid(pid) => (self.cfg.host.process(*pid), self.cfg.host.pid_clock()),
+            LookupKey::Pid(pid) => (self.host.process(*pid), self.host.pid_clock()),
             _ => (None, None),
         };
         self.find_read(key, process, clock)
@@ -566,11 +555,11 @@ impl ContainerLookup {
         if running(&f) {
             return Answer::Found(f);
         }
-        if !self.cfg.host.sees_processes() {
+        if !self.host.sees_processes() {
             return Answer::NotFound(format!(
                 "no container runs with PID {pid}, and plegd cannot see the host's processes \
                  (--host-root {}) to rule out that the PID was reused since one did",
-                self.cfg.host.root().display()
+                self.host.root().display()
             ));
         }
         let window = PidClock::window(self.pid_max);
@@ -612,7 +601,7 @@ impl ContainerLookup {
         }
         let how = if f.removed_at.is_some() { "removed" } else { "exited" };
         let was = format!("{}/{}'s {} ({how})", f.pod.namespace, f.pod.name, f.container.name);
-        match self.cfg.host.off_thread(move |h| h.namespace_in_use(kind, inode)).await {
+        match self.host.off_thread(move |h| h.namespace_in_use(kind, inode)).await {
             Ok(Some(false)) => Answer::Found(f),
             Ok(Some(true)) => Answer::NotFound(format!(
                 "{name} namespace {inode} is a live process's that is in no container plegd knows; {was} had that \
@@ -679,7 +668,7 @@ impl ContainerLookup {
 
     /// The host it reads PIDs on.
     pub fn host(&self) -> &Host {
-        &self.cfg.host
+        &self.host
     }
 
     /// The retention.

@@ -71,9 +71,8 @@ fn forks(root: &std::path::Path, n: u64) {
 }
 
 pub(super) fn lookup(retention: Duration) -> ContainerLookup {
-    let mut cfg = LookupConfig::in_memory(retention);
-    cfg.host = Host::new(empty_host());
-    ContainerLookup::open(cfg, LookupMetrics::default()).unwrap().0
+    let cfg = LookupConfig::in_memory(retention);
+    ContainerLookup::open(cfg, Host::new(empty_host()), None, LookupMetrics::default()).unwrap().0
 }
 
 fn found(a: Answer) -> Found {
@@ -141,9 +140,8 @@ fn a_reused_pid_answers_the_container_that_has_it_now() {
 #[test]
 fn a_live_pid_belongs_to_the_container_its_cgroup_names_never_to_an_earlier_one() {
     let root = empty_host();
-    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
-    cfg.host = Host::new(&root);
-    let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+    let cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    let (l, _) = ContainerLookup::open(cfg, Host::new(&root), None, LookupMetrics::default()).unwrap();
     let old = "a".repeat(64);
     l.observe([&event(
         "u1",
@@ -214,15 +212,11 @@ fn each_death_is_counted_once_with_the_runtimes_reason_and_a_seeded_death_not_ag
 #[test]
 fn tombstones_survive_a_restart_through_the_state_dir() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = || {
-        let mut c = LookupConfig::in_memory(Duration::from_secs(3600));
-        c.state_dir = Some(dir.path().to_owned());
-        c.host = Host::new("/nonexistent-host-root");
-        c
-    };
+    let cfg = || LookupConfig::in_memory(Duration::from_secs(3600));
+    let host = || Host::new("/nonexistent-host-root");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let (l, writer) = ContainerLookup::open(cfg(), LookupMetrics::default()).unwrap();
+        let (l, writer) = ContainerLookup::open(cfg(), host(), Some(dir.path()), LookupMetrics::default()).unwrap();
         let shutdown = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(writer.unwrap().run(shutdown.clone()));
         l.observe([&event(
@@ -235,7 +229,7 @@ fn tombstones_survive_a_restart_through_the_state_dir() {
         shutdown.cancel();
         task.await.unwrap();
     });
-    let (again, _) = ContainerLookup::open(cfg(), LookupMetrics::default()).unwrap();
+    let (again, _) = ContainerLookup::open(cfg(), host(), Some(dir.path()), LookupMetrics::default()).unwrap();
     let f = found(again.find(&LookupKey::CgroupId(3)));
     assert_eq!((f.container.id.as_str(), f.pod.name.as_str()), ("c", "pod-u"));
     assert!(f.removed_at.is_some());
@@ -279,9 +273,9 @@ fn containers_of_a_pod_deleted_between_reads_keep_their_keys_and_are_counted_onc
 
 #[test]
 fn without_the_hosts_processes_a_removed_containers_pid_is_not_claimed() {
-    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
-    cfg.host = Host::new("/nonexistent-host-root");
-    let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+    let cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    let (l, _) =
+        ContainerLookup::open(cfg, Host::new("/nonexistent-host-root"), None, LookupMetrics::default()).unwrap();
     l.observe([&event(
         "u",
         EventType::ContainerStarted,
@@ -307,8 +301,7 @@ proptest! {
     ) {
         let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
         cfg.max_tombstones = max;
-        cfg.host = Host::new("/nonexistent-host-root");
-        let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+        let (l, _) = ContainerLookup::open(cfg, Host::new("/nonexistent-host-root"), None, LookupMetrics::default()).unwrap();
         let mut pods: std::collections::BTreeMap<u8, Vec<Arc<ContainerStatus>>> = Default::default();
         let mut next = 0u32;
         for (p, action, flag) in steps {
@@ -365,9 +358,8 @@ fn heavy_pod(uid: &str, containers: Vec<Arc<ContainerStatus>>, note: usize) -> A
 #[test]
 fn one_pods_large_records_evict_its_own_tombstones_never_the_other_pods() {
     let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
-    cfg.host = Host::new(empty_host());
     cfg.max_bytes = 4 << 20;
-    let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+    let (l, _) = ContainerLookup::open(cfg, Host::new(empty_host()), None, LookupMetrics::default()).unwrap();
     // Ten ordinary pods lose a container each.
     for i in 0..10 {
         let uid = format!("small{i}");
@@ -411,10 +403,9 @@ fn a_restart_reads_no_more_tombstones_than_the_bounds_whatever_the_file_holds() 
         store.apply(&ops, std::time::UNIX_EPOCH).unwrap();
     }
     let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
-    cfg.state_dir = Some(dir.path().to_owned());
-    cfg.host = Host::new(empty_host());
     cfg.max_tombstones = 1000;
-    let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+    let (l, _) =
+        ContainerLookup::open(cfg, Host::new(empty_host()), Some(dir.path()), LookupMetrics::default()).unwrap();
     assert_eq!(l.tombstones(), 1000);
     assert!(found(l.find(&LookupKey::Id("t19999".into()))).removed_at.is_some(), "the newest are kept");
     assert!(matches!(l.find(&LookupKey::Id("t0".into())), Answer::NotFound(_)), "the oldest are not");
@@ -426,9 +417,8 @@ fn a_restart_reads_no_more_tombstones_than_the_bounds_whatever_the_file_holds() 
 #[test]
 fn a_pid_is_claimed_after_its_container_is_gone_only_until_the_host_could_have_given_it_again() {
     let root = empty_host();
-    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
-    cfg.host = Host::new(&root);
-    let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+    let cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    let (l, _) = ContainerLookup::open(cfg, Host::new(&root), None, LookupMetrics::default()).unwrap();
     forks(&root, 10_000);
     l.observe([&event(
         "u",
@@ -464,9 +454,8 @@ fn a_pid_is_claimed_after_its_container_is_gone_only_until_the_host_could_have_g
 #[test]
 fn a_container_published_before_its_cgroup_was_read_is_left_to_the_runtimes_answer() {
     let root = empty_host();
-    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
-    cfg.host = Host::new(&root);
-    let (l, _) = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap();
+    let cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    let (l, _) = ContainerLookup::open(cfg, Host::new(&root), None, LookupMetrics::default()).unwrap();
     let id = "c".repeat(64);
     // Created: plegd has not read its process yet.
     let created = Arc::new(ContainerStatus { id: id.clone(), state: ContainerState::Created, ..Default::default() });
@@ -575,9 +564,8 @@ fn a_log_path_in_another_pods_directory_is_never_that_pods_and_a_removed_contain
 #[tokio::test]
 async fn a_removed_containers_namespace_inode_is_not_answered_once_a_live_process_holds_it() {
     let root = empty_host();
-    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
-    cfg.host = Host::new(root.clone());
-    let l = ContainerLookup::open(cfg, LookupMetrics::default()).unwrap().0;
+    let cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    let l = ContainerLookup::open(cfg, Host::new(root.clone()), None, LookupMetrics::default()).unwrap().0;
     let mut c = ContainerStatus::clone(&container("gone", ContainerState::Running, 0, 0, 1));
     c.process = Some(Process {
         pid: 0,

@@ -1,10 +1,9 @@
-//! The PLEG's settings: [`PlegConfig`], as the command line gives them, and the
-//! relister's part of it, [`RelistConfig`]. The defaults are written once, here.
+//! The PLEG's settings: [`PlegConfig`], as the command line gives them. The defaults
+//! are written once, here; [`PlegConfig::build`] makes the PLEG from them.
 
 use std::time::Duration;
 
 use super::evented::{EventedConfig, Mode};
-use crate::host::Host;
 
 /// The longest a trusted event stream goes unchecked by a full relist, by default: a
 /// change a silent stream hides reaches watchers within this and one relist.
@@ -32,17 +31,16 @@ pub struct PlegConfig {
 }
 
 impl PlegConfig {
-    /// The relister's part; it reads a new container's process and cgroup under `host`
-    /// (`--host-root`).
-    pub fn relist(&self, host: Host) -> RelistConfig {
-        RelistConfig {
-            period: self.relist_period,
-            concurrency: self.concurrency,
-            inspect_timeout: self.inspect_timeout,
-            net_period: self.net_period,
-            stream_check: self.stream_check,
-            host,
-        }
+    /// How long the relist loop may go without a turn before `/livez` fails: a few of
+    /// its turns (it turns at least every relist period and every
+    /// [`crate::liveness::BEAT_EVERY`], quiet or busy), plus the longest a listing and
+    /// one pod read may take while the runtime is slow (`request_timeout` a call), plus
+    /// a margin.
+    pub fn relist_liveness_limit(&self, request_timeout: Duration) -> Duration {
+        self.relist_period.min(crate::liveness::BEAT_EVERY) * 3
+            + self.inspect_timeout * 2
+            + request_timeout * 4
+            + Duration::from_secs(30)
     }
 }
 
@@ -58,44 +56,5 @@ impl Default for PlegConfig {
             threshold: Duration::from_secs(180),
             stream: EventedConfig::default(),
         }
-    }
-}
-
-/// How the relister runs: the relister's part of [`PlegConfig`].
-#[derive(Clone, Debug)]
-pub struct RelistConfig {
-    /// Time from the end of one full relist to the start of the next.
-    pub period: Duration,
-    /// Pods inspected at once.
-    pub concurrency: usize,
-    /// Longest time one pod's inspection may take; past it the pod is retried at the
-    /// next relist and the relist goes on.
-    pub inspect_timeout: Duration,
-    /// The safety net: the full-relist period while a complete stream is up.
-    pub net_period: Duration,
-    /// The longest a trusted stream goes without a full relist (zero: the safety net).
-    pub stream_check: Duration,
-    /// Where the host's `/proc` and cgroupfs are, for a new container's PID and cgroup.
-    pub host: Host,
-}
-
-impl Default for RelistConfig {
-    fn default() -> Self {
-        PlegConfig::default().relist(Host::default())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_relisters_defaults_are_the_pleg_configs() {
-        let (pleg, relist) = (PlegConfig::default(), RelistConfig::default());
-        assert_eq!(relist.period, pleg.relist_period);
-        assert_eq!(relist.concurrency, pleg.concurrency);
-        assert_eq!(relist.inspect_timeout, pleg.inspect_timeout);
-        assert_eq!(relist.net_period, pleg.net_period);
-        assert_eq!(relist.stream_check, pleg.stream_check);
     }
 }

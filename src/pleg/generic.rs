@@ -32,7 +32,8 @@ use crate::model::event::{EventSource, PodLifecycleEvent};
 use crate::model::{ContainerState, PodStatus};
 use read::{Found, PodListing, ReadError, ReadJob, ReadResult};
 
-pub use super::config::RelistConfig;
+use super::config::PlegConfig;
+use crate::host::Host;
 
 /// Errors of a relist.
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +86,9 @@ pub struct GenericPleg<R: RuntimeService> {
     /// that the pod's status they carry never reaches the disk without all of them.
     events: mpsc::Sender<Vec<PodLifecycleEvent>>,
     records: PodRecords,
-    cfg: RelistConfig,
+    cfg: PlegConfig,
+    /// Where the host's `/proc` and cgroupfs are, for a new container's PID and cgroup.
+    host: Host,
     /// Every read to come: the full relist, pods the stream named, pods readers wait on,
     /// pods whose read failed, exit statuses the runtime lost, sandboxes said deleted.
     reads: Scheduler<Read, Why>,
@@ -110,8 +113,6 @@ struct Stream {
     state: watch::Receiver<StreamState>,
     /// Whether the stream's state may still change (its sender is alive).
     state_open: bool,
-    /// The safety-net period between full relists while a complete stream is up.
-    net_period: Duration,
     /// The longest a trusted stream goes unchecked by a full relist.
     check: Duration,
     trust: StreamTrust,
@@ -216,20 +217,22 @@ impl<R: RuntimeService> GenericPleg<R> {
         events: mpsc::Sender<Vec<PodLifecycleEvent>>,
         health: PlegHealth,
         metrics: PlegMetrics,
-        cfg: RelistConfig,
+        cfg: PlegConfig,
+        host: Host,
     ) -> Self {
         metrics.mode.get_or_create(&ModeLabel { mode: "generic".into() }).set(1);
         let (inbox, inbox_rx) = inbox();
         let waiting = inbox.clone();
         cache.on_demand(move |uid| waiting.waiting(uid));
-        let net_period = cfg.net_period;
         let check = if cfg.stream_check.is_zero() { Duration::MAX } else { cfg.stream_check };
+        let trust = StreamTrust::new(cfg.net_period);
         Self {
             runtime,
             cache,
             events,
             records: PodRecords::default(),
             cfg,
+            host,
             reads: Scheduler::default(),
             inbox_rx,
             inbox,
@@ -238,9 +241,8 @@ impl<R: RuntimeService> GenericPleg<R> {
                 late_words: Vec::new(),
                 state: watch::channel(StreamState::Disabled).1,
                 state_open: false,
-                net_period,
                 check,
-                trust: StreamTrust::new(net_period),
+                trust,
             },
             books: Books::default(),
             seeds: Seeds::default(),
@@ -273,8 +275,8 @@ impl<R: RuntimeService> GenericPleg<R> {
     }
 
     /// Pairs the relister with the event stream whose state `state` tells: it relists
-    /// fully every [`RelistConfig::net_period`] instead of the relist period while a
-    /// complete stream is up (and at least every [`RelistConfig::stream_check`]). The
+    /// fully every [`PlegConfig::net_period`] instead of the relist period while a
+    /// complete stream is up (and at least every [`PlegConfig::stream_check`]). The
     /// stream's consumer sends its requests to [`GenericPleg::inbox`].
     pub fn with_stream(mut self, state: watch::Receiver<StreamState>) -> Self {
         self.stream.state = state;
@@ -303,14 +305,14 @@ impl<R: RuntimeService> GenericPleg<R> {
         if self.stream.trust.trusted(self.stream.state.borrow().is_up()) {
             self.stream.trust.net_period().min(self.stream.check)
         } else {
-            self.cfg.period
+            self.cfg.relist_period
         }
     }
 
     /// Whether full relists are slower than the relist period now, so pods that readers
     /// wait on are read at once instead.
     fn full_relists_are_slow(&self) -> bool {
-        self.period() > self.cfg.period
+        self.period() > self.cfg.relist_period
     }
 
     /// A handle to request relists.
@@ -468,7 +470,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             self.reads.schedule(
                 Read::Pod(uid.to_owned()),
                 Why::because(Reason::FailedRead, now),
-                now + self.cfg.period,
+                now + self.cfg.relist_period,
             );
         } else {
             self.books.failed.insert(uid.to_owned());
@@ -502,7 +504,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     fn judge_stream(&mut self, missed: usize) {
         let up = self.stream.state.borrow().is_up();
         let stream = &mut self.stream;
-        stream.trust.judge(missed, up, self.cfg.period, stream.net_period, &self.report.metrics);
+        stream.trust.judge(missed, up, self.cfg.relist_period, &self.report.metrics);
     }
 
     /// Applies what a read of one pod found — to the cache, the pod records, the books and
@@ -785,7 +787,8 @@ mod tests {
         let (tx, _rx) = mpsc::channel(64);
         let metrics = PlegMetrics::register(&mut Default::default());
         let health = PlegHealth::new(Duration::from_secs(180));
-        let mut pleg = GenericPleg::new(sim.clone(), writer, tx, health, metrics, RelistConfig::default());
+        let mut pleg =
+            GenericPleg::new(sim.clone(), writer, tx, health, metrics, PlegConfig::default(), Host::default());
         let fails = FaultAction::Error(tonic::Code::Unavailable, "down".into());
         sim.inject(Fault { method: "PodSandboxStatus", target: Some(sid.clone()), action: fails, times: None });
         let outcome = pleg.relist().await.unwrap();

@@ -5,6 +5,7 @@
 //! It produces [`crate::model::event::PodLifecycleEvent`]s.
 
 mod amended_exits;
+mod build;
 mod config;
 mod deleted_sandboxes;
 pub mod evented;
@@ -21,5 +22,6 @@ pub mod state;
 pub mod step;
 mod stream_trust;
 
-pub use config::{PlegConfig, RelistConfig, STREAM_CHECK};
+pub use build::{Pleg, PlegDeps};
+pub use config::{PlegConfig, STREAM_CHECK};
 pub use state::{PlegState, same_status, transition_events};

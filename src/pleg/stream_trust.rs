@@ -34,6 +34,8 @@ pub(super) struct StreamTrust {
     /// The safety-net period in force on a complete stream: the configured one, or
     /// shorter after a relist found changes the stream did not announce.
     net_period: Duration,
+    /// The configured safety-net period (`--evented-relist-period`): the most it is.
+    configured: Duration,
     /// Whether the last relist found missed changes (for logging transitions).
     missing: bool,
     /// When the stream was last found to have missed a change.
@@ -65,18 +67,20 @@ impl StreamTrust {
             suspects: Vec::new(),
             announced: Default::default(),
             net_period,
+            configured: net_period,
             missing: false,
             last_miss: None,
         }
     }
 
     /// The stream came up: `complete` says whether the runtime (`runtime`, for messages)
-    /// delivers every event to every subscriber; the safety net starts at `net_period`.
-    pub(super) fn came_up(&mut self, complete: bool, runtime: String, net_period: Duration) {
+    /// delivers every event to every subscriber; the safety net starts at the
+    /// configured period.
+    pub(super) fn came_up(&mut self, complete: bool, runtime: String) {
         self.up_since = Some(Instant::now());
         self.complete = complete;
         self.runtime = runtime;
-        self.net_period = net_period;
+        self.net_period = self.configured;
         self.missing = false;
         self.last_miss = None;
     }
@@ -169,14 +173,7 @@ impl StreamTrust {
     /// to the relist period at once when the stream missed something, back up by
     /// doubling after each full relist that found nothing missed, once [`MISS_HOLD`]
     /// has passed since the last miss.
-    pub(super) fn judge(
-        &mut self,
-        missed: usize,
-        stream_up: bool,
-        relist_period: Duration,
-        evented_period: Duration,
-        metrics: &PlegMetrics,
-    ) {
+    pub(super) fn judge(&mut self, missed: usize, stream_up: bool, relist_period: Duration, metrics: &PlegMetrics) {
         if missed > 0 {
             metrics.evented_missed.inc_by(missed as u64);
             if !self.missing {
@@ -197,7 +194,7 @@ impl StreamTrust {
             }
             // Never below the relist period, never above the safety net (nor below the
             // relist period if the safety net was configured shorter).
-            self.net_period = (self.net_period * 2).min(evented_period).max(relist_period);
+            self.net_period = (self.net_period * 2).min(self.configured).max(relist_period);
         }
     }
 }

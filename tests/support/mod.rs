@@ -12,7 +12,8 @@ use plegd::cache::{self, PodCache};
 use plegd::cri::client::{ClientOptions, CriClient};
 use plegd::cri::spec::{ContainerSpec, PodSpec};
 use plegd::model::event::PodLifecycleEvent;
-use plegd::pleg::generic::{GenericPleg, RelistConfig};
+use plegd::pleg::PlegConfig;
+use plegd::pleg::generic::GenericPleg;
 use plegd::pleg::health::PlegHealth;
 use plegd::proto::runtime as cri;
 use plegd::proto::runtime::runtime_service_client::RuntimeServiceClient;
@@ -155,7 +156,7 @@ pub fn pleg(client: CriClient, inspect_timeout: Duration) -> PlegUnderTest {
     let (tx, events) = mpsc::channel(100_000);
     let health = PlegHealth::new(Duration::from_secs(180));
     let cfg =
-        RelistConfig { period: Duration::from_millis(100), concurrency: 4, inspect_timeout, ..Default::default() };
+        PlegConfig { relist_period: Duration::from_millis(100), concurrency: 4, inspect_timeout, ..Default::default() };
     let pleg = GenericPleg::new(
         client,
         writer,
@@ -163,6 +164,7 @@ pub fn pleg(client: CriClient, inspect_timeout: Duration) -> PlegUnderTest {
         health.clone(),
         plegd::pleg::metrics::PlegMetrics::register(&mut Default::default()),
         cfg,
+        Default::default(),
     );
     PlegUnderTest { pleg, cache, events, health }
 }

@@ -20,9 +20,9 @@ fn host_running(id: &str) -> (std::path::PathBuf, ContainerLookup) {
     let root = empty_host();
     std::fs::create_dir_all(root.join("proc/600")).unwrap();
     std::fs::write(root.join("proc/600/cgroup"), format!("0::/kubepods.slice/cri-containerd-{id}.scope\n")).unwrap();
-    let mut cfg = LookupConfig::in_memory(Duration::from_secs(3600));
-    cfg.host = Host::new(&root);
-    (root, ContainerLookup::open(cfg, LookupMetrics::default()).unwrap().0)
+    let cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    let lookup = ContainerLookup::open(cfg, Host::new(&root), None, LookupMetrics::default()).unwrap().0;
+    (root, lookup)
 }
 
 /// A reader that counts its reads and answers each with `answer` after 50 ms.

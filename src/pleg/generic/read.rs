@@ -133,7 +133,7 @@ fn vanished(status: &PodStatus) -> bool {
 }
 
 impl<R: RuntimeService> GenericPleg<R> {
-    /// Runs `work` at most [`super::RelistConfig::concurrency`] at a time, beating as
+    /// Runs `work` at most [`super::PlegConfig::concurrency`] at a time, beating as
     /// each completes; the results come in the order they complete.
     pub(super) async fn concurrently<T>(&self, work: impl IntoIterator<Item = impl Future<Output = T>>) -> Vec<T> {
         futures_util::stream::iter(work)
@@ -145,7 +145,7 @@ impl<R: RuntimeService> GenericPleg<R> {
 
     /// Performs `jobs`, a few at a time.
     pub(super) async fn read_many(&self, jobs: Vec<ReadJob>) -> Vec<ReadResult> {
-        let (timeout, host) = (self.cfg.inspect_timeout, &self.cfg.host);
+        let (timeout, host) = (self.cfg.inspect_timeout, &self.host);
         self.concurrently(jobs.into_iter().map(|job| job.read(self.runtime.clone(), host, timeout))).await
     }
 }

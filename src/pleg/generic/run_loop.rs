@@ -266,7 +266,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// while it is up.
     fn retry_failed_soon(&mut self) {
         let now = Instant::now();
-        let at = now + self.cfg.period;
+        let at = now + self.cfg.relist_period;
         for r in self.reads.take_where(|read, why| matches!(read, Read::Pod(_)) && why.has(Reason::FailedRead)) {
             self.reads.schedule(r.key, r.message, r.run_at.min(at));
         }
@@ -318,10 +318,10 @@ impl<R: RuntimeService> GenericPleg<R> {
         } else {
             tracing::info!(%runtime, "this runtime's event stream may split events between subscribers or drop them; full relists keep the relist period and the stream only makes changes show sooner");
         }
-        self.stream.trust.came_up(complete, runtime, self.stream.net_period);
+        self.stream.trust.came_up(complete, runtime);
         // Full relists run every stream check at least: health allows for that, not
         // for the safety net's period.
-        let allowance = if complete { self.stream.net_period.min(self.stream.check) } else { Duration::ZERO };
+        let allowance = if complete { self.cfg.net_period.min(self.stream.check) } else { Duration::ZERO };
         self.report.health.set_evented_allowance(allowance);
     }
 
