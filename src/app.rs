@@ -203,20 +203,8 @@ pub async fn start_on<R: RuntimeService>(
     let RunConfig { state_dir, host, runtime, pleg, admin, api, journal, sync, memory, lookup, export } = cfg.clone();
     let liveness = Liveness::new();
     let stores = Stores::open(journal, lookup, &state_dir, &api.socket, &host, pleg.mode, &metrics, shutdown).await?;
-    let (events, publisher) = publish::channel(4096, stores.journal.clone(), metrics.events.clone());
-    let Pleg { relister, watcher, cache, health, readiness, stream: state_rx } = pleg.clone().build(PlegDeps {
-        runtime: client.clone(),
-        events,
-        host: host.clone(),
-        seed: stores.journal.pods(),
-        liveness: &liveness,
-        metrics: metrics.pleg.clone(),
-        request_timeout: runtime.request_timeout,
-    });
-    let publisher = publisher
-        .with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT))
-        .priming(health.clone())
-        .with_lookup(stores.lookup.clone());
+    let (Pleg { relister, watcher, cache, health, readiness, stream: state_rx }, publisher) =
+        pleg_and_publisher(pleg.clone(), &client, &stores, &host, &liveness, &metrics, runtime.request_timeout);
     let Stores { journal, lookup, tombstones, runlog } = stores;
     let (relist_handle, inbox) = (relister.handle(), relister.inbox());
     let on = PipelineInputs {
@@ -269,21 +257,8 @@ pub async fn start_on<R: RuntimeService>(
     tasks.once("announce_runtime", announce_runtime(client.clone(), shutdown.clone()));
     tasks.essential("admin", serve_http("admin", admin, shutdown.clone()));
     tasks.essential("debug", serve_http("debug", debug, shutdown.clone()));
-    let svc = PodLifecycleService::new(
-        journal.clone(),
-        cache.clone(),
-        api.clone(),
-        metrics.api.clone(),
-        tracker.clone(),
-        shutdown.clone(),
-    )
-    .with_resolver(Resolver::new(
-        lookup.clone(),
-        Some(container_reader(client.clone(), host.clone())),
-        journal.clone(),
-        cache.clone(),
-        shutdown.clone(),
-    ));
+    let reader = container_reader(client.clone(), host.clone());
+    let svc = api_service(&api, &journal, &cache, &lookup, reader, &metrics, tracker, shutdown);
     let (beat, ready) = (liveness.register("api", QUICK_LOOP_LIMIT), readiness.clone());
     serve_api(&tasks, api_listener, svc, ready, beat, api.socket.clone(), shutdown);
     tracing::info!(
@@ -309,6 +284,53 @@ pub async fn start_on<R: RuntimeService>(
         lookup,
         tasks,
     })
+}
+
+/// The PLEG over the stores (seeded with the journal's pods), and the publisher its
+/// reads feed, which marks the journal primed once the first relist is in.
+fn pleg_and_publisher<R: RuntimeService>(
+    cfg: crate::pleg::PlegConfig,
+    client: &R,
+    stores: &Stores,
+    host: &crate::host::Host,
+    liveness: &Liveness,
+    metrics: &Metrics,
+    request_timeout: std::time::Duration,
+) -> (Pleg<R>, publish::Publisher) {
+    let (events, publisher) = publish::channel(4096, stores.journal.clone(), metrics.events.clone());
+    let pleg = cfg.build(PlegDeps {
+        runtime: client.clone(),
+        events,
+        host: host.clone(),
+        seed: stores.journal.pods(),
+        liveness,
+        metrics: metrics.pleg.clone(),
+        request_timeout,
+    });
+    let publisher = publisher
+        .with_liveness(liveness.register("publish", QUICK_LOOP_LIMIT))
+        .priming(pleg.health.clone())
+        .with_lookup(stores.lookup.clone());
+    (pleg, publisher)
+}
+
+/// The gRPC API's service over the journal and the cache; `GetContainer` resolves by
+/// the lookup, and reads a container plegd has not published yet with `reader`.
+#[allow(clippy::too_many_arguments)]
+fn api_service(
+    api: &crate::grpc::ApiConfig,
+    journal: &Journal,
+    cache: &PodCache,
+    lookup: &ContainerLookup,
+    reader: ContainerReader,
+    metrics: &Metrics,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> PodLifecycleService {
+    let resolver = Resolver::new(lookup.clone(), Some(reader), journal.clone(), cache.clone(), shutdown.clone());
+    let (journal, cache) = (journal.clone(), cache.clone());
+    PodLifecycleService::new(journal, cache, api.clone(), metrics.api.clone(), tracker.clone(), shutdown.clone())
+        .with_resolver(resolver)
 }
 
 /// The OTLP exporter, when the export is on; it keeps its cursor in the state dir.

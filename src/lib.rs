@@ -8,8 +8,8 @@
 //! | # | call | file | what it does |
 //! |---|---|---|---|
 //! | 1 | [`EventReader::read`](crate::cri::client) | `cri/client.rs` | the reader thread decodes the stream's message and hands it to an unbounded channel (hand-off 1) |
-//! | 2 | [`EventedWatcher::run`](crate::pleg::evented::EventedWatcher::run) | `pleg/evented.rs` | takes it off the channel (`consume`) |
-//! | 3 | [`EventedWatcher::request`](crate::pleg::evented::EventedWatcher::request) | `pleg/evented.rs` | keeps the pod, the ids, a stopped container's final status: one `ScheduleRequest` |
+//! | 2 | [`EventedWatcher::consume`](crate::pleg::evented::EventedWatcher::consume) | `pleg/evented.rs` | takes it off the channel |
+//! | 3 | [`EventedWatcher::request`](crate::pleg::evented::EventedWatcher::request) | `pleg/evented.rs` | a stopped container's final status into its book at once (`Inbox::final_status`); the pod and the ids: one `ScheduleRequest` |
 //! | 4 | [`Inbox::send`](crate::pleg::inbox::Inbox::send) | `pleg/inbox.rs` | into the relister's one inbox, bounded (hand-off 2) |
 //! | 5 | [`GenericPleg::drain_inbox`](crate::pleg::generic::GenericPleg::drain_inbox) | `pleg/generic/run_loop.rs` | the relister wakes and drains the inbox |
 //! | 6 | [`Scheduler::schedule`](crate::pleg::schedule::Scheduler::schedule) | `pleg/schedule.rs` | the one coalescing point: one request per read, the earliest time wins |
@@ -31,9 +31,16 @@
 //! | 22 | [`EncodedTail::frame`](crate::grpc::wire::EncodedTail::frame) | `grpc/wire.rs` | the Watch encoding (`PodLifecycleEvent::to_api`, the second encoding), once per event |
 //! | 23 | [`WatchFrame::encode_raw`](crate::grpc::wire::WatchFrame) | `grpc/wire.rs` | the bytes onto the socket |
 //!
+//! 23 calls in 17 files; what the event becomes on the way (its pod's listing and
+//! transitions, the kubelet's state table, a new container's process, the final status,
+//! the records on disk, the event's two encodings) is built in 8 more: `pleg/list.rs`,
+//! `pleg/records.rs`, `pleg/state.rs`, `host.rs`, `pleg/final_statuses.rs`,
+//! `journal/record.rs`, `journal/store.rs`, `model/event.rs`.
+//!
 //! No step calls back into one before it: a step calls the next, returns to the step
 //! that calls the next, or leaves its result where the next reads it (the inbox, the
-//! schedule, the publish channel, the queue). Full relists enter at `apply` from
+//! schedule, the books, the publish channel, the queue); the relister drains its inbox
+//! in one place, its turn (`tests/layering.rs`). Full relists enter at `apply` from
 //! `GenericPleg::relist`; reconcilers' events at `publish_batch`.
 //!
 //! The same events feed `syncloop` (history, the Contiv/VPP event loop) and, through

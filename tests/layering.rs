@@ -505,3 +505,36 @@ fn the_path_check_reads_calls_and_files_out_of_both_tables() {
     assert_eq!(path_rows(lib), [("1".to_owned(), "A::b".to_owned(), "a.rs".to_owned())]);
     assert_eq!(path_rows(lib), path_rows(md));
 }
+
+/// Calls of `fn name` in the production code of the files under `dir`, each with the
+/// function it is called from.
+fn callers_of(dir: &Path, name: &str) -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    rust_files(dir, &mut files);
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| !test_only(f)) {
+        let text = production_code(&std::fs::read_to_string(file).unwrap());
+        let code = code_only(&text);
+        let mut current = String::from("(top)");
+        for line in code.lines() {
+            if let Some(i) = line.find("fn ") {
+                let rest = &line[i + 3..];
+                let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+                if end > 0 {
+                    current = rest[..end].to_owned();
+                }
+            }
+            if line.contains(&format!(".{name}(")) {
+                found.push((file.strip_prefix(dir).unwrap().display().to_string(), current.clone()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_relister_drains_its_inbox_in_one_place_its_turn_so_no_step_calls_back() {
+    // `apply` (row 12) draining the inbox (row 5) again was the path's one back call.
+    let calls = callers_of(&src().join("pleg"), "drain_inbox");
+    assert_eq!(calls, [("generic/run_loop.rs".to_owned(), "run".to_owned())], "{calls:?}");
+}

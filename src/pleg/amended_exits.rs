@@ -23,8 +23,10 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::schedule::{Pace, Reread, Rereads};
-use crate::cri::CriError;
+use futures_util::future::BoxFuture;
+
+use super::schedule::{Book, Pace, Reason, Reread, Rereads};
+use crate::cri::{CriError, RuntimeService};
 use crate::model::{ContainerState, ContainerStatus, PodStatus, nanos_to_system};
 use crate::proto::runtime as cri;
 
@@ -178,21 +180,26 @@ impl AmendedExits {
     }
 }
 
-/// A book a test relister re-reads from a schedule (this one, and the sandboxes said
-/// deleted).
-#[cfg(test)]
-pub(super) trait Book {
-    /// The pod of `id`, while a re-read of it is to come.
-    fn pod_of(&self, id: &str) -> Option<&str>;
-    /// Records a re-read of `id`; when the next is due.
-    fn read(&mut self, id: &str, found: Reread) -> Option<Instant>;
-}
-
-#[cfg(test)]
 impl Book for AmendedExits {
+    fn reason(&self) -> Reason {
+        Reason::UnsettledExit
+    }
+
     fn pod_of(&self, id: &str) -> Option<&str> {
         AmendedExits::pod_of(self, id)
     }
+
+    /// One `ContainerStatus`, against the word the container was read with.
+    fn reread<R: RuntimeService>(&self, id: &str, runtime: R, timeout: Duration) -> Option<BoxFuture<'static, Reread>> {
+        let (id, word) = (id.to_owned(), self.word_of(id)?.clone());
+        Some(Box::pin(async move {
+            match tokio::time::timeout(timeout, runtime.container_status(&id)).await {
+                Ok(answer) => reread_of(answer, &word),
+                Err(_) => Reread::Failed,
+            }
+        }))
+    }
+
     fn read(&mut self, id: &str, found: Reread) -> Option<Instant> {
         AmendedExits::read(self, id, found)
     }

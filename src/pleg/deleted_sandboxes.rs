@@ -16,8 +16,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::schedule::{Pace, Reread, Rereads};
-use crate::cri::CriError;
+use futures_util::future::BoxFuture;
+
+use super::schedule::{Book, Pace, Reason, Reread, Rereads};
+use crate::cri::{CriError, RuntimeService};
 use crate::proto::runtime as cri;
 
 /// The first re-read comes this long after the read that still found the sandbox; each
@@ -117,12 +119,28 @@ impl DeletedSandboxes {
     }
 }
 
-#[cfg(test)]
-impl super::amended_exits::Book for DeletedSandboxes {
+impl Book for DeletedSandboxes {
+    fn reason(&self) -> Reason {
+        Reason::SandboxDeleted
+    }
+
     fn pod_of(&self, id: &str) -> Option<&str> {
         DeletedSandboxes::pod_of(self, id)
     }
+
+    /// One `PodSandboxStatus`.
+    fn reread<R: RuntimeService>(&self, id: &str, runtime: R, timeout: Duration) -> Option<BoxFuture<'static, Reread>> {
+        let id = self.pod_of(id).map(|_| id.to_owned())?;
+        Some(Box::pin(async move {
+            match tokio::time::timeout(timeout, runtime.pod_sandbox_status(&id)).await {
+                Ok(answer) => reread_of(answer),
+                Err(_) => Reread::Failed,
+            }
+        }))
+    }
+
     fn read(&mut self, id: &str, found: Reread) -> Option<Instant> {
+        tracing::debug!(sandbox = %id, ?found, "sandbox said deleted, read again");
         DeletedSandboxes::read(self, id, found)
     }
 }

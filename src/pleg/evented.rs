@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::final_statuses::FinalStatus;
-use super::inbox::Inbox;
+use super::inbox::{Inbox, Intake};
 use super::metrics::{ModeLabel, PlegMetrics};
 use super::schedule::{Read, Reason, ScheduleRequest, Why};
 use crate::backoff::Backoff;
@@ -174,10 +174,10 @@ impl<R: RuntimeService> EventedWatcher<R> {
         }
     }
 
-    /// Asks the relister to read what the event names: its pod, with the sandbox and
-    /// container ids, the final status a `CONTAINER_STOPPED` carries, and the sandbox a
-    /// sandbox's `CONTAINER_DELETED` says deleted; or, when the event names no pod, the
-    /// pod of its container.
+    /// Hands the relister what the event says: the final status a `CONTAINER_STOPPED`
+    /// carries (into its book at once), the sandbox a sandbox's `CONTAINER_DELETED` says
+    /// deleted, and a read of its pod with the sandbox and container ids; or, when the
+    /// event names no pod, its container, whose pod the relister finds.
     fn request(&self, ev: &cri::ContainerEventResponse) {
         let now = Instant::now();
         let sandbox = ev.pod_sandbox_status.as_ref();
@@ -185,17 +185,18 @@ impl<R: RuntimeService> EventedWatcher<R> {
         let Some(uid) = uid else {
             // containerd drops or sends events without a sandbox status when the sandbox
             // is already gone: find the pod by the container id.
-            let message = Why::stream_event(None, None, now);
-            self.inbox.send(ScheduleRequest { key: Read::PodOf(ev.container_id.clone()), message, run_at: now });
+            self.inbox.submit(Intake::ContainerOnly(ev.container_id.clone()));
             return;
         };
-        let mut why = Why::stream_event(sandbox.map(|s| s.id.as_str()), Some(&ev.container_id), now);
-        why.final_statuses.extend(FinalStatus::of_event(ev));
+        if let Some(word) = FinalStatus::of_event(ev) {
+            self.inbox.final_status(word);
+        }
         if ev.container_event_type == cri::ContainerEventType::ContainerDeletedEvent as i32
             && let Some(sandbox) = sandbox.filter(|s| s.id == ev.container_id)
         {
-            why.deleted_sandboxes.insert(sandbox.id.clone());
+            self.inbox.submit(Intake::SandboxDeleted { uid: uid.to_owned(), id: sandbox.id.clone() });
         }
+        let why = Why::stream_event(sandbox.map(|s| s.id.as_str()), Some(&ev.container_id), now);
         self.inbox.send(ScheduleRequest { key: Read::Pod(uid.to_owned()), message: why, run_at: now });
     }
 

@@ -14,13 +14,12 @@ use tokio::time::Instant;
 use super::amended_exits::AmendedExits;
 use super::deleted_sandboxes::DeletedSandboxes;
 use super::evented::StreamState;
-use super::final_statuses::FinalStatus;
-use super::final_statuses::{FinalStatuses, Settled};
+use super::final_statuses::{FinalStatusBook, Settled};
 use super::health::PlegHealth;
 use super::inbox::{Inbox, InboxRx, inbox};
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, Transition, group_pods};
-use super::schedule::{Merge, Read, Reason, RecentlyGone, Scheduler, Why};
+use super::schedule::{Book, Merge, Read, Reason, RecentlyGone, Reread, Scheduler, StatusBook, Why};
 use super::state::{PlegState, same_status};
 use super::step::{PodRead, events_of};
 use super::stream_trust::StreamTrust;
@@ -107,9 +106,6 @@ pub struct GenericPleg<R: RuntimeService> {
 
 /// The CRI event stream the relister is paired with.
 struct Stream {
-    /// Final statuses it carried, drained from the inbox and not kept in the books yet:
-    /// each waits for a read that comes after it.
-    late_words: Vec<FinalStatus>,
     state: watch::Receiver<StreamState>,
     /// Whether the stream's state may still change (its sender is alive).
     state_open: bool,
@@ -121,8 +117,9 @@ struct Stream {
 /// What the relister keeps between reads beside the records, each until a read settles it.
 #[derive(Default)]
 struct Books {
-    /// Stopped containers' final statuses from the stream.
-    final_statuses: FinalStatuses,
+    /// Stopped containers' final statuses from the stream (shared with the inbox, which
+    /// enters them as they are heard).
+    final_statuses: FinalStatusBook,
     /// Containers read with an exit status the runtime lost.
     amended_exits: AmendedExits,
     /// Sandboxes the runtime said deleted.
@@ -133,6 +130,39 @@ struct Books {
     /// them (the kubelet's `podsToReinspect`). While the stream is up a failed read is
     /// retried at the relist period instead, from the schedule.
     failed: std::collections::BTreeSet<String>,
+}
+
+impl Books {
+    /// The pod of `book`'s entry `id` and its re-read from `runtime`, while one is to
+    /// come.
+    fn reread<R: RuntimeService>(
+        &self,
+        book: StatusBook,
+        id: &str,
+        runtime: R,
+        timeout: Duration,
+    ) -> Option<(String, futures_util::future::BoxFuture<'static, Reread>)> {
+        fn of<B: Book, R: RuntimeService>(
+            b: &B,
+            id: &str,
+            runtime: R,
+            timeout: Duration,
+        ) -> Option<(String, futures_util::future::BoxFuture<'static, Reread>)> {
+            Some((b.pod_of(id)?.to_owned(), b.reread(id, runtime, timeout)?))
+        }
+        match book {
+            StatusBook::AmendedExits => of(&self.amended_exits, id, runtime, timeout),
+            StatusBook::DeletedSandboxes => of(&self.deleted_sandboxes, id, runtime, timeout),
+        }
+    }
+
+    /// The book `book` names.
+    fn book_mut(&mut self, book: StatusBook) -> &mut dyn Book {
+        match book {
+            StatusBook::AmendedExits => &mut self.amended_exits,
+            StatusBook::DeletedSandboxes => &mut self.deleted_sandboxes,
+        }
+    }
 }
 
 /// Pods seeded from the journal's view and not read yet in this process: the next full
@@ -221,7 +251,8 @@ impl<R: RuntimeService> GenericPleg<R> {
         host: Host,
     ) -> Self {
         metrics.mode.get_or_create(&ModeLabel { mode: "generic".into() }).set(1);
-        let (inbox, inbox_rx) = inbox();
+        let books = Books::default();
+        let (inbox, inbox_rx) = inbox(books.final_statuses.clone());
         let waiting = inbox.clone();
         cache.on_demand(move |uid| waiting.waiting(uid));
         let check = if cfg.stream_check.is_zero() { Duration::MAX } else { cfg.stream_check };
@@ -237,14 +268,8 @@ impl<R: RuntimeService> GenericPleg<R> {
             inbox_rx,
             inbox,
             waiting_pace: TokenBucket::new(DEMAND_READS_PER_SEC, DEMAND_READS_BURST),
-            stream: Stream {
-                late_words: Vec::new(),
-                state: watch::channel(StreamState::Disabled).1,
-                state_open: false,
-                check,
-                trust,
-            },
-            books: Books::default(),
+            stream: Stream { state: watch::channel(StreamState::Disabled).1, state_open: false, check, trust },
+            books,
             seeds: Seeds::default(),
             listing: Listing { fingerprint: None, idle: false, key: fastrand::u64(..) },
             report: Report { health, metrics, beat: Beat::detached("relist"), failing: false, last_start: None },
@@ -356,7 +381,9 @@ impl<R: RuntimeService> GenericPleg<R> {
         let skippable = self
             .listing
             .fingerprint
-            .filter(|_| !self.reads.any(|_, why| why.has(Reason::FailedRead)) && self.books.final_statuses.is_empty())
+            .filter(|_| {
+                !self.reads.any(|_, why| why.has(Reason::FailedRead)) && self.books.final_statuses.lock().is_empty()
+            })
             .filter(|_| self.books.failed.is_empty());
         let listing = match skippable {
             Some(unchanged) if self.listing.idle => {
@@ -403,7 +430,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             .chain(std::mem::take(&mut self.books.failed))
             .collect();
         let mut also: HashSet<String> = retried.union(&self.seeds.unread).cloned().collect();
-        also.extend(self.books.final_statuses.pods().cloned());
+        also.extend(self.books.final_statuses.lock().pods_heard_before(start).cloned());
         let work: BTreeMap<String, Vec<Transition>> =
             self.records.changed(&also).into_iter().filter(|(uid, t)| !t.is_empty() || also.contains(uid)).collect();
         self.seeds.unread.clear();
@@ -444,7 +471,8 @@ impl<R: RuntimeService> GenericPleg<R> {
         let gone: std::collections::BTreeSet<String> = self
             .books
             .final_statuses
-            .pods()
+            .lock()
+            .pods_heard_before(start)
             .filter(|uid| !failed.contains(*uid) && self.records.current(uid).is_none())
             .cloned()
             .collect();
@@ -454,7 +482,8 @@ impl<R: RuntimeService> GenericPleg<R> {
                 outcome.events += applied.events;
             }
         }
-        self.books.final_statuses.retain_pods(|uid| failed.contains(uid));
+        // Those heard since the relist began wait for a read after them.
+        self.books.final_statuses.lock().retain_pods(start, |uid| failed.contains(uid));
         self.listing.fingerprint = fingerprint;
         self.count_states();
         self.finish(start, start_wall);
@@ -540,23 +569,12 @@ impl<R: RuntimeService> GenericPleg<R> {
             // Nothing is known of the pod: nothing changes.
             Found::Unlisted(_) => return None,
         };
-        // A read can see a container already removed while the stream's STOPPED for it
-        // (its exit status) waits in the inbox, drained only at the next turn. Drain it
-        // now and take the words of exactly those containers; every other container's
-        // words wait for a read newer than they are. (Words still on their way are not
-        // waited for.)
-        let unheard = self.books.final_statuses.unheard(transitions, status.as_deref());
-        if !unheard.is_empty() {
-            self.drain_inbox(None);
-            let words = self.late_words_for(&unheard);
-            self.books.final_statuses.keep(words);
-        }
         let books = &mut self.books;
         let (namespace, name) = self.records.pod_name(uid);
-        let identity = books.final_statuses.identity(uid).cloned();
         let now = Instant::now();
         for (id, first) in books.amended_exits.note(uid, status.as_deref()) {
-            self.reads.schedule(Read::ExitStatus(id), Why::because(Reason::UnsettledExit, now), first);
+            let read = Read::Status(StatusBook::AmendedExits, id);
+            self.reads.schedule(read, Why::because(Reason::UnsettledExit, now), first);
         }
         // A sandbox said deleted is still there if the listing or the statuses have it
         // (a status read NotFound while the listing still had it: still there).
@@ -568,8 +586,10 @@ impl<R: RuntimeService> GenericPleg<R> {
         let old = self.records.old(uid);
         let empty_record = old.is_some_and(|p| p.sandboxes.is_empty() && p.containers.is_empty());
         let known = |id: &str| old.is_some_and(|p| p.state_of(id) != PlegState::NonExistent);
-        let Settled { final_statuses, unseen } =
-            books.final_statuses.settle(uid, transitions, status.as_deref(), known);
+        let (identity, Settled { final_statuses, unseen }) = {
+            let mut book = books.final_statuses.lock();
+            (book.identity(uid).cloned(), book.settle(uid, at, transitions, status.as_deref(), known))
+        };
         self.records.commit(uid);
         let events = events_of(PodRead {
             uid,

@@ -1,15 +1,19 @@
-//! The relister's one inbox. Everything that asks the relister to read sends the same
-//! value, a [`Request`] (a [`ScheduleRequest`] of a [`Read`] and its [`Why`]), to one
-//! cloneable [`Inbox`]: the CRI event stream (a pod it named, with the ids and the final
-//! statuses it carried; a container whose pod it did not name; a full relist when it
-//! comes up), a reader waiting on a pod (through the cache), and whoever asks for a full
-//! relist. The relister drains the [`InboxRx`] into its one
-//! [`Scheduler`](super::schedule::Scheduler), where requests coalesce — there and
-//! nowhere else.
+//! The relister's one intake. Everything that asks the relister for work sends it to
+//! one cloneable [`Inbox`] as an [`Intake`]: a read (a [`Request`], a
+//! [`ScheduleRequest`] of a [`Read`] and its [`Why`]: a pod the stream named with the ids
+//! it carried, a full relist when the stream comes up, a pod a reader waits on, a full
+//! relist someone asks for), a container the stream named without its pod, or a sandbox
+//! the stream said deleted. The relister drains the [`InboxRx`] into its one
+//! [`Scheduler`](super::schedule::Scheduler), where reads coalesce — there and nowhere
+//! else. A request names work; it carries no facts.
 //!
-//! Bounded: past [`CAPACITY`] requests not yet drained, further requests are dropped and
-//! the next drain reports the overflow, for which the relister relists fully (a full
-//! relist reads whatever the dropped requests would have made it read).
+//! Facts go to their book: a final status the stream carried enters the
+//! [`FinalStatusBook`] the moment it is heard ([`Inbox::final_status`]), stamped, so a
+//! read under way finds it there without draining anything.
+//!
+//! Bounded: past [`CAPACITY`] messages not yet drained, further ones are dropped and the
+//! next drain reports the overflow, for which the relister relists fully (a full relist
+//! reads whatever the dropped messages would have made it read).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -17,13 +21,33 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::final_statuses::{FinalStatus, FinalStatusBook};
 use super::schedule::{Read, Reason, ScheduleRequest, Why};
 
 /// Requests the inbox holds at most before it drops new ones (and reports the overflow).
 pub const CAPACITY: usize = 65_536;
 
-/// What the inbox carries.
+/// A read asked for.
 pub type Request = ScheduleRequest<Read, Why>;
+
+/// What the inbox carries: work for the relister.
+#[derive(Debug)]
+pub enum Intake {
+    /// A read.
+    Read(Request),
+    /// The stream named container `id` without its pod (containerd does, once the
+    /// sandbox is gone): its pod, found through the records, is read; an unknown
+    /// container asks for a full relist.
+    ContainerOnly(String),
+    /// The stream said pod `uid`'s sandbox `id` was deleted: it is read again until
+    /// gone.
+    SandboxDeleted {
+        /// The pod.
+        uid: String,
+        /// The sandbox.
+        id: String,
+    },
+}
 
 #[derive(Default)]
 struct Counters {
@@ -35,36 +59,47 @@ struct Counters {
 /// The sending side. Cheap to clone.
 #[derive(Clone)]
 pub struct Inbox {
-    tx: mpsc::UnboundedSender<Request>,
+    tx: mpsc::UnboundedSender<Intake>,
     counters: Arc<Counters>,
+    final_statuses: FinalStatusBook,
 }
 
 /// The receiving side, the relister's.
 pub struct InboxRx {
-    rx: mpsc::UnboundedReceiver<Request>,
+    rx: mpsc::UnboundedReceiver<Intake>,
     counters: Arc<Counters>,
 }
 
-/// A new inbox.
-pub fn inbox() -> (Inbox, InboxRx) {
+/// A new inbox, whose final statuses go to `final_statuses`.
+pub fn inbox(final_statuses: FinalStatusBook) -> (Inbox, InboxRx) {
     let (tx, rx) = mpsc::unbounded_channel();
     let counters = Arc::new(Counters::default());
-    (Inbox { tx, counters: counters.clone() }, InboxRx { rx, counters })
+    (Inbox { tx, counters: counters.clone(), final_statuses }, InboxRx { rx, counters })
 }
 
 impl Inbox {
-    /// Sends `request`; dropped (and the overflow reported to the relister) when the inbox
-    /// holds [`CAPACITY`] requests already.
-    pub fn send(&self, request: Request) {
+    /// Sends `intake`; dropped (and the overflow reported to the relister) when the
+    /// inbox holds [`CAPACITY`] messages already.
+    pub fn submit(&self, intake: Intake) {
         if self.counters.queued.fetch_add(1, Ordering::AcqRel) >= CAPACITY {
             self.counters.queued.fetch_sub(1, Ordering::AcqRel);
             self.counters.overflowed.store(true, Ordering::Release);
             return;
         }
-        if self.tx.send(request).is_err() {
+        if self.tx.send(intake).is_err() {
             // The relister is gone (shutdown): nothing is read any more.
             self.counters.queued.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+
+    /// Asks for a read.
+    pub fn send(&self, request: Request) {
+        self.submit(Intake::Read(request));
+    }
+
+    /// The stream carried a stopped container's final status: into its book, now.
+    pub fn final_status(&self, word: FinalStatus) {
+        self.final_statuses.heard(word);
     }
 
     /// Asks for a full relist now, for `reason`.
@@ -92,7 +127,7 @@ impl Inbox {
 impl InboxRx {
     /// The next request; waits for one. `None` only when every sender is gone (never
     /// while the relister holds its own [`Inbox`]).
-    pub async fn recv(&mut self) -> Option<Request> {
+    pub async fn recv(&mut self) -> Option<Intake> {
         let r = self.rx.recv().await;
         if r.is_some() {
             self.counters.queued.fetch_sub(1, Ordering::AcqRel);
@@ -101,7 +136,7 @@ impl InboxRx {
     }
 
     /// A request already there, if any.
-    pub fn try_recv(&mut self) -> Option<Request> {
+    pub fn try_recv(&mut self) -> Option<Intake> {
         let r = self.rx.try_recv().ok();
         if r.is_some() {
             self.counters.queued.fetch_sub(1, Ordering::AcqRel);
@@ -126,7 +161,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_inbox_drops_new_requests_and_says_so_once() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx) = inbox(Default::default());
         for i in 0..CAPACITY + 10 {
             tx.waiting(&format!("pod-{i}"));
         }
@@ -138,7 +173,8 @@ mod tests {
         }
         assert_eq!(n, CAPACITY, "what fitted is all there, in order");
         tx.waiting("again");
-        assert_eq!(rx.recv().await.map(|r| r.key), Some(Read::Pod("again".into())), "drained, it takes requests again");
+        let Some(Intake::Read(again)) = rx.recv().await else { panic!("a read") };
+        assert_eq!(again.key, Read::Pod("again".into()), "drained, it takes requests again");
         assert!(!rx.take_overflow());
     }
 }

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::final_statuses::FinalStatus;
+use futures_util::future::BoxFuture;
+
+use crate::cri::RuntimeService;
 use crate::model::event::EventSource;
 
 /// What the relister reads.
@@ -23,14 +25,19 @@ pub enum Read {
     Full,
     /// A pod, listed alone and inspected.
     Pod(String),
-    /// The pod of a container the stream named without its pod; resolved through the
-    /// records when the request is drained (an unknown container asks for a full
-    /// relist), never scheduled as such.
-    PodOf(String),
-    /// One container's status, for an exit status the runtime lost.
-    ExitStatus(String),
-    /// One sandbox's status, for a sandbox the runtime said deleted.
-    DeletedSandbox(String),
+    /// One status an entry of a book is read again for: a container's or a sandbox's.
+    Status(StatusBook, String),
+}
+
+/// The books whose entries are read again one status at a time ([`Book`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StatusBook {
+    /// Dead containers whose exit status the runtime may still amend
+    /// ([`super::amended_exits`]): a `ContainerStatus`.
+    AmendedExits,
+    /// Sandboxes the runtime said deleted ([`super::deleted_sandboxes`]): a
+    /// `PodSandboxStatus`.
+    DeletedSandboxes,
 }
 
 /// Why a read was asked for.
@@ -84,12 +91,6 @@ pub struct Why {
     pub container_ids: BTreeSet<String>,
     /// When the first request arrived.
     pub first_seen: Instant,
-    /// The final statuses the stream carried for containers that stopped: taken into the
-    /// relister's books when the request is drained.
-    pub final_statuses: Vec<FinalStatus>,
-    /// Sandboxes the stream said deleted: taken into the relister's books when the
-    /// request is drained.
-    pub deleted_sandboxes: BTreeSet<String>,
 }
 
 impl Why {
@@ -100,8 +101,6 @@ impl Why {
             sandbox_ids: BTreeSet::new(),
             container_ids: BTreeSet::new(),
             first_seen: now,
-            final_statuses: Vec::new(),
-            deleted_sandboxes: BTreeSet::new(),
         }
     }
 
@@ -146,8 +145,6 @@ impl Merge for Why {
         self.sandbox_ids.extend(other.sandbox_ids);
         self.container_ids.extend(other.container_ids);
         self.first_seen = self.first_seen.min(other.first_seen);
-        self.final_statuses.extend(other.final_statuses);
-        self.deleted_sandboxes.extend(other.deleted_sandboxes);
     }
 }
 
@@ -309,6 +306,23 @@ pub(super) enum Reread {
     Changed,
     /// The read failed: tried again, not counted.
     Failed,
+}
+
+/// A book whose entries the relister reads again, one status each, on a schedule
+/// ([`Read::Status`]): what the re-read of an entry is, and what its outcome means for
+/// the next one.
+pub(super) trait Book {
+    /// Why its re-reads are scheduled.
+    fn reason(&self) -> Reason;
+    /// The pod of entry `id`, while a re-read of it is to come.
+    fn pod_of(&self, id: &str) -> Option<&str>;
+    /// The re-read of entry `id` from `runtime` (within `timeout`), while one is to come;
+    /// made while the book is at hand, run without it.
+    fn reread<R: RuntimeService>(&self, id: &str, runtime: R, timeout: Duration) -> Option<BoxFuture<'static, Reread>>
+    where
+        Self: Sized;
+    /// Records a re-read of entry `id`; when the next is due (none: done).
+    fn read(&mut self, id: &str, found: Reread) -> Option<Instant>;
 }
 
 /// An entry of a book the relister reads again (the lost exit statuses,

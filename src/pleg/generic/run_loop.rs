@@ -9,42 +9,60 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::GenericPleg;
 use crate::cri::RuntimeService;
 use crate::liveness::BEAT_EVERY;
-use crate::pleg::amended_exits::Word;
-use crate::pleg::final_statuses::FinalStatus;
-use crate::pleg::inbox::Request;
-use crate::pleg::schedule::{Read, Reason, Reread, ScheduleRequest, Why};
+use crate::pleg::inbox::{Intake, Request};
+use crate::pleg::schedule::{Read, Reason, Reread, ScheduleRequest, StatusBook, Why};
 use crate::pleg::stream_trust::SETTLE;
-
-/// Final statuses the stream carried that wait for a read after them, kept at most
-/// (a relister that far behind reads the pods anyway; they only add the exit status).
-const MAX_LATE_WORDS: usize = 4096;
 
 /// One re-read of a container's or a sandbox's status.
 struct StatusReread {
-    read: Read,
+    book: StatusBook,
+    id: String,
     /// The pod it belongs to, read in full when the status changed.
     pod: String,
     found: Reread,
 }
 
 impl<R: RuntimeService> GenericPleg<R> {
-    /// Takes every request the inbox holds (`first`, then the rest) into the schedule:
-    /// the final statuses they carry wait in `late_words` for the books (see
-    /// [`GenericPleg::keep_late_words`]); sandboxes said deleted enter their book and its
-    /// re-reads; a request that overflowed the inbox becomes a full relist; the pods the
-    /// stream named settle the changes suspected as its misses.
-    pub(super) fn drain_inbox(&mut self, first: Option<Request>) {
+    /// Takes everything the inbox holds (`first`, then the rest): reads into the
+    /// schedule; a container named without its pod as a read of its pod (or, unknown, a
+    /// full relist); a sandbox said deleted into its book and its re-reads; an overflow
+    /// as a full relist. The pods the stream named settle the changes suspected as its
+    /// misses.
+    fn drain_inbox(&mut self, first: Option<Intake>) {
         let mut announced = Vec::new();
         let mut next = first.or_else(|| self.inbox_rx.try_recv());
-        while let Some(request) = next {
-            if let Some(uid) = self.take_request(request) {
+        while let Some(intake) = next {
+            let now = Instant::now();
+            let request = match intake {
+                Intake::Read(request) => Some(request),
+                // Container-only events are resolved through the records; an unknown
+                // container asks for a full relist.
+                Intake::ContainerOnly(id) => match self.records.uid_of(&id) {
+                    Some(uid) => Some(ScheduleRequest {
+                        key: Read::Pod(uid),
+                        message: Why::stream_event(None, None, now),
+                        run_at: now,
+                    }),
+                    None => {
+                        self.reads.schedule(Read::Full, Why::because(Reason::UnknownContainer, now), now);
+                        None
+                    }
+                },
+                Intake::SandboxDeleted { uid, id } => {
+                    if let Some(first) = self.books.deleted_sandboxes.said(&uid, &id) {
+                        let read = Read::Status(StatusBook::DeletedSandboxes, id);
+                        self.reads.schedule(read, Why::because(Reason::SandboxDeleted, now), first);
+                    }
+                    None
+                }
+            };
+            if let Some(uid) = request.and_then(|r| self.take_request(r)) {
                 announced.push(uid);
             }
             next = self.inbox_rx.try_recv();
@@ -63,40 +81,16 @@ impl<R: RuntimeService> GenericPleg<R> {
         self.settle_suspects(&announced);
     }
 
-    /// Takes one request into the schedule; returns the pod it names when the stream
-    /// named it.
-    fn take_request(&mut self, ScheduleRequest { key, mut message, run_at }: Request) -> Option<String> {
-        let now = Instant::now();
-        for word in std::mem::take(&mut message.final_statuses) {
-            self.stream.late_words.retain(|w| w.status.id != word.status.id);
-            if self.stream.late_words.len() < MAX_LATE_WORDS {
-                self.stream.late_words.push(word);
-            }
-        }
-        let key = match key {
-            // Container-only events are resolved through the records; an unknown
-            // container asks for a full relist.
-            Read::PodOf(id) => match self.records.uid_of(&id) {
-                Some(uid) => Read::Pod(uid),
-                None => {
-                    self.reads.schedule(Read::Full, Why::because(Reason::UnknownContainer, now), now);
-                    return None;
-                }
-            },
-            key => key,
-        };
+    /// Takes one read into the schedule; returns the pod it names when the stream named
+    /// it.
+    fn take_request(&mut self, ScheduleRequest { key, message, run_at }: Request) -> Option<String> {
         if message.has(Reason::StreamRecovered) {
-            self.stream.trust.settle_until(now + SETTLE);
+            self.stream.trust.settle_until(Instant::now() + SETTLE);
         }
         let Read::Pod(uid) = &key else {
             self.schedule_counted(key, message, run_at);
             return None;
         };
-        for id in std::mem::take(&mut message.deleted_sandboxes) {
-            if let Some(first) = self.books.deleted_sandboxes.said(uid, &id) {
-                self.reads.schedule(Read::DeletedSandbox(id), Why::because(Reason::SandboxDeleted, now), first);
-            }
-        }
         if message.only_waiting() {
             self.take_waiting(uid.clone());
             return None;
@@ -136,22 +130,6 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
     }
 
-    /// Keeps the final statuses that came with the requests drained so far, for the
-    /// reads to come.
-    fn keep_late_words(&mut self) {
-        self.books.final_statuses.keep(std::mem::take(&mut self.stream.late_words));
-    }
-
-    /// Takes the final statuses drained so far for the containers `ids` only (a read that
-    /// found them gone settles them now). Every other container's wait for a read that
-    /// comes after them (matched against an older read they would be wrong).
-    pub(super) fn late_words_for(&mut self, ids: &[String]) -> Vec<FinalStatus> {
-        let (mine, rest) =
-            std::mem::take(&mut self.stream.late_words).into_iter().partition(|w| ids.contains(&w.status.id));
-        self.stream.late_words = rest;
-        mine
-    }
-
     /// Performs the reads due now: the full relist first (it covers every pod read
     /// asked for before it starts, but the failed reads, which it takes itself), then
     /// pods in one batch (a pod only a reader waits on takes one of
@@ -176,10 +154,10 @@ impl<R: RuntimeService> GenericPleg<R> {
                 }
                 Read::Pod(uid) => pods.push((uid, message)),
                 // Due again at once (a zero period): the next turn's.
-                Read::Full | Read::PodOf(_) => {
+                Read::Full => {
                     self.reads.schedule(key, message, run_at);
                 }
-                other => rereads.push(other),
+                Read::Status(book, id) => rereads.push((book, id)),
             }
         }
         if !pods.is_empty() {
@@ -190,66 +168,28 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
     }
 
-    /// Reads again each container whose exit status the runtime lost (one
-    /// `ContainerStatus`) and each sandbox the runtime said deleted (one
-    /// `PodSandboxStatus`), a few at a time, and schedules the next re-read its book
-    /// asks for. The pods of those that changed or are gone are read in full, which
-    /// sends the amended status or the removal. A read its book no longer follows is
-    /// dropped.
-    async fn reread(&mut self, due: Vec<Read>) {
-        let books = &self.books;
-        let jobs: Vec<(Read, String, Option<Word>)> = due
+    /// Reads again each entry due of the books followed one status at a time (a
+    /// container whose exit status the runtime may amend, a sandbox the runtime said
+    /// deleted), a few at a time, and schedules the next re-read its book asks for. The
+    /// pods of those that changed or are gone are read in full, which sends the amended
+    /// status or the removal. An entry its book no longer follows is dropped.
+    async fn reread(&mut self, due: Vec<(StatusBook, String)>) {
+        let timeout = self.cfg.inspect_timeout;
+        let jobs: Vec<_> = due
             .into_iter()
-            .filter_map(|read| {
-                let (pod, word) = match &read {
-                    Read::ExitStatus(id) => (books.amended_exits.pod_of(id)?, books.amended_exits.word_of(id).cloned()),
-                    Read::DeletedSandbox(id) => (books.deleted_sandboxes.pod_of(id)?, None),
-                    Read::Full | Read::Pod(_) | Read::PodOf(_) => return None,
-                };
-                Some((read, pod.to_owned(), word))
+            .filter_map(|(book, id)| {
+                let (pod, read) = self.books.reread(book, &id, self.runtime.clone(), timeout)?;
+                Some(async move { StatusReread { book, id, pod, found: read.await } })
             })
             .collect();
-        let timeout = self.cfg.inspect_timeout;
-        let done: Vec<StatusReread> = futures_util::stream::iter(jobs)
-            .map(|(read, pod, word)| {
-                let runtime = self.runtime.clone();
-                async move {
-                    let found = match &read {
-                        Read::DeletedSandbox(id) => {
-                            match tokio::time::timeout(timeout, runtime.pod_sandbox_status(id)).await {
-                                Ok(answer) => crate::pleg::deleted_sandboxes::reread_of(answer),
-                                Err(_) => Reread::Failed,
-                            }
-                        }
-                        Read::ExitStatus(id) => {
-                            match (tokio::time::timeout(timeout, runtime.container_status(id)).await, &word) {
-                                (Ok(answer), Some(word)) => crate::pleg::amended_exits::reread_of(answer, word),
-                                _ => Reread::Failed,
-                            }
-                        }
-                        // Pods are not among the re-reads (`reread` is given none).
-                        Read::Full | Read::Pod(_) | Read::PodOf(_) => Reread::Failed,
-                    };
-                    StatusReread { read, pod, found }
-                }
-            })
-            .buffer_unordered(self.cfg.concurrency.max(1))
-            .inspect(|_| self.report.beat.beat())
-            .collect()
-            .await;
+        let done = self.concurrently(jobs).await;
         let now = Instant::now();
         let mut changed = BTreeSet::new();
-        for StatusReread { read, pod, found } in done {
-            let next = match &read {
-                Read::ExitStatus(id) => self.books.amended_exits.read(id, found).map(|at| (at, Reason::UnsettledExit)),
-                Read::DeletedSandbox(id) => {
-                    tracing::debug!(sandbox = %id, %pod, ?found, "sandbox said deleted, read again");
-                    self.books.deleted_sandboxes.read(id, found).map(|at| (at, Reason::SandboxDeleted))
-                }
-                Read::Full | Read::Pod(_) | Read::PodOf(_) => None,
-            };
-            if let Some((at, reason)) = next {
-                self.reads.schedule(read, Why::because(reason, now), at);
+        for StatusReread { book, id, pod, found } in done {
+            let entries = self.books.book_mut(book);
+            if let Some(at) = entries.read(&id, found) {
+                let why = Why::because(entries.reason(), now);
+                self.reads.schedule(Read::Status(book, id), why, at);
             }
             if found == Reread::Changed {
                 changed.insert(pod);
@@ -361,7 +301,6 @@ impl<R: RuntimeService> GenericPleg<R> {
                 self.reads.schedule(Read::Full, Why::because(Reason::StreamChanged, now), now);
             }
             self.drain_inbox(first.take());
-            self.keep_late_words();
             // A miss just judged shortens the period: the next full relist moves closer.
             let now = Instant::now();
             self.reads.schedule(Read::Full, Why::because(Reason::Period, now), now + self.period());

@@ -91,7 +91,11 @@ async fn a_pod_asked_for_by_the_stream_a_reader_and_a_failed_read_is_read_once_a
     hint.container_ids.insert("c".into());
     s.schedule(pod.clone(), hint, now + Duration::from_millis(5));
     s.schedule(pod.clone(), Why::because(Reason::Waiting, now), now + Duration::from_millis(50));
-    s.schedule(Read::ExitStatus("c".into()), Why::because(Reason::UnsettledExit, now), now + Duration::from_secs(3));
+    s.schedule(
+        Read::Status(StatusBook::AmendedExits, "c".into()),
+        Why::because(Reason::UnsettledExit, now),
+        now + Duration::from_secs(3),
+    );
     assert_eq!(s.len(), 2, "one entry per read");
     assert!(s.take_due(now).is_empty(), "nothing before its time");
     let due = s.take_due(now + Duration::from_millis(5));
