@@ -21,7 +21,7 @@ use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, Transition, group_pods};
 use super::schedule::{Book, Merge, Read, Reason, RecentlyGone, Reread, Scheduler, StatusBook, Why};
 use super::state::{PlegState, same_status};
-use super::step::{PodRead, events_of};
+use super::step::{PodNow, PodRead, events_of};
 use super::stream_trust::StreamTrust;
 use crate::backoff::TokenBucket;
 use crate::cache::CacheWriter;
@@ -29,7 +29,7 @@ use crate::cri::{CriError, RuntimeService};
 use crate::liveness::Beat;
 use crate::model::event::{EventSource, PodLifecycleEvent};
 use crate::model::{ContainerState, PodStatus};
-use read::{Found, PodListing, ReadError, ReadJob, ReadResult};
+use read::{Found, PodListing, ReadError, ReadJob, ReadResult, Seen};
 
 use super::config::PlegConfig;
 use crate::host::Host;
@@ -204,6 +204,9 @@ struct Applied {
     missed: usize,
 }
 
+/// A pod's transitions since its last read: what a full relist's read of it settles.
+type Transitions = Vec<Transition>;
+
 /// Who asked for a targeted read, and how.
 #[derive(Clone, Copy, Debug)]
 struct Asked {
@@ -211,12 +214,6 @@ struct Asked {
     source: EventSource,
     /// The pod's last read failed.
     retried: bool,
-}
-
-impl Default for Asked {
-    fn default() -> Self {
-        Self { source: EventSource::PodRelist, retried: false }
-    }
 }
 
 /// How a read's findings are applied.
@@ -431,27 +428,29 @@ impl<R: RuntimeService> GenericPleg<R> {
             .collect();
         let mut also: HashSet<String> = retried.union(&self.seeds.unread).cloned().collect();
         also.extend(self.books.final_statuses.lock().pods_heard_before(start).cloned());
-        let work: BTreeMap<String, Vec<Transition>> =
+        let work: BTreeMap<String, Transitions> =
             self.records.changed(&also).into_iter().filter(|(uid, t)| !t.is_empty() || also.contains(uid)).collect();
         self.seeds.unread.clear();
         let seeded = std::mem::take(&mut self.seeds.last);
-        let jobs = self.listed_jobs(work.keys(), &seeded);
+        // Not listed any more: the pod is gone from the runtime.
+        let (jobs, unlisted) = self.listed_jobs(work, &seeded, start);
         outcome.inspected = jobs.len();
-        let mut results: HashMap<String, ReadResult> =
-            self.read_many(jobs).await.into_iter().map(|r| (r.uid.clone(), r)).collect();
+        let mut results = self.read_many(jobs).await;
+        results.extend(unlisted);
+        results.sort_by(|a, b| a.uid.cmp(&b.uid));
 
         let mut failed = HashSet::new();
-        for (uid, transitions) in work {
-            // Not listed any more: the pod is gone from the runtime.
-            let r = results.remove(&uid).unwrap_or_else(|| ReadResult::gone(uid.clone(), start));
-            let reworded_since_seed = match &r.found {
+        for ReadResult { uid, at, asked: transitions, seen, .. } in results {
+            // A listed pod's read is never unlisted; were it, nothing is known of it.
+            let found = seen.map_or_else(Found::Failed, |s| s.found);
+            let reworded_since_seed = match &found {
                 Found::Status(status) => seeded.get(&uid).is_some_and(|seed| !reworded(seed, status).is_empty()),
                 _ => false,
             };
             let sync = retried.contains(&uid) || reworded_since_seed;
             let how =
                 ApplyHow { transitions: &transitions, sync, source: EventSource::Relist, suspect_from: Some(start) };
-            match self.apply(r, how).await {
+            match self.apply(uid.clone(), at, found, how).await {
                 Some(applied) => {
                     outcome.events += applied.events;
                     outcome.missed += applied.missed;
@@ -478,7 +477,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             .collect();
         for uid in gone {
             let how = ApplyHow { transitions: &[], sync: false, source: EventSource::Relist, suspect_from: None };
-            if let Some(applied) = self.apply(ReadResult::gone(uid, start), how).await {
+            if let Some(applied) = self.apply(uid, start, Found::Gone, how).await {
                 outcome.events += applied.events;
             }
         }
@@ -540,11 +539,9 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// the publish channel as lifecycle events ([`events_of`] decides them). The one path
     /// from any read of the runtime (full relist, targeted relist) to the events. `None`
     /// when the read failed: the pod's events wait for a read that succeeds.
-    async fn apply(&mut self, r: ReadResult, how: ApplyHow<'_>) -> Option<Applied> {
-        let ReadResult { uid, at, found, .. } = r;
+    async fn apply(&mut self, uid: String, at: Instant, found: Found, how: ApplyHow<'_>) -> Option<Applied> {
         let ApplyHow { transitions, sync, source, suspect_from } = how;
         let uid = uid.as_str();
-        let gone = matches!(found, Found::Gone);
         let previous = self.cache.reader().get(uid).and_then(|e| e.status.clone());
         let status = match found {
             Found::Gone => {
@@ -566,8 +563,6 @@ impl<R: RuntimeService> GenericPleg<R> {
                 self.store_failure(uid, &err, at);
                 return None;
             }
-            // Nothing is known of the pod: nothing changes.
-            Found::Unlisted(_) => return None,
         };
         let books = &mut self.books;
         let (namespace, name) = self.records.pod_name(uid);
@@ -597,8 +592,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             name: &name,
             identity: identity.as_ref(),
             observed_at: SystemTime::now(),
-            status: status.as_ref(),
-            gone,
+            now: status.as_ref().map_or(PodNow::Gone, PodNow::Present),
             transitions,
             unseen: &unseen,
             final_statuses: &final_statuses,
@@ -660,15 +654,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     pub async fn read_pods(&mut self, batch: Vec<(String, Why)>) -> RelistOutcome {
         // The records move past the last full listing: the next one is diffed in full.
         self.listing.fingerprint = None;
-        let mut asked = HashMap::new();
-        let jobs: Vec<ReadJob> = batch
-            .into_iter()
-            .map(|(uid, why)| {
-                let (job, how) = self.pod_job(uid.clone(), why);
-                asked.insert(uid, how);
-                job
-            })
-            .collect();
+        let jobs: Vec<ReadJob<Asked>> = batch.into_iter().map(|(uid, why)| self.pod_job(uid, why)).collect();
         let mut outcome = RelistOutcome::default();
         // In chunks, so a burst of dirty pods publishes as it goes rather than after
         // the slowest of hundreds of reads.
@@ -678,8 +664,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             let mut results = self.read_many(jobs.by_ref().take(chunk).collect()).await;
             results.sort_by(|a, b| a.uid.cmp(&b.uid));
             for r in results {
-                let how = asked.remove(&r.uid).unwrap_or_default();
-                self.apply_read(r, how, &mut outcome).await;
+                self.apply_read(r, &mut outcome).await;
             }
         }
         {
@@ -696,7 +681,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// The read of pod `uid` for `why` and every request for it still scheduled: listed
     /// alone, with the sandboxes and containers it is known to hold or was told of read
     /// alongside.
-    fn pod_job(&mut self, uid: String, mut why: Why) -> (ReadJob, Asked) {
+    fn pod_job(&mut self, uid: String, mut why: Why) -> ReadJob<Asked> {
         if let Some(pending) = self.reads.remove(&Read::Pod(uid.clone())) {
             why.merge(pending.message);
         }
@@ -707,59 +692,69 @@ impl<R: RuntimeService> GenericPleg<R> {
         let mut containers = self.records.container_ids(&uid);
         containers.extend(why.container_ids.into_iter().filter(|id| !sandboxes.contains(id)));
         let previous = self.cache.reader().get(&uid).and_then(|e| e.status.clone());
-        (ReadJob { uid, listing: PodListing::Alone { sandboxes, containers }, previous }, asked)
+        ReadJob { uid, listing: PodListing::Alone { sandboxes, containers }, previous, asked }
     }
 
-    /// The full relist's reads of the listed pods among `uids`; pods not listed any more
-    /// are left out (they are gone). A pod the cache does not hold yet is read against
-    /// what the journal last said of it (`seeded`): what was read once (a container's
-    /// process) is not read again after a restart.
-    fn listed_jobs<'a>(
+    /// The full relist's reads of the listed pods of `work`, each carrying its
+    /// transitions; and the results of the pods not listed any more (gone at `start`),
+    /// with theirs. A pod
+    /// the cache does not hold yet is read against what the journal last said of it
+    /// (`seeded`): what was read once (a container's process) is not read again after a
+    /// restart.
+    fn listed_jobs(
         &self,
-        uids: impl Iterator<Item = &'a String>,
+        work: BTreeMap<String, Transitions>,
         seeded: &HashMap<String, Arc<PodStatus>>,
-    ) -> Vec<ReadJob> {
+        start: Instant,
+    ) -> (Vec<ReadJob<Transitions>>, Vec<ReadResult<Transitions>>) {
         let reader = self.cache.reader();
-        uids.filter_map(|uid| {
-            let pod = self.records.current(uid)?.clone();
-            let previous = reader.get(uid).and_then(|e| e.status.clone()).or_else(|| seeded.get(uid).cloned());
-            Some(ReadJob { uid: uid.clone(), listing: PodListing::Listed(pod), previous })
-        })
-        .collect()
+        let (mut jobs, mut unlisted) = (Vec::new(), Vec::new());
+        for (uid, transitions) in work {
+            let Some(pod) = self.records.current(&uid).cloned() else {
+                unlisted.push(ReadResult::gone(uid, start, transitions));
+                continue;
+            };
+            let previous = reader.get(&uid).and_then(|e| e.status.clone()).or_else(|| seeded.get(&uid).cloned());
+            jobs.push(ReadJob { uid, listing: PodListing::Listed(pod), previous, asked: transitions });
+        }
+        (jobs, unlisted)
     }
 
     /// Applies one pod's targeted read: its records, its status and events; a read that
     /// failed, or whose events could not be applied, is retried later.
-    async fn apply_read(&mut self, r: ReadResult, asked: Asked, outcome: &mut RelistOutcome) {
+    async fn apply_read(&mut self, r: ReadResult<Asked>, outcome: &mut RelistOutcome) {
+        let ReadResult { uid, at, took, asked, seen } = r;
         {
             let m = &self.report.metrics;
-            m.pod_relist_duration.observe(r.took.as_secs_f64());
+            m.pod_relist_duration.observe(took.as_secs_f64());
         }
         outcome.pods += 1;
-        if let Found::Unlisted(err) = &r.found {
-            tracing::debug!(pod = %r.uid, error = %err, "targeted relist failed; retrying");
-            // Its event (if any) is used up: the retry's finding is no miss.
-            self.stream.trust.announce(&r.uid);
-            self.retry_later(&r.uid);
-            outcome.failed += 1;
-            return;
-        }
-        self.records.set_current_one(&r.uid, r.listed_alone.clone().flatten());
-        let transitions = self.records.transitions(&r.uid);
+        let Seen { listed, found } = match seen {
+            Ok(seen) => seen,
+            Err(err) => {
+                tracing::debug!(pod = %uid, error = %err, "targeted relist failed; retrying");
+                // Its event (if any) is used up: the retry's finding is no miss.
+                self.stream.trust.announce(&uid);
+                self.retry_later(&uid);
+                outcome.failed += 1;
+                return;
+            }
+        };
+        self.records.set_current_one(&uid, listed);
+        let transitions = self.records.transitions(&uid);
         let mut sync = asked.retried;
-        if let Found::Status(status) = &r.found {
-            let previous = self.cache.reader().get(&r.uid).and_then(|e| e.status.clone());
+        if let Found::Status(status) = &found {
+            let previous = self.cache.reader().get(&uid).and_then(|e| e.status.clone());
             sync |= previous.is_some_and(|p| !same_status(&p, status));
         }
-        if matches!(r.found, Found::Status(_) | Found::Failed(_)) {
+        if matches!(found, Found::Status(_) | Found::Failed(_)) {
             outcome.inspected += 1;
         }
         // A pod read because someone waits on it, or retried: a change found
         // here was not announced either.
-        let suspect_from = (asked.source != EventSource::CriEvent).then_some(r.at);
-        let uid = r.uid.clone();
+        let suspect_from = (asked.source != EventSource::CriEvent).then_some(at);
         let how = ApplyHow { transitions: &transitions, sync, source: asked.source, suspect_from };
-        match self.apply(r, how).await {
+        match self.apply(uid.clone(), at, found, how).await {
             Some(applied) => {
                 outcome.events += applied.events;
                 outcome.missed += applied.missed;

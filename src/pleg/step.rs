@@ -15,8 +15,31 @@ use crate::labels::shared;
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::model::{ContainerStatus, PodStatus, nanos_to_system};
 
-/// Everything a read of one pod decides its events by.
+/// What a read found of a pod: its fresh status, or that the runtime no longer has it.
 #[derive(Clone, Copy, Debug)]
+pub enum PodNow<'a> {
+    /// The pod is there; its fresh status.
+    Present(&'a Arc<PodStatus>),
+    /// The runtime no longer has the pod.
+    Gone,
+}
+
+impl<'a> PodNow<'a> {
+    /// The fresh status, if the pod is there.
+    pub fn status(self) -> Option<&'a Arc<PodStatus>> {
+        match self {
+            Self::Present(status) => Some(status),
+            Self::Gone => None,
+        }
+    }
+
+    /// Whether the runtime no longer has the pod.
+    pub fn is_gone(self) -> bool {
+        matches!(self, Self::Gone)
+    }
+}
+
+/// Everything a read of one pod decides its events by.
 pub struct PodRead<'a> {
     /// The pod's UID.
     pub uid: &'a str,
@@ -31,10 +54,8 @@ pub struct PodRead<'a> {
     pub identity: Option<&'a PodIdentity>,
     /// When plegd observed what the read found.
     pub observed_at: SystemTime,
-    /// The fresh status; `None` for a pod gone.
-    pub status: Option<&'a Arc<PodStatus>>,
-    /// The runtime no longer has the pod.
-    pub gone: bool,
+    /// What the read found of the pod.
+    pub now: PodNow<'a>,
     /// The record's transitions since the last read, the kubelet's table applied.
     pub transitions: &'a [Transition],
     /// Deaths and removals of containers no read ever saw (stopped and removed between
@@ -83,7 +104,7 @@ pub fn events_of(read: PodRead<'_>) -> Vec<PodLifecycleEvent> {
     if events.is_empty() && read.sync && pod.status.is_some() {
         events.push(pod.event(&read, EventType::PodSync, None, pod.status.clone()));
     }
-    if read.gone {
+    if read.now.is_gone() {
         // Stable: the events that carry the pod keep their order, before those that do not.
         events.sort_by_key(|e| e.pod.is_none());
         if read.empty_record && events.iter().all(|e| e.pod.is_some()) {
@@ -118,7 +139,7 @@ struct Pod {
 
 impl Pod {
     fn of(read: &PodRead<'_>) -> Self {
-        let (mut namespace, mut name, mut status) = (read.namespace, read.name, read.status.cloned());
+        let (mut namespace, mut name, mut status) = (read.namespace, read.name, read.now.status().cloned());
         if namespace.is_empty()
             && name.is_empty()
             && let Some(known) = read.identity
@@ -165,7 +186,7 @@ impl Pod {
     /// removal of a pod gone; the container as it ended for a death the read no longer
     /// finds; else the fresh status.
     fn transition(&self, read: &PodRead<'_>, t: &Transition) -> PodLifecycleEvent {
-        if read.gone && t.kind == EventType::ContainerRemoved {
+        if read.now.is_gone() && t.kind == EventType::ContainerRemoved {
             return self.event(read, t.kind, Some(t), None);
         }
         let gone = !t.is_sandbox && self.status.as_deref().is_none_or(|s| s.containers.iter().all(|c| c.id != t.id));

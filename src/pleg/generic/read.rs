@@ -1,10 +1,12 @@
 //! One pod read, whichever path asks for it. A [`ReadJob`] says what is known of the pod
 //! before the read — its listing, when the full relist has it; otherwise the pod is listed
 //! alone, with the statuses of what it is known to hold read alongside (one round trip
-//! unless the listing shows more). [`ReadJob::read`] performs it within the inspect
-//! timeout; a [`ReadResult`] says what it found, with typed failures. The full relist and
-//! a targeted read differ only in how their jobs are made; [`GenericPleg::concurrently`]
-//! is the one place reads run side by side.
+//! unless the listing shows more) — and carries its caller's context (why it was asked
+//! for, or the transitions it settles) through to the [`ReadResult`], so nothing is
+//! joined back by UID. [`ReadJob::read`] performs it within the inspect timeout; the
+//! result says how the pod was listed and what was found, with typed failures. The full
+//! relist and a targeted read differ only in how their jobs are made;
+//! [`GenericPleg::concurrently`] is the one place reads run side by side.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -47,13 +49,15 @@ pub(super) enum PodListing {
     Alone { sandboxes: BTreeSet<String>, containers: BTreeSet<String> },
 }
 
-/// One pod to read: what is known of it before the read.
-pub(super) struct ReadJob {
+/// One pod to read: what is known of it before the read, and the caller's context `C`,
+/// handed back with the result.
+pub(super) struct ReadJob<C> {
     pub uid: String,
     pub listing: PodListing,
     /// Its last status (the cache's, or the journal's after a restart): what was read
     /// once of a container (its process) is not read again.
     pub previous: Option<Arc<PodStatus>>,
+    pub asked: C,
 }
 
 /// What a read of one pod found.
@@ -65,39 +69,46 @@ pub(super) enum Found {
     Status(PodStatus),
     /// The pod is there, but its statuses could not be read.
     Failed(ReadError),
-    /// The pod could not be listed alone: nothing is known of it.
-    Unlisted(ReadError),
 }
 
-/// One pod's read.
-pub(super) struct ReadResult {
+/// What a read saw once its pod was listed.
+pub(super) struct Seen {
+    /// The pod as this read's listing had it (the full relist's, or its own); `None`:
+    /// not listed, or every object in it gone by the time it was read.
+    pub listed: Option<RuntimePod>,
+    pub found: Found,
+}
+
+/// One pod's read, with the context its job carried.
+pub(super) struct ReadResult<C> {
     pub uid: String,
     /// When the read started.
     pub at: Instant,
     pub took: Duration,
-    /// The pod as it was listed alone (`None` when not found); `None` for a pod the full
-    /// relist listed, or one that could not be listed.
-    pub listed_alone: Option<Option<RuntimePod>>,
-    pub found: Found,
+    pub asked: C,
+    /// What it saw; an error when the pod could not be listed alone (nothing is known
+    /// of it).
+    pub seen: Result<Seen, ReadError>,
 }
 
-impl ReadResult {
+impl<C> ReadResult<C> {
     /// A pod the full relist no longer lists.
-    pub fn gone(uid: String, at: Instant) -> Self {
-        Self { uid, at, took: Duration::ZERO, listed_alone: None, found: Found::Gone }
+    pub fn gone(uid: String, at: Instant, asked: C) -> Self {
+        Self { uid, at, took: Duration::ZERO, asked, seen: Ok(Seen { listed: None, found: Found::Gone }) }
     }
 }
 
-impl ReadJob {
+impl<C> ReadJob<C> {
     /// Reads the pod within `timeout`.
-    pub async fn read<R: RuntimeService>(self, runtime: R, host: &Host, timeout: Duration) -> ReadResult {
-        let ReadJob { uid, listing, previous } = self;
+    pub async fn read<R: RuntimeService>(self, runtime: R, host: &Host, timeout: Duration) -> ReadResult<C> {
+        let ReadJob { uid, listing, previous, asked } = self;
         let at = Instant::now();
         let alone = matches!(listing, PodListing::Alone { .. });
         let read = async {
             match listing {
                 PodListing::Listed(pod) => {
-                    Ok((None, Some(inspect_pod(&runtime, Some(host), &pod, previous.as_deref()).await)))
+                    let status = inspect_pod(&runtime, Some(host), &pod, previous.as_deref()).await;
+                    Ok((Some(pod), Some(status)))
                 }
                 PodListing::Alone { sandboxes, containers } => {
                     let (listed, prefetched) = futures_util::future::join(
@@ -105,23 +116,24 @@ impl ReadJob {
                         Prefetched::read(&runtime, sandboxes.iter().cloned(), containers, previous.as_deref()),
                     )
                     .await;
-                    let Some(pod) = listed? else { return Ok((Some(None), None)) };
+                    let Some(pod) = listed? else { return Ok((None, None)) };
                     let status = inspect_prefetched(&runtime, Some(host), &pod, previous.as_deref(), prefetched).await;
-                    Ok((Some(Some(pod)), Some(status)))
+                    Ok((Some(pod), Some(status)))
                 }
             }
         };
-        let (listed_alone, found) = match tokio::time::timeout(timeout, read).await {
-            Err(_) if alone => (None, Found::Unlisted(ReadError::Timeout { uid: uid.clone(), timeout })),
-            Err(_) => (None, Found::Failed(ReadError::Timeout { uid: uid.clone(), timeout })),
-            Ok(Err(e)) => (None, Found::Unlisted(ReadError::Runtime(e))),
-            Ok(Ok((listed, None))) => (listed, Found::Gone),
-            Ok(Ok((listed, Some(Err(e))))) => (listed, Found::Failed(ReadError::Runtime(e))),
+        let timed_out = || ReadError::Timeout { uid: uid.clone(), timeout };
+        let seen = match tokio::time::timeout(timeout, read).await {
+            Err(_) if alone => Err(timed_out()),
+            Err(_) => Ok(Seen { listed: None, found: Found::Failed(timed_out()) }),
+            Ok(Err(e)) => Err(ReadError::Runtime(e)),
+            Ok(Ok((listed, None))) => Ok(Seen { listed, found: Found::Gone }),
+            Ok(Ok((listed, Some(Err(e))))) => Ok(Seen { listed, found: Found::Failed(ReadError::Runtime(e)) }),
             // Listed, and every object in it gone since: the pod is gone.
-            Ok(Ok((listed, Some(Ok(status))))) if vanished(&status) => (listed.map(|_| None), Found::Gone),
-            Ok(Ok((listed, Some(Ok(status))))) => (listed, Found::Status(status)),
+            Ok(Ok((_, Some(Ok(status))))) if vanished(&status) => Ok(Seen { listed: None, found: Found::Gone }),
+            Ok(Ok((listed, Some(Ok(status))))) => Ok(Seen { listed, found: Found::Status(status) }),
         };
-        ReadResult { uid, at, took: at.elapsed(), listed_alone, found }
+        ReadResult { uid, at, took: at.elapsed(), asked, seen }
     }
 }
 
@@ -144,7 +156,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     }
 
     /// Performs `jobs`, a few at a time.
-    pub(super) async fn read_many(&self, jobs: Vec<ReadJob>) -> Vec<ReadResult> {
+    pub(super) async fn read_many<C>(&self, jobs: Vec<ReadJob<C>>) -> Vec<ReadResult<C>> {
         let (timeout, host) = (self.cfg.inspect_timeout, &self.host);
         self.concurrently(jobs.into_iter().map(|job| job.read(self.runtime.clone(), host, timeout))).await
     }

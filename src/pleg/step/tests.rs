@@ -42,8 +42,8 @@ fn t(kind: EventType, id: &str) -> Transition {
 #[derive(Default)]
 struct Case {
     name: &'static str,
+    /// The fresh status; none: the pod is gone.
     status: Option<Arc<PodStatus>>,
-    gone: bool,
     transitions: Vec<Transition>,
     unseen: Vec<Transition>,
     final_statuses: Vec<Arc<ContainerStatus>>,
@@ -75,12 +75,7 @@ fn cases() -> Vec<Case> {
             want: vec![(PodSync, "", Some(vec!["c1"]))],
             ..Default::default()
         },
-        Case {
-            name: "a sync of a pod that is gone says nothing by itself",
-            gone: true,
-            sync: true,
-            ..Default::default()
-        },
+        Case { name: "a sync of a pod that is gone says nothing by itself", sync: true, ..Default::default() },
         Case {
             name: "a container removed before the read dies with the stream's final status",
             status: Some(pod(&[], Some(SandboxState::Ready))),
@@ -98,7 +93,6 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "a pod gone: every event with the pod before the first without, removals carry none",
-            gone: true,
             transitions: vec![
                 t(ContainerDied, "sb"),
                 t(ContainerRemoved, "sb"),
@@ -129,23 +123,19 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "a pod seeded with nothing in it and gone ends with a POD_SYNC without a pod",
-            gone: true,
             empty_record: true,
             want: vec![(PodSync, "", None)],
             ..Default::default()
         },
         Case {
             name: "a pod seeded with nothing in it whose removal says it is gone needs no POD_SYNC",
-            gone: true,
             empty_record: true,
             transitions: vec![t(ContainerRemoved, "sb")],
             want: vec![(ContainerRemoved, "sb", None)],
             ..Default::default()
         },
         Case {
-            name: "a pod gone before any read dies under the identity the stream gave it, and goes without it",
-            status: Some(pod(&[], None)),
-            gone: true,
+            name: "a pod gone before any read dies with the container as it ended, and goes without it",
             transitions: vec![t(ContainerDied, "c1"), t(ContainerRemoved, "c1")],
             final_statuses: vec![dead.clone()],
             want: vec![(ContainerDied, "c1", Some(vec!["c1"])), (ContainerRemoved, "c1", None)],
@@ -166,8 +156,7 @@ fn each_read_makes_the_events_its_table_row_says_in_order() {
             name: "web",
             identity: None,
             observed_at: std::time::SystemTime::UNIX_EPOCH,
-            status: case.status.as_ref(),
-            gone: case.gone,
+            now: case.status.as_ref().map_or(PodNow::Gone, PodNow::Present),
             transitions: &case.transitions,
             unseen: &case.unseen,
             final_statuses: &words,
@@ -204,8 +193,7 @@ fn a_change_carries_the_runtimes_time_of_it() {
             name: "web",
             identity: None,
             observed_at: std::time::SystemTime::UNIX_EPOCH,
-            status: Some(&status),
-            gone: false,
+            now: PodNow::Present(&status),
             transitions,
             unseen: &[],
             final_statuses: &none,
@@ -242,8 +230,7 @@ fn a_pod_the_records_never_knew_gone_before_it_was_read_is_named_and_labelled_as
         name: "",
         identity: Some(&identity),
         observed_at: at,
-        status: None,
-        gone: true,
+        now: PodNow::Gone,
         transitions: &transitions,
         unseen: &[],
         final_statuses: &HashMap::new(),
