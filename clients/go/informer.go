@@ -77,6 +77,8 @@ type Informer struct {
 	log     *slog.Logger
 
 	synced atomic.Bool
+	// live says the current stream follows plegd's events (what step's phase is).
+	live atomic.Bool
 
 	// dispatchMu makes every change to the copy and its hand-off to the registrations
 	// one step (the hand-off never waits for a handler), so that a registration added
@@ -215,6 +217,16 @@ func (i *Informer) RemoveEventHandler(reg Registration) error {
 // that.
 func (i *Informer) HasSynced() bool {
 	return i.synced.Load()
+}
+
+// Live reports whether the informer's stream is live now: it follows plegd's events,
+// after a resumed start or a completed snapshot. It is false while the informer
+// connects, while a snapshot is under way (the first, or one after a reset), and from
+// the moment a stream breaks until the next one is live. [Informer.HasSynced] says the
+// copy was complete once; Live says it is current now — a pod missing from the copy
+// while Live is true is one plegd does not have.
+func (i *Informer) Live() bool {
+	return i.live.Load()
 }
 
 // List returns the pods of the copy, in no particular order. The pods are shared
@@ -362,6 +374,9 @@ func (i *Informer) end() {
 func (i *Informer) watch(ctx context.Context) (live bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Not live until this stream is, and not once it ends.
+	i.live.Store(false)
+	defer i.live.Store(false)
 	s := &stream{resume: i.resumable}
 	req := &plegdv1.WatchRequest{Filter: i.filter, Types: i.types}
 	if s.resume {
@@ -409,6 +424,8 @@ func (i *Informer) watch(ctx context.Context) (live bool, err error) {
 			}
 			i.mu.Unlock()
 		}
+		// After the copy took the message in: live once it is current.
+		i.live.Store(s.ph == phaseLive)
 	}
 }
 

@@ -672,3 +672,42 @@ func TestDialTargets(t *testing.T) {
 		t.Error("Dial with a cancelled context succeeded")
 	}
 }
+
+// TestLiveFollowsTheStream: Live is true exactly while the stream follows plegd's
+// events — not before the first snapshot completes, not from a reset until the new
+// snapshot is complete, not once the stream breaks — and true again on a resume.
+func TestLiveFollowsTheStream(t *testing.T) {
+	s, conn := serveScripted(t)
+	inf, _ := newScriptedInformer(t, conn)
+	if inf.Live() {
+		t.Fatal("live before Run")
+	}
+	stop := runScripted(t, inf)
+	defer stop()
+	const E = 3
+
+	c := s.next(t)
+	c.send(startMsg(E, false, 0), snap(5, pod("a", "a1", running)))
+	if inf.Live() {
+		t.Fatal("live before the snapshot is complete")
+	}
+	c.send(synced(5, E, 1))
+	waitFor(t, 5*time.Second, "live after synced", inf.Live)
+	if e, r := inf.Revision(); e != E || r != 5 {
+		t.Fatalf("live before the copy took the snapshot: at %d/%d", e, r)
+	}
+
+	// A reset: not live until the new snapshot is complete.
+	c.send(reset(6))
+	waitFor(t, 5*time.Second, "not live after a reset", func() bool { return !inf.Live() })
+	c.send(snap(7, pod("a", "a2", running)), synced(7, E, 1))
+	waitFor(t, 5*time.Second, "live after the new snapshot", inf.Live)
+
+	// The stream breaks: not live until the next one resumes.
+	c.close()
+	waitFor(t, 5*time.Second, "not live after the stream broke", func() bool { return !inf.Live() })
+	c = s.next(t)
+	expectRequest(t, c, 7, E)
+	c.send(startMsg(E, true, 7))
+	waitFor(t, 5*time.Second, "live after a resume", inf.Live)
+}

@@ -132,7 +132,7 @@ func newCluster(t *testing.T, pods, churnPerSec int) *cluster {
 	bin := plegdBinary(t)
 	dir := t.TempDir()
 	c := &cluster{t: t, bin: bin, dir: dir, criSock: filepath.Join(dir, "cri.sock"), apiSock: filepath.Join(dir, "plegd.sock")}
-	c.sim = start(t, "plegd sim", filepath.Join(dir, "sim.log"), bin, "sim",
+	c.sim = start(t, "plegd sim", filepath.Join(dir, "sim.log"), bin, "sim", "--log-level", "plegd::sim=debug",
 		"--listen", "unix://"+c.criSock, "--pods", fmt.Sprint(pods), "--churn-per-sec", fmt.Sprint(churnPerSec))
 	waitFor(t, 10*time.Second, "the simulated runtime's socket", func() bool {
 		_, err := os.Stat(c.criSock)
@@ -156,6 +156,23 @@ func newCluster(t *testing.T, pods, churnPerSec int) *cluster {
 		}
 	})
 	return c
+}
+
+// replaced counts the pods the simulated runtime's churn has replaced so far (its log
+// says each).
+func (c *cluster) replaced() int {
+	b, _ := os.ReadFile(filepath.Join(c.dir, "sim.log"))
+	return bytes.Count(b, []byte("churn replaced a pod"))
+}
+
+// churnWhileAway waits until the runtime has replaced n more pods: changes plegd,
+// killed, must report as events once it is back.
+func (c *cluster) churnWhileAway(n int) {
+	c.t.Helper()
+	from := c.replaced()
+	waitFor(c.t, 20*time.Second, fmt.Sprintf("the runtime to replace %d pods", n), func() bool {
+		return c.replaced() >= from+n
+	})
 }
 
 // startPlegd runs plegd on stateDir (relative to the cluster's directory) and waits
@@ -721,9 +738,9 @@ func TestResumeAcrossKill9(t *testing.T) {
 	churned(t, 20, all, web)
 	for round := 0; round < 2; round++ {
 		c.plegd.kill()
-		// Not a wait for anything: the pods change while plegd is down, and the
-		// restarted plegd must report those changes as events.
-		time.Sleep(time.Second)
+		// The pods change while plegd is down; the restarted plegd must report those
+		// changes as events.
+		c.churnWhileAway(3)
 		c.startPlegd("state", "--bookmark-interval", "300ms")
 		if e := c.listPods(nil).GetEpoch(); e != epoch {
 			t.Fatalf("plegd restarted on its state dir in epoch %d, not %d", e, epoch)
@@ -766,9 +783,8 @@ func TestResyncOnForeignEpoch(t *testing.T) {
 	web := c.runInformer("web+api", webAndAPI, nil)
 	churned(t, 10, all, web)
 	c.plegd.kill()
-	// Not a wait for anything: long enough for some pods to be replaced while plegd
-	// is down (the simulator replaces about one pod in five per churn step).
-	time.Sleep(2 * time.Second)
+	// Some pods are replaced while plegd is down.
+	c.churnWhileAway(5)
 	c.startPlegd("state-2", "--bookmark-interval", "300ms")
 	second := c.listPods(nil).GetEpoch()
 	if second == first {

@@ -1,82 +1,58 @@
 package plegdprocessor
 
 import (
-	"container/list"
-	"sync"
 	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 )
 
-// lruCache is a bounded least-recently-used map whose entries also expire. It holds
-// GetContainer answers, found and not found.
+// lruCache is a bounded least-recently-used map (hashicorp/golang-lru) whose entries
+// also expire, each after its own time to live, on the resolver's clock. It holds
+// GetContainer answers, found and not found, and the placements made from the
+// informer's copy.
 type lruCache[V any] struct {
-	mu    sync.Mutex
-	max   int
-	ll    *list.List
-	items map[string]*list.Element
-	now   func() time.Time
+	c   *lru.Cache[string, expiring[V]]
+	now func() time.Time
 }
 
-type lruEntry[V any] struct {
-	key     string
+type expiring[V any] struct {
 	val     V
 	expires time.Time
 }
 
-func newLRU[V any](max int, now func() time.Time) *lruCache[V] {
-	if max < 1 {
-		max = 1
+func newLRU[V any](size int, now func() time.Time) *lruCache[V] {
+	c, err := lru.New[string, expiring[V]](max(size, 1))
+	if err != nil {
+		panic(err) // only for a size below 1, which max(…, 1) rules out
 	}
-	return &lruCache[V]{max: max, ll: list.New(), items: make(map[string]*list.Element), now: now}
+	return &lruCache[V]{c: c, now: now}
 }
 
 // get returns the entry if it is there and has not expired (an expired one is dropped).
 func (c *lruCache[V]) get(key string) (V, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var zero V
-	el, ok := c.items[key]
+	e, ok := c.c.Get(key)
 	if !ok {
+		var zero V
 		return zero, false
 	}
-	e := el.Value.(*lruEntry[V])
 	if !c.now().Before(e.expires) {
-		c.ll.Remove(el)
-		delete(c.items, key)
+		c.c.Remove(key)
+		var zero V
 		return zero, false
 	}
-	c.ll.MoveToFront(el)
 	return e.val, true
 }
 
+// put keeps val under key for ttl, evicting the least recently used entry past the
+// bound.
 func (c *lruCache[V]) put(key string, val V, ttl time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	exp := c.now().Add(ttl)
-	if el, ok := c.items[key]; ok {
-		e := el.Value.(*lruEntry[V])
-		e.val, e.expires = val, exp
-		c.ll.MoveToFront(el)
-		return
-	}
-	c.items[key] = c.ll.PushFront(&lruEntry[V]{key: key, val: val, expires: exp})
-	for c.ll.Len() > c.max {
-		last := c.ll.Back()
-		c.ll.Remove(last)
-		delete(c.items, last.Value.(*lruEntry[V]).key)
-	}
+	c.c.Add(key, expiring[V]{val: val, expires: c.now().Add(ttl)})
 }
 
 func (c *lruCache[V]) remove(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if el, ok := c.items[key]; ok {
-		c.ll.Remove(el)
-		delete(c.items, key)
-	}
+	c.c.Remove(key)
 }
 
 func (c *lruCache[V]) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ll.Len()
+	return c.c.Len()
 }

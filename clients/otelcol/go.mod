@@ -3,6 +3,7 @@ module github.com/plegd/plegd/clients/otelcol
 go 1.26.0
 
 require (
+	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/plegd/plegd/clients/go v0.0.0
 	go.opentelemetry.io/collector/component v1.67.0
 	go.opentelemetry.io/collector/component/componenttest v0.161.0

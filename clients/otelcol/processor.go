@@ -288,122 +288,93 @@ func (b *batch) reset() {
 }
 
 func (p *plegdProcessor) processLogs(ctx context.Context, ld plog.Logs) (plog.Logs, error) {
-	b := p.newBatch(ctx)
-	defer b.cancel()
-	var c counts
-	rls := ld.ResourceLogs()
-	n := rls.Len()
-	if p.wantsPID {
-		for i := 0; i < n; i++ {
-			rl := rls.At(i)
-			b.reset()
-			b.want(rl.Resource().Attributes(), pcommon.Map{})
-			sls := rl.ScopeLogs()
-			for j := 0; j < sls.Len(); j++ {
-				lrs := sls.At(j).LogRecords()
-				for k := 0; k < lrs.Len(); k++ {
-					b.want(rl.Resource().Attributes(), lrs.At(k).Attributes())
-				}
-			}
-		}
-		b.startPrefetch()
-	}
-	for i := 0; i < n; i++ {
-		rl := rls.At(i)
-		res := rl.Resource().Attributes()
-		b.reset()
-		sls := rl.ScopeLogs()
-		for j := 0; j < sls.Len(); j++ {
-			lrs := sls.At(j).LogRecords()
-			for k := 0; k < lrs.Len(); k++ {
-				a := b.resolve(res, lrs.At(k).Attributes())
-				c[a.why]++
-				b.assign = append(b.assign, b.group(a.p))
-			}
-		}
-		if len(b.groups) <= 1 {
-			if len(b.groups) == 1 && b.groups[0] != nil {
-				b.groups[0].apply(res)
-			}
-			continue
-		}
-		// The records belong to several containers: the first group stays, each other
-		// gets a copy of the resource and scopes, and its records move there.
-		out := make([]plog.ResourceLogs, len(b.groups))
-		out[0] = rl
-		for g := 1; g < len(b.groups); g++ {
-			out[g] = rls.AppendEmpty()
-			rl.Resource().CopyTo(out[g].Resource())
-			out[g].SetSchemaUrl(rl.SchemaUrl())
-		}
-		idx := 0
-		for j := 0; j < sls.Len(); j++ {
-			sl := sls.At(j)
-			lrs := sl.LogRecords()
-			targets := make([]plog.ScopeLogs, len(b.groups))
-			made := make([]bool, len(b.groups))
-			for k := 0; k < lrs.Len(); k++ {
-				g := b.assign[idx+k]
-				if g == 0 {
-					continue
-				}
-				if !made[g] {
-					targets[g] = out[g].ScopeLogs().AppendEmpty()
-					sl.Scope().CopyTo(targets[g].Scope())
-					targets[g].SetSchemaUrl(sl.SchemaUrl())
-					made[g] = true
-				}
-				lrs.At(k).MoveTo(targets[g].LogRecords().AppendEmpty())
-			}
-			k := 0
-			lrs.RemoveIf(func(plog.LogRecord) bool {
-				g := b.assign[idx+k]
-				k++
-				return g != 0
-			})
-			idx += k
-		}
-		sls.RemoveIf(func(sl plog.ScopeLogs) bool { return sl.LogRecords().Len() == 0 })
-		for g, pl := range b.groups {
-			if pl != nil {
-				pl.apply(out[g].Resource().Attributes())
-			}
-		}
-	}
-	p.r.tel.record(ctx, signalLogs, &c)
+	split(ctx, p, signalLogs, ld.ResourceLogs(), &logsShape)
 	return ld, nil
 }
 
 func (p *plegdProcessor) processTraces(ctx context.Context, td ptrace.Traces) (ptrace.Traces, error) {
+	split(ctx, p, signalTraces, td.ResourceSpans(), &tracesShape)
+	return td, nil
+}
+
+// pdataSlice is what the split uses of a pdata slice.
+type pdataSlice[T any] interface {
+	Len() int
+	At(int) T
+	AppendEmpty() T
+	RemoveIf(func(T) bool)
+}
+
+// shape is one signal's three levels as the split sees them: resources (R) holding
+// scopes (S, in a slice SS) holding items (I, in a slice IS) — log records or spans.
+type shape[R, S, I any, SS pdataSlice[S], IS pdataSlice[I]] struct {
+	resource       func(R) pcommon.Resource
+	resourceSchema func(R) string
+	setResSchema   func(R, string)
+	scopes         func(R) SS
+	scope          func(S) pcommon.InstrumentationScope
+	scopeSchema    func(S) string
+	setScopeSchema func(S, string)
+	items          func(S) IS
+	attributes     func(I) pcommon.Map
+	moveTo         func(I, I)
+}
+
+var logsShape = shape[plog.ResourceLogs, plog.ScopeLogs, plog.LogRecord, plog.ScopeLogsSlice, plog.LogRecordSlice]{
+	resource:       plog.ResourceLogs.Resource,
+	resourceSchema: plog.ResourceLogs.SchemaUrl,
+	setResSchema:   plog.ResourceLogs.SetSchemaUrl,
+	scopes:         plog.ResourceLogs.ScopeLogs,
+	scope:          plog.ScopeLogs.Scope,
+	scopeSchema:    plog.ScopeLogs.SchemaUrl,
+	setScopeSchema: plog.ScopeLogs.SetSchemaUrl,
+	items:          plog.ScopeLogs.LogRecords,
+	attributes:     plog.LogRecord.Attributes,
+	moveTo:         plog.LogRecord.MoveTo,
+}
+
+var tracesShape = shape[ptrace.ResourceSpans, ptrace.ScopeSpans, ptrace.Span, ptrace.ScopeSpansSlice, ptrace.SpanSlice]{
+	resource:       ptrace.ResourceSpans.Resource,
+	resourceSchema: ptrace.ResourceSpans.SchemaUrl,
+	setResSchema:   ptrace.ResourceSpans.SetSchemaUrl,
+	scopes:         ptrace.ResourceSpans.ScopeSpans,
+	scope:          ptrace.ScopeSpans.Scope,
+	scopeSchema:    ptrace.ScopeSpans.SchemaUrl,
+	setScopeSchema: ptrace.ScopeSpans.SetSchemaUrl,
+	items:          ptrace.ScopeSpans.Spans,
+	attributes:     ptrace.Span.Attributes,
+	moveTo:         ptrace.Span.MoveTo,
+}
+
+// split places each item of rs (log records, spans) by its resource's and its own
+// attributes. A resource whose items all belong to one container gets that
+// container's attributes; one whose items belong to several is split: the first group
+// stays, each other gets a copy of the resource and scopes, and its items move there.
+func split[R, S, I any, RS pdataSlice[R], SS pdataSlice[S], IS pdataSlice[I]](
+	ctx context.Context, p *plegdProcessor, sig signal, rs RS, sh *shape[R, S, I, SS, IS],
+) {
 	b := p.newBatch(ctx)
 	defer b.cancel()
 	var c counts
-	rss := td.ResourceSpans()
-	n := rss.Len()
+	n := rs.Len()
 	if p.wantsPID {
 		for i := 0; i < n; i++ {
-			rs := rss.At(i)
+			res := sh.resource(rs.At(i)).Attributes()
 			b.reset()
-			b.want(rs.Resource().Attributes(), pcommon.Map{})
-			sss := rs.ScopeSpans()
-			for j := 0; j < sss.Len(); j++ {
-				spans := sss.At(j).Spans()
-				for k := 0; k < spans.Len(); k++ {
-					b.want(rs.Resource().Attributes(), spans.At(k).Attributes())
-				}
-			}
+			b.want(res, pcommon.Map{})
+			forEachItem(rs.At(i), sh, func(item I) { b.want(res, sh.attributes(item)) })
 		}
 		b.startPrefetch()
 	}
 	for i := 0; i < n; i++ {
-		rs := rss.At(i)
-		res := rs.Resource().Attributes()
+		r := rs.At(i)
+		res := sh.resource(r).Attributes()
 		b.reset()
-		sss := rs.ScopeSpans()
-		for j := 0; j < sss.Len(); j++ {
-			spans := sss.At(j).Spans()
-			for k := 0; k < spans.Len(); k++ {
-				a := b.resolve(res, spans.At(k).Attributes())
+		scopes := sh.scopes(r)
+		for j := 0; j < scopes.Len(); j++ {
+			items := sh.items(scopes.At(j))
+			for k := 0; k < items.Len(); k++ {
+				a := b.resolve(res, sh.attributes(items.At(k)))
 				c[a.why]++
 				b.assign = append(b.assign, b.group(a.p))
 			}
@@ -414,49 +385,66 @@ func (p *plegdProcessor) processTraces(ctx context.Context, td ptrace.Traces) (p
 			}
 			continue
 		}
-		out := make([]ptrace.ResourceSpans, len(b.groups))
-		out[0] = rs
+		out := make([]R, len(b.groups))
+		out[0] = r
 		for g := 1; g < len(b.groups); g++ {
-			out[g] = rss.AppendEmpty()
-			rs.Resource().CopyTo(out[g].Resource())
-			out[g].SetSchemaUrl(rs.SchemaUrl())
+			out[g] = rs.AppendEmpty()
+			sh.resource(r).CopyTo(sh.resource(out[g]))
+			sh.setResSchema(out[g], sh.resourceSchema(r))
 		}
-		idx := 0
-		for j := 0; j < sss.Len(); j++ {
-			ss := sss.At(j)
-			spans := ss.Spans()
-			targets := make([]ptrace.ScopeSpans, len(b.groups))
-			made := make([]bool, len(b.groups))
-			for k := 0; k < spans.Len(); k++ {
-				g := b.assign[idx+k]
-				if g == 0 {
-					continue
-				}
-				if !made[g] {
-					targets[g] = out[g].ScopeSpans().AppendEmpty()
-					ss.Scope().CopyTo(targets[g].Scope())
-					targets[g].SetSchemaUrl(ss.SchemaUrl())
-					made[g] = true
-				}
-				spans.At(k).MoveTo(targets[g].Spans().AppendEmpty())
-			}
-			k := 0
-			spans.RemoveIf(func(ptrace.Span) bool {
-				g := b.assign[idx+k]
-				k++
-				return g != 0
-			})
-			idx += k
-		}
-		sss.RemoveIf(func(ss ptrace.ScopeSpans) bool { return ss.Spans().Len() == 0 })
+		moveGroups(b, r, out, sh)
 		for g, pl := range b.groups {
 			if pl != nil {
-				pl.apply(out[g].Resource().Attributes())
+				pl.apply(sh.resource(out[g]).Attributes())
 			}
 		}
 	}
-	p.r.tel.record(ctx, signalTraces, &c)
-	return td, nil
+	p.r.tel.record(ctx, sig, &c)
+}
+
+// forEachItem calls fn with each item of resource r, scope by scope.
+func forEachItem[R, S, I any, SS pdataSlice[S], IS pdataSlice[I]](r R, sh *shape[R, S, I, SS, IS], fn func(I)) {
+	scopes := sh.scopes(r)
+	for j := 0; j < scopes.Len(); j++ {
+		items := sh.items(scopes.At(j))
+		for k := 0; k < items.Len(); k++ {
+			fn(items.At(k))
+		}
+	}
+}
+
+// moveGroups moves each item of r whose group (b.assign, in item order) is not the
+// first into a copy of its scope under out[group], and drops the scopes left empty.
+func moveGroups[R, S, I any, SS pdataSlice[S], IS pdataSlice[I]](b *batch, r R, out []R, sh *shape[R, S, I, SS, IS]) {
+	scopes := sh.scopes(r)
+	idx := 0
+	for j := 0; j < scopes.Len(); j++ {
+		sc := scopes.At(j)
+		items := sh.items(sc)
+		targets := make([]IS, len(b.groups))
+		made := make([]bool, len(b.groups))
+		for k := 0; k < items.Len(); k++ {
+			g := b.assign[idx+k]
+			if g == 0 {
+				continue
+			}
+			if !made[g] {
+				t := sh.scopes(out[g]).AppendEmpty()
+				sh.scope(sc).CopyTo(sh.scope(t))
+				sh.setScopeSchema(t, sh.scopeSchema(sc))
+				targets[g], made[g] = sh.items(t), true
+			}
+			sh.moveTo(items.At(k), targets[g].AppendEmpty())
+		}
+		k := 0
+		items.RemoveIf(func(I) bool {
+			g := b.assign[idx+k]
+			k++
+			return g != 0
+		})
+		idx += k
+	}
+	scopes.RemoveIf(func(sc S) bool { return sh.items(sc).Len() == 0 })
 }
 
 // processMetrics places each resource by its attributes, then by its data points'

@@ -5,7 +5,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -140,12 +139,6 @@ type resolver struct {
 	client plegdv1.PodLifecycleClient
 	inf    *plegd.Informer
 
-	// The informer's Watch stream, as seen through a stream interceptor: live from a
-	// resumed start or a completed snapshot until the stream breaks or is reset.
-	liveMu    sync.Mutex
-	watchSeq  uint64 // the newest stream; guarded by liveMu
-	watchLive atomic.Bool
-
 	cache *lruCache[cached]
 	memo  *lruCache[informerMemo]
 	// lastPods remembers the pods the lookups found in the copy and those the copy
@@ -196,7 +189,7 @@ func newResolver(cfg *Config, log *zap.Logger, tel *telemetry) *resolver {
 // wait_for_sync. plegd being away is not an error: the informer connects when it can.
 // A failed start leaves the resolver as it was, to be started again.
 func (r *resolver) start(ctx context.Context) error {
-	conn, err := plegd.Dial(ctx, r.cfg.Endpoint, grpc.WithChainStreamInterceptor(r.watchInterceptor))
+	conn, err := plegd.Dial(ctx, r.cfg.Endpoint)
 	if err != nil {
 		return err
 	}
@@ -244,61 +237,11 @@ func (r *resolver) shutdown() {
 	}
 }
 
-// watchInterceptor follows the informer's Watch stream: the Go client tells whether
-// its copy has synced once, not whether its stream is live now.
-func (r *resolver) watchInterceptor(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	if method != plegdv1.PodLifecycle_Watch_FullMethodName {
-		return streamer(ctx, desc, cc, method, opts...)
-	}
-	r.liveMu.Lock()
-	r.watchSeq++
-	seq := r.watchSeq
-	r.watchLive.Store(false)
-	r.liveMu.Unlock()
-	cs, err := streamer(ctx, desc, cc, method, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &watchStream{ClientStream: cs, r: r, seq: seq}, nil
-}
-
-type watchStream struct {
-	grpc.ClientStream
-	r   *resolver
-	seq uint64
-}
-
-func (w *watchStream) RecvMsg(m any) error {
-	err := w.ClientStream.RecvMsg(m)
-	live, change := false, true
-	if err == nil {
-		ev, _ := m.(*plegdv1.WatchEvent)
-		switch {
-		case ev.GetStart() != nil:
-			live = ev.GetStart().GetResumed() // a snapshot follows otherwise
-		case ev.GetReset_() != nil:
-			live = false
-		case ev.GetSynced() != nil:
-			live = true
-		default:
-			change = false
-		}
-	}
-	if change {
-		w.r.liveMu.Lock()
-		if w.r.watchSeq == w.seq {
-			w.r.watchLive.Store(live)
-		}
-		w.r.liveMu.Unlock()
-	}
-	return err
-}
-
 // away says whether plegd cannot be relied on now to say a pod does not exist: the
 // informer has no copy yet, its stream is not live (broken, or taking a snapshot), or
 // the connection is not ready.
 func (r *resolver) away() bool {
-	if r.inf == nil || !r.inf.HasSynced() || !r.watchLive.Load() {
+	if r.inf == nil || !r.inf.Live() {
 		return true
 	}
 	return r.conn.GetState() != connectivity.Ready

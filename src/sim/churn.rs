@@ -122,6 +122,8 @@ impl Churn {
                 let _ = self.sim.stop_pod_sandbox(&pod.sandbox_id).await;
                 let _ = self.sim.remove_pod_sandbox(&pod.sandbox_id).await;
                 self.add_pod().await;
+                // What a test that churns a node while plegd is away waits for.
+                tracing::debug!(removed = %pod.spec.name, "churn replaced a pod");
             }
             // The kubelet stops a container (a failed probe, say).
             _ => {
