@@ -34,8 +34,8 @@ pub struct Attempt {
     pub start: Option<SystemTime>,
     /// Death (the runtime's finish time, else when plegd saw it die or go).
     pub end: Option<SystemTime>,
-    /// How it ended: exit code, reason, message.
-    pub exit: Option<(i32, String, String)>,
+    /// How it ended.
+    pub exit: Option<Exit>,
     /// Whether it still runs as of the newest entry.
     pub running: bool,
     /// The entries about it (indexes into the timeline's entries).
@@ -44,15 +44,26 @@ pub struct Attempt {
     pub first_seen: Option<SystemTime>,
 }
 
+/// How an attempt ended, as the runtime said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exit {
+    /// Exit code.
+    pub code: i32,
+    /// The runtime's reason (`Error`, `OOMKilled`, `Completed`).
+    pub reason: String,
+    /// The runtime's message.
+    pub message: String,
+}
+
 impl Attempt {
     /// Whether it was OOM-killed.
     pub fn oom(&self) -> bool {
-        self.exit.as_ref().is_some_and(|(_, r, _)| r == "OOMKilled")
+        self.exit.as_ref().is_some_and(|e| e.reason == "OOMKilled")
     }
 
     /// Whether it died of anything but a clean exit.
     pub fn failed(&self) -> bool {
-        self.exit.as_ref().is_some_and(|(c, r, _)| *c != 0 || (r != "Completed" && !r.is_empty()))
+        self.exit.as_ref().is_some_and(|e| e.code != 0 || (e.reason != "Completed" && !e.reason.is_empty()))
     }
 }
 
@@ -119,7 +130,7 @@ pub fn build<'a>(entries: &'a [Arc<Entry>], marks: &[Mark], now: SystemTime) -> 
                 a.running = c.state == ContainerState::Running;
                 if c.state == ContainerState::Exited {
                     a.end = nanos_to_system(c.finished_at).or(a.end).or(Some(ev.observed_at));
-                    a.exit = Some((c.exit_code, c.reason.clone(), c.message.clone()));
+                    a.exit = Some(Exit { code: c.exit_code, reason: c.reason.clone(), message: c.message.clone() });
                 }
             }
             for s in &p.sandboxes {
@@ -276,9 +287,9 @@ fn describe(e: &Entry) -> String {
 
 fn ending(a: &Attempt) -> String {
     match &a.exit {
-        Some((code, reason, msg)) => {
+        Some(Exit { code, reason, message }) => {
             let reason = if reason.is_empty() { "no reason given" } else { reason };
-            let msg = if msg.is_empty() { String::new() } else { format!(": {msg}") };
+            let msg = if message.is_empty() { String::new() } else { format!(": {message}") };
             format!("exit {code} · {reason}{msg}")
         }
         None if a.running => "running".into(),
@@ -476,7 +487,7 @@ fn draw_attempt(s: &mut String, t: &Timeline<'_>, a: &Attempt, c: &Canvas) {
     }
     s.push_str("</g>");
     // The death: a cross, or for an OOM kill a filled diamond; with the code and reason.
-    if let (Some(end), Some((code, reason, _)), false) = (a.end, &a.exit, a.sandbox) {
+    if let (Some(end), Some(Exit { code, reason, .. }), false) = (a.end, &a.exit, a.sandbox) {
         let x = axis.x(end);
         let cy = y + BAR_H / 2.0;
         let oom = a.oom();

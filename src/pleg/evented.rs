@@ -156,12 +156,9 @@ impl<R: RuntimeService> EventedWatcher<R> {
         if prev == s {
             return;
         }
-        {
-            let m = &self.metrics;
-            let evented = i64::from(s.is_up());
-            m.mode.get_or_create(&ModeLabel { mode: "evented".into() }).set(evented);
-            m.mode.get_or_create(&ModeLabel { mode: "generic".into() }).set(1 - evented);
-        }
+        let evented = i64::from(s.is_up());
+        self.metrics.mode.get_or_create(&ModeLabel { mode: "evented".into() }).set(evented);
+        self.metrics.mode.get_or_create(&ModeLabel { mode: "generic".into() }).set(1 - evented);
         match s {
             StreamState::Up => tracing::info!("CRI event stream up; full relists slow down to the safety-net period"),
             StreamState::NoStream if prev != StreamState::NoStream => {
@@ -244,10 +241,7 @@ impl<R: RuntimeService> EventedWatcher<R> {
     }
 
     fn on_connected(&self, backoff: &mut Backoff, after_outage: bool) {
-        {
-            let m = &self.metrics;
-            m.evented_connections.inc();
-        }
+        self.metrics.evented_connections.inc();
         backoff.mark_healthy();
         self.set_state(StreamState::Up);
         // Whatever happened while the stream was down is repaired by a full relist (and,
@@ -264,10 +258,7 @@ impl<R: RuntimeService> EventedWatcher<R> {
             let opened = Instant::now();
             let Some(ended) = self.consume(&shutdown, &mut backoff, after_outage).await else { return };
             after_outage = true;
-            {
-                let m = &self.metrics;
-                m.evented_connection_errors.inc();
-            }
+            self.metrics.evented_connection_errors.inc();
             let lasted = opened.elapsed();
             // Unimplemented, or a clean end before the stream proved itself (an empty OK
             // stream): this runtime has no stream. Errors before that are failures.

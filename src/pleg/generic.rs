@@ -351,12 +351,10 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
         self.report.last_start = Some(start);
         let res = self.relist_inner(start, start_wall).await;
-        {
-            let m = &self.report.metrics;
-            m.relist_duration.observe(start.elapsed().as_secs_f64());
-            if res.is_err() {
-                m.relist_errors.inc();
-            }
+        let m = &self.report.metrics;
+        m.relist_duration.observe(start.elapsed().as_secs_f64());
+        if res.is_err() {
+            m.relist_errors.inc();
         }
         match &res {
             Err(e) => self.report.health.record_failure(e.to_string()),
@@ -556,10 +554,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             }
             Found::Failed(err) => {
                 tracing::debug!(pod = %uid, error = %err, "pod read failed; its events wait for a read that succeeds");
-                {
-                    let m = &self.report.metrics;
-                    m.inspection_errors.inc();
-                }
+                self.report.metrics.inspection_errors.inc();
                 self.store_failure(uid, &err, at);
                 return None;
             }
@@ -618,11 +613,9 @@ impl<R: RuntimeService> GenericPleg<R> {
     fn finish(&mut self, start: Instant, start_wall: SystemTime) {
         self.cache.update_time(start);
         self.report.health.record_relist(start, start_wall);
-        {
-            let m = &self.report.metrics;
-            m.cache_pods.set(self.cache.reader().len() as i64);
-            m.last_seen.set(start_wall.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0));
-        }
+        let m = &self.report.metrics;
+        m.cache_pods.set(self.cache.reader().len() as i64);
+        m.last_seen.set(start_wall.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0));
     }
 
     /// Sets the container-state gauges from the cache (after full and targeted relists
@@ -667,10 +660,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 self.apply_read(r, &mut outcome).await;
             }
         }
-        {
-            let m = &self.report.metrics;
-            m.cache_pods.set(self.cache.reader().len() as i64);
-        }
+        self.report.metrics.cache_pods.set(self.cache.reader().len() as i64);
         // A container's state moves only with an event; a failed read drops a status.
         if outcome.events > 0 || outcome.failed > 0 {
             self.count_states();
@@ -724,10 +714,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// failed, or whose events could not be applied, is retried later.
     async fn apply_read(&mut self, r: ReadResult<Asked>, outcome: &mut RelistOutcome) {
         let ReadResult { uid, at, took, asked, seen } = r;
-        {
-            let m = &self.report.metrics;
-            m.pod_relist_duration.observe(took.as_secs_f64());
-        }
+        self.report.metrics.pod_relist_duration.observe(took.as_secs_f64());
         outcome.pods += 1;
         let Seen { listed, found } = match seen {
             Ok(seen) => seen,

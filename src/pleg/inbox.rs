@@ -16,7 +16,7 @@
 //! reads whatever the dropped messages would have made it read).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -51,7 +51,6 @@ pub enum Intake {
 
 #[derive(Default)]
 struct Counters {
-    queued: AtomicUsize,
     overflowed: AtomicBool,
     coalesced: AtomicU64,
 }
@@ -59,20 +58,20 @@ struct Counters {
 /// The sending side. Cheap to clone.
 #[derive(Clone)]
 pub struct Inbox {
-    tx: mpsc::UnboundedSender<Intake>,
+    tx: mpsc::Sender<Intake>,
     counters: Arc<Counters>,
     final_statuses: FinalStatusBook,
 }
 
 /// The receiving side, the relister's.
 pub struct InboxRx {
-    rx: mpsc::UnboundedReceiver<Intake>,
+    rx: mpsc::Receiver<Intake>,
     counters: Arc<Counters>,
 }
 
 /// A new inbox, whose final statuses go to `final_statuses`.
 pub fn inbox(final_statuses: FinalStatusBook) -> (Inbox, InboxRx) {
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::channel(CAPACITY);
     let counters = Arc::new(Counters::default());
     (Inbox { tx, counters: counters.clone(), final_statuses }, InboxRx { rx, counters })
 }
@@ -81,14 +80,11 @@ impl Inbox {
     /// Sends `intake`; dropped (and the overflow reported to the relister) when the
     /// inbox holds [`CAPACITY`] messages already.
     pub fn submit(&self, intake: Intake) {
-        if self.counters.queued.fetch_add(1, Ordering::AcqRel) >= CAPACITY {
-            self.counters.queued.fetch_sub(1, Ordering::AcqRel);
-            self.counters.overflowed.store(true, Ordering::Release);
-            return;
-        }
-        if self.tx.send(intake).is_err() {
+        match self.tx.try_send(intake) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => self.counters.overflowed.store(true, Ordering::Release),
             // The relister is gone (shutdown): nothing is read any more.
-            self.counters.queued.fetch_sub(1, Ordering::AcqRel);
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
         }
     }
 
@@ -128,20 +124,12 @@ impl InboxRx {
     /// The next request; waits for one. `None` only when every sender is gone (never
     /// while the relister holds its own [`Inbox`]).
     pub async fn recv(&mut self) -> Option<Intake> {
-        let r = self.rx.recv().await;
-        if r.is_some() {
-            self.counters.queued.fetch_sub(1, Ordering::AcqRel);
-        }
-        r
+        self.rx.recv().await
     }
 
     /// A request already there, if any.
     pub fn try_recv(&mut self) -> Option<Intake> {
-        let r = self.rx.try_recv().ok();
-        if r.is_some() {
-            self.counters.queued.fetch_sub(1, Ordering::AcqRel);
-        }
-        r
+        self.rx.try_recv().ok()
     }
 
     /// Whether requests were dropped since the last call (the inbox was full).
