@@ -1,6 +1,7 @@
 //! The GenericPLEG relister: list, diff against committed pod records, inspect the
 //! pods that changed, write the cache (its only writer), and emit lifecycle events.
 
+mod books;
 mod read;
 mod run_loop;
 
@@ -11,15 +12,13 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::amended_exits::AmendedExits;
-use super::deleted_sandboxes::DeletedSandboxes;
 use super::evented::StreamState;
-use super::final_statuses::{FinalStatusBook, Settled};
+use super::final_statuses::Settled;
 use super::health::PlegHealth;
 use super::inbox::{Inbox, InboxRx, inbox};
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
 use super::records::{PodRecords, Transition, group_pods};
-use super::schedule::{Book, Merge, Read, Reason, RecentlyGone, Reread, Scheduler, StatusBook, Why};
+use super::schedule::{Merge, Read, Reason, Scheduler, StatusBook, Why};
 use super::state::{PlegState, same_status};
 use super::step::{PodNow, PodRead, events_of};
 use super::stream_trust::StreamTrust;
@@ -29,7 +28,8 @@ use crate::cri::{CriError, RuntimeService};
 use crate::liveness::Beat;
 use crate::model::event::{EventSource, PodLifecycleEvent};
 use crate::model::{ContainerState, PodStatus};
-use read::{Found, PodListing, ReadError, ReadJob, ReadResult, Seen};
+use books::Books;
+use read::{Found, PodListing, PodReader, ReadError, ReadJob, ReadResult, Seen};
 
 use super::config::PlegConfig;
 use crate::host::Host;
@@ -79,15 +79,14 @@ impl PlegHandle {
 
 /// The relister.
 pub struct GenericPleg<R: RuntimeService> {
-    runtime: R,
+    /// Its reads of the runtime.
+    reader: PodReader<R>,
     cache: CacheWriter,
     /// One message per pod read: its events, which the journal commits together, so
     /// that the pod's status they carry never reaches the disk without all of them.
     events: mpsc::Sender<Vec<PodLifecycleEvent>>,
     records: PodRecords,
     cfg: PlegConfig,
-    /// Where the host's `/proc` and cgroupfs are, for a new container's PID and cgroup.
-    host: Host,
     /// Every read to come: the full relist, pods the stream named, pods readers wait on,
     /// pods whose read failed, exit statuses the runtime lost, sandboxes said deleted.
     reads: Scheduler<Read, Why>,
@@ -112,57 +111,6 @@ struct Stream {
     /// The longest a trusted stream goes unchecked by a full relist.
     check: Duration,
     trust: StreamTrust,
-}
-
-/// What the relister keeps between reads beside the records, each until a read settles it.
-#[derive(Default)]
-struct Books {
-    /// Stopped containers' final statuses from the stream (shared with the inbox, which
-    /// enters them as they are heard).
-    final_statuses: FinalStatusBook,
-    /// Containers read with an exit status the runtime lost.
-    amended_exits: AmendedExits,
-    /// Sandboxes the runtime said deleted.
-    deleted_sandboxes: DeletedSandboxes,
-    /// Pods a read found gone lately.
-    gone: RecentlyGone,
-    /// Pods whose last read failed while the stream was down: the next full relist reads
-    /// them (the kubelet's `podsToReinspect`). While the stream is up a failed read is
-    /// retried at the relist period instead, from the schedule.
-    failed: std::collections::BTreeSet<String>,
-}
-
-impl Books {
-    /// The pod of `book`'s entry `id` and its re-read from `runtime`, while one is to
-    /// come.
-    fn reread<R: RuntimeService>(
-        &self,
-        book: StatusBook,
-        id: &str,
-        runtime: R,
-        timeout: Duration,
-    ) -> Option<(String, futures_util::future::BoxFuture<'static, Reread>)> {
-        fn of<B: Book, R: RuntimeService>(
-            b: &B,
-            id: &str,
-            runtime: R,
-            timeout: Duration,
-        ) -> Option<(String, futures_util::future::BoxFuture<'static, Reread>)> {
-            Some((b.pod_of(id)?.to_owned(), b.reread(id, runtime, timeout)?))
-        }
-        match book {
-            StatusBook::AmendedExits => of(&self.amended_exits, id, runtime, timeout),
-            StatusBook::DeletedSandboxes => of(&self.deleted_sandboxes, id, runtime, timeout),
-        }
-    }
-
-    /// The book `book` names.
-    fn book_mut(&mut self, book: StatusBook) -> &mut dyn Book {
-        match book {
-            StatusBook::AmendedExits => &mut self.amended_exits,
-            StatusBook::DeletedSandboxes => &mut self.deleted_sandboxes,
-        }
-    }
 }
 
 /// Pods seeded from the journal's view and not read yet in this process: the next full
@@ -255,12 +203,11 @@ impl<R: RuntimeService> GenericPleg<R> {
         let check = if cfg.stream_check.is_zero() { Duration::MAX } else { cfg.stream_check };
         let trust = StreamTrust::new(cfg.net_period);
         Self {
-            runtime,
+            reader: PodReader::new(runtime, host, cfg.inspect_timeout, cfg.concurrency),
             cache,
             events,
             records: PodRecords::default(),
             cfg,
-            host,
             reads: Scheduler::default(),
             inbox_rx,
             inbox,
@@ -292,6 +239,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// Beats `beat` on every turn of the loop, at least every [`crate::liveness::BEAT_EVERY`], and as
     /// each pod read completes.
     pub fn with_liveness(mut self, beat: Beat) -> Self {
+        self.reader.beat = beat.clone();
         self.report.beat = beat;
         self
     }
@@ -382,12 +330,12 @@ impl<R: RuntimeService> GenericPleg<R> {
             .filter(|_| self.books.failed.is_empty());
         let listing = match skippable {
             Some(unchanged) if self.listing.idle => {
-                let listed = self.runtime.list_if_changed(self.listing.key, unchanged).await;
+                let listed = self.reader.runtime.list_if_changed(self.listing.key, unchanged).await;
                 // A failed hashed listing is not retried as one: the next relist lists in full.
                 self.listing.idle &= listed.is_ok();
                 listed.map_err(PlegError::List)?
             }
-            _ => Some(self.runtime.list_encoded().await.map_err(PlegError::List)?),
+            _ => Some(self.reader.runtime.list_encoded().await.map_err(PlegError::List)?),
         };
         let key = self.listing.key;
         let listed = listing.map(|l| {
@@ -406,7 +354,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         };
         self.listing.fingerprint = None;
         let (sandboxes, containers) =
-            super::list::decode_listing(&self.runtime, &listing).await.map_err(PlegError::Decode)?;
+            super::list::decode_listing(&self.reader.runtime, &listing).await.map_err(PlegError::Decode)?;
         drop(listing);
         let pods = group_pods(sandboxes, containers);
         let mut outcome = RelistOutcome { pods: pods.len(), ..Default::default() };
@@ -433,7 +381,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         // Not listed any more: the pod is gone from the runtime.
         let (jobs, unlisted) = self.listed_jobs(work, &seeded, start);
         outcome.inspected = jobs.len();
-        let mut results = self.read_many(jobs).await;
+        let mut results = self.reader.read_many(jobs).await;
         results.extend(unlisted);
         results.sort_by(|a, b| a.uid.cmp(&b.uid));
 
@@ -654,7 +602,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         let chunk = self.cfg.concurrency.max(1) * 4;
         let mut jobs = jobs.into_iter().peekable();
         while jobs.peek().is_some() {
-            let mut results = self.read_many(jobs.by_ref().take(chunk).collect()).await;
+            let mut results = self.reader.read_many(jobs.by_ref().take(chunk).collect()).await;
             results.sort_by(|a, b| a.uid.cmp(&b.uid));
             for r in results {
                 self.apply_read(r, &mut outcome).await;

@@ -6,7 +6,7 @@
 //! joined back by UID. [`ReadJob::read`] performs it within the inspect timeout; the
 //! result says how the pod was listed and what was found, with typed failures. The full
 //! relist and a targeted read differ only in how their jobs are made;
-//! [`GenericPleg::concurrently`] is the one place reads run side by side.
+//! [`PodReader::concurrently`] is the one place reads run side by side.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -16,9 +16,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
-use super::GenericPleg;
 use crate::cri::{CriError, RuntimeService};
 use crate::host::Host;
+use crate::liveness::Beat;
 use crate::model::PodStatus;
 use crate::pleg::inspect::{Prefetched, inspect_pod, inspect_prefetched};
 use crate::pleg::list::list_pod;
@@ -144,20 +144,39 @@ fn vanished(status: &PodStatus) -> bool {
     status.sandboxes.is_empty() && status.containers.is_empty()
 }
 
-impl<R: RuntimeService> GenericPleg<R> {
+/// The relister's reads of the runtime: pods (and the statuses its books follow) a few
+/// side by side, each within the inspect timeout, a new container's process read on
+/// the host. It holds what a read needs and nothing of the relister's books.
+pub(super) struct PodReader<R> {
+    pub runtime: R,
+    /// Where the host's `/proc` and cgroupfs are, for a new container's PID and cgroup.
+    host: Host,
+    /// The longest one read may take.
+    pub timeout: Duration,
+    /// Reads at once.
+    concurrency: usize,
+    /// Beaten as each read completes.
+    pub beat: Beat,
+}
+
+impl<R: RuntimeService> PodReader<R> {
+    pub fn new(runtime: R, host: Host, timeout: Duration, concurrency: usize) -> Self {
+        Self { runtime, host, timeout, concurrency: concurrency.max(1), beat: Beat::detached("relist") }
+    }
+
     /// Runs `work` at most [`super::PlegConfig::concurrency`] at a time, beating as
     /// each completes; the results come in the order they complete.
-    pub(super) async fn concurrently<T>(&self, work: impl IntoIterator<Item = impl Future<Output = T>>) -> Vec<T> {
+    pub async fn concurrently<T>(&self, work: impl IntoIterator<Item = impl Future<Output = T>>) -> Vec<T> {
         futures_util::stream::iter(work)
-            .buffer_unordered(self.cfg.concurrency.max(1))
-            .inspect(|_| self.report.beat.beat())
+            .buffer_unordered(self.concurrency)
+            .inspect(|_| self.beat.beat())
             .collect()
             .await
     }
 
     /// Performs `jobs`, a few at a time.
-    pub(super) async fn read_many<C>(&self, jobs: Vec<ReadJob<C>>) -> Vec<ReadResult<C>> {
-        let (timeout, host) = (self.cfg.inspect_timeout, &self.host);
+    pub async fn read_many<C>(&self, jobs: Vec<ReadJob<C>>) -> Vec<ReadResult<C>> {
+        let (timeout, host) = (self.timeout, &self.host);
         self.concurrently(jobs.into_iter().map(|job| job.read(self.runtime.clone(), host, timeout))).await
     }
 }

@@ -174,15 +174,15 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// pods of those that changed or are gone are read in full, which sends the amended
     /// status or the removal. An entry its book no longer follows is dropped.
     async fn reread(&mut self, due: Vec<(StatusBook, String)>) {
-        let timeout = self.cfg.inspect_timeout;
+        let timeout = self.reader.timeout;
         let jobs: Vec<_> = due
             .into_iter()
             .filter_map(|(book, id)| {
-                let (pod, read) = self.books.reread(book, &id, self.runtime.clone(), timeout)?;
+                let (pod, read) = self.books.reread(book, &id, self.reader.runtime.clone(), timeout)?;
                 Some(async move { StatusReread { book, id, pod, found: read.await } })
             })
             .collect();
-        let done = self.concurrently(jobs).await;
+        let done = self.reader.concurrently(jobs).await;
         let now = Instant::now();
         let mut changed = BTreeSet::new();
         for StatusReread { book, id, pod, found } in done {
@@ -246,7 +246,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             self.report.health.set_evented_allowance(Duration::ZERO);
             return;
         }
-        let (complete, runtime) = match self.runtime.version().await {
+        let (complete, runtime) = match self.reader.runtime.version().await {
             Ok(v) => (
                 crate::pleg::evented::stream_is_complete(&v.runtime_name, &v.runtime_version),
                 format!("{} {}", v.runtime_name, v.runtime_version),
