@@ -17,11 +17,16 @@ fn rows(section: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// The text of the section under `heading`, to the next heading.
+fn section(text: &str, heading: &str) -> String {
+    let start = text.find(heading).unwrap_or_else(|| panic!("BENCHMARKS.md has no {heading:?}"));
+    let rest = &text[start + heading.len()..];
+    rest[..rest.find("\n## ").unwrap_or(rest.len())].to_owned()
+}
+
 fn sections() -> (String, String) {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/BENCHMARKS.md")).unwrap();
-    let figures = text.find("## Figures").expect("a Figures section");
-    let targets = text.find("## Targets").expect("a Targets section");
-    (text[figures..targets].to_owned(), text[targets..].to_owned())
+    (section(&text, "## Figures"), section(&text, "## Targets"))
 }
 
 #[test]
