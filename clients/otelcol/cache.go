@@ -1,6 +1,7 @@
 package plegdprocessor
 
 import (
+	"sync"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -11,6 +12,9 @@ import (
 // GetContainer answers, found and not found, and the placements made from the
 // informer's copy.
 type lruCache[V any] struct {
+	// mu makes a get that drops an expired entry one step with the puts: without it,
+	// a fresh entry put between the lookup and the removal would be removed.
+	mu  sync.Mutex
 	c   *lru.Cache[string, expiring[V]]
 	now func() time.Time
 }
@@ -30,14 +34,15 @@ func newLRU[V any](size int, now func() time.Time) *lruCache[V] {
 
 // get returns the entry if it is there and has not expired (an expired one is dropped).
 func (c *lruCache[V]) get(key string) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var zero V
 	e, ok := c.c.Get(key)
 	if !ok {
-		var zero V
 		return zero, false
 	}
 	if !c.now().Before(e.expires) {
 		c.c.Remove(key)
-		var zero V
 		return zero, false
 	}
 	return e.val, true
@@ -46,10 +51,14 @@ func (c *lruCache[V]) get(key string) (V, bool) {
 // put keeps val under key for ttl, evicting the least recently used entry past the
 // bound.
 func (c *lruCache[V]) put(key string, val V, ttl time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.c.Add(key, expiring[V]{val: val, expires: c.now().Add(ttl)})
 }
 
 func (c *lruCache[V]) remove(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.c.Remove(key)
 }
 

@@ -89,8 +89,10 @@ impl FinalStatusBook {
         self.lock().keep(word, Instant::now());
     }
 
+    /// The book; a panic while it was held (the book is consistent after each call)
+    /// does not take the stream's consumer down with the relister.
     pub(super) fn lock(&self) -> MutexGuard<'_, FinalStatuses> {
-        self.0.lock().expect("final statuses lock")
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -142,9 +144,12 @@ impl FinalStatuses {
         self.kept.values().filter(move |w| w.heard_at <= at).map(|w| &w.uid)
     }
 
-    /// Keeps only the final statuses heard after `at`, and those of pods `keep` accepts.
+    /// Keeps only the final statuses heard after `at`, and those of pods `keep` accepts;
+    /// drops those older than [`TTL`] either way (a pod whose reads keep failing while
+    /// the stream is quiet).
     pub fn retain_pods(&mut self, at: Instant, keep: impl Fn(&str) -> bool) {
-        self.kept.retain(|_, w| w.heard_at > at || keep(&w.uid));
+        let now = Instant::now();
+        self.kept.retain(|_, w| now.saturating_duration_since(w.heard_at) < TTL && (w.heard_at > at || keep(&w.uid)));
     }
 
     /// The namespace, name and labels the runtime's event gave pod `uid`.

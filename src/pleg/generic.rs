@@ -166,6 +166,10 @@ struct Asked {
 
 /// How a read's findings are applied.
 struct ApplyHow<'a> {
+    /// When the pod's listing was taken: what the read can show is what the runtime held
+    /// then (the full relist's listing, or the read's own), so the stream's final statuses
+    /// are settled against it.
+    listed_at: Instant,
     /// The record's transitions since the last read.
     transitions: &'a [Transition],
     /// Publish a `POD_SYNC` when nothing transitioned.
@@ -394,8 +398,13 @@ impl<R: RuntimeService> GenericPleg<R> {
                 _ => false,
             };
             let sync = retried.contains(&uid) || reworded_since_seed;
-            let how =
-                ApplyHow { transitions: &transitions, sync, source: EventSource::Relist, suspect_from: Some(start) };
+            let how = ApplyHow {
+                listed_at: start,
+                transitions: &transitions,
+                sync,
+                source: EventSource::Relist,
+                suspect_from: Some(start),
+            };
             match self.apply(uid.clone(), at, found, how).await {
                 Some(applied) => {
                     outcome.events += applied.events;
@@ -422,7 +431,13 @@ impl<R: RuntimeService> GenericPleg<R> {
             .cloned()
             .collect();
         for uid in gone {
-            let how = ApplyHow { transitions: &[], sync: false, source: EventSource::Relist, suspect_from: None };
+            let how = ApplyHow {
+                listed_at: start,
+                transitions: &[],
+                sync: false,
+                source: EventSource::Relist,
+                suspect_from: None,
+            };
             if let Some(applied) = self.apply(uid, start, Found::Gone, how).await {
                 outcome.events += applied.events;
             }
@@ -486,7 +501,7 @@ impl<R: RuntimeService> GenericPleg<R> {
     /// from any read of the runtime (full relist, targeted relist) to the events. `None`
     /// when the read failed: the pod's events wait for a read that succeeds.
     async fn apply(&mut self, uid: String, at: Instant, found: Found, how: ApplyHow<'_>) -> Option<Applied> {
-        let ApplyHow { transitions, sync, source, suspect_from } = how;
+        let ApplyHow { listed_at, transitions, sync, source, suspect_from } = how;
         let uid = uid.as_str();
         let previous = self.cache.reader().get(uid).and_then(|e| e.status.clone());
         let status = match found {
@@ -526,7 +541,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         let known = |id: &str| old.is_some_and(|p| p.state_of(id) != PlegState::NonExistent);
         let (identity, Settled { final_statuses, unseen }) = {
             let mut book = books.final_statuses.lock();
-            (book.identity(uid).cloned(), book.settle(uid, at, transitions, status.as_deref(), known))
+            (book.identity(uid).cloned(), book.settle(uid, listed_at, transitions, status.as_deref(), known))
         };
         self.records.commit(uid);
         let events = events_of(PodRead {
@@ -688,7 +703,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         // A pod read because someone waits on it, or retried: a change found
         // here was not announced either.
         let suspect_from = (asked.source != EventSource::CriEvent).then_some(at);
-        let how = ApplyHow { transitions: &transitions, sync, source: asked.source, suspect_from };
+        let how = ApplyHow { listed_at: at, transitions: &transitions, sync, source: asked.source, suspect_from };
         match self.apply(uid.clone(), at, found, how).await {
             Some(applied) => {
                 outcome.events += applied.events;
@@ -749,5 +764,74 @@ mod tests {
         let outcome = pleg.relist().await.unwrap();
         assert_eq!(outcome.failed, 0, "{outcome:?}");
         assert!(pleg.books.failed.is_empty(), "the next full relist read it");
+    }
+
+    /// Found by the review of the intake split: a final status heard after the full
+    /// relist's listing and before its pod's read began is of a container the listing
+    /// cannot show. Settled against that read, the container would die and go while it
+    /// still exists; it waits for a read whose listing can show it.
+    #[tokio::test(start_paused = true)]
+    async fn a_final_status_heard_after_the_listing_waits_for_a_read_that_can_show_its_container() {
+        use crate::cri::spec::{ContainerSpec, PodSpec};
+        use crate::model::event::EventType;
+        let sim = crate::sim::SimRuntime::new();
+        // Two pods, read one after the other in UID order (one read at a time).
+        let (mut a, mut b) = (PodSpec::new("ns", "a"), PodSpec::new("ns", "b"));
+        (a.uid, b.uid) = ("0000-a".into(), "0000-b".into());
+        let sa = sim.run_pod_sandbox(a.run_request()).await.unwrap();
+        let sb = sim.run_pod_sandbox(b.run_request()).await.unwrap();
+        let (writer, _cache) = crate::cache::new();
+        let (tx, mut rx) = mpsc::channel(64);
+        let metrics = PlegMetrics::register(&mut Default::default());
+        let health = PlegHealth::new(Duration::from_secs(180));
+        let cfg = PlegConfig { concurrency: 1, ..Default::default() };
+        let mut pleg = GenericPleg::new(sim.clone(), writer, tx, health, metrics, cfg, Host::default());
+        pleg.relist().await.unwrap();
+        // Both pods change: the next full relist reads both, a first, slowly.
+        for (pod, sid) in [(&a, &sa), (&b, &sb)] {
+            let id = sim.create_container(pod.create_request(sid, &ContainerSpec::new("main"))).await.unwrap();
+            sim.start_container(&id).await.unwrap();
+        }
+        while rx.try_recv().is_ok() {}
+        let slow = FaultAction::Delay(Duration::from_millis(200));
+        sim.inject(Fault { method: "PodSandboxStatus", target: Some(sa.clone()), action: slow, times: Some(1) });
+        let inbox = pleg.inbox();
+        let late = async {
+            // Listed at 0; b's read begins at 200 ms. In between, b gets a container
+            // that starts and stops, and the stream's final status for it is heard.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let c = sim.create_container(b.create_request(&sb, &ContainerSpec::new("late"))).await.unwrap();
+            sim.start_container(&c).await.unwrap();
+            assert!(sim.exit_container(&c, 3, "Error"));
+            let ev = crate::proto::runtime::ContainerEventResponse {
+                container_id: c.clone(),
+                container_event_type: crate::proto::runtime::ContainerEventType::ContainerStoppedEvent as i32,
+                created_at: 1,
+                pod_sandbox_status: Some(sim.pod_sandbox_status(&sb).await.unwrap()),
+                containers_statuses: vec![sim.container_status_cri(&c).await.unwrap()],
+            };
+            inbox.final_status(super::super::final_statuses::FinalStatus::of_event(&ev).expect("a final status"));
+            c
+        };
+        let (relisted, c) = tokio::join!(pleg.relist(), late);
+        relisted.unwrap();
+        let mut events = Vec::new();
+        while let Ok(batch) = rx.try_recv() {
+            events.extend(batch);
+        }
+        let of = |kind| events.iter().filter(|e| e.container_id == c && e.kind == kind).count();
+        assert_eq!((of(EventType::ContainerDied), of(EventType::ContainerRemoved)), (0, 0), "{events:#?}");
+        assert!(!pleg.books.final_statuses.lock().is_empty(), "its final status waits");
+        // The next full relist lists it, dead: it dies once, with its exit code, and is
+        // not removed.
+        pleg.relist().await.unwrap();
+        let mut events = Vec::new();
+        while let Ok(batch) = rx.try_recv() {
+            events.extend(batch);
+        }
+        let died: Vec<_> =
+            events.iter().filter(|e| e.container_id == c && e.kind == EventType::ContainerDied).collect();
+        assert_eq!(died.len(), 1, "{events:#?}");
+        assert!(events.iter().all(|e| e.container_id != c || e.kind != EventType::ContainerRemoved));
     }
 }

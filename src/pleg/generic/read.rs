@@ -73,8 +73,9 @@ pub(super) enum Found {
 
 /// What a read saw once its pod was listed.
 pub(super) struct Seen {
-    /// The pod as this read's listing had it (the full relist's, or its own); `None`:
-    /// not listed, or every object in it gone by the time it was read.
+    /// The pod as this read's own listing had it (`None`: not listed, or every object in
+    /// it gone by the time it was read). A read of a pod the full relist listed has no
+    /// listing of its own: the full relist's records hold it, and this is not read.
     pub listed: Option<RuntimePod>,
     pub found: Found,
 }
