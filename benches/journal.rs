@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use futures_util::{FutureExt, StreamExt};
-use plegd::journal::{FeedItem, Journal, JournalConfig, Since};
+use plegd::journal::{FeedItem, Journal, JournalConfig, Place, Since};
 use plegd::model::PodStatus;
 use plegd::model::event::{EventSource, EventType, PodLifecycleEvent};
 
@@ -152,11 +152,12 @@ fn realistic_pods(n: usize) -> Vec<Arc<PodStatus>> {
 
 /// A state dir under target/ holding 100,000 events of `pods` (kept for the binary's
 /// restart measurement in BENCHMARKS.md); filled once.
-fn filled_state_dir(name: &str, pods: &[Arc<PodStatus>]) -> JournalConfig {
+fn filled_state_dir(name: &str, pods: &[Arc<PodStatus>]) -> (JournalConfig, Place) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join(name);
-    let cfg =
-        JournalConfig { state_dir: Some(dir.clone()), disk_budget: 256 << 20, ..JournalConfig::memory(100_000, 4096) };
-    let filled = Journal::open(&cfg, plegd::journal::JournalMetrics::register(&mut Default::default())).unwrap();
+    let cfg = JournalConfig { disk_budget: 256 << 20, ..JournalConfig::memory(100_000, 4096) };
+    let place = Place::at(&dir);
+    let filled =
+        Journal::open(&cfg, &place, plegd::journal::JournalMetrics::register(&mut Default::default())).unwrap();
     while filled.revision() < 100_000 {
         let at = filled.revision() as usize;
         filled.append_batch((0..100).map(|k| event(&pods[(at + k) % pods.len()])).collect());
@@ -169,7 +170,7 @@ fn filled_state_dir(name: &str, pods: &[Arc<PodStatus>]) -> JournalConfig {
         bytes as f64 / (1 << 20) as f64,
         bytes as f64 / 100_000.0
     );
-    cfg
+    (cfg, place)
 }
 
 fn durable(c: &mut Criterion) {
@@ -179,12 +180,10 @@ fn durable(c: &mut Criterion) {
         g.throughput(Throughput::Elements(batch as u64));
         g.bench_with_input(BenchmarkId::new("batch", batch), &batch, |b, &batch| {
             let dir = tempfile::tempdir().unwrap();
-            let cfg = JournalConfig {
-                state_dir: Some(dir.path().into()),
-                disk_budget: 256 << 20,
-                ..JournalConfig::memory(100_000, 4096)
-            };
-            let j = Journal::open(&cfg, plegd::journal::JournalMetrics::register(&mut Default::default())).unwrap();
+            let cfg = JournalConfig { disk_budget: 256 << 20, ..JournalConfig::memory(100_000, 4096) };
+            let place = Place::at(dir.path());
+            let j =
+                Journal::open(&cfg, &place, plegd::journal::JournalMetrics::register(&mut Default::default())).unwrap();
             let mut i = 0;
             b.iter(|| {
                 let events = (0..batch).map(|k| event(&pods[(i + k) % pods.len()])).collect();
@@ -198,10 +197,11 @@ fn durable(c: &mut Criterion) {
     let mut g = c.benchmark_group("journal/open_after_restart");
     g.sample_size(10);
     for (name, pods) in [("100k_events_200_pods", pods), ("100k_realistic_events_200_pods", realistic_pods(200))] {
-        let cfg = filled_state_dir(&format!("bench-state-{name}"), &pods);
+        let (cfg, place) = filled_state_dir(&format!("bench-state-{name}"), &pods);
         g.bench_function(name, |b| {
             b.iter(|| {
-                let j = Journal::open(&cfg, plegd::journal::JournalMetrics::register(&mut Default::default())).unwrap();
+                let j = Journal::open(&cfg, &place, plegd::journal::JournalMetrics::register(&mut Default::default()))
+                    .unwrap();
                 assert!(j.revision() >= 100_000 && j.pods().len() == 200);
                 j
             })

@@ -414,8 +414,9 @@ impl Stores {
         let journal = {
             // The journal's lineage is marked beside the API socket, a per-boot directory.
             let lineage = api_socket.parent().map(|d| d.join(crate::journal::lineage::FILE));
-            let (dir, jmetrics, stop) = (state_dir.clone(), metrics.journal.clone(), shutdown.clone());
-            tokio::task::spawn_blocking(move || journal.build(dir, lineage, jmetrics, &stop))
+            let place = crate::journal::Place { state_dir: state_dir.clone(), lineage };
+            let (jmetrics, stop) = (metrics.journal.clone(), shutdown.clone());
+            tokio::task::spawn_blocking(move || journal.build(&place, jmetrics, &stop))
                 .await
                 .expect("opening the journal panicked")
                 .map_err(|e| match e {

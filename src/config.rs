@@ -414,9 +414,7 @@ fn journal_config(j: &JournalArgs, watch_buffer: usize) -> Result<crate::journal
         capacity: j.journal_capacity,
         client_buffer: watch_buffer,
         memory_budget: j.journal_memory_budget,
-        state_dir: None,
         disk_budget: j.journal_disk_budget,
-        lineage: None,
     })
 }
 

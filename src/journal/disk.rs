@@ -245,13 +245,13 @@ impl Journal {
     }
 }
 
-pub(super) fn store_config(cfg: &JournalConfig, dir: PathBuf) -> StoreConfig {
+pub(super) fn store_config(cfg: &JournalConfig, dir: PathBuf, lineage: Option<PathBuf>) -> StoreConfig {
     StoreConfig {
         dir,
         capacity: cfg.capacity.max(1) as u64,
         disk_budget: cfg.disk_budget.max(1),
         memory_budget: cfg.memory_budget.max(1),
-        lineage: cfg.lineage.clone(),
+        lineage,
     }
 }
 

@@ -212,14 +212,27 @@ pub struct JournalConfig {
     pub client_buffer: usize,
     /// Bytes of records memory keeps (the newest).
     pub memory_budget: u64,
-    /// The state dir, if any: [`JournalConfig::build`] takes it as an argument (the
-    /// one `--state-dir` every store shares); [`Journal::open`] reads it here.
-    pub state_dir: Option<PathBuf>,
     /// Bytes of records the disk keeps.
     pub disk_budget: u64,
+}
+
+/// Where a journal lives: shared with the rest of plegd, so an argument of
+/// [`JournalConfig::build`] and [`Journal::open`], never part of the journal's config.
+#[derive(Clone, Debug, Default)]
+pub struct Place {
+    /// The state dir (`--state-dir`, shared with the tombstones and the export cursor);
+    /// `None`: memory only.
+    pub state_dir: Option<PathBuf>,
     /// Where the lineage mark is kept ([`lineage`]): a per-boot place outside the state
     /// dir. `None`: not kept.
     pub lineage: Option<PathBuf>,
+}
+
+impl Place {
+    /// In `dir`, with no lineage mark.
+    pub fn at(dir: impl Into<PathBuf>) -> Self {
+        Self { state_dir: Some(dir.into()), lineage: None }
+    }
 }
 
 /// Where `plegd run` keeps its state by default.
@@ -227,35 +240,27 @@ pub const STATE_DIR: &str = "/var/lib/plegd";
 
 impl Default for JournalConfig {
     fn default() -> Self {
-        Self {
-            capacity: 100_000,
-            client_buffer: 4096,
-            memory_budget: 8 << 20,
-            state_dir: None,
-            disk_budget: 256 << 20,
-            lineage: None,
-        }
+        Self { capacity: 100_000, client_buffer: 4096, memory_budget: 8 << 20, disk_budget: 256 << 20 }
     }
 }
 
 impl JournalConfig {
-    /// Opens the journal in `state_dir` (memory only without one), its lineage marked at
-    /// `lineage` ([`lineage`]), waiting up to
+    /// Opens the journal at `place` (memory only without a state dir), its lineage
+    /// marked there ([`lineage`]), waiting up to
     /// [`LOCK_WAIT`] for a plegd that still holds it ([`Journal::open_waiting`]). It
     /// blocks: async callers run it on a blocking thread.
     pub fn build(
         self,
-        state_dir: Option<PathBuf>,
-        lineage: Option<PathBuf>,
+        place: &Place,
         metrics: JournalMetrics,
         shutdown: &CancellationToken,
     ) -> Result<Journal, StoreError> {
-        Journal::open_waiting(&JournalConfig { state_dir, lineage, ..self }, metrics, LOCK_WAIT, shutdown)
+        Journal::open_waiting(&self, place, metrics, LOCK_WAIT, shutdown)
     }
 
     /// In memory only, `capacity` revisions within 8 MiB.
     pub fn memory(capacity: usize, client_buffer: usize) -> Self {
-        Self { capacity, client_buffer, memory_budget: 8 << 20, state_dir: None, disk_budget: 0, lineage: None }
+        Self { capacity, client_buffer, memory_budget: 8 << 20, disk_budget: 0 }
     }
 }
 
@@ -360,15 +365,15 @@ impl Journal {
     /// giving each subscriber a buffer of `client_buffer` entries. Its epoch is its
     /// start time in nanoseconds.
     pub fn new(capacity: usize, client_buffer: usize, metrics: JournalMetrics) -> Self {
-        Self::build(&JournalConfig::memory(capacity, client_buffer), metrics, Disk::None, None)
+        Self::build(&JournalConfig::memory(capacity, client_buffer), None, metrics, Disk::None, None)
     }
 
-    /// Opens the journal `cfg` describes: from its state dir when it has one,
+    /// Opens the journal `cfg` describes at `place`: from its state dir when it has one,
     /// continuing its epoch and revisions. Fails only when the state dir cannot be
     /// created (a usage error); a journal on disk that cannot be used is moved aside or,
     /// failing that, the journal runs in memory and says so.
-    pub fn open(cfg: &JournalConfig, metrics: JournalMetrics) -> Result<Self, StoreError> {
-        Self::open_waiting(cfg, metrics, LOCK_WAIT, &CancellationToken::new())
+    pub fn open(cfg: &JournalConfig, place: &Place, metrics: JournalMetrics) -> Result<Self, StoreError> {
+        Self::open_waiting(cfg, place, metrics, LOCK_WAIT, &CancellationToken::new())
     }
 
     /// [`Journal::open`], waiting up to `wait` for another plegd that holds the state
@@ -379,12 +384,13 @@ impl Journal {
     /// once, not after the wait. It blocks: async callers run it on a blocking thread.
     pub fn open_waiting(
         cfg: &JournalConfig,
+        place: &Place,
         metrics: JournalMetrics,
         wait: std::time::Duration,
         shutdown: &CancellationToken,
     ) -> Result<Self, StoreError> {
-        let Some(dir) = &cfg.state_dir else { return Ok(Self::build(cfg, metrics, Disk::None, None)) };
-        let scfg = store_config(cfg, dir.clone());
+        let Some(dir) = &place.state_dir else { return Ok(Self::build(cfg, None, metrics, Disk::None, None)) };
+        let scfg = store_config(cfg, dir.clone(), place.lineage.clone());
         let deadline = Instant::now() + wait;
         let mut opened = Store::open(scfg.clone(), &store::boot_id());
         if let Err(e @ StoreError::Locked { .. }) = &opened {
@@ -411,7 +417,7 @@ impl Journal {
                     ),
                     Some(why) => tracing::info!(epoch = loaded.epoch, "journal begins a new epoch: {why}"),
                 }
-                let j = Self::build(cfg, metrics, Disk::Durable(store), Some(loaded.epoch));
+                let j = Self::build(cfg, Some(scfg), metrics, Disk::Durable(store), Some(loaded.epoch));
                 j.load(loaded);
                 Ok(j)
             }
@@ -419,14 +425,19 @@ impl Journal {
             Err(e) => {
                 tracing::error!(error = %e, "the journal cannot use its state dir; it keeps events in memory only and retries");
                 let disk = Disk::Failing { store: None, error: e.to_string(), last_try: Instant::now() };
-                Ok(Self::build(cfg, metrics, disk, None))
+                Ok(Self::build(cfg, Some(scfg), metrics, disk, None))
             }
         }
     }
 
-    fn build(cfg: &JournalConfig, metrics: JournalMetrics, disk: Disk, epoch: Option<u64>) -> Self {
+    fn build(
+        cfg: &JournalConfig,
+        store_cfg: Option<StoreConfig>,
+        metrics: JournalMetrics,
+        disk: Disk,
+        epoch: Option<u64>,
+    ) -> Self {
         let epoch = epoch.unwrap_or_else(epoch_now);
-        let store_cfg = cfg.state_dir.clone().map(|dir| store_config(cfg, dir));
         let path = store_cfg.as_ref().map(|c| c.dir.join(store::FILE));
         metrics.durable.set(matches!(disk, Disk::Durable(_)) as i64);
         Self {

@@ -440,12 +440,8 @@ mod unusable {
         // nothing is moved aside, and the journal says why it is not durable.
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join(store::FILE)).unwrap();
-        let cfg = JournalConfig {
-            state_dir: Some(dir.path().into()),
-            disk_budget: 1 << 20,
-            ..JournalConfig::memory(100, 100)
-        };
-        let j = Journal::open(&cfg, JournalMetrics::throwaway()).expect("never a crash loop");
+        let cfg = JournalConfig { disk_budget: 1 << 20, ..JournalConfig::memory(100, 100) };
+        let j = Journal::open(&cfg, &Place::at(dir.path()), JournalMetrics::throwaway()).expect("never a crash loop");
         assert!(j.disk_problem().is_some());
         assert!(dir.path().join(store::FILE).is_dir(), "left where it was");
         let files: Vec<_> = std::fs::read_dir(dir.path())

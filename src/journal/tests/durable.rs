@@ -57,15 +57,8 @@ pub(super) fn event(uid: &str, kind: EventType, pod: Option<Arc<PodStatus>>) -> 
     }
 }
 
-pub(super) fn cfg(dir: &std::path::Path) -> JournalConfig {
-    JournalConfig {
-        capacity: 100_000,
-        client_buffer: 100_000,
-        memory_budget: 8 << 20,
-        state_dir: Some(dir.to_owned()),
-        disk_budget: 256 << 20,
-        lineage: None,
-    }
+pub(super) fn cfg() -> JournalConfig {
+    JournalConfig { capacity: 100_000, client_buffer: 100_000, memory_budget: 8 << 20, disk_budget: 256 << 20 }
 }
 
 /// Appends `n` events about pods `p0..p9`, alternating starts and deaths.
@@ -117,13 +110,13 @@ fn a_record_reads_back_as_the_entry_that_was_delivered() {
 #[tokio::test]
 async fn a_restart_that_keeps_the_state_dir_keeps_the_epoch_the_revisions_and_every_resume() {
     let dir = tempfile::tempdir().unwrap();
-    let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     churn(&j, 50);
     let (epoch, before) = (j.epoch(), replay_all(j.subscribe(Since::Revision(0, j.epoch()), Default::default())));
     let view_before: Vec<_> = j.pods();
     drop(j);
 
-    let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     assert_eq!((j.epoch(), j.revision()), (epoch, 50), "the same journal, not a new one");
     assert_eq!(j.pods(), view_before, "the view, which seeds the relister, is what it was");
     for since in [0, 17, 49, 50] {
@@ -145,9 +138,9 @@ async fn a_restart_that_keeps_the_state_dir_keeps_the_epoch_the_revisions_and_ev
 #[test]
 fn a_resume_older_than_memory_reads_the_disk_page_by_page_and_meets_memory_without_gap_or_repeat() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = cfg(dir.path());
+    let mut c = cfg();
     c.memory_budget = 64 << 10;
-    let j = Journal::open(&c, JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&c, &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     churn(&j, 3000);
     let web = Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() };
     for (since, filter) in [(0, Filter::default()), (1234, Filter::default()), (7, web)] {
@@ -170,10 +163,10 @@ fn a_resume_older_than_memory_reads_the_disk_page_by_page_and_meets_memory_witho
 #[test]
 fn the_disk_keeps_its_byte_budget_and_a_resume_from_a_compacted_revision_is_reset() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = cfg(dir.path());
+    let mut c = cfg();
     c.memory_budget = 64 << 10;
     c.disk_budget = 256 << 10;
-    let j = Journal::open(&c, JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&c, &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     churn(&j, 5000);
     let kept = match &mut j.lock().disk {
         Disk::Durable(s) => (s.kept_bytes(), s.oldest(), s.used_bytes_now()),
@@ -207,10 +200,10 @@ fn records_that_fill_most_of_a_page_still_keep_the_file_within_its_budget() {
     // 4 KiB page, a quarter of the file unused. Counting record bytes alone let a
     // 256 MiB budget grow a 351 MiB file (benches/journal.rs, realistic pods).
     let dir = tempfile::tempdir().unwrap();
-    let mut c = cfg(dir.path());
+    let mut c = cfg();
     c.memory_budget = 64 << 10;
     c.disk_budget = 1 << 20;
-    let j = Journal::open(&c, JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&c, &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     append_page_sized_pods(&j, 2000, 10);
     let (kept, used, oldest) = match &mut j.lock().disk {
         Disk::Durable(s) => (s.kept_bytes(), s.used_bytes_now(), s.oldest()),
@@ -227,10 +220,10 @@ fn a_view_that_fills_the_disk_budget_still_leaves_the_events_a_quarter_of_it() {
     // the file's use, a node whose pods alone fill the budget would compact the
     // disk to a single revision: no resume across a restart.
     let dir = tempfile::tempdir().unwrap();
-    let mut c = cfg(dir.path());
+    let mut c = cfg();
     c.memory_budget = 64 << 10;
     c.disk_budget = 1 << 20;
-    let j = Journal::open(&c, JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&c, &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     append_page_sized_pods(&j, 1500, 400);
     let (kept, oldest) = match &j.lock().disk {
         Disk::Durable(s) => (s.kept_bytes(), s.oldest()),
@@ -246,10 +239,10 @@ fn a_view_that_fills_the_disk_budget_still_leaves_the_events_a_quarter_of_it() {
 #[test]
 fn a_replay_whose_revisions_are_compacted_under_it_stops_with_an_error_not_a_gap() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = cfg(dir.path());
+    let mut c = cfg();
     c.memory_budget = 64 << 10;
     c.capacity = 2000;
-    let j = Journal::open(&c, JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&c, &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     churn(&j, 1500);
     let mut sub = j.subscribe(Since::Revision(0, j.epoch()), Default::default());
     let start = std::mem::replace(&mut sub.start, Start::Replay(Replay::default()));
@@ -266,7 +259,7 @@ fn a_replay_whose_revisions_are_compacted_under_it_stops_with_an_error_not_a_gap
 #[test]
 fn a_corrupt_file_is_moved_aside_and_a_new_epoch_begins() {
     let dir = tempfile::tempdir().unwrap();
-    let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     churn(&j, 10);
     let epoch = j.epoch();
     drop(j);
@@ -280,7 +273,7 @@ fn a_corrupt_file_is_moved_aside_and_a_new_epoch_begins() {
     std::fs::write(&path, &bytes).unwrap();
     let _ = std::fs::remove_file(dir.path().join(format!("{}-wal", store::FILE)));
 
-    let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).expect("never a crash loop");
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).expect("never a crash loop");
     assert_ne!(j.epoch(), epoch, "a new epoch: clients reset");
     assert_eq!((j.revision(), j.pods().len()), (0, 0));
     assert_eq!(j.disk_problem(), None, "the new journal is durable");
@@ -292,7 +285,7 @@ fn a_corrupt_file_is_moved_aside_and_a_new_epoch_begins() {
     assert!(!aside.is_empty(), "the old file is kept aside for a post-mortem");
     churn(&j, 3);
     drop(j);
-    let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     assert_eq!(j.revision(), 3, "and the new one persists");
 }
 
@@ -321,7 +314,7 @@ fn a_disk_that_keeps_corrupting_the_journal_leaves_only_the_newest_copies_aside(
     };
     for round in 0..3 {
         std::fs::write(dir.path().join(store::FILE), format!("garbage {round}")).unwrap();
-        let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).expect("never a crash loop");
+        let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).expect("never a crash loop");
         assert_eq!(j.disk_problem(), None);
         drop(j);
         let now = aside(dir.path());
@@ -338,7 +331,7 @@ fn a_disk_that_keeps_corrupting_the_journal_leaves_only_the_newest_copies_aside(
 fn a_file_that_is_not_a_database_is_moved_aside_too() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(store::FILE), "hello, I am not SQLite").unwrap();
-    let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     assert_eq!(j.disk_problem(), None);
     churn(&j, 2);
     assert_eq!(j.revision(), 2);
@@ -349,7 +342,8 @@ fn a_state_dir_that_cannot_be_created_is_an_error_naming_the_flag() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("a-file");
     std::fs::write(&file, "").unwrap();
-    let err = Journal::open(&cfg(&file.join("state")), JournalMetrics::throwaway()).err().expect("an error");
+    let err =
+        Journal::open(&cfg(), &Place::at(file.join("state")), JournalMetrics::throwaway()).err().expect("an error");
     assert!(matches!(err, StoreError::CreateDir { .. }));
     assert!(err.to_string().starts_with("--state-dir: cannot create"), "{err}");
 }
@@ -359,7 +353,7 @@ async fn a_full_disk_keeps_serving_from_memory_under_a_new_epoch_and_recovers_wh
     let dir = tempfile::tempdir().unwrap();
     let registry = &mut crate::metrics::Registry::default();
     let metrics = JournalMetrics::register(registry);
-    let j = Journal::open(&cfg(dir.path()), metrics.clone()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), metrics.clone()).unwrap();
     churn(&j, 20);
     let durable_epoch = j.epoch();
     let mut watcher = super::feed_of(j.subscribe(Since::Revision(20, durable_epoch), Default::default()));
@@ -387,7 +381,7 @@ async fn a_full_disk_keeps_serving_from_memory_under_a_new_epoch_and_recovers_wh
     assert_eq!(j.disk_problem(), None);
     assert_eq!(metrics.durable.get(), 1);
     drop((watcher, resumed, j));
-    let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     assert_eq!((j.epoch(), j.revision()), (memory_epoch, 221), "the memory epoch became the durable one");
     let sub = j.subscribe(Since::Revision(210, memory_epoch), Default::default());
     assert_eq!(sub.reset, None);
@@ -397,7 +391,7 @@ async fn a_full_disk_keeps_serving_from_memory_under_a_new_epoch_and_recovers_wh
 #[test]
 fn a_second_plegd_on_the_same_state_dir_waits_for_the_first_to_exit_and_continues_its_epoch() {
     let dir = tempfile::tempdir().unwrap();
-    let first = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let first = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     churn(&first, 10);
     let (epoch, revision) = (first.epoch(), first.revision());
     // The old pod of a rollout exits a moment after the new one starts.
@@ -406,7 +400,7 @@ fn a_second_plegd_on_the_same_state_dir_waits_for_the_first_to_exit_and_continue
         drop(first);
     });
     let (m, wait) = (JournalMetrics::throwaway(), Duration::from_secs(10));
-    let second = Journal::open_waiting(&cfg(dir.path()), m, wait, &Default::default()).unwrap();
+    let second = Journal::open_waiting(&cfg(), &Place::at(dir.path()), m, wait, &Default::default()).unwrap();
     exiting.join().unwrap();
     assert_eq!(second.disk_problem(), None);
     assert_eq!((second.epoch(), second.revision()), (epoch, revision), "the journal passed from one to the other");
@@ -415,18 +409,18 @@ fn a_second_plegd_on_the_same_state_dir_waits_for_the_first_to_exit_and_continue
 #[test]
 fn a_second_plegd_is_kept_out_even_when_a_lock_file_is_deleted() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = cfg(dir.path());
-    let (first, _) = store::Store::open(store_config(&cfg, dir.path().to_owned()), "boot").unwrap();
+    let cfg = cfg();
+    let (first, _) = store::Store::open(store_config(&cfg, dir.path().to_owned(), None), "boot").unwrap();
     // What earlier versions locked, deleted by a cleanup script or a person.
     let _ = std::fs::remove_file(dir.path().join(store::LOCK_FILE));
-    match store::Store::open(store_config(&cfg, dir.path().to_owned()), "boot") {
+    match store::Store::open(store_config(&cfg, dir.path().to_owned(), None), "boot") {
         Err(StoreError::Locked { .. }) => {}
         Err(e) => panic!("another error: {e}"),
         Ok(_) => panic!("a second writer opened the journal another holds"),
     }
     drop(first);
     assert!(
-        store::Store::open(store_config(&cfg, dir.path().to_owned()), "boot").is_ok(),
+        store::Store::open(store_config(&cfg, dir.path().to_owned(), None), "boot").is_ok(),
         "free once the first is gone"
     );
 }
@@ -434,26 +428,26 @@ fn a_second_plegd_is_kept_out_even_when_a_lock_file_is_deleted() {
 #[test]
 fn an_older_plegd_holding_its_lock_file_keeps_a_newer_one_out() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = cfg(dir.path());
+    let cfg = cfg();
     // What earlier versions lock: the file alone.
     let old = std::fs::File::create(dir.path().join(store::LOCK_FILE)).unwrap();
     old.try_lock().unwrap();
-    match store::Store::open(store_config(&cfg, dir.path().to_owned()), "boot") {
+    match store::Store::open(store_config(&cfg, dir.path().to_owned(), None), "boot") {
         Err(StoreError::Locked { .. }) => {}
         Err(e) => panic!("another error: {e}"),
         Ok(_) => panic!("a newer plegd opened the journal an older one holds"),
     }
     drop(old);
-    assert!(store::Store::open(store_config(&cfg, dir.path().to_owned()), "boot").is_ok());
+    assert!(store::Store::open(store_config(&cfg, dir.path().to_owned(), None), "boot").is_ok());
 }
 
 #[test]
 fn a_state_dir_held_past_the_wait_is_left_alone_and_taken_over_once_free() {
     let dir = tempfile::tempdir().unwrap();
-    let first = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let first = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     churn(&first, 10);
     let (m, wait) = (JournalMetrics::throwaway(), Duration::from_millis(200));
-    let second = Journal::open_waiting(&cfg(dir.path()), m, wait, &Default::default()).unwrap();
+    let second = Journal::open_waiting(&cfg(), &Place::at(dir.path()), m, wait, &Default::default()).unwrap();
     let problem = second.disk_problem().expect("not durable while another plegd holds the dir");
     assert!(problem.contains("held by another process"), "{problem}");
     // Neither writes over the other: the first goes on, the second keeps to memory.
@@ -469,6 +463,6 @@ fn a_state_dir_held_past_the_wait_is_left_alone_and_taken_over_once_free() {
     assert_eq!(second.disk_problem(), None, "the dir is taken over once free");
     let (epoch, revision) = (second.epoch(), second.revision());
     drop(second);
-    let third = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let third = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     assert_eq!((third.epoch(), third.revision()), (epoch, revision));
 }

@@ -85,7 +85,7 @@ async fn live_entries_that_overflow_during_a_replay_stop_the_replay_at_once() {
 #[tokio::test]
 async fn a_new_epoch_ends_the_feed_with_its_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let j = Journal::open(&cfg(dir.path()), crate::journal::JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), crate::journal::JournalMetrics::throwaway()).unwrap();
     churn(&j, 3);
     let (_, mut feed) = j.subscribe(Since::Snapshot, Arc::new(Filter::default())).into_feed();
     // The disk fills.
@@ -103,10 +103,10 @@ async fn a_new_epoch_ends_the_feed_with_its_reason() {
 #[tokio::test]
 async fn a_replay_that_the_disk_cannot_finish_ends_the_feed_with_the_error_as_an_item() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = cfg(dir.path());
+    let mut c = cfg();
     c.memory_budget = 64 << 10;
     c.capacity = 2000;
-    let j = Journal::open(&c, crate::journal::JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&c, &Place::at(dir.path()), crate::journal::JournalMetrics::throwaway()).unwrap();
     churn(&j, 1500);
     let (_, mut feed) = j.subscribe(Since::Revision(0, j.epoch()), Default::default()).into_feed();
     assert!(matches!(feed.next().await, Some(FeedItem::Entry(e)) if e.revision == 1), "the first page is read");
@@ -125,9 +125,9 @@ async fn a_replay_that_the_disk_cannot_finish_ends_the_feed_with_the_error_as_an
 #[tokio::test]
 async fn a_replay_reads_the_disk_only_in_a_turn_and_goes_on_when_it_gets_one() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = cfg(dir.path());
+    let mut c = cfg();
     c.memory_budget = 16 << 10;
-    let j = Journal::open(&c, crate::journal::JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&c, &Place::at(dir.path()), crate::journal::JournalMetrics::throwaway()).unwrap();
     churn(&j, 300);
     let turns = Arc::new(tokio::sync::Semaphore::new(0));
     let (_, feed) = j.subscribe(Since::Revision(0, j.epoch()), Default::default()).into_feed();
@@ -148,9 +148,9 @@ fn resume_from_disk(n: usize, cursor_share: f64, live_at: Vec<usize>) -> Result<
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async move {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = cfg(dir.path());
+        let mut c = cfg();
         c.memory_budget = 4 << 10;
-        let j = Journal::open(&c, crate::journal::JournalMetrics::throwaway()).unwrap();
+        let j = Journal::open(&c, &Place::at(dir.path()), crate::journal::JournalMetrics::throwaway()).unwrap();
         let mut published: Vec<(u64, Arc<str>, EventType)> = Vec::new();
         let publish = |j: &Journal, i: usize, published: &mut Vec<_>| {
             let uid = format!("p{}", i % 7);

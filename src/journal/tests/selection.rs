@@ -11,7 +11,9 @@ use super::durable::{cfg, churn, event, replay_all, status};
 /// good; it must be reset instead, whether the replay comes from memory or disk.
 fn resume_after_a_pod_left(memory_budget: u64) -> (Subscription, Result<Vec<Arc<Entry>>, ReplayError>) {
     let dir = tempfile::tempdir().unwrap();
-    let j = Journal::open(&JournalConfig { memory_budget, ..cfg(dir.path()) }, JournalMetrics::throwaway()).unwrap();
+    let j =
+        Journal::open(&JournalConfig { memory_budget, ..cfg() }, &Place::at(dir.path()), JournalMetrics::throwaway())
+            .unwrap();
     j.append(event("a", EventType::ContainerStarted, Some(status("a", "web", true)))).unwrap();
     let web = Arc::new(Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() });
     let (listed, at) = j.list(&web);
@@ -73,7 +75,7 @@ fn a_filtered_resume_from_disk_stops_with_a_reset_when_a_pod_left_the_selection(
 #[test]
 fn a_resume_whose_filter_still_matches_after_a_label_change_is_a_plain_replay() {
     let dir = tempfile::tempdir().unwrap();
-    let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     j.append(event("a", EventType::ContainerStarted, Some(status("a", "web", true)))).unwrap();
     j.append(event("a", EventType::ContainerStarted, Some(status("a", "db", true)))).unwrap();
     // Unfiltered, and a selector both label sets match: nothing left.
@@ -96,7 +98,7 @@ fn a_label_change_reads_back_from_disk_with_who_the_pod_was() {
 #[test]
 fn a_selectors_resume_into_records_an_earlier_version_wrote_starts_over() {
     let dir = tempfile::tempdir().unwrap();
-    let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     churn(&j, 10);
     let epoch = j.epoch();
     drop(j);
@@ -105,7 +107,7 @@ fn a_selectors_resume_into_records_an_earlier_version_wrote_starts_over() {
     let db = rusqlite::Connection::open(dir.path().join(store::FILE)).unwrap();
     db.execute("DELETE FROM meta WHERE key = 'left_since'", []).unwrap();
     drop(db);
-    let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     assert_eq!(j.epoch(), epoch, "the journal continues");
     churn(&j, 5);
     let web = Arc::new(Filter { selector: Selector::parse("app=web").unwrap(), ..Default::default() });

@@ -7,7 +7,7 @@ use super::durable::{cfg, event, status};
 #[test]
 fn a_timeline_read_from_disk_holds_each_unchanged_container_once_not_once_per_event() {
     let dir = tempfile::tempdir().unwrap();
-    let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     // A crash-looping pod of 22 containers: each event, one container changes.
     let mut containers: Vec<Arc<crate::model::ContainerStatus>> = (0..22)
         .map(|i| {
@@ -29,7 +29,7 @@ fn a_timeline_read_from_disk_holds_each_unchanged_container_once_not_once_per_ev
     }
     drop(j);
     // A new journal over the same state dir reads the timeline from disk.
-    let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     let t = j.timeline("loop").expect("a timeline");
     assert_eq!(t.len(), 1000);
     let distinct: std::collections::HashSet<*const crate::model::ContainerStatus> =

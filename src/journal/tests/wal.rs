@@ -10,7 +10,7 @@ fn a_wal_a_burst_made_large_is_cut_back_once_checkpointed() {
     // On a small state-dir filesystem, a WAL that kept its high-water size kept the
     // space another writer gave back, and the journal never became durable again.
     let dir = tempfile::tempdir().unwrap();
-    let j = Journal::open(&cfg(dir.path()), JournalMetrics::throwaway()).unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     let wal = dir.path().join(format!("{}-wal", store::FILE));
     let big = "x".repeat(64 << 10);
     for i in 0..200 {
