@@ -6,8 +6,38 @@
 //!   `WatchEvent`, which the server sends as `grpc::wire::WatchFrame` (a published
 //!   event's shared encoding, byte for byte a `WatchEvent`) through `grpc::wire::Codec`.
 //! - `plegd.v1`'s descriptors (with what they import) for server reflection.
+//!
+//! It also names the revision being built, as `PLEGD_REVISION` (`plegd --version`, the
+//! `plegd_build_info` metric and the image's labels say the same): `$PLEGD_REVISION`
+//! when set (an image built from a tarball), else the checkout's commit, else `unknown`.
+
+/// The revision being built.
+fn revision() -> String {
+    println!("cargo:rerun-if-env-changed=PLEGD_REVISION");
+    if let Ok(r) = std::env::var("PLEGD_REVISION")
+        && !r.is_empty()
+    {
+        return r;
+    }
+    // A new commit or a checkout: read again.
+    for path in [".git/HEAD", ".git/refs/heads", ".git/packed-refs"] {
+        if std::path::Path::new(path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    }
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    git(&["rev-parse", "--short=12", "HEAD"]).filter(|r| !r.is_empty()).unwrap_or_else(|| "unknown".into())
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rustc-env=PLEGD_REVISION={}", revision());
     let (cri, plegd) = ("runtime/v1/api.proto", "plegd/v1/plegd.proto");
     for f in [cri, plegd] {
         println!("cargo:rerun-if-changed=cri-proto/{f}");

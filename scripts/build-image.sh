@@ -22,7 +22,11 @@ fi
 name=$(awk '$1 == "image:" { print $2; exit }' manifests/daemonset.yaml)
 [ -n "$name" ] || { echo "build-image.sh: no image: in manifests/daemonset.yaml" >&2; exit 1; }
 
-RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --bin plegd --target "$target"
+# The revision the binary names (`plegd --version`, `plegd_build_info`) is the image's label.
+revision=${PLEGD_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+version=$(awk -F'"' '$1 == "version = " { print $2; exit }' Cargo.toml)
+PLEGD_REVISION=$revision RUSTFLAGS="-C target-feature=+crt-static" \
+  cargo build --release --locked --bin plegd --target "$target"
 mkdir -p "$work/context"
 strip -o "$work/context/plegd" "target/$target/release/plegd"
 # A static binary has no interpreter; a dynamic one would not start in an empty image.
@@ -36,7 +40,11 @@ fi
 b=(buildah --root "$PWD/$work/storage" --runroot "$PWD/$work/run" --storage-driver vfs)
 "${b[@]}" rmi -f "$name" >/dev/null 2>&1 || true
 "${b[@]}" bud --quiet --target image --build-context "build=$work/context" --timestamp 0 \
-  --omit-history -f Containerfile -t "$name" "$work/context" >/dev/null
+  --omit-history -f Containerfile -t "$name" \
+  --label "org.opencontainers.image.version=$version" \
+  --label "org.opencontainers.image.revision=$revision" \
+  --label "org.opencontainers.image.source=https://github.com/plegd/plegd" \
+  "$work/context" >/dev/null
 rm -f "$out"
 "${b[@]}" push --quiet "$name" "oci-archive:$out:$name"
 # The manifest's digest, as containerd will know the image.
@@ -44,6 +52,17 @@ index=$(tar -xOf "$out" index.json)
 digest_re='"digest":"([^"]*)"'
 [[ $index =~ $digest_re ]] || { echo "build-image.sh: no digest in $out's index.json: $index" >&2; exit 1; }
 digest=${BASH_REMATCH[1]}
+# The labels as the archive's image config holds them, checked against the binary.
+manifest=$(tar -xOf "$out" "blobs/sha256/${digest#sha256:}")
+config_re='"config":[^}]*"digest":"sha256:([0-9a-f]*)"'
+[[ $manifest =~ $config_re ]] || { echo "build-image.sh: no config in the manifest: $manifest" >&2; exit 1; }
+config=$(tar -xOf "$out" "blobs/sha256/${BASH_REMATCH[1]}")
+for label in "org.opencontainers.image.version\":\"$version" "org.opencontainers.image.revision\":\"$revision"; do
+  [[ $config == *"\"$label\""* ]] || { echo "build-image.sh: the image lacks the label $label" >&2; exit 1; }
+done
+said=$("$work/context/plegd" --version)
+[ "$said" = "plegd $version ($revision)" ] || { echo "build-image.sh: the binary says '$said', the labels $version $revision" >&2; exit 1; }
 echo "image $name"
+echo "labels version $version revision $revision"
 echo "digest $digest"
 echo "archive $out ($(du -h "$out" | cut -f1))"

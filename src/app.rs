@@ -635,6 +635,14 @@ impl Metrics {
         let lookup = crate::lookup::LookupMetrics::register(plegd);
         let export = crate::export::ExportMetrics::register(plegd.sub_registry_with_prefix("otlp"));
         crate::telemetry::LogCollector::register(plegd);
+        plegd.register(
+            "build",
+            "The version and the revision plegd was built from (as `plegd --version` says)",
+            prometheus_client::metrics::info::Info::new([
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("revision", crate::REVISION),
+            ]),
+        );
         let queues = crate::workqueue::QueueMetrics::register(root.sub_registry_with_prefix("workqueue"));
         crate::process::ProcessCollector::register(root.sub_registry_with_prefix("process"));
         Self {

@@ -70,6 +70,13 @@
 // path above links private steps.
 #![allow(rustdoc::private_intra_doc_links)]
 
+/// The revision this binary was built from (`build.rs`): what `plegd --version`, the
+/// `plegd_build_info` metric and the image's `org.opencontainers.image.revision` label say.
+pub const REVISION: &str = env!("PLEGD_REVISION");
+
+/// `plegd --version`: the version and the revision.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("PLEGD_REVISION"), ")");
+
 pub mod admin;
 pub mod app;
 pub mod backoff;

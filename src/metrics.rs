@@ -32,10 +32,14 @@ pub fn encode_text(registry: &Registry) -> String {
     openmetrics_to_text(&encode(registry))
 }
 
-/// Rewrites OpenMetrics text as the classic Prometheus text format.
+/// Rewrites OpenMetrics text as the classic Prometheus text format: a counter's family
+/// takes its samples' `_total` name; an info family (which the classic format lacks) is
+/// a gauge named as its sample, `_info`.
 pub fn openmetrics_to_text(om: &str) -> String {
-    let counters: std::collections::HashSet<&str> =
-        om.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.strip_suffix(" counter")).collect();
+    let of_type = |t: &'static str| -> std::collections::HashSet<&str> {
+        om.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.strip_suffix(t)).collect()
+    };
+    let (counters, infos) = (of_type(" counter"), of_type(" info"));
     let mut out = String::with_capacity(om.len());
     for line in om.lines() {
         if line == "# EOF" || line.starts_with("# UNIT ") {
@@ -44,10 +48,28 @@ pub fn openmetrics_to_text(om: &str) -> String {
         let rewritten = ["# HELP ", "# TYPE "].iter().find_map(|p| {
             let rest = line.strip_prefix(p)?;
             let (name, tail) = rest.split_once(' ')?;
+            if infos.contains(name) {
+                let tail = if *p == "# TYPE " { "gauge" } else { tail };
+                return Some(format!("{p}{name}_info {tail}"));
+            }
             counters.contains(name).then(|| format!("{p}{name}_total {tail}"))
         });
         out.push_str(rewritten.as_deref().unwrap_or(line));
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_classic_text_names_a_counter_by_its_total_and_an_info_as_a_gauge() {
+        let om = "# HELP a_b Things.\n# TYPE a_b counter\na_b_total 3\n# HELP p_build Build.\n# TYPE p_build info\np_build_info{version=\"1\"} 1\n# EOF\n";
+        assert_eq!(
+            openmetrics_to_text(om),
+            "# HELP a_b_total Things.\n# TYPE a_b_total counter\na_b_total 3\n# HELP p_build_info Build.\n# TYPE p_build_info gauge\np_build_info{version=\"1\"} 1\n"
+        );
+    }
 }

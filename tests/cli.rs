@@ -497,3 +497,18 @@ fn a_state_dir_that_cannot_be_created_and_a_bad_budget_are_usage_errors() {
     assert_usage_error(&["run", "--journal-memory-budget", "8XB"], "--journal-memory-budget");
     assert_usage_error(&["run", "--journal-disk-budget", "12KiB"], "--journal-disk-budget");
 }
+
+#[test]
+fn version_and_the_build_info_metric_name_the_same_revision() {
+    let out = plegd(&["--version"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (version, revision) = (env!("CARGO_PKG_VERSION"), env!("PLEGD_REVISION"));
+    assert_eq!(text.trim(), format!("plegd {version} ({revision})"));
+    assert!(!revision.is_empty(), "build.rs names a revision, `unknown` at worst");
+    let metrics = plegd::app::Metrics::new();
+    let sample = format!("plegd_build_info{{version=\"{version}\",revision=\"{revision}\"}} 1");
+    for (format, text) in [("OpenMetrics", metrics.encode()), ("text", metrics.encode_text())] {
+        assert!(text.lines().any(|l| l == sample), "{format}: no {sample} in\n{text}");
+    }
+}

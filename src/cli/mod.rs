@@ -20,7 +20,7 @@ use crate::sim::churn::ChurnConfig;
 
 /// plegd: a node-local container lifecycle observer for CRI runtimes.
 #[derive(Debug, Parser)]
-#[command(name = "plegd", version, about, propagate_version = true)]
+#[command(name = "plegd", version = crate::VERSION, about, propagate_version = true)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
