@@ -29,6 +29,10 @@ PLEGD_REVISION=$revision RUSTFLAGS="-C target-feature=+crt-static" \
   cargo build --release --locked --bin plegd --target "$target"
 mkdir -p "$work/context"
 strip -o "$work/context/plegd" "target/$target/release/plegd"
+# The crates in the binary, as a CycloneDX SBOM (dev-dependencies left out).
+command -v cargo-cyclonedx >/dev/null || cargo install --locked cargo-cyclonedx@0.5.9
+cargo cyclonedx --format json --describe binaries --target "$target" -q
+mv plegd_bin.cdx.json "$work/context/plegd.cdx.json"
 # A static binary has no interpreter; a dynamic one would not start in an empty image.
 # (Read whole, then searched: under pipefail `readelf | grep -q` can fail by SIGPIPE.)
 headers=$(readelf -l "$work/context/plegd")
@@ -60,9 +64,20 @@ config=$(tar -xOf "$out" "blobs/sha256/${BASH_REMATCH[1]}")
 for label in "org.opencontainers.image.version\":\"$version" "org.opencontainers.image.revision\":\"$revision"; do
   [[ $config == *"\"$label\""* ]] || { echo "build-image.sh: the image lacks the label $label" >&2; exit 1; }
 done
+# The SBOM is in the image, and it is this build's.
+sbom_found=
+for layer in $(grep -o '"digest":"sha256:[0-9a-f]*"' <<<"$manifest" | cut -d: -f3 | tr -d '"'); do
+  if tar -xOf "$out" "blobs/sha256/$layer" 2>/dev/null | tar -tzf - 2>/dev/null | grep -qx 'usr/share/sbom/plegd.cdx.json'; then
+    sbom_found=1
+  fi
+done
+[ -n "$sbom_found" ] || { echo "build-image.sh: no /usr/share/sbom/plegd.cdx.json in the image" >&2; exit 1; }
+grep -q "\"version\": *\"$version\"" "$work/context/plegd.cdx.json" ||
+  { echo "build-image.sh: the SBOM does not name plegd $version" >&2; exit 1; }
 said=$("$work/context/plegd" --version)
 [ "$said" = "plegd $version ($revision)" ] || { echo "build-image.sh: the binary says '$said', the labels $version $revision" >&2; exit 1; }
 echo "image $name"
 echo "labels version $version revision $revision"
+echo "sbom /usr/share/sbom/plegd.cdx.json ($(grep -o '"bom-ref"' "$work/context/plegd.cdx.json" | wc -l) entries)"
 echo "digest $digest"
 echo "archive $out ($(du -h "$out" | cut -f1))"
