@@ -28,8 +28,11 @@ pub const FILE: &str = "journal.db";
 /// dirs a plegd uses, and a dir plegd cannot write to fails here, with the system's
 /// words (the lock itself is on the directory).
 pub const LOCK_FILE: &str = "plegd.lock";
-/// The layout this version writes; another one is moved aside like a corrupt file.
-const SCHEMA: i64 = 1;
+/// The layout this version writes (`docs/state-dir.md`). A journal of an older layout
+/// is read as it is (a change of layout adds a migration from each older one here); one
+/// of a newer layout — a downgrade — is moved aside, never misread, and a new epoch
+/// begins: watchers are reset, never left with a gap.
+pub const SCHEMA: i64 = 1;
 
 /// What went wrong with the journal's file.
 #[derive(Debug, thiserror::Error)]
@@ -318,10 +321,13 @@ impl Store {
         };
         let schema = meta("schema")?;
         if schema != Some(SCHEMA) {
-            return Err(StoreError::Unusable {
-                path: path.to_owned(),
-                reason: format!("layout {schema:?}, this plegd writes layout {SCHEMA}"),
-            });
+            let reason = match schema {
+                Some(s) if s > SCHEMA => {
+                    format!("written by a newer plegd (layout {s}; this plegd reads layouts up to {SCHEMA})")
+                }
+                other => format!("layout {other:?}, this plegd writes layout {SCHEMA}"),
+            };
+            return Err(StoreError::Unusable { path: path.to_owned(), reason });
         }
         let epoch =
             meta("epoch")?.ok_or_else(|| StoreError::Unusable { path: path.to_owned(), reason: "no epoch".into() })?;

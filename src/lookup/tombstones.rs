@@ -16,6 +16,12 @@ use crate::model::{nanos_to_system, system_to_nanos};
 /// File name in the state dir.
 pub const FILE: &str = "tombstones.sqlite";
 
+/// The file's format, kept as SQLite's `user_version` (`docs/state-dir.md`). A file at
+/// 0 predates the number and is format 1 (an older column is added as it is opened); a
+/// file a newer plegd wrote (a downgrade) is set aside and a new one started: never
+/// misread.
+pub const FORMAT: i64 = 1;
+
 /// Failures of the tombstone file.
 #[derive(Debug, thiserror::Error)]
 pub enum TombstoneError {
@@ -92,6 +98,15 @@ impl TombstoneStore {
 
     fn open_at(path: &Path) -> Result<Self, TombstoneError> {
         let conn = Connection::open(path).map_err(sql(path))?;
+        let format: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(sql(path))?;
+        if format > FORMAT {
+            return Err(TombstoneError::Sql {
+                path: path.to_owned(),
+                source: rusqlite::Error::InvalidParameterName(format!(
+                    "written by a newer plegd (format {format}; this plegd reads formats up to {FORMAT})"
+                )),
+            });
+        }
         conn.execute_batch(
             "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-128; PRAGMA journal_size_limit=1048576;
              CREATE TABLE IF NOT EXISTS tombstones (
@@ -111,6 +126,7 @@ impl TombstoneStore {
                 source: rusqlite::Error::InvalidParameterName(format!("quick_check: {check}")),
             });
         }
+        conn.execute_batch(&format!("PRAGMA user_version = {FORMAT}")).map_err(sql(path))?;
         Ok(Self { conn, path: path.to_owned() })
     }
 
@@ -282,5 +298,26 @@ mod tests {
         let s = TombstoneStore::open(dir.path()).expect("a new file");
         assert!(s.load(std::time::UNIX_EPOCH).unwrap().is_empty());
         assert!(dir.path().join("tombstones.sqlite.corrupt").exists());
+    }
+
+    #[test]
+    fn a_file_without_a_format_is_the_first_and_one_a_newer_plegd_wrote_is_set_aside_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = SystemTime::now();
+        let put = |id: &str| TombstoneOp::Put { id: id.into(), removed_at: now, record: vec![1], forks_at_start: None };
+        TombstoneStore::open(dir.path()).unwrap().apply(&[put("a")], std::time::UNIX_EPOCH).unwrap();
+        let version = |path: &Path| -> i64 {
+            Connection::open(path).unwrap().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap()
+        };
+        let file = dir.path().join(FILE);
+        assert_eq!(version(&file), FORMAT, "every file says its format");
+        // A file from before the number: read as format 1.
+        Connection::open(&file).unwrap().execute_batch("PRAGMA user_version = 0").unwrap();
+        assert_eq!(TombstoneStore::open(dir.path()).unwrap().load(std::time::UNIX_EPOCH).unwrap().len(), 1);
+        // A newer plegd's file: set aside, and a new one started.
+        Connection::open(&file).unwrap().execute_batch(&format!("PRAGMA user_version = {}", FORMAT + 1)).unwrap();
+        let s = TombstoneStore::open(dir.path()).unwrap();
+        assert!(s.load(std::time::UNIX_EPOCH).unwrap().is_empty(), "never misread");
+        assert_eq!(version(&dir.path().join("tombstones.sqlite.corrupt")), FORMAT + 1, "kept, set aside");
     }
 }

@@ -466,3 +466,29 @@ fn a_state_dir_held_past_the_wait_is_left_alone_and_taken_over_once_free() {
     let third = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     assert_eq!((third.epoch(), third.revision()), (epoch, revision));
 }
+
+/// A downgrade: an older plegd meets a journal a newer one wrote. It never misreads it
+/// and never crashes: it moves it aside, says why, and begins a new epoch, so a watcher
+/// that resumes is reset rather than given a gap.
+#[test]
+fn a_journal_of_a_newer_layout_is_moved_aside_and_a_new_epoch_begins() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
+    churn(&j, 10);
+    let epoch = j.epoch();
+    drop(j);
+    let db = rusqlite::Connection::open(dir.path().join(store::FILE)).unwrap();
+    db.execute("UPDATE meta SET value = ?1 WHERE key = 'schema'", [store::SCHEMA + 1]).unwrap();
+    drop(db);
+    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).expect("never a crash loop");
+    assert_ne!(j.epoch(), epoch, "a new epoch");
+    assert_eq!(j.revision(), 0, "nothing of the newer journal read");
+    let resumed = j.subscribe(Since::Revision(10, epoch), Default::default());
+    assert_eq!(resumed.reset, Some(ResetReason::RevisionTooOld), "a watcher of the old epoch is reset");
+    let aside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&format!("{}.bad-", store::FILE)))
+        .collect();
+    assert_eq!(aside.len(), 1, "the newer journal is kept, moved aside: {aside:?}");
+}
