@@ -157,9 +157,15 @@ fn the_containerfile_ships_one_static_binary_in_an_empty_image_and_the_offline_s
         "a static, locked build"
     );
     let image: Vec<&str> = text.lines().skip_while(|l| *l != froms[1]).collect();
-    let copies: Vec<&&str> = image.iter().filter(|l| l.starts_with("COPY")).collect();
-    assert_eq!(copies.len(), 1, "only the binary goes into the image");
-    assert_eq!(*copies[0], "COPY --from=build /plegd /usr/local/bin/plegd");
+    let copies: Vec<&str> = image.iter().copied().filter(|l| l.starts_with("COPY")).collect();
+    assert_eq!(
+        copies,
+        [
+            "COPY --from=build /plegd /usr/local/bin/plegd",
+            "COPY --from=build /plegd.cdx.json /usr/share/sbom/plegd.cdx.json"
+        ],
+        "only the binary and its SBOM go into the image"
+    );
     assert!(image.iter().any(|l| l.starts_with("USER ")));
     assert!(image.iter().any(|l| l.starts_with("ENTRYPOINT [\"/usr/local/bin/plegd\"]")));
     let msrv = env!("CARGO_PKG_RUST_VERSION");

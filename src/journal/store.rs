@@ -28,10 +28,8 @@ pub const FILE: &str = "journal.db";
 /// dirs a plegd uses, and a dir plegd cannot write to fails here, with the system's
 /// words (the lock itself is on the directory).
 pub const LOCK_FILE: &str = "plegd.lock";
-/// The layout this version writes (`docs/state-dir.md`). A journal of an older layout
-/// is read as it is (a change of layout adds a migration from each older one here); one
-/// of a newer layout — a downgrade — is moved aside, never misread, and a new epoch
-/// begins: watchers are reset, never left with a gap.
+/// The layout this version writes (`docs/state-dir.md`): an older one is read (a change
+/// adds its migration here); a newer one is moved aside, never misread: a new epoch.
 pub const SCHEMA: i64 = 1;
 
 /// What went wrong with the journal's file.
@@ -321,12 +319,8 @@ impl Store {
         };
         let schema = meta("schema")?;
         if schema != Some(SCHEMA) {
-            let reason = match schema {
-                Some(s) if s > SCHEMA => {
-                    format!("written by a newer plegd (layout {s}; this plegd reads layouts up to {SCHEMA})")
-                }
-                other => format!("layout {other:?}, this plegd writes layout {SCHEMA}"),
-            };
+            let newer = if schema.is_some_and(|s| s > SCHEMA) { "written by a newer plegd: " } else { "" };
+            let reason = format!("{newer}layout {schema:?}, this plegd reads layouts up to {SCHEMA}");
             return Err(StoreError::Unusable { path: path.to_owned(), reason });
         }
         let epoch =
