@@ -61,6 +61,17 @@ pub(super) fn cfg() -> JournalConfig {
     JournalConfig { capacity: 100_000, client_buffer: 100_000, memory_budget: 8 << 20, disk_budget: 256 << 20 }
 }
 
+/// A journal of `n` events written in `dir` and closed, then `edit` (SQL) run on its
+/// file, as another version of plegd would have left it; its epoch.
+pub(super) fn written_then_edited(dir: &std::path::Path, n: usize, edit: &str) -> u64 {
+    let j = Journal::open(&cfg(), &Place::at(dir), JournalMetrics::throwaway()).unwrap();
+    churn(&j, n);
+    let epoch = j.epoch();
+    drop(j);
+    rusqlite::Connection::open(dir.join(store::FILE)).unwrap().execute_batch(edit).unwrap();
+    epoch
+}
+
 /// Appends `n` events about pods `p0..p9`, alternating starts and deaths.
 pub(super) fn churn(j: &Journal, n: usize) {
     for i in 0..n {
@@ -473,13 +484,8 @@ fn a_state_dir_held_past_the_wait_is_left_alone_and_taken_over_once_free() {
 #[test]
 fn a_journal_of_a_newer_layout_is_moved_aside_and_a_new_epoch_begins() {
     let dir = tempfile::tempdir().unwrap();
-    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
-    churn(&j, 10);
-    let epoch = j.epoch();
-    drop(j);
-    let db = rusqlite::Connection::open(dir.path().join(store::FILE)).unwrap();
-    db.execute("UPDATE meta SET value = ?1 WHERE key = 'schema'", [store::SCHEMA + 1]).unwrap();
-    drop(db);
+    let newer = format!("UPDATE meta SET value = {} WHERE key = 'schema'", store::SCHEMA + 1);
+    let epoch = written_then_edited(dir.path(), 10, &newer);
     let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).expect("never a crash loop");
     assert_ne!(j.epoch(), epoch, "a new epoch");
     assert_eq!(j.revision(), 0, "nothing of the newer journal read");

@@ -3,7 +3,7 @@
 //! the pod in its copy for good.
 
 use super::super::*;
-use super::durable::{cfg, churn, event, replay_all, status};
+use super::durable::{cfg, churn, event, replay_all, status, written_then_edited};
 
 /// A filtered client resumes after `r`; the pod it held changed its labels after
 /// `r` and left its selection. A replay of the matching entries would say nothing
@@ -98,15 +98,9 @@ fn a_label_change_reads_back_from_disk_with_who_the_pod_was() {
 #[test]
 fn a_selectors_resume_into_records_an_earlier_version_wrote_starts_over() {
     let dir = tempfile::tempdir().unwrap();
-    let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
-    churn(&j, 10);
-    let epoch = j.epoch();
-    drop(j);
     // The journal as an earlier version left it: its records say nothing of who a pod
     // was before a label change.
-    let db = rusqlite::Connection::open(dir.path().join(store::FILE)).unwrap();
-    db.execute("DELETE FROM meta WHERE key = 'left_since'", []).unwrap();
-    drop(db);
+    let epoch = written_then_edited(dir.path(), 10, "DELETE FROM meta WHERE key = 'left_since'");
     let j = Journal::open(&cfg(), &Place::at(dir.path()), JournalMetrics::throwaway()).unwrap();
     assert_eq!(j.epoch(), epoch, "the journal continues");
     churn(&j, 5);
