@@ -230,7 +230,8 @@ class Run:
         self.kubelet_logs: list[pathlib.Path] = []
         self.kubelets: list[Proc] = []
         self.cpu = {"kubelet": 0.0, "plegd": 0.0, "plegd-pod": 0.0}
-        self.pod_samples: list[tuple[float, bool, int]] = []
+        self.pod_samples: list[tuple[str, bool, int]] = []
+        self.plegd_pod_first_ready: dt.datetime | None = None
         self.stop_polling = threading.Event()
         self.figures: dict = {"containerd": a.version}
         self.pod_gone_at = now() + dt.timedelta(days=1)
@@ -337,6 +338,8 @@ class Run:
                 continue
             cs = (p["status"].get("containerStatuses") or [{}])[0]
             self.pod_samples.append((cs.get("containerID", ""), bool(cs.get("ready")), cs.get("restartCount", 0)))
+            if cs.get("ready") and self.plegd_pod_first_ready is None:
+                self.plegd_pod_first_ready = now()
 
     # -- the node's parts
     def containerd(self, verb: str):
@@ -591,12 +594,15 @@ class Run:
         self.ok(cs.get("restartCount", 0) == 0 and seen == {(cs.get("containerID"), 0)},
                 f"plegd's pod was never restarted by the kubelet: one container, restart count 0, in "
                 f"{len(self.pod_samples)} samples of /pods ({sorted(seen)})")
-        failed = []
+        failed, starting = [], []
         for log in self.kubelet_logs:
-            failed += [line for line in log.read_text(errors="replace").splitlines()
-                       if '"Probe failed"' in line and 'pod="plegd/' in line]
-        self.ok(not failed and cs.get("ready"), f"plegd's pod: every probe the kubelet ran passed, ready at the end "
-                                                 f"({len(failed)} failed probes)")
+            lines = log.read_text(errors="replace").splitlines()
+            got = oracle.probe_failures(lines, now().year, "plegd/", self.plegd_pod_first_ready)
+            failed += got.counted
+            starting += got.before_listening
+        self.ok(not failed and cs.get("ready"), f"plegd's pod: every probe the kubelet ran passed once plegd listened, "
+                                                 f"ready at the end ({len(failed)} failed probes; {len(starting)} "
+                                                 f"readiness probes refused while it started)")
         for line in failed[:5]:
             print("   ", line[:300])
         pods = self.plegd_pods(pod_sock)

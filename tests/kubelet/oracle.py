@@ -168,6 +168,41 @@ def kubelet_transitions(lines: Iterable[str], year: int, log: str = "") -> list[
     return out
 
 
+PROBE_FAILED = re.compile(
+    r'^[IWEF](?P<mo>\d{2})(?P<d>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\.(?P<us>\d{6})\s+\d+ '
+    r'\S+\] "Probe failed" probeType="(?P<type>[^"]+)" pod="(?P<pod>[^"]+)"'
+)
+
+
+@dataclasses.dataclass
+class ProbeFailures:
+    """The kubelet's failed probes of one pod, split by whether they count against it."""
+    counted: list[str]
+    before_listening: list[str]
+
+
+def probe_failures(lines: Iterable[str], year: int, pod_prefix: str, first_ready: dt.datetime | None) -> ProbeFailures:
+    """The kubelet's `Probe failed` lines for pods whose name starts with `pod_prefix`.
+
+    A readiness probe refused a connection before the pod was first seen ready is the
+    process not yet listening: every pod's start looks so, and readiness exists to say it.
+    Everything else counts: any liveness or startup failure, any readiness failure once
+    the pod had been ready, and any readiness failure that is not a refused connection (a
+    listener that answered wrongly)."""
+    out = ProbeFailures([], [])
+    for line in lines:
+        m = PROBE_FAILED.match(line)
+        if not m or not m["pod"].startswith(pod_prefix):
+            continue
+        at = dt.datetime(year, int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), int(m["us"]), UTC)
+        starting = first_ready is None or at < first_ready
+        if m["type"] == "Readiness" and starting and "connection refused" in line:
+            out.before_listening.append(line)
+        else:
+            out.counted.append(line)
+    return out
+
+
 def state_name(state: str) -> str:
     """`CONTAINER_STATE_RUNNING` (the proto's name, as `plegd … -o json` prints it) →
     `CONTAINER_RUNNING`; the short names pass unchanged."""

@@ -275,5 +275,41 @@ class EndStates(unittest.TestCase):
         self.assertEqual(len(oracle.end_states({"items": [kpod(UID, [])]}, {"pods": []})), 1)
 
 
+def probe(t: str, ty: str, output: str, pod: str = "plegd/plegd-kt-node") -> str:
+    return (f'I1128 {t}    2621 prober.go:123] "Probe failed" probeType="{ty}" pod="{pod}" podUID="{UID}" '
+            f'containerName="plegd" probeResult="failure" output="{output}"')
+
+
+REFUSED = 'Get \\"http://10.244.78.2:9477/readyz\\": dial tcp 10.244.78.2:9477: connect: connection refused'
+
+
+class Probes(unittest.TestCase):
+    def test_a_readiness_probe_refused_before_the_pod_was_first_ready_is_its_start_and_not_counted(self):
+        got = oracle.probe_failures([probe("22:57:24.717921", "Readiness", REFUSED)], 2026, "plegd/",
+                                    at("22:57:26.000"))
+        self.assertEqual((len(got.counted), len(got.before_listening)), (0, 1))
+
+    def test_a_readiness_probe_refused_after_the_pod_was_ready_counts(self):
+        got = oracle.probe_failures([probe("22:58:24.717921", "Readiness", REFUSED)], 2026, "plegd/",
+                                    at("22:57:26.000"))
+        self.assertEqual((len(got.counted), len(got.before_listening)), (1, 0))
+
+    def test_a_liveness_failure_counts_even_before_the_pod_was_ready(self):
+        got = oracle.probe_failures([probe("22:57:24.717921", "Liveness", REFUSED)], 2026, "plegd/",
+                                    at("22:57:26.000"))
+        self.assertEqual(len(got.counted), 1)
+
+    def test_a_readiness_probe_answered_wrongly_counts_even_before_the_pod_was_ready(self):
+        got = oracle.probe_failures([probe("22:57:24.717921", "Readiness", "HTTP probe failed with statuscode: 503")],
+                                    2026, "plegd/", at("22:57:26.000"))
+        self.assertEqual(len(got.counted), 1)
+
+    def test_other_pods_and_other_lines_are_not_plegds(self):
+        got = oracle.probe_failures([probe("22:57:24.717921", "Liveness", REFUSED, pod="kt/x"),
+                                     kline("04:30:12.695299", C1, "non-existent", "running")],
+                                    2026, "plegd/", None)
+        self.assertEqual((got.counted, got.before_listening), ([], []))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)
