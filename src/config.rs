@@ -193,9 +193,6 @@ pub struct ExportArgs {
     /// the public web's roots, built in).
     #[arg(long, env = "PLEGD_OTLP_CA_FILE")]
     pub otlp_ca_file: Option<PathBuf>,
-    /// `k8s.node.name` of the exported records (default: the host name).
-    #[arg(long, env = "PLEGD_NODE_NAME")]
-    pub node_name: Option<String>,
 }
 
 /// Flags of the process's memory.
@@ -260,6 +257,14 @@ pub struct RunArgs {
     /// Logging.
     #[command(flatten)]
     pub log: LogArgs,
+    /// The node's name: what the API names (`ListPods`, `synced`) and `k8s.node.name` of
+    /// exported records (default: the host name, lowercased as the kubelet does).
+    #[arg(long, env = "PLEGD_NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Check the flags and exit: 0 with nothing started when they are valid, the usage
+    /// error otherwise (what a chart or a manifest passes can be checked before a rollout).
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 /// A flag with a value that parses but makes no sense.
@@ -344,6 +349,7 @@ impl TryFrom<&RunArgs> for RunConfig {
         if a.pleg.inspect_concurrency == 0 {
             return Err(invalid("--inspect-concurrency", "must be at least 1"));
         }
+        let node_name = node_name(a.node_name.as_deref())?;
         Ok(Self {
             state_dir: (!a.journal.state_dir.as_os_str().is_empty()).then(|| a.journal.state_dir.clone()),
             host: crate::host::Host::new(&a.lookup.host_root),
@@ -372,12 +378,13 @@ impl TryFrom<&RunArgs> for RunConfig {
                 max_watch_streams_per_uid: a.api.max_watch_streams_per_uid,
                 max_stalled_watch_streams: a.api.max_stalled_watch_streams,
                 stalled_after: crate::grpc::STALLED_AFTER,
+                node_name: node_name.clone(),
             },
             journal: journal_config(&a.journal, a.api.watch_buffer)?,
             sync: sync_config(&a.sync)?,
             memory: crate::memory::ScavengerConfig { period: a.memory.memory_trim_period },
             lookup: crate::lookup::LookupConfig::in_memory(a.lookup.tombstone_retention),
-            export: export_config(&a.export)?,
+            export: export_config(&a.export, &node_name)?,
         })
     }
 }
@@ -418,10 +425,30 @@ fn journal_config(j: &JournalArgs, watch_buffer: usize) -> Result<crate::journal
     })
 }
 
-fn export_config(e: &ExportArgs) -> Result<Option<crate::export::ExportConfig>, ConfigError> {
+/// The node's name, held once for every part that says it: `--node-name`, else the
+/// host name lowercased (the kubelet's default node name). A name Kubernetes could not
+/// give a node (a DNS subdomain) is refused.
+fn node_name(flag: Option<&str>) -> Result<String, ConfigError> {
+    let Some(name) = flag.filter(|n| !n.is_empty()) else { return Ok(crate::host::host_name().to_lowercase()) };
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if name.len() > 253 || !name.split('.').all(label_ok) {
+        return Err(invalid(
+            "--node-name",
+            format!("{name:?} is not a node name (lowercase letters, digits, '-' and '.', as Kubernetes names nodes)"),
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+fn export_config(e: &ExportArgs, node: &str) -> Result<Option<crate::export::ExportConfig>, ConfigError> {
     let Some(endpoint) = e.otlp_endpoint.as_deref().filter(|s| !s.is_empty()) else { return Ok(None) };
-    let node = e.node_name.clone().filter(|n| !n.is_empty()).unwrap_or_else(crate::export::host_name);
-    let mut cfg = crate::export::ExportConfig::new(endpoint, &node);
+    let mut cfg = crate::export::ExportConfig::new(endpoint, node);
     if let Some(path) = &e.otlp_ca_file {
         let pem = std::fs::read(path).map_err(|err| invalid("--otlp-ca-file", format!("{}: {err}", path.display())))?;
         if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
@@ -649,5 +676,18 @@ mod tests {
         assert_eq!(crate::export::redacted("http://u:pw@h:4317/x"), "http://***@h:4317/x");
         assert_eq!(crate::export::redacted("http://t0ken@h:4317"), "http://***@h:4317");
         assert_eq!(crate::export::redacted("http://h:4317"), "http://h:4317");
+    }
+
+    #[test]
+    fn the_node_name_is_held_once_for_the_api_and_the_export_and_a_bad_one_is_refused() {
+        let cfg = run_args(&["--node-name", "node-a.example", "--otlp-endpoint", "http://c:4317"]).unwrap();
+        assert_eq!(cfg.api.node_name, "node-a.example");
+        assert_eq!(cfg.export.unwrap().node, "node-a.example");
+        let default = run_args(&[]).unwrap();
+        assert_eq!(default.api.node_name, crate::host::host_name().to_lowercase(), "the host name, as the kubelet's");
+        for bad in ["Node-A", "node_a", "-a", "a..b", &"a".repeat(64)] {
+            let e = run_args(&[&format!("--node-name={bad}")]).unwrap_err();
+            assert!(e.contains("--node-name") && e.contains("not a node name"), "{bad}: {e}");
+        }
     }
 }

@@ -386,7 +386,7 @@ mod tests {
         msg(after, Kind::Start(api::StreamStart { epoch, resumed }))
     }
     fn synced(r: u64, epoch: u64, pods: u32) -> api::WatchEvent {
-        msg(r, Kind::Synced(api::Synced { epoch, pods }))
+        msg(r, Kind::Synced(api::Synced { epoch, pods, ..Default::default() }))
     }
     fn event(r: u64, uid: &str) -> api::WatchEvent {
         let pod = api::PodStatus { uid: uid.into(), ..Default::default() };

@@ -35,6 +35,7 @@ async fn read_snapshot(s: &mut Stream) -> (Vec<api::PodStatus>, u64, u64) {
             Kind::Snapshot(p) => pods.push(p),
             Kind::Synced(sy) => {
                 assert_eq!(sy.pods as usize, pods.len());
+                assert!(!sy.node_name.is_empty(), "synced names the node");
                 return (pods, ev.revision, sy.epoch);
             }
             Kind::Bookmark(_) => {}
@@ -49,7 +50,7 @@ fn churn(p: &support::Plegd, pods: usize) -> Churn {
 
 #[tokio::test]
 async fn watch_sends_a_snapshot_then_synced_then_every_later_event_with_churn_running() {
-    let p = start_plegd(|_| {}).await;
+    let p = start_plegd(|cfg| cfg.api.node_name = "node-7".into()).await;
     let mut c = churn(&p, 10);
     c.populate().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -60,6 +61,8 @@ async fn watch_sends_a_snapshot_then_synced_then_every_later_event_with_churn_ru
     let (pods, rev, epoch) = read_snapshot(&mut s).await;
     assert!(!pods.is_empty());
     assert_eq!(epoch, p.app.journal().epoch());
+    let listed = p.client().list_pods(api::ListPodsRequest::default()).await.unwrap().into_inner();
+    assert_eq!(listed.node_name, "node-7", "ListPods names the node");
     for _ in 0..30 {
         c.step().await;
     }

@@ -22,6 +22,31 @@ fn assert_usage_error(args: &[&str], names: &str) {
 }
 
 #[test]
+fn check_config_accepts_valid_flags_and_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("plegd.sock");
+    let state = dir.path().join("state");
+    let out = plegd(&[
+        "run",
+        "--check-config",
+        &format!("--listen=unix://{}", sock.display()),
+        &format!("--state-dir={}", state.display()),
+        "--runtime-endpoint=unix:///nonexistent/containerd.sock",
+        "--allow-uid=1000000000,65534",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("the configuration is valid"), "{stdout}");
+    assert!(!sock.exists() && !state.exists(), "nothing bound or created");
+}
+
+#[test]
+fn check_config_refuses_invalid_flags_as_run_does() {
+    assert_usage_error(&["run", "--check-config", "--relist-threshold", "0s"], "--relist-threshold");
+    assert_usage_error(&["run", "--check-config", "--journal-memory-budget", "8 parsecs"], "--journal-memory-budget");
+}
+
+#[test]
 fn an_unknown_flag_is_a_one_line_usage_error() {
     assert_usage_error(&["run", "--bogus"], "--bogus");
 }

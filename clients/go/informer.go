@@ -94,6 +94,7 @@ type Informer struct {
 	byContainer map[string]string
 	epoch       uint64
 	revision    uint64
+	nodeName    string
 
 	// resumable says the copy is complete at (epoch, revision) and a new stream may
 	// resume after it; false while a snapshot is due. Only Run's goroutine uses it.
@@ -273,6 +274,14 @@ func (i *Informer) Revision() (epoch, rev uint64) {
 	return i.epoch, i.revision
 }
 
+// NodeName is the name of the node plegd runs on, as its last snapshot said it; empty
+// until [Informer.HasSynced] (and from a plegd too old to say it).
+func (i *Informer) NodeName() string {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	return i.nodeName
+}
+
 // Run follows plegd's Watch stream and keeps the copy current until ctx ends,
 // reconnecting, resuming and resyncing by itself, and returns nil when ctx ends.
 // Every failure of the stream (plegd down or restarting, a refused request, a
@@ -413,7 +422,7 @@ func (i *Informer) watch(ctx context.Context) (live bool, err error) {
 					"reason", r.GetReason().String(), "message", r.GetMessage())
 			}
 		case actReplace:
-			i.replace(s.takeSnapshot(), m.GetSynced().GetEpoch(), m.GetRevision())
+			i.replace(s.takeSnapshot(), m.GetSynced().GetEpoch(), m.GetRevision(), m.GetSynced().GetNodeName())
 			i.resumable = true
 		case actApply:
 			i.apply(m.GetRevision(), m.GetEvent())
@@ -480,7 +489,7 @@ func (i *Informer) apply(rev uint64, ev *plegdv1.LifecycleEvent) {
 // replace makes pods (a complete snapshot at rev of epoch) the copy and hands the
 // registrations the difference: deletions first, then additions and updates, each in
 // UID order. The first time, it also ends the initial list of every registration.
-func (i *Informer) replace(pods map[string]*plegdv1.PodStatus, epoch, rev uint64) {
+func (i *Informer) replace(pods map[string]*plegdv1.PodStatus, epoch, rev uint64, nodeName string) {
 	i.dispatchMu.Lock()
 	defer i.dispatchMu.Unlock()
 	i.mu.Lock()
@@ -490,7 +499,7 @@ func (i *Informer) replace(pods map[string]*plegdv1.PodStatus, epoch, rev uint64
 	for uid, p := range pods {
 		i.indexLocked(uid, p)
 	}
-	i.epoch, i.revision = epoch, rev
+	i.epoch, i.revision, i.nodeName = epoch, rev, nodeName
 	i.mu.Unlock()
 	i.synced.Store(true)
 

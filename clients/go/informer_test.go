@@ -777,15 +777,20 @@ func TestResumeAcrossKill9(t *testing.T) {
 // fresh snapshot, diffed against what they hold.
 func TestResyncOnForeignEpoch(t *testing.T) {
 	c := newCluster(t, 30, 25)
-	c.startPlegd("state-1", "--bookmark-interval", "300ms")
+	c.startPlegd("state-1", "--bookmark-interval", "300ms", "--node-name", "node-a")
 	first := c.listPods(nil).GetEpoch()
 	all := c.runInformer("all", nil, nil)
 	web := c.runInformer("web+api", webAndAPI, nil)
 	churned(t, 10, all, web)
+	for _, s := range []*subject{all, web} {
+		if n := s.inf.NodeName(); n != "node-a" {
+			t.Errorf("informer %s names node %q, not plegd's node-a", s.name, n)
+		}
+	}
 	c.plegd.kill()
 	// Some pods are replaced while plegd is down.
 	c.churnWhileAway(5)
-	c.startPlegd("state-2", "--bookmark-interval", "300ms")
+	c.startPlegd("state-2", "--bookmark-interval", "300ms", "--node-name", "node-b")
 	second := c.listPods(nil).GetEpoch()
 	if second == first {
 		t.Fatalf("plegd kept epoch %d on a new state dir", first)
@@ -802,6 +807,9 @@ func TestResyncOnForeignEpoch(t *testing.T) {
 		c.verify(s)
 		if e, _ := s.inf.Revision(); e != second {
 			t.Errorf("informer %s is in epoch %d, not plegd's new %d", s.name, e, second)
+		}
+		if n := s.inf.NodeName(); n != "node-b" {
+			t.Errorf("informer %s names node %q after the new snapshot, not node-b", s.name, n)
 		}
 		if g := s.spy.synceds.Load(); g < 2 {
 			t.Errorf("informer %s got %d snapshots; the new epoch needs a second", s.name, g)

@@ -199,7 +199,7 @@ func (f *fakePlegd) Watch(req *plegdv1.WatchRequest, stream grpc.ServerStreaming
 		for _, p := range f.pods {
 			first = append(first, &plegdv1.WatchEvent{Revision: f.rev, Kind: &plegdv1.WatchEvent_Snapshot{Snapshot: p}})
 		}
-		first = append(first, &plegdv1.WatchEvent{Revision: f.rev, Kind: &plegdv1.WatchEvent_Synced{Synced: &plegdv1.Synced{Epoch: f.epoch, Pods: uint32(len(f.pods))}}})
+		first = append(first, &plegdv1.WatchEvent{Revision: f.rev, Kind: &plegdv1.WatchEvent_Synced{Synced: &plegdv1.Synced{Epoch: f.epoch, Pods: uint32(len(f.pods)), NodeName: "plegds-node"}}})
 	}
 	f.streams[ch] = struct{}{}
 	f.mu.Unlock()

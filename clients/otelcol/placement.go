@@ -171,7 +171,7 @@ func (r *resolver) newPlacement(pod *plegdv1.PodStatus, c *plegdv1.ContainerInfo
 			attrs = append(attrs, kv{key: attrRepoDigests, kind: kindStrs, strs: []string{ref}})
 		}
 	}
-	str(attrNodeName, r.nodeName)
+	str(attrNodeName, r.node())
 	attrs = r.labels.add(attrs, labelPrefix, pod.GetLabels(), true)
 	attrs = r.annotations.add(attrs, annotationPrefix, pod.GetAnnotations(), false)
 	p.attrs = attrs

@@ -162,10 +162,9 @@ func newResolver(cfg *Config, log *zap.Logger, tel *telemetry) *resolver {
 		}
 	}
 	if node == "" {
-		// The host name is the collector pod's name unless it runs on the host's
-		// network: rather no k8s.node.name than a wrong one.
-		log.Warn("k8s.node.name is not set: neither node_name nor $K8S_NODE_NAME or $NODE_NAME is set; "+
-			"set node_name: ${env:K8S_NODE_NAME} with K8S_NODE_NAME from the downward API (spec.nodeName)",
+		// Not the host name: it is the collector pod's name unless it runs on the
+		// host's network. plegd names its node in each snapshot; that is used instead.
+		log.Info("k8s.node.name comes from plegd: neither node_name nor $K8S_NODE_NAME or $NODE_NAME is set",
 			zap.String("endpoint", cfg.Endpoint))
 	}
 	r := &resolver{
@@ -594,4 +593,12 @@ func (r *resolver) call(key string, req proto.Message, pol cachePolicy, cl *call
 	delete(r.flight, key)
 	r.flightMu.Unlock()
 	close(cl.done)
+}
+
+// node is k8s.node.name: the configured name, else the one plegd's last snapshot said.
+func (r *resolver) node() string {
+	if r.nodeName != "" || r.inf == nil {
+		return r.nodeName
+	}
+	return r.inf.NodeName()
 }

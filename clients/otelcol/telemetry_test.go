@@ -178,14 +178,14 @@ func TestAFailedStartIsNotHiddenFromTheOtherPipelines(t *testing.T) {
 	}
 }
 
-// Without node_name, $K8S_NODE_NAME or $NODE_NAME, k8s.node.name is not set (the host
-// name is the collector pod's name unless it runs on the host's network), and a
-// warning says so, once.
-func TestWithoutANodeNameK8sNodeNameIsLeftUnsetWithAWarning(t *testing.T) {
+// Without node_name, $K8S_NODE_NAME or $NODE_NAME, k8s.node.name is the node plegd
+// names in its snapshot (never the host name: that is the collector pod's name unless
+// it runs on the host's network), and the log says so, once.
+func TestWithoutANodeNameK8sNodeNameIsPlegdsNode(t *testing.T) {
 	n := newNode(t)
 	t.Setenv("K8S_NODE_NAME", "")
 	t.Setenv("NODE_NAME", "")
-	core, logs := observer.New(zapcore.WarnLevel)
+	core, logs := observer.New(zapcore.InfoLevel)
 	set := processortest.NewNopSettings(componentType)
 	set.Logger = zap.New(core)
 	cfg := createDefaultConfig()
@@ -213,11 +213,11 @@ func TestWithoutANodeNameK8sNodeNameIsLeftUnsetWithAWarning(t *testing.T) {
 	if got["k8s.pod.name"] != "db" {
 		t.Errorf("not placed: %v", got)
 	}
-	if v, ok := got["k8s.node.name"]; ok {
-		t.Errorf("k8s.node.name = %v without a node name configured", v)
+	if v := got["k8s.node.name"]; v != "plegds-node" {
+		t.Errorf("k8s.node.name = %v without a node name configured, not plegd's node", v)
 	}
-	if w := logs.FilterMessageSnippet("k8s.node.name is not set").Len(); w != 1 {
-		t.Errorf("%d warnings about k8s.node.name, want 1", w)
+	if w := logs.FilterMessageSnippet("k8s.node.name comes from plegd").Len(); w != 1 {
+		t.Errorf("%d log lines about k8s.node.name, want 1", w)
 	}
 
 	t.Setenv("NODE_NAME", "node-9")

@@ -49,6 +49,10 @@ pub async fn execute(command: Command, tracker: &TaskTracker, shutdown: &Cancell
     match command {
         Command::Run(args) => {
             let cfg = RunConfig::try_from(&args).map_err(Failure::usage)?;
+            if args.check_config {
+                println!("plegd: the configuration is valid");
+                return Ok(());
+            }
             match crate::app::start(&cfg, tracker, shutdown).await {
                 Ok(sidecar) => {
                     shutdown.cancelled().await;

@@ -62,7 +62,7 @@ pub enum Command {
 
 /// `plegd get`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("key").required(true).args(["id", "cgroup_id", "pid", "log_path", "pod_uid", "mnt_ns", "pid_ns"])))]
+#[command(group(clap::ArgGroup::new("key").required(true).args(["id", "cgroup_id", "pid", "log_path", "pod_uid", "mnt_ns", "pid_ns", "cgroup_path"])))]
 pub struct GetArgs {
     /// plegd's gRPC socket.
     #[arg(long, env = "PLEGD_SOCKET", default_value = "unix:///run/plegd/plegd.sock")]
@@ -95,6 +95,10 @@ pub struct GetArgs {
     /// The inode of the container's PID namespace.
     #[arg(long)]
     pub pid_ns: Option<u64>,
+    /// A cgroup path (`0::/kubepods.slice/…` as `/proc/PID/cgroup` has it, or a path
+    /// under the cgroup root or `/sys/fs/cgroup`).
+    #[arg(long)]
+    pub cgroup_path: Option<String>,
     /// Output: readable lines, or JSON.
     #[arg(short = 'o', long, env = "PLEGD_OUTPUT", value_enum, default_value = "text")]
     pub output: OutputFormat,
@@ -128,6 +132,9 @@ impl GetArgs {
         }
         if let Some(ns) = self.pid_ns {
             return Key::PidNs(ns);
+        }
+        if let Some(path) = &self.cgroup_path {
+            return Key::CgroupPath(path.clone());
         }
         Key::Pid(self.pid.unwrap_or_default())
     }
@@ -322,6 +329,7 @@ mod tests {
         );
         assert_eq!(key(&["get", "--mnt-ns", "4026532001"]), Ok(Key::MntNs(4_026_532_001)));
         assert_eq!(key(&["get", "--pid-ns", "4026532002"]), Ok(Key::PidNs(4_026_532_002)));
+        assert_eq!(key(&["get", "--cgroup-path", "0::/k/c"]), Ok(Key::CgroupPath("0::/k/c".into())));
         assert!(key(&["get", "--pod-uid", "u"]).is_err(), "a pod needs the container's name");
         assert!(key(&["get", "--pid", "1", "--mnt-ns", "2"]).is_err(), "one key");
         assert!(key(&["get"]).is_err(), "a key");

@@ -296,15 +296,5 @@ pub fn redacted(endpoint: &str) -> String {
     }
 }
 
-/// The node's name when `--node-name` is not given: the kernel's host name.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .map(|s| s.trim().to_owned())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".into())
-}
-
 #[cfg(test)]
 mod tests;

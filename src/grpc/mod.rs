@@ -63,6 +63,8 @@ pub struct ApiConfig {
     pub max_stalled_watch_streams: usize,
     /// A stream whose client has not taken its next message for this long is stalled.
     pub stalled_after: Duration,
+    /// The node's name, as `ListPods` and `synced` say it (`RunConfig` resolves it once).
+    pub node_name: String,
 }
 
 /// A Watch stream whose transport has not asked for its next message for this long is
@@ -82,6 +84,7 @@ impl Default for ApiConfig {
             max_watch_streams_per_uid: 256,
             max_stalled_watch_streams: 64,
             stalled_after: STALLED_AFTER,
+            node_name: crate::host::host_name().to_lowercase(),
         }
     }
 }
@@ -318,10 +321,13 @@ pub fn lookup_key(req: api::GetContainerRequest) -> Result<LookupKey, RequestErr
         }
         Some(Key::MntNs(inode)) if inode != 0 => Ok(LookupKey::MntNs(inode)),
         Some(Key::PidNs(inode)) if inode != 0 => Ok(LookupKey::PidNs(inode)),
+        Some(Key::CgroupPath(path)) => {
+            crate::lookup::cgroup_path(&path).map(LookupKey::CgroupPath).map_err(|why| invalid("cgroup_path", why))
+        }
         Some(Key::MntNs(_)) => Err(invalid("mnt_ns", "is 0: a namespace inode is never 0".into())),
         Some(Key::PidNs(_)) => Err(invalid("pid_ns", "is 0: a namespace inode is never 0".into())),
         _ => Err(RequestError::Missing(
-            "one of container_id, cgroup_id, pid, log_path, container, mnt_ns and pid_ns (non-zero)",
+            "one of container_id, cgroup_id, pid, log_path, container, mnt_ns, pid_ns (non-zero) and cgroup_path",
         )),
     }
 }
@@ -383,6 +389,7 @@ impl PodLifecycle for PodLifecycleService {
             pods: pods.iter().map(|p| pod_api(p, &self.cache)).collect(),
             revision,
             epoch: self.journal.epoch(),
+            node_name: self.cfg.node_name.clone(),
         }))
     }
 

@@ -54,6 +54,7 @@ pub fn open(
         tasks: svc.tasks.clone(),
         filter,
         bookmark: svc.cfg.bookmark_interval,
+        node_name: svc.cfg.node_name.as_str().into(),
         shutdown: svc.shutdown.clone(),
         phase: Phase::Subscribe(since),
         feed: None,
@@ -106,6 +107,8 @@ struct WatchFeed {
     tasks: TaskTracker,
     filter: Arc<Filter>,
     bookmark: Duration,
+    /// The node's name, which `synced` says.
+    node_name: Arc<str>,
     shutdown: CancellationToken,
     phase: Phase,
     /// The journal's entries for this stream, once subscribed.
@@ -202,6 +205,7 @@ impl WatchFeed {
     ) -> mpsc::Receiver<Result<WatchFrame, Status>> {
         let (tx, rx) = mpsc::channel(SNAPSHOT_AHEAD);
         let (cache, shutdown, flow) = (self.cache.clone(), self.shutdown.clone(), self.flow.clone());
+        let mut node_name = self.node_name.to_string();
         self.tasks.spawn(async move {
             use prost::Message;
             let count = pods.len() as u32;
@@ -222,7 +226,8 @@ impl WatchFeed {
                     Some(p) => Self::message(revision, api::watch_event::Kind::Snapshot(pod_api(p, &cache))),
                     None if !synced => {
                         synced = true;
-                        Self::message(revision, api::watch_event::Kind::Synced(api::Synced { epoch, pods: count }))
+                        let synced = api::Synced { epoch, pods: count, node_name: std::mem::take(&mut node_name) };
+                        Self::message(revision, api::watch_event::Kind::Synced(synced))
                     }
                     None => return,
                 };

@@ -25,6 +25,9 @@ pub enum LookupKey {
     MntNs(u64),
     /// The inode of its PID namespace.
     PidNs(u64),
+    /// A cgroup path as `/proc/PID/cgroup` names it, relative to the cgroup v2 root
+    /// ([`cgroup_path`] says which forms are read).
+    CgroupPath(String),
 }
 
 /// A log file path, as a lookup reads it.
@@ -98,4 +101,34 @@ pub fn log_file(path: &str) -> Result<LogFile, String> {
     }
     key.push_str(&file[..digits + ".log".len()]);
     Ok(LogFile::Attempt(key))
+}
+
+/// Reads a cgroup path a host-metrics collector holds: a cgroup v2 line of
+/// `/proc/PID/cgroup` (`0::/kubepods.slice/…`), a path under the cgroup root
+/// (`/kubepods.slice/…`), or the same under the host's mount (`/sys/fs/cgroup/…`). The
+/// answer is relative to the cgroup root, without a trailing `/`. Anything else is an
+/// error saying what was expected.
+pub fn cgroup_path(path: &str) -> Result<String, String> {
+    let expected =
+        "expected a cgroup v2 path as /proc/PID/cgroup names it (0::/kubepods.slice/…), or under /sys/fs/cgroup";
+    let path = path.trim();
+    // A line of /proc/PID/cgroup: `<hierarchy>:<controllers>:<path>`; v2's is `0::<path>`.
+    let line = path.split_once(':').filter(|(h, _)| !h.is_empty() && h.bytes().all(|b| b.is_ascii_digit()));
+    let path = match line.and_then(|(h, rest)| Some((h, rest.split_once(':')?))) {
+        Some(("0", ("", rest))) => rest,
+        Some(_) => return Err(format!("{path:?} is not a cgroup v2 line (0::…): {expected}")),
+        None => path,
+    };
+    if !path.starts_with('/') {
+        return Err(format!("{path:?} is not an absolute path: {expected}"));
+    }
+    let path = path.strip_prefix("/sys/fs/cgroup").filter(|p| p.is_empty() || p.starts_with('/')).unwrap_or(path);
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.iter().any(|p| *p == "." || *p == "..") {
+        return Err(format!("{path:?} is not a plain path (it has . or .. in it): {expected}"));
+    }
+    if parts.is_empty() {
+        return Err(format!("{path:?} is the cgroup root, which is no container's: {expected}"));
+    }
+    Ok(format!("/{}", parts.join("/")))
 }

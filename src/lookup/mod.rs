@@ -38,7 +38,7 @@ use crate::metrics::Registry;
 use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 use crate::model::{ContainerState, ContainerStatus, PodStatus};
 use index::{Index, NsKind};
-pub use keys::{LogFile, LookupKey, log_file};
+pub use keys::{LogFile, LookupKey, cgroup_path, log_file};
 pub use tombstones::TombstoneWriter;
 use tombstones::{TombstoneOp, TombstoneStore};
 
@@ -442,6 +442,7 @@ impl ContainerLookup {
             },
             LookupKey::MntNs(inode) => self.find_ns(&ix, NsKind::Mnt, *inode),
             LookupKey::PidNs(inode) => self.find_ns(&ix, NsKind::Pid, *inode),
+            LookupKey::CgroupPath(cgroup) => self.find_cgroup(&ix, cgroup),
             LookupKey::Pid(pid) => match process {
                 Some(process) => {
                     let answer = self.find_live_pid(&ix, *pid, process);
@@ -483,6 +484,34 @@ impl ContainerLookup {
             }
         }
         ix.not_containers.insert(id.to_owned(), now);
+    }
+
+    /// A cgroup path: the container its runtime-named component names, if that
+    /// container is where the path is (at or below the cgroup the runtime set for it).
+    fn find_cgroup(&self, ix: &Index, cgroup: &str) -> Answer {
+        let Some(id) = container_id_in(cgroup) else {
+            return Answer::NotFound(format!(
+                "cgroup {cgroup} names no container (a runtime names each container's cgroup after its id): \
+                 a pod's or a system cgroup"
+            ));
+        };
+        if let Some(f) = ix.get(id) {
+            if Self::holds(&f.container, cgroup) {
+                return Answer::Found(f);
+            }
+            let set = f.container.process.as_ref().map_or("", |p| p.cgroup_path.as_str());
+            return Answer::NotFound(format!(
+                "cgroup {cgroup} is named after container {id} but is not where the runtime put it ({}): \
+                 the name was chosen by whoever made that cgroup",
+                if set.is_empty() { "the kubelet's kubepods hierarchy" } else { set }
+            ));
+        }
+        if let Some(pod) = ix.sandboxes.get(id) {
+            return Answer::NotFound(format!(
+                "cgroup {cgroup} is the sandbox {id} of pod {pod}, which is not a container"
+            ));
+        }
+        Answer::NotFound(self.unknown(&format!("container {id} (named by cgroup {cgroup})")))
     }
 
     /// A PID that has a process now: the kernel says whose it is — the container the

@@ -596,3 +596,61 @@ async fn a_removed_containers_namespace_inode_is_not_answered_once_a_live_proces
     let why = not_found(l.vet(&key, l.find(&key)).await);
     assert!(why.contains("cannot read every host process's namespaces"), "{why}");
 }
+
+#[test]
+fn cgroup_paths_are_read_in_the_forms_collectors_hold_and_nothing_else() {
+    let want = "/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope";
+    for form in [
+        "0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope",
+        "/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope/",
+        "/sys/fs/cgroup/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope",
+        " 0::/kubepods.slice//kubepods-pod1.slice/cri-containerd-abc.scope\n",
+    ] {
+        assert_eq!(cgroup_path(form).as_deref(), Ok(want), "{form:?}");
+    }
+    for (bad, says) in [
+        ("kubepods.slice/x", "not an absolute path"),
+        ("4:memory:/kubepods/x", "not a cgroup v2 line"),
+        ("/kubepods/../x", ". or .."),
+        ("0::/", "the cgroup root"),
+        ("/sys/fs/cgroup", "the cgroup root"),
+        ("", "not an absolute path"),
+    ] {
+        let err = cgroup_path(bad).unwrap_err();
+        assert!(err.contains(says), "{bad:?}: {err}");
+    }
+    // A directory merely starting with the mount's name is not under it.
+    assert_eq!(cgroup_path("/sys/fs/cgroupx/a").as_deref(), Ok("/sys/fs/cgroupx/a"));
+}
+
+#[test]
+fn a_cgroup_path_finds_its_container_live_or_removed_and_never_one_it_only_names() {
+    let l = lookup(Duration::from_secs(3600));
+    let id = "c".repeat(64);
+    let scope =
+        format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cri-containerd-{id}.scope");
+    let c = Arc::new(ContainerStatus {
+        process: Some(Process {
+            pid: 700,
+            cgroup_path: format!("kubepods-besteffort-pod1.slice:cri-containerd:{id}"),
+            ..Default::default()
+        }),
+        ..(*container(&id, ContainerState::Running, 700, 5, 10)).clone()
+    });
+    l.observe([&event("u", EventType::ContainerStarted, &id, Some(pod("u", vec![c])))]);
+    let key = |p: &str| LookupKey::CgroupPath(cgroup_path(p).unwrap());
+    assert_eq!(found(l.find(&key(&scope))).container.id, id, "the container's own cgroup");
+    assert_eq!(found(l.find(&key(&format!("0::{scope}/sub")))).container.id, id, "a cgroup below it");
+    // A cgroup named after the container somewhere the runtime did not put it.
+    let why = not_found(l.find(&key(&format!("/user.slice/cri-containerd-{id}.scope"))));
+    assert!(why.contains("not where the runtime put it"), "{why}");
+    // A pod's cgroup names no container.
+    let why = not_found(l.find(&key("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice")));
+    assert!(why.contains("names no container"), "{why}");
+    // Removed: still answered, as removed, within the retention.
+    l.observe([&event("u", EventType::ContainerRemoved, &id, Some(pod("u", vec![])))]);
+    assert!(found(l.find(&key(&scope))).removed_at.is_some());
+    let other = "d".repeat(64);
+    let why = not_found(l.find(&key(&format!("/kubepods.slice/cri-containerd-{other}.scope"))));
+    assert!(why.contains("--tombstone-retention") && why.contains(&other), "{why}");
+}

@@ -1215,7 +1215,9 @@ type Synced struct {
 	// The plegd process's epoch: revisions are only comparable within one epoch.
 	Epoch uint64 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// How many snapshot messages preceded this one.
-	Pods          uint32 `protobuf:"varint,2,opt,name=pods,proto3" json:"pods,omitempty"`
+	Pods uint32 `protobuf:"varint,2,opt,name=pods,proto3" json:"pods,omitempty"`
+	// The node plegd runs on (--node-name, else its host name).
+	NodeName      string `protobuf:"bytes,3,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1262,6 +1264,13 @@ func (x *Synced) GetPods() uint32 {
 		return x.Pods
 	}
 	return 0
+}
+
+func (x *Synced) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
 }
 
 type Reset struct {
@@ -1608,10 +1617,12 @@ func (x *ListPodsRequest) GetFilter() *PodFilter {
 }
 
 type ListPodsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pods          []*PodStatus           `protobuf:"bytes,1,rep,name=pods,proto3" json:"pods,omitempty"`
-	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Pods     []*PodStatus           `protobuf:"bytes,1,rep,name=pods,proto3" json:"pods,omitempty"`
+	Revision uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Epoch    uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The node plegd runs on (--node-name, else its host name).
+	NodeName      string `protobuf:"bytes,4,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1665,6 +1676,13 @@ func (x *ListPodsResponse) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *ListPodsResponse) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
 }
 
 type GetPodStatusRequest struct {
@@ -1798,6 +1816,7 @@ type GetContainerRequest struct {
 	//	*GetContainerRequest_Container
 	//	*GetContainerRequest_MntNs
 	//	*GetContainerRequest_PidNs
+	//	*GetContainerRequest_CgroupPath
 	Key           isGetContainerRequest_Key `protobuf_oneof:"key"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1903,6 +1922,15 @@ func (x *GetContainerRequest) GetPidNs() uint64 {
 	return 0
 }
 
+func (x *GetContainerRequest) GetCgroupPath() string {
+	if x != nil {
+		if x, ok := x.Key.(*GetContainerRequest_CgroupPath); ok {
+			return x.CgroupPath
+		}
+	}
+	return ""
+}
+
 type isGetContainerRequest_Key interface {
 	isGetContainerRequest_Key()
 }
@@ -1946,6 +1974,13 @@ type GetContainerRequest_PidNs struct {
 	PidNs uint64 `protobuf:"varint,7,opt,name=pid_ns,json=pidNs,proto3,oneof"`
 }
 
+type GetContainerRequest_CgroupPath struct {
+	// A cgroup path as a host-metrics collector holds it: a cgroup v2 line of
+	// /proc/PID/cgroup (0::/kubepods.slice/…), a path under the cgroup root, or under
+	// /sys/fs/cgroup. The container whose cgroup it is, or one below it.
+	CgroupPath string `protobuf:"bytes,8,opt,name=cgroup_path,json=cgroupPath,proto3,oneof"`
+}
+
 func (*GetContainerRequest_ContainerId) isGetContainerRequest_Key() {}
 
 func (*GetContainerRequest_CgroupId) isGetContainerRequest_Key() {}
@@ -1959,6 +1994,8 @@ func (*GetContainerRequest_Container) isGetContainerRequest_Key() {}
 func (*GetContainerRequest_MntNs) isGetContainerRequest_Key() {}
 
 func (*GetContainerRequest_PidNs) isGetContainerRequest_Key() {}
+
+func (*GetContainerRequest_CgroupPath) isGetContainerRequest_Key() {}
 
 // A pod's container by name and attempt (0 is the first).
 type ContainerRef struct {
@@ -2205,10 +2242,11 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\x0esince_revision\x18\x01 \x01(\x04R\rsinceRevision\x12+\n" +
 	"\x06filter\x18\x02 \x01(\v2\x13.plegd.v1.PodFilterR\x06filter\x122\n" +
 	"\x05types\x18\x03 \x03(\x0e2\x1c.plegd.v1.LifecycleEventTypeR\x05types\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"2\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"O\n" +
 	"\x06Synced\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
-	"\x04pods\x18\x02 \x01(\rR\x04pods\"P\n" +
+	"\x04pods\x18\x02 \x01(\rR\x04pods\x12\x1b\n" +
+	"\tnode_name\x18\x03 \x01(\tR\bnodeName\"P\n" +
 	"\x05Reset\x12-\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x15.plegd.v1.ResetReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\n" +
@@ -2228,18 +2266,19 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\x05start\x18\a \x01(\v2\x15.plegd.v1.StreamStartH\x00R\x05startB\x06\n" +
 	"\x04kind\">\n" +
 	"\x0fListPodsRequest\x12+\n" +
-	"\x06filter\x18\x01 \x01(\v2\x13.plegd.v1.PodFilterR\x06filter\"m\n" +
+	"\x06filter\x18\x01 \x01(\v2\x13.plegd.v1.PodFilterR\x06filter\"\x8a\x01\n" +
 	"\x10ListPodsResponse\x12'\n" +
 	"\x04pods\x18\x01 \x03(\v2\x13.plegd.v1.PodStatusR\x04pods\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"o\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x1b\n" +
+	"\tnode_name\x18\x04 \x01(\tR\bnodeName\"o\n" +
 	"\x13GetPodStatusRequest\x12\x17\n" +
 	"\apod_uid\x18\x01 \x01(\tR\x06podUid\x12?\n" +
 	"\rmin_timestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fminTimestamp\"\x94\x01\n" +
 	"\x14GetPodStatusResponse\x12%\n" +
 	"\x03pod\x18\x01 \x01(\v2\x13.plegd.v1.PodStatusR\x03pod\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x1b\n" +
-	"\tnot_found\x18\x03 \x01(\bR\bnotFound\"\xfb\x01\n" +
+	"\tnot_found\x18\x03 \x01(\bR\bnotFound\"\x9e\x02\n" +
 	"\x13GetContainerRequest\x12#\n" +
 	"\fcontainer_id\x18\x01 \x01(\tH\x00R\vcontainerId\x12\x1d\n" +
 	"\tcgroup_id\x18\x02 \x01(\x04H\x00R\bcgroupId\x12\x12\n" +
@@ -2247,7 +2286,9 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\blog_path\x18\x04 \x01(\tH\x00R\alogPath\x126\n" +
 	"\tcontainer\x18\x05 \x01(\v2\x16.plegd.v1.ContainerRefH\x00R\tcontainer\x12\x17\n" +
 	"\x06mnt_ns\x18\x06 \x01(\x04H\x00R\x05mntNs\x12\x17\n" +
-	"\x06pid_ns\x18\a \x01(\x04H\x00R\x05pidNsB\x05\n" +
+	"\x06pid_ns\x18\a \x01(\x04H\x00R\x05pidNs\x12!\n" +
+	"\vcgroup_path\x18\b \x01(\tH\x00R\n" +
+	"cgroupPathB\x05\n" +
 	"\x03key\"h\n" +
 	"\fContainerRef\x12\x17\n" +
 	"\apod_uid\x18\x01 \x01(\tR\x06podUid\x12%\n" +
@@ -2420,6 +2461,7 @@ func file_plegd_v1_plegd_proto_init() {
 		(*GetContainerRequest_Container)(nil),
 		(*GetContainerRequest_MntNs)(nil),
 		(*GetContainerRequest_PidNs)(nil),
+		(*GetContainerRequest_CgroupPath)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
