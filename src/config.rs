@@ -430,9 +430,10 @@ fn journal_config(j: &JournalArgs, watch_buffer: usize) -> Result<crate::journal
 /// give a node (a DNS subdomain) is refused.
 fn node_name(flag: Option<&str>) -> Result<String, ConfigError> {
     let Some(name) = flag.filter(|n| !n.is_empty()) else { return Ok(crate::host::host_name().to_lowercase()) };
+    // A DNS-1123 subdomain, as Kubernetes validates a node's name: 253 bytes at most,
+    // with no cap per label (a host name of 64 characters makes a valid node).
     let label_ok = |l: &str| {
         !l.is_empty()
-            && l.len() <= 63
             && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && !l.starts_with('-')
             && !l.ends_with('-')
@@ -685,7 +686,8 @@ mod tests {
         assert_eq!(cfg.export.unwrap().node, "node-a.example");
         let default = run_args(&[]).unwrap();
         assert_eq!(default.api.node_name, crate::host::host_name().to_lowercase(), "the host name, as the kubelet's");
-        for bad in ["Node-A", "node_a", "-a", "a..b", &"a".repeat(64)] {
+        assert_eq!(run_args(&[&format!("--node-name={}", "a".repeat(64))]).unwrap().api.node_name.len(), 64);
+        for bad in ["Node-A", "node_a", "-a", "a..b", &"a".repeat(254)] {
             let e = run_args(&[&format!("--node-name={bad}")]).unwrap_err();
             assert!(e.contains("--node-name") && e.contains("not a node name"), "{bad}: {e}");
         }

@@ -377,6 +377,7 @@ impl Node {
                 .args(["--debug-addr", "127.0.0.1:0"])
                 .args(["--state-dir", &self.dir.path().join("state").display().to_string()])
                 .args(["--admin-addr", &format!("127.0.0.1:{port}"), "--relist-period", "200ms"])
+                .args(["--node-name", "node-under-test"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -418,10 +419,11 @@ fn pods_lists_the_cache_as_a_table_and_as_json() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.starts_with("NAMESPACE"), "{table}");
-    assert!(table.contains("# 4 pods at revision"), "{table}");
+    assert!(table.contains("# 4 pods on node node-under-test at revision"), "{table}");
     let out = plegd(&["pods", "--socket", &node.api(), "-o", "json", "-n", "default"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let pods = v["pods"].as_array().unwrap();
+    assert_eq!(v["node_name"], "node-under-test");
     assert!(!pods.is_empty() && pods.iter().all(|p| p["namespace"] == "default"));
     assert!(pods[0]["containers"][0]["state"].as_str().unwrap().starts_with("CONTAINER_STATE_"));
     let _ = &node.sim;

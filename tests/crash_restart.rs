@@ -10,72 +10,15 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use plegd::proto::plegd as api;
 use plegd::proto::plegd::watch_event::Kind;
 use plegd::sim::churn::{Churn, ChurnConfig};
-use prost::Message;
+use support::binary::{open, replay, start, truth, view};
 use tokio::time::Instant;
 
 const BIN: &str = env!("CARGO_BIN_EXE_plegd");
-
-struct Plegd {
-    child: Child,
-    socket: String,
-}
-
-impl Drop for Plegd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-async fn start(endpoint: &str, state: &std::path::Path, dir: &std::path::Path) -> Plegd {
-    let admin: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let socket = format!("unix://{}", dir.join("api/plegd.sock").display());
-    let child = Command::new(BIN)
-        .args(["run", "--runtime-endpoint", endpoint, "--listen", &socket])
-        .args(["--admin-addr", &admin.to_string(), "--relist-period", "100ms", "--debug-addr", "127.0.0.1:0"])
-        .arg("--state-dir")
-        .arg(state)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start plegd");
-    let p = Plegd { child, socket };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let ready = tokio::net::TcpStream::connect(admin).await.is_ok()
-            && support::http(admin, "GET", "/readyz").await.0 == 200;
-        if ready {
-            return p;
-        }
-        assert!(Instant::now() < deadline, "plegd never became ready");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-type Stream = tonic::Streaming<api::WatchEvent>;
-
-async fn open(p: &Plegd, since: u64, epoch: u64) -> (Stream, api::StreamStart) {
-    let mut s = plegd::cli::client::connect(&p.socket)
-        .unwrap()
-        .watch(api::WatchRequest { since_revision: since, epoch, ..Default::default() })
-        .await
-        .expect("watch")
-        .into_inner();
-    let first = tokio::time::timeout(Duration::from_secs(5), s.message()).await.expect("in time").unwrap().unwrap();
-    let Some(Kind::Start(start)) = first.kind else { panic!("no epoch first: {first:?}") };
-    (s, start)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_random_moments_under_churn_never_reuses_a_revision_nor_loses_a_delivered_event() {
@@ -100,10 +43,10 @@ async fn kill_9_at_random_moments_under_churn_never_reuses_a_revision_nor_loses_
     });
 
     // Every event a client was handed: revision → its encoding.
-    let mut delivered: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut delivered: BTreeMap<u64, api::LifecycleEvent> = BTreeMap::new();
     let (mut epoch, mut last) = (0u64, 0u64);
     for round in 0..rounds {
-        let p = start(&h.endpoint, state.path(), h.dir.path()).await;
+        let p = start(BIN, &h.endpoint, state.path(), h.dir.path()).await;
         let (mut s, started) = open(&p, last, epoch).await;
         let mut p = Some(p);
         if round == 0 {
@@ -132,7 +75,7 @@ async fn kill_9_at_random_moments_under_churn_never_reuses_a_revision_nor_loses_
                     Some(Kind::Event(e)) => {
                         assert_eq!(ev.revision, last + 1, "round {round}: revisions by one, no gap (seed {seed})");
                         last = ev.revision;
-                        delivered.insert(ev.revision, e.encode_to_vec());
+                        delivered.insert(ev.revision, e);
                     }
                     Some(Kind::Reset(r)) => panic!("round {round}: reset {r:?} (seed {seed})"),
                     Some(Kind::Snapshot(_)) | Some(Kind::Synced(_)) if round == 0 => {
@@ -154,71 +97,26 @@ async fn kill_9_at_random_moments_under_churn_never_reuses_a_revision_nor_loses_
     // The churn stops; one more plegd catches up.
     stop_churn.cancel();
     churning.await.unwrap();
-    let p = start(&h.endpoint, state.path(), h.dir.path()).await;
+    let p = start(BIN, &h.endpoint, state.path(), h.dir.path()).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // `since_revision = 0` asks for a snapshot: resume from just before the first
     // delivered event instead (revision 1 itself, if delivered, is compared from 2 on).
     let from = delivered.keys().next().map_or(1, |r| r.saturating_sub(1)).max(1);
     let (mut s, started) = open(&p, from, epoch).await;
     assert!(started.resumed && started.epoch == epoch, "the whole journal is still there: {started:?}");
-    let mut replayed = BTreeMap::new();
-    while let Ok(Some(Ok(Some(ev)))) =
-        tokio::time::timeout(Duration::from_secs(2), async { Some(s.message().await) }).await
-    {
-        match ev.kind {
-            Some(Kind::Event(e)) => {
-                replayed.insert(ev.revision, e.encode_to_vec());
-            }
-            Some(Kind::Reset(r)) => panic!("reset {r:?}"),
-            _ => {}
-        }
-    }
+    let replayed = replay(&mut s).await;
     let revs: Vec<u64> = replayed.keys().copied().collect();
     assert_eq!(revs, (from + 1..=from + revs.len() as u64).collect::<Vec<_>>(), "every revision after {from}, once");
-    for (rev, bytes) in delivered.range(from + 1..) {
-        let again = replayed.get(rev).unwrap_or_else(|| panic!("delivered revision {rev} was lost (seed {seed})"));
+    for (rev, was) in delivered.range(from + 1..) {
+        let now = replayed.get(rev).unwrap_or_else(|| panic!("delivered revision {rev} was lost (seed {seed})"));
         // Compared decoded: the API's label maps encode in no fixed order.
-        let (was, now) =
-            (api::LifecycleEvent::decode(&bytes[..]).unwrap(), api::LifecycleEvent::decode(&again[..]).unwrap());
         if was != now {
             panic!("revision {rev} was delivered as one event and is now another (seed {seed}):\n{was:#?}\n{now:#?}");
         }
     }
 
     // And the journal's view equals the runtime once the relister has caught up.
-    let mut snap =
-        plegd::cli::client::connect(&p.socket).unwrap().watch(api::WatchRequest::default()).await.unwrap().into_inner();
-    let mut view = BTreeMap::new();
-    loop {
-        let ev = tokio::time::timeout(Duration::from_secs(5), snap.message()).await.unwrap().unwrap().unwrap();
-        match ev.kind {
-            Some(Kind::Snapshot(pod)) => {
-                for c in pod.containers {
-                    view.insert(c.id.clone(), format!("container:{}", c.state));
-                }
-                for sb in pod.sandboxes {
-                    view.insert(sb.id.clone(), format!("sandbox:{}", sb.state));
-                }
-            }
-            Some(Kind::Synced(_)) => break,
-            _ => {}
-        }
-    }
-    let mut truth = BTreeMap::new();
-    for sb in h.sim.list_pod_sandbox(None).await.unwrap() {
-        let state = if sb.state == 0 { api::SandboxState::Ready } else { api::SandboxState::Notready };
-        truth.insert(sb.id, format!("sandbox:{}", state as i32));
-    }
-    for c in h.sim.list_containers_cri(None).await.unwrap() {
-        let state = match c.state {
-            0 => api::ContainerState::Created,
-            1 => api::ContainerState::Running,
-            2 => api::ContainerState::Exited,
-            _ => api::ContainerState::Unknown,
-        };
-        truth.insert(c.id, format!("container:{}", state as i32));
-    }
-    assert_eq!(view, truth, "the view after the crashes is the runtime (seed {seed})");
+    assert_eq!(view(&p).await, truth(&h.sim).await, "the view after the crashes is the runtime (seed {seed})");
     drop(p);
     h.stop().await;
 }

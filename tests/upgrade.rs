@@ -4,8 +4,9 @@
 //! every file it keeps (`tests/upgrade/build-previous.sh`; docs/state-dir.md). Each turn
 //! ends as a rollout ends it (SIGTERM), one with `kill -9`. One watcher resumes through
 //! every turn: the same epoch, never a reset, revisions one by one; at the end every
-//! revision it was handed is still the same event, a container removed under the old
-//! build is still answered under the new one, and the journal's view is the runtime.
+//! revision it was handed is still the same event, every removed container the old build
+//! answered for at the end of its turn is still answered under the new one, and the
+//! journal's view is the runtime.
 //!
 //! `bash tests/upgrade/run.sh` builds the previous revision (cached) and runs this.
 
@@ -13,39 +14,15 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use plegd::proto::plegd as api;
 use plegd::proto::plegd::watch_event::Kind;
 use plegd::sim::churn::{Churn, ChurnConfig};
-use prost::Message;
+use support::binary::{Binary, Stop, open, replay, start, stop, truth, view};
 use tokio::time::Instant;
 
 const CURRENT: &str = env!("CARGO_BIN_EXE_plegd");
-
-struct Plegd {
-    child: Child,
-    socket: String,
-    bin: &'static str,
-}
-
-impl Drop for Plegd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Stop {
-    Term,
-    Kill,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 fn previous() -> &'static str {
     let bin = std::env::var("PLEGD_PREVIOUS_BIN").unwrap_or_else(|_| {
@@ -55,64 +32,9 @@ fn previous() -> &'static str {
     Box::leak(bin.into_boxed_str())
 }
 
-async fn start(bin: &'static str, endpoint: &str, state: &Path, dir: &Path) -> Plegd {
-    let admin: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let socket = format!("unix://{}", dir.join("api/plegd.sock").display());
-    let child = Command::new(bin)
-        .args(["run", "--runtime-endpoint", endpoint, "--listen", &socket])
-        .args(["--admin-addr", &admin.to_string(), "--relist-period", "100ms", "--debug-addr", "127.0.0.1:0"])
-        .arg("--state-dir")
-        .arg(state)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start plegd");
-    let p = Plegd { child, socket, bin };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let ready = tokio::net::TcpStream::connect(admin).await.is_ok()
-            && support::http(admin, "GET", "/readyz").await.0 == 200;
-        if ready {
-            return p;
-        }
-        assert!(Instant::now() < deadline, "{bin} never became ready");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-fn stop(mut p: Plegd, how: Stop) {
-    match how {
-        Stop::Term => {
-            let ok = Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status().unwrap();
-            assert!(ok.success());
-            let status = p.child.wait().unwrap();
-            assert!(status.success(), "{} ends on SIGTERM with status 0: {status}", p.bin);
-        }
-        Stop::Kill => {
-            p.child.kill().unwrap();
-            p.child.wait().unwrap();
-        }
-    }
-}
-
-type Stream = tonic::Streaming<api::WatchEvent>;
-
-async fn open(p: &Plegd, since: u64, epoch: u64) -> (Stream, api::StreamStart) {
-    let mut s = plegd::cli::client::connect(&p.socket)
-        .unwrap()
-        .watch(api::WatchRequest { since_revision: since, epoch, ..Default::default() })
-        .await
-        .expect("watch")
-        .into_inner();
-    let first = tokio::time::timeout(Duration::from_secs(5), s.message()).await.expect("in time").unwrap().unwrap();
-    let Some(Kind::Start(start)) = first.kind else { panic!("no epoch first: {first:?}") };
-    (s, start)
-}
-
-async fn removed_container(p: &Plegd, id: &str) -> Option<api::GetContainerResponse> {
+async fn removed_container(p: &Binary, id: &str) -> Result<api::GetContainerResponse, tonic::Status> {
     let req = api::GetContainerRequest { key: Some(api::get_container_request::Key::ContainerId(id.to_owned())) };
-    plegd::cli::client::connect(&p.socket).unwrap().get_container(req).await.ok().map(|r| r.into_inner())
+    plegd::cli::client::connect(&p.socket).unwrap().get_container(req).await.map(|r| r.into_inner())
 }
 
 fn tombstones_format(state: &Path) -> i64 {
@@ -145,8 +67,9 @@ async fn a_watcher_resumes_through_upgrades_and_downgrades_without_a_reset_and_l
 
     // The rollout: the old build, upgraded, downgraded, upgraded again; one turn killed.
     let turns = [(old, Stop::Term), (CURRENT, Stop::Kill), (old, Stop::Term), (CURRENT, Stop::Term)];
-    let mut delivered: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-    let mut removed_under_old: Vec<String> = Vec::new();
+    let mut delivered: BTreeMap<u64, api::LifecycleEvent> = BTreeMap::new();
+    let mut removed_under_old: Vec<(usize, String)> = Vec::new();
+    let (mut known_to_old, mut unknown_to_old) = (Vec::new(), Vec::new());
     let (mut epoch, mut last) = (0u64, 0u64);
     for (turn, (bin, how)) in turns.into_iter().enumerate() {
         let p = start(bin, &h.endpoint, state.path(), h.dir.path()).await;
@@ -168,9 +91,9 @@ async fn a_watcher_resumes_through_upgrades_and_downgrades_without_a_reset_and_l
                     assert_eq!(ev.revision, last + 1, "turn {turn} ({bin}): revisions by one, no gap");
                     last = ev.revision;
                     if bin == old && e.r#type == api::LifecycleEventType::ContainerRemoved as i32 && !e.is_sandbox {
-                        removed_under_old.push(e.container_id.clone());
+                        removed_under_old.push((turn, e.container_id.clone()));
                     }
-                    delivered.insert(ev.revision, e.encode_to_vec());
+                    delivered.insert(ev.revision, e);
                 }
                 Some(Kind::Reset(r)) => panic!("turn {turn} ({bin}): reset {r:?}"),
                 Some(Kind::Synced(_)) if turn == 0 => last = ev.revision,
@@ -178,77 +101,50 @@ async fn a_watcher_resumes_through_upgrades_and_downgrades_without_a_reset_and_l
             }
         }
         drop(s);
+        // What the old build answers for its removals is what the upgrade must keep.
+        if bin == old {
+            for (t, id) in removed_under_old.iter().filter(|(t, _)| *t == turn) {
+                match removed_container(&p, id).await {
+                    Ok(r) if r.removed => known_to_old.push((*t, id.clone())),
+                    other => unknown_to_old.push(format!("{id}: {other:?}")),
+                }
+            }
+        }
         stop(p, how);
     }
     assert!(delivered.len() > 50, "the churn made events ({} delivered)", delivered.len());
-    assert!(!removed_under_old.is_empty(), "the churn removed containers under the old build");
+    assert!(!known_to_old.is_empty(), "the churn removed containers under the old build, and it answered for them");
 
     // The churn stops; this build catches up and replays everything it kept.
     stop_churn.cancel();
     churning.await.unwrap();
     let p = start(CURRENT, &h.endpoint, state.path(), h.dir.path()).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    for id in &removed_under_old {
+    for (turn, id) in &known_to_old {
         let got = removed_container(&p, id).await;
         assert!(
-            got.as_ref().is_some_and(|r| r.removed),
-            "container {id}, removed under the old build, is answered as removed: {got:?}"
+            got.as_ref().is_ok_and(|r| r.removed),
+            "container {id}, removed under the old build (turn {turn}), is answered as removed: {got:?}"
         );
     }
     let from = delivered.keys().next().map_or(1, |r| r.saturating_sub(1)).max(1);
     let (mut s, started) = open(&p, from, epoch).await;
     assert!(started.resumed && started.epoch == epoch, "the whole journal is still there: {started:?}");
-    let mut replayed = BTreeMap::new();
-    while let Ok(Some(Ok(Some(ev)))) =
-        tokio::time::timeout(Duration::from_secs(2), async { Some(s.message().await) }).await
-    {
-        match ev.kind {
-            Some(Kind::Event(e)) => {
-                replayed.insert(ev.revision, e.encode_to_vec());
-            }
-            Some(Kind::Reset(r)) => panic!("reset {r:?}"),
-            _ => {}
-        }
-    }
-    for (rev, bytes) in delivered.range(from + 1..) {
-        let again = replayed.get(rev).unwrap_or_else(|| panic!("delivered revision {rev} was lost"));
-        let (was, now) =
-            (api::LifecycleEvent::decode(&bytes[..]).unwrap(), api::LifecycleEvent::decode(&again[..]).unwrap());
+    let replayed = replay(&mut s).await;
+    for (rev, was) in delivered.range(from + 1..) {
+        let now = replayed.get(rev).unwrap_or_else(|| panic!("delivered revision {rev} was lost"));
         assert_eq!(was, now, "revision {rev} was delivered as one event and is now another");
     }
 
     // And the journal's view is the runtime.
-    let mut snap =
-        plegd::cli::client::connect(&p.socket).unwrap().watch(api::WatchRequest::default()).await.unwrap().into_inner();
-    let mut view = BTreeMap::new();
-    loop {
-        let ev = tokio::time::timeout(Duration::from_secs(5), snap.message()).await.unwrap().unwrap().unwrap();
-        match ev.kind {
-            Some(Kind::Snapshot(pod)) => {
-                for c in pod.containers {
-                    view.insert(c.id.clone(), c.state);
-                }
-            }
-            Some(Kind::Synced(_)) => break,
-            _ => {}
-        }
-    }
-    let mut truth = BTreeMap::new();
-    for c in h.sim.list_containers_cri(None).await.unwrap() {
-        let state = match c.state {
-            0 => api::ContainerState::Created,
-            1 => api::ContainerState::Running,
-            2 => api::ContainerState::Exited,
-            _ => api::ContainerState::Unknown,
-        };
-        truth.insert(c.id, state as i32);
-    }
-    assert_eq!(view, truth, "the view after the rollouts is the runtime");
+    let view = view(&p).await;
+    assert_eq!(view, truth(&h.sim).await, "the view after the rollouts is the runtime");
     eprintln!(
-        "{} events through 4 turns (old, new, old, new), epoch {epoch}; {} containers removed under the old build \
-         answered under the new one; the view: {} containers",
+        "{} events through 4 turns (old, new, old, new), epoch {epoch}; {} containers the old build removed and \
+         answered for, answered under the new one; {} it did not answer for itself {unknown_to_old:?}; the view: {} ids",
         delivered.len(),
-        removed_under_old.len(),
+        known_to_old.len(),
+        unknown_to_old.len(),
         view.len()
     );
     drop(p);

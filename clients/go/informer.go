@@ -275,7 +275,9 @@ func (i *Informer) Revision() (epoch, rev uint64) {
 }
 
 // NodeName is the name of the node plegd runs on, as its last snapshot said it; empty
-// until [Informer.HasSynced] (and from a plegd too old to say it).
+// until [Informer.HasSynced], and from a plegd too old to say it. A stream that resumes
+// sends no snapshot, so after plegd is upgraded to one that says it, the name comes
+// with the next snapshot (a reset or a new epoch); ListPods says it at any time.
 func (i *Informer) NodeName() string {
 	i.mu.RLock()
 	defer i.mu.RUnlock()

@@ -194,7 +194,10 @@ fn render(ev: &api::WatchEvent, json: bool, show_snapshot: bool) -> Option<Strin
             Some(format!("snapshot      {}/{}  rev {}", p.namespace, p.name, ev.revision))
         }
         Kind::Snapshot(_) => None,
-        Kind::Synced(s) => Some(format!("# synced: {} pods at revision {} (epoch {})", s.pods, ev.revision, s.epoch)),
+        Kind::Synced(s) => Some(format!(
+            "# synced: {} pods on node {} at revision {} (epoch {})",
+            s.pods, s.node_name, ev.revision, s.epoch
+        )),
         Kind::Reset(r) => Some(format!(
             "# reset ({}): {}",
             api::ResetReason::try_from(r.reason).map(|r| r.as_str_name()).unwrap_or("?"),
@@ -303,7 +306,7 @@ pub fn watch_event_json(ev: &api::WatchEvent) -> Value {
     let (k, v) = match &ev.kind {
         Some(Kind::Event(e)) => ("event", event_json(e)),
         Some(Kind::Snapshot(p)) => ("snapshot", pod_json(p)),
-        Some(Kind::Synced(s)) => ("synced", json!({"epoch": s.epoch, "pods": s.pods})),
+        Some(Kind::Synced(s)) => ("synced", json!({"epoch": s.epoch, "pods": s.pods, "node_name": s.node_name})),
         Some(Kind::Reset(r)) => (
             "reset",
             json!({"reason": api::ResetReason::try_from(r.reason).map(|x| x.as_str_name()).unwrap_or("?"), "message": r.message}),
@@ -364,7 +367,7 @@ pub async fn pods(socket: &str, filter: api::PodFilter, output: OutputFormat) ->
     let mut out = std::io::stdout().lock();
     if output == OutputFormat::Json {
         let v = json!({
-            "revision": resp.revision, "epoch": resp.epoch,
+            "revision": resp.revision, "epoch": resp.epoch, "node_name": resp.node_name,
             "pods": resp.pods.iter().map(pod_json).collect::<Vec<_>>(),
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&v).unwrap_or_default())?;
@@ -391,6 +394,6 @@ pub async fn pods(socket: &str, filter: api::PodFilter, output: OutputFormat) ->
             .collect();
         writeln!(out, "{:<16}  {:<28}  {:<36}  {:<9}  {}", p.namespace, p.name, p.uid, sandbox, containers.join(" "))?;
     }
-    writeln!(out, "# {} pods at revision {}", resp.pods.len(), resp.revision)?;
+    writeln!(out, "# {} pods on node {} at revision {}", resp.pods.len(), resp.node_name, resp.revision)?;
     Ok(())
 }

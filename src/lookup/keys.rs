@@ -124,10 +124,14 @@ pub fn cgroup_path(path: &str) -> Result<String, String> {
     }
     let path = path.strip_prefix("/sys/fs/cgroup").filter(|p| p.is_empty() || p.starts_with('/')).unwrap_or(path);
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-    if parts.iter().any(|p| *p == "." || *p == "..") {
+    // Leading `..`s are a reader in a cgroup namespace of its own seeing the path from
+    // its own cgroup up, as /proc/PID/cgroup shows it there; anywhere else they are not
+    // a cgroup's path.
+    let outside = parts.iter().take_while(|p| **p == "..").count();
+    if parts[outside..].iter().any(|p| *p == "." || *p == "..") {
         return Err(format!("{path:?} is not a plain path (it has . or .. in it): {expected}"));
     }
-    if parts.is_empty() {
+    if parts.len() == outside {
         return Err(format!("{path:?} is the cgroup root, which is no container's: {expected}"));
     }
     Ok(format!("/{}", parts.join("/")))

@@ -461,7 +461,12 @@ impl ContainerLookup {
     /// Whether `container` (as the runtime or the index holds it) is where a process in
     /// `cgroup` is: at or below the cgroup the runtime set for it, or, where the runtime
     /// does not say (no verbose status), in the kubelet's pod hierarchy.
+    /// A user's own delegated tree is never a container's, whatever its directories are
+    /// named: an unprivileged user can make any name there.
     pub fn holds(container: &ContainerStatus, cgroup: &str) -> bool {
+        if user_delegated(cgroup) {
+            return false;
+        }
         match container.process.as_ref().map(|p| p.cgroup_path.as_str()).filter(|p| !p.is_empty()) {
             Some(path) => placed_in(cgroup, path),
             None => under_kubepods(cgroup),

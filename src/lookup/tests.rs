@@ -612,6 +612,7 @@ fn cgroup_paths_are_read_in_the_forms_collectors_hold_and_nothing_else() {
         ("kubepods.slice/x", "not an absolute path"),
         ("4:memory:/kubepods/x", "not a cgroup v2 line"),
         ("/kubepods/../x", ". or .."),
+        ("0::/../..", "the cgroup root"),
         ("0::/", "the cgroup root"),
         ("/sys/fs/cgroup", "the cgroup root"),
         ("", "not an absolute path"),
@@ -619,6 +620,8 @@ fn cgroup_paths_are_read_in_the_forms_collectors_hold_and_nothing_else() {
         let err = cgroup_path(bad).unwrap_err();
         assert!(err.contains(says), "{bad:?}: {err}");
     }
+    // Seen from a cgroup namespace of the reader's own, as /proc/PID/cgroup shows it there.
+    assert_eq!(cgroup_path("0::/../../kubepods.slice/x").as_deref(), Ok("/../../kubepods.slice/x"));
     // A directory merely starting with the mount's name is not under it.
     assert_eq!(cgroup_path("/sys/fs/cgroupx/a").as_deref(), Ok("/sys/fs/cgroupx/a"));
 }
@@ -641,9 +644,23 @@ fn a_cgroup_path_finds_its_container_live_or_removed_and_never_one_it_only_names
     let key = |p: &str| LookupKey::CgroupPath(cgroup_path(p).unwrap());
     assert_eq!(found(l.find(&key(&scope))).container.id, id, "the container's own cgroup");
     assert_eq!(found(l.find(&key(&format!("0::{scope}/sub")))).container.id, id, "a cgroup below it");
-    // A cgroup named after the container somewhere the runtime did not put it.
-    let why = not_found(l.find(&key(&format!("/user.slice/cri-containerd-{id}.scope"))));
-    assert!(why.contains("not where the runtime put it"), "{why}");
+    // A cgroup named after the container somewhere the runtime did not put it, in either
+    // of the names containerd gives it — a user can make any name in a delegated tree.
+    for elsewhere in [
+        format!("/user.slice/cri-containerd-{id}.scope"),
+        format!(
+            "/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods-besteffort-pod1.slice:cri-containerd:{id}"
+        ),
+        format!(
+            "/user.slice/user-1000.slice/user@1000.service/kubepods-besteffort-pod1.slice/cri-containerd-{id}.scope"
+        ),
+    ] {
+        let why = not_found(l.find(&key(&elsewhere)));
+        assert!(why.contains("not where the runtime put it"), "{elsewhere}: {why}");
+    }
+    // Seen from inside a cgroup namespace, the same path is the container's.
+    let inside = format!("0::/../../kubepods-besteffort-pod1.slice/cri-containerd-{id}.scope");
+    assert_eq!(found(l.find(&key(&inside))).container.id, id);
     // A pod's cgroup names no container.
     let why = not_found(l.find(&key("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice")));
     assert!(why.contains("names no container"), "{why}");
@@ -653,4 +670,36 @@ fn a_cgroup_path_finds_its_container_live_or_removed_and_never_one_it_only_names
     let other = "d".repeat(64);
     let why = not_found(l.find(&key(&format!("/kubepods.slice/cri-containerd-{other}.scope"))));
     assert!(why.contains("--tombstone-retention") && why.contains(&other), "{why}");
+}
+
+#[test]
+fn a_process_in_a_users_tree_is_never_a_containers_whatever_its_cgroup_is_named() {
+    let root = empty_host();
+    let cfg = LookupConfig::in_memory(Duration::from_secs(3600));
+    let (l, _) = ContainerLookup::open(cfg, Host::new(&root), None, LookupMetrics::default()).unwrap();
+    let id = "e".repeat(64);
+    let c = Arc::new(ContainerStatus {
+        process: Some(Process {
+            pid: 800,
+            cgroup_path: format!("kubepods-besteffort-pod1.slice:cri-containerd:{id}"),
+            ..Default::default()
+        }),
+        ..(*container(&id, ContainerState::Running, 800, 6, 10)).clone()
+    });
+    l.observe([&event("u", EventType::ContainerStarted, &id, Some(pod("u", vec![c])))]);
+    // PID 900 is a user's process in a directory the user named as containerd names one.
+    std::fs::create_dir_all(root.join("proc/900")).unwrap();
+    let forged = format!(
+        "0::/user.slice/user-1000.slice/user@1000.service/kubepods-besteffort-pod1.slice:cri-containerd:{id}\n"
+    );
+    std::fs::write(root.join("proc/900/cgroup"), forged).unwrap();
+    let why = not_found(l.find(&LookupKey::Pid(900)));
+    assert!(why.contains("not where the runtime put it"), "{why}");
+    // The container's own process, where the runtime put it, is the container's.
+    std::fs::create_dir_all(root.join("proc/800")).unwrap();
+    let real = format!(
+        "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cri-containerd-{id}.scope\n"
+    );
+    std::fs::write(root.join("proc/800/cgroup"), real).unwrap();
+    assert_eq!(found(l.find(&LookupKey::Pid(800))).container.id, id);
 }

@@ -198,18 +198,24 @@ def main() -> int:
 
     mon = rendered["monitoring"]
     pods = {**SELECTOR}
-    pm, svc, smon = mon.get("PodMonitor/plegd"), mon.get("Service/plegd"), mon.get("ServiceMonitor/plegd")
-    pr, cm = mon.get("PrometheusRule/plegd"), mon.get("ConfigMap/plegd-dashboard")
+    pm, pr, cm = mon.get("PodMonitor/plegd"), mon.get("PrometheusRule/plegd"), mon.get("ConfigMap/plegd-dashboard")
+    sm = rendered["servicemonitor"]
+    svc, smon = sm.get("Service/plegd"), sm.get("ServiceMonitor/plegd")
     ok(pm and pm["spec"]["selector"]["matchLabels"] == pods and pm["spec"]["podMetricsEndpoints"][0] == {"port": "admin", "path": "/metrics", "interval": "30s"}
        and pm["metadata"]["labels"]["release"] == "prometheus", "monitoring: the PodMonitor scrapes the pods' admin port, labelled")
     ok(svc and svc["spec"]["clusterIP"] == "None" and svc["spec"]["selector"] == pods and smon
        and smon["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
-       and smon["spec"]["endpoints"][0]["port"] == "admin", "monitoring: a headless Service and the ServiceMonitor selecting it")
+       and smon["spec"]["endpoints"][0]["port"] == "admin" and "PodMonitor/plegd" not in sm,
+       "servicemonitor: a headless Service and the ServiceMonitor selecting it, and no PodMonitor")
     rules = yaml.safe_load((CHART / "rules" / "plegd.yaml").read_text())
     ok(pr and pr["spec"] == rules, "monitoring: the PrometheusRule's spec is rules/plegd.yaml (promtool checks that file)")
     dash = json.loads((CHART / "dashboards" / "plegd.json").read_text())
     ok(cm and json.loads(cm["data"]["plegd.json"]) == dash and cm["metadata"]["labels"]["grafana_dashboard"] == "1",
        "monitoring: the dashboard ConfigMap holds dashboards/plegd.json, labelled for Grafana's sidecar")
+
+    u = rendered["unset"]["_"]
+    ok(not {"resources"} & u["c"].keys() and not {"tolerations", "priorityClassName"} & u["spec"].keys(),
+       "unset: null drops a default (resources, tolerations, the priority class)")
 
     cr = rendered["crio"]["_"]
     ok(cr["flags"]["--runtime-endpoint"] == "unix:///var/run/crio/crio.sock" and cr["mounts"].get("/var/run/crio"),
@@ -233,6 +239,17 @@ def main() -> int:
             helm_ok = template(None, yaml.safe_dump({"journal": {key: sample}})).returncode == 0
             plegd_ok = subprocess.run([PLEGD, "run", "--check-config", f"{flag}={sample}"], capture_output=True).returncode == 0
             ok(helm_ok == plegd_ok, f"journal.{key}={sample!r}: the schema {'accepts' if helm_ok else 'refuses'} it as plegd does")
+
+    # Log filters: the same answer, except that the schema also refuses strings plegd's
+    # filter parser lets through as odd target names.
+    stricter = {"info;rm", "plegd=debug,", "=debug"}
+    for sample in ["info", "plegd=debug,info", "plegd=debug,tower=warn", "info,plegd::grpc=trace", "plegd", "DEBUG",
+                   "plegd=verbose", "3", *sorted(stricter)]:
+        helm_ok = template(None, yaml.safe_dump({"log": {"level": sample}})).returncode == 0
+        plegd_ok = subprocess.run([PLEGD, "run", "--check-config", f"--log-level={sample}"], capture_output=True).returncode == 0
+        want = False if sample in stricter else plegd_ok
+        ok(helm_ok == want, f"log.level={sample!r}: the schema {'accepts' if helm_ok else 'refuses'} it "
+                            f"(plegd {'accepts' if plegd_ok else 'refuses'} it)")
 
     for case in yaml.safe_load((pathlib.Path(__file__).parent / "refused.yaml").read_text()):
         out = template(None, yaml.safe_dump(case["values"]))

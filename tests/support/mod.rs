@@ -2,6 +2,7 @@
 //! on it, and helpers to create pods the way the kubelet does.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod containerd;
 
 use std::path::PathBuf;

@@ -91,10 +91,41 @@ Helm, which would print it 1e+06. */}}
 {{- fail (printf "extraArgs: %s is set by the chart (plegd refuses a flag given twice): set its value instead" $flag) -}}
 {{- end -}}
 {{- end -}}
-{{- $api := clean .Values.api.socketDir -}}
-{{- $state := clean .Values.journal.stateDir -}}
-{{- if or (eq $api $state) (hasPrefix (printf "%s/" $state) $api) (hasPrefix (printf "%s/" $api) $state) -}}
-{{- fail (printf "api.socketDir (%s) and journal.stateDir (%s) must be apart: the socket's directory is per boot, the state dir survives it" .Values.api.socketDir .Values.journal.stateDir) -}}
+{{- /* The three host directories, apart: /var/run is /run on every distribution. */ -}}
+{{- $dirs := list (list "runtime.socketDir" .Values.runtime.socketDir) (list "api.socketDir" .Values.api.socketDir) (list "journal.stateDir" .Values.journal.stateDir) -}}
+{{- range $i, $a := $dirs -}}
+{{- range $j, $b := $dirs -}}
+{{- if lt $i $j -}}
+{{- $x := regexReplaceAll "^/var/run(/|$)" (clean (index $a 1)) "/run$1" -}}
+{{- $y := regexReplaceAll "^/var/run(/|$)" (clean (index $b 1)) "/run$1" -}}
+{{- if or (eq $x $y) (hasPrefix (printf "%s/" $x) $y) (hasPrefix (printf "%s/" $y) $x) -}}
+{{- fail (printf "%s (%s) and %s (%s) must be apart: each is a host directory of its own (the runtime's, plegd's per-boot socket, the state that survives a reboot)" (index $a 0) (index $a 1) (index $b 0) (index $b 1)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $ru := .Values.updateStrategy.rollingUpdate | default dict -}}
+{{- if eq (toString .Values.updateStrategy.type) "RollingUpdate" -}}
+{{- $unavailable := toString (hasKey $ru "maxUnavailable" | ternary $ru.maxUnavailable 1) -}}
+{{- $surge := toString ($ru.maxSurge | default 0) -}}
+{{- $noSurge := or (eq $surge "0") (eq $surge "0%") -}}
+{{- $noUnavailable := or (eq $unavailable "0") (eq $unavailable "0%") -}}
+{{- if and (not $noSurge) (not $noUnavailable) -}}
+{{- fail (printf "updateStrategy.rollingUpdate: maxSurge (%s) needs maxUnavailable 0 (Kubernetes refuses both for a DaemonSet)" $surge) -}}
+{{- end -}}
+{{- if and $noSurge $noUnavailable -}}
+{{- fail "updateStrategy.rollingUpdate: maxUnavailable and maxSurge are both 0: no node could ever be updated" -}}
+{{- end -}}
+{{- end -}}
+{{- $own := list "PLEGD_NODE_NAME" "HOST_IP" -}}
+{{- if .Values.otlp.headersSecret.name }}{{ $own = append $own "PLEGD_OTLP_HEADER" }}{{ end -}}
+{{- range .Values.extraEnv -}}
+{{- if has .name $own -}}
+{{- fail (printf "extraEnv: %s is set by the chart: set its value instead" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.podMonitor.enabled .Values.serviceMonitor.enabled -}}
+{{- fail "podMonitor.enabled and serviceMonitor.enabled: both scrape every pod, so each series would be scraped twice; enable one" -}}
 {{- end -}}
 {{- range $k, $_ := .Values.podLabels -}}
 {{- if hasPrefix "app.kubernetes.io/" $k -}}
