@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use plegd::proto::plegd as api;
 use plegd::proto::plegd::watch_event::Kind;
-use plegd::sim::churn::{Churn, ChurnConfig};
-use support::binary::{open, replay, start, truth, view};
+use support::binary::{churning, open, replay, start, truth, view};
 use tokio::time::Instant;
 
 const BIN: &str = env!("CARGO_BIN_EXE_plegd");
@@ -29,18 +28,7 @@ async fn kill_9_at_random_moments_under_churn_never_reuses_a_revision_nor_loses_
     let mut rng = fastrand::Rng::with_seed(seed);
     let h = support::SimHarness::start().await;
     let state = tempfile::tempdir().unwrap();
-    let mut churn = Churn::new(h.sim.clone(), ChurnConfig { pods: 12, containers_per_pod: 2, churn_per_sec: 0.0 });
-    churn.populate().await;
-    let stop_churn = tokio_util::sync::CancellationToken::new();
-    let churning = tokio::spawn({
-        let stop = stop_churn.clone();
-        async move {
-            while !stop.is_cancelled() {
-                churn.step().await;
-                tokio::time::sleep(Duration::from_millis(15)).await;
-            }
-        }
-    });
+    let (stop_churn, churning) = churning(&h.sim, 12, Duration::from_millis(15)).await;
 
     // Every event a client was handed: revision → its encoding.
     let mut delivered: BTreeMap<u64, api::LifecycleEvent> = BTreeMap::new();

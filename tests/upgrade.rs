@@ -18,8 +18,7 @@ use std::time::Duration;
 
 use plegd::proto::plegd as api;
 use plegd::proto::plegd::watch_event::Kind;
-use plegd::sim::churn::{Churn, ChurnConfig};
-use support::binary::{Binary, Stop, open, replay, start, stop, truth, view};
+use support::binary::{Binary, Stop, churning, open, replay, start, stop, truth, view};
 use tokio::time::Instant;
 
 const CURRENT: &str = env!("CARGO_BIN_EXE_plegd");
@@ -52,18 +51,7 @@ async fn a_watcher_resumes_through_upgrades_and_downgrades_without_a_reset_and_l
     let old = previous();
     let h = support::SimHarness::start().await;
     let state = tempfile::tempdir().unwrap();
-    let mut churn = Churn::new(h.sim.clone(), ChurnConfig { pods: 10, containers_per_pod: 2, churn_per_sec: 0.0 });
-    churn.populate().await;
-    let stop_churn = tokio_util::sync::CancellationToken::new();
-    let churning = tokio::spawn({
-        let stop = stop_churn.clone();
-        async move {
-            while !stop.is_cancelled() {
-                churn.step().await;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    });
+    let (stop_churn, churning) = churning(&h.sim, 10, Duration::from_millis(20)).await;
 
     // The rollout: the old build, upgraded, downgraded, upgraded again; one turn killed.
     let turns = [(old, Stop::Term), (CURRENT, Stop::Kill), (old, Stop::Term), (CURRENT, Stop::Term)];

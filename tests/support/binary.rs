@@ -157,3 +157,26 @@ pub async fn truth(sim: &SimRuntime) -> BTreeMap<String, String> {
     }
     truth
 }
+
+/// Churn on the simulated runtime in the background: `pods` pods of two containers,
+/// populated now, then a step every `every`, until the token is cancelled.
+pub async fn churning(
+    sim: &SimRuntime,
+    pods: usize,
+    every: Duration,
+) -> (tokio_util::sync::CancellationToken, tokio::task::JoinHandle<()>) {
+    use plegd::sim::churn::{Churn, ChurnConfig};
+    let mut churn = Churn::new(sim.clone(), ChurnConfig { pods, containers_per_pod: 2, churn_per_sec: 0.0 });
+    churn.populate().await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            while !stop.is_cancelled() {
+                churn.step().await;
+                tokio::time::sleep(every).await;
+            }
+        }
+    });
+    (stop, task)
+}
