@@ -1,14 +1,16 @@
 //! A journal entry as an OTLP log record that is an event: `EventName` names the change
 //! (`k8s.container.died`), the attributes use the OpenTelemetry semantic conventions
 //! where they exist (`k8s.pod.uid`, `container.id`, `k8s.container.restart_count`, the
-//! pod's labels as `k8s.pod.label.<key>`, …), the record's time is the runtime's time of
+//! pod's labels as `k8s.pod.label.<key>`, its address as `k8s.pod.ip`, the workload
+//! inferred from its name and labels as `k8s.deployment.name` and the like, with
+//! `plegd.pod.identity.source` saying it was inferred, …), the record's time is the runtime's time of
 //! the change, and `log.record.uid` (node/epoch/revision) lets a backend drop the
 //! duplicates at-least-once delivery may send.
 
 use super::otlp::{AnyValue, ArrayValue, KeyValue, LogRecord, any_value::Value};
 use crate::journal::Entry;
 use crate::model::event::EventType;
-use crate::model::{ContainerState, system_to_nanos};
+use crate::model::{ContainerState, system_to_nanos, workload};
 
 /// The event name of a change.
 pub fn event_name(kind: EventType, is_sandbox: bool) -> &'static str {
@@ -66,6 +68,15 @@ pub fn log_record(entry: &Entry, epoch: u64, node: &str) -> LogRecord {
     if !ev.container_name.is_empty() {
         attrs.push(kv("k8s.container.name", &*ev.container_name));
     }
+    if let Some(ip) = pod_ip(entry) {
+        attrs.push(kv("k8s.pod.ip", ip));
+    }
+    if let Some(w) = workload::infer(&ev.pod_name, &entry.meta.labels) {
+        for owner in w.owners() {
+            attrs.push(kv(owner.kind.attribute(), &owner.name));
+        }
+        attrs.push(kv("plegd.pod.identity.source", "INFERRED"));
+    }
     for (k, v) in entry.meta.labels.iter() {
         attrs.push(kv(&format!("k8s.pod.label.{k}"), v));
     }
@@ -114,6 +125,21 @@ pub fn log_record(entry: &Entry, epoch: u64, node: &str) -> LogRecord {
         body: Some(AnyValue { value: Some(Value::StringValue(body)) }),
         attributes: attrs,
         event_name: event_name(ev.kind, ev.is_sandbox).into(),
+    }
+}
+
+/// The address the record is about: a sandbox's own (the one it held, after it
+/// stopped too), else the pod's, else the last the pod held (a removal carries no pod).
+fn pod_ip(entry: &Entry) -> Option<&str> {
+    let ev = &entry.event;
+    let pod = ev.pod.as_deref();
+    let sandbox = pod
+        .filter(|_| ev.is_sandbox)
+        .and_then(|p| p.sandboxes.iter().find(|s| s.id == ev.container_id))
+        .map(|s| s.ip.as_str());
+    match sandbox {
+        Some(ip) => Some(ip).filter(|ip| !ip.is_empty()),
+        None => pod.and_then(|p| p.ips.first()).or_else(|| entry.meta.ips.first()).map(String::as_str),
     }
 }
 
@@ -173,14 +199,15 @@ mod tests {
             image_ref: "reg/app@sha256:ab".into(),
             ..Default::default()
         };
-        let mut pod = PodStatus::empty("u1", "shop", "web-0");
-        pod.labels = [("app", "web")].into();
+        let mut pod = PodStatus::empty("u1", "shop", "web-5f7b9c6d48-q2xkz");
+        pod.labels = [("app", "web"), ("pod-template-hash", "5f7b9c6d48")].into();
+        pod.ips = vec!["10.244.0.7".into(), "fd00::7".into()];
         pod.containers = vec![Arc::new(c)];
         let when = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let ev = PodLifecycleEvent {
             pod_uid: "u1".into(),
             pod_namespace: "shop".into(),
-            pod_name: "web-0".into(),
+            pod_name: "web-5f7b9c6d48-q2xkz".into(),
             kind: EventType::ContainerDied,
             container_id: "c1".into(),
             container_name: "app".into(),
@@ -209,8 +236,54 @@ mod tests {
         assert_eq!(s("container.id"), "c1");
         assert_eq!(s("k8s.container.status.last_terminated_reason"), "OOMKilled");
         assert_eq!(s("k8s.pod.label.app"), "web");
+        assert_eq!(s("k8s.pod.ip"), "10.244.0.7", "the primary address");
+        assert_eq!(s("k8s.replicaset.name"), "web-5f7b9c6d48");
+        assert_eq!(s("k8s.deployment.name"), "web");
+        assert_eq!(s("plegd.pod.identity.source"), "INFERRED");
         assert_eq!(attr(&r, "process.exit.code"), Some(&Value::IntValue(137)));
         assert_eq!(attr(&r, "k8s.container.restart_count"), Some(&Value::IntValue(3)));
+    }
+
+    #[test]
+    fn a_sandbox_record_names_the_address_that_sandbox_held_and_a_removal_the_pods_last() {
+        use crate::model::SandboxStatus;
+        let mut pod = PodStatus::empty("u1", "shop", "web-0");
+        pod.ips = vec!["10.244.0.9".into()];
+        pod.sandboxes = vec![
+            SandboxStatus { id: "s2".into(), ip: "10.244.0.9".into(), ..Default::default() },
+            SandboxStatus { id: "s1".into(), ip: "10.244.0.4".into(), ..Default::default() },
+            SandboxStatus { id: "host".into(), ..Default::default() },
+        ];
+        let record = |id: &str, kind, pod: Option<&PodStatus>| {
+            let ev = PodLifecycleEvent {
+                pod_uid: "u1".into(),
+                pod_namespace: "shop".into(),
+                pod_name: "web-0".into(),
+                kind,
+                container_id: id.into(),
+                container_name: "".into(),
+                is_sandbox: true,
+                source: EventSource::Relist,
+                observed_at: SystemTime::now(),
+                runtime_timestamp: None,
+                pod: pod.map(|p| Arc::new(p.clone())),
+                message: String::new(),
+            };
+            let meta = Arc::new(PodMeta::of(&pod_with_ips()));
+            log_record(&Entry { revision: 1, event: Arc::new(ev), meta, left: None, bytes: 0 }, 1, "n")
+        };
+        let ip = |r: &LogRecord| match attr(r, "k8s.pod.ip") {
+            Some(Value::StringValue(s)) => Some(s.clone()),
+            _ => None,
+        };
+        assert_eq!(ip(&record("s1", EventType::ContainerDied, Some(&pod))).as_deref(), Some("10.244.0.4"));
+        assert_eq!(ip(&record("s2", EventType::ContainerStarted, Some(&pod))).as_deref(), Some("10.244.0.9"));
+        assert_eq!(ip(&record("host", EventType::ContainerStarted, Some(&pod))), None, "host network: none");
+        assert_eq!(ip(&record("s2", EventType::ContainerRemoved, None)).as_deref(), Some("10.244.0.7"));
+    }
+
+    fn pod_with_ips() -> PodStatus {
+        PodStatus { ips: vec!["10.244.0.7".into()], ..PodStatus::empty("u1", "shop", "web-0") }
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub struct PodMeta {
     pub name: Arc<str>,
     /// Sandbox labels.
     pub labels: Labels,
+    /// The pod's addresses, the last it held: a removal, which carries no pod, still
+    /// says which address its pod had.
+    pub ips: Arc<[String]>,
 }
 
 /// One journal entry.
@@ -329,6 +332,7 @@ impl PodMeta {
             namespace: crate::labels::shared(&status.namespace),
             name: crate::labels::shared(&status.name),
             labels: status.labels.clone(),
+            ips: status.ips.as_slice().into(),
         }
     }
 }
@@ -633,7 +637,14 @@ impl Journal {
                 Some(status) => {
                     let known = inner.metas.get(&*uid).or_else(|| inner.gone_metas.get(&*uid));
                     let meta = match known {
-                        Some(m) if m.labels == status.labels && *m.name == *status.name => m.clone(),
+                        Some(m) if m.labels == status.labels && *m.name == *status.name => {
+                            if status.ips.is_empty() || *m.ips == *status.ips {
+                                m.clone()
+                            } else {
+                                // A new address (a new sandbox): the same pod, still matching.
+                                Arc::new(PodMeta { ips: status.ips.as_slice().into(), ..(**m).clone() })
+                            }
+                        }
                         // A pod's labels are its sandbox's: a status read while no sandbox
                         // is left says nothing of them, and the pod keeps matching the
                         // filters it matched.
@@ -673,6 +684,7 @@ impl Journal {
                                 namespace: event.pod_namespace.clone(),
                                 name: event.pod_name.clone(),
                                 labels: Labels::default(),
+                                ips: Arc::default(),
                             })
                         }),
                     }

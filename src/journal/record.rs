@@ -69,6 +69,10 @@ struct StoredMeta {
     name: String,
     #[prost(btree_map = "string, string", tag = "4")]
     labels: std::collections::BTreeMap<String, String>,
+    /// The pod's last addresses. A plegd that does not know the field skips it, and a
+    /// record such a plegd wrote decodes with none: no layout change either way.
+    #[prost(string, repeated, tag = "5")]
+    ips: Vec<String>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -235,6 +239,7 @@ pub fn decode_event(bytes: &[u8]) -> Result<DecodedEvent, RecordError> {
         namespace: shared(&s.pod_namespace),
         name: shared(&s.pod_name),
         labels: Labels::default(),
+        ips: Arc::default(),
     });
     let pod = s.pod.map(pod_of).transpose()?.map(Arc::new);
     let ev = PodLifecycleEvent {
@@ -274,6 +279,7 @@ pub fn decode_view(bytes: &[u8]) -> Result<(PodStatus, PodMeta), RecordError> {
         namespace: shared(&pod.namespace),
         name: shared(&pod.name),
         labels: pod.labels.clone(),
+        ips: pod.ips.as_slice().into(),
     });
     Ok((pod, meta))
 }
@@ -292,6 +298,7 @@ fn stored_meta(m: &PodMeta) -> StoredMeta {
         namespace: m.namespace.to_string(),
         name: m.name.to_string(),
         labels: map(&m.labels),
+        ips: m.ips.to_vec(),
     }
 }
 
@@ -301,6 +308,7 @@ fn meta_of(m: StoredMeta) -> PodMeta {
         namespace: shared(&m.namespace),
         name: shared(&m.name),
         labels: m.labels.into_iter().collect(),
+        ips: m.ips.into(),
     }
 }
 

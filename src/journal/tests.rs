@@ -274,6 +274,22 @@ mod guarantees {
         assert!(j.list(&Filter::default()).0.is_empty(), "no ghost");
     }
 
+    #[test]
+    fn a_removal_says_the_address_its_pod_last_held_and_a_new_address_is_not_a_new_pod() {
+        let j = Journal::new(100, 100, JournalMetrics::throwaway());
+        let first = Arc::new(PodStatus { ips: vec!["10.0.0.9".into()], ..(*pod("a", Some("web"))).clone() });
+        let started = j.append(ev("a", EventType::ContainerStarted, "s1", Some(first), EventSource::Relist)).unwrap();
+        let moved = Arc::new(PodStatus { ips: vec!["10.0.0.12".into()], ..(*pod("a", Some("web"))).clone() });
+        let again = j.append(ev("a", EventType::ContainerStarted, "s2", Some(moved), EventSource::Relist)).unwrap();
+        let removed = j.append(ev("a", EventType::ContainerRemoved, "s2", None, EventSource::Relist)).unwrap();
+        let tl = j.timeline("a").unwrap();
+        let at = |r| tl.iter().find(|e| e.revision == r).unwrap();
+        assert_eq!(*at(started).meta.ips, ["10.0.0.9"]);
+        assert_eq!(*at(again).meta.ips, ["10.0.0.12"]);
+        assert!(at(again).left.is_none(), "the same labels: no watcher's selection was left");
+        assert_eq!(*at(removed).meta.ips, ["10.0.0.12"], "the removal carries no pod and still names the address");
+    }
+
     #[tokio::test]
     async fn a_pod_whose_new_labels_leave_a_watchers_selection_resets_that_watcher() {
         // With the pod's later events (its removal too) no longer matching, the

@@ -1,6 +1,7 @@
 //! The pod-status model plegd keeps in its cache, converted once from the CRI's types.
 
 pub mod event;
+pub mod workload;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -127,7 +128,8 @@ pub struct SandboxStatus {
     /// Creation time, nanoseconds since the epoch.
     #[serde(serialize_with = "ser_nanos")]
     pub created_at: i64,
-    /// Primary IP (empty with host networking).
+    /// Primary IP (empty with host networking), kept after the sandbox stops: the
+    /// runtime then reports none, and the address is still the one it held.
     pub ip: String,
     /// Further IPs.
     pub additional_ips: Vec<String>,

@@ -276,9 +276,16 @@ impl About {
 }
 
 /// A sandbox's status, with its PID and network namespace: the previous status's, or
-/// what its verbose status said when it was read ready.
+/// what its verbose status said when it was read ready; and the address it held.
 fn sandbox_status(read: &SandboxRead, previous: Option<&PodStatus>) -> SandboxStatus {
     let mut s = SandboxStatus::from_cri(&read.status);
+    // containerd reports no address once the sandbox's network is torn down: the
+    // sandbox keeps the one it held, as it keeps its PID.
+    if s.ip.is_empty()
+        && let Some(held) = previous.and_then(|p| p.sandboxes.iter().find(|b| b.id == s.id && !b.ip.is_empty()))
+    {
+        (s.ip, s.additional_ips) = (held.ip.clone(), held.additional_ips.clone());
+    }
     match (previous.and_then(|p| p.known_sandbox_process(&s.id)), &read.verbose) {
         (Some(known), _) => (s.pid, s.netns_path) = (known.pid, known.netns_path.clone()),
         (None, Some(v)) if s.state == SandboxState::Ready => (s.pid, s.netns_path) = (v.pid, v.netns_path.clone()),
@@ -507,5 +514,31 @@ mod tests {
         let alone = inspect_pod(&sim, Some(&Host::default()), &listed, None).await.expect("inspection");
         assert!(!Arc::ptr_eq(&of(&alone, &ids[0]), &of(&second, &ids[0])));
         assert_eq!(alone.containers, second.containers);
+    }
+
+    #[tokio::test]
+    async fn a_stopped_sandbox_keeps_the_address_it_held_though_the_runtime_reports_none() {
+        let sim = SimRuntime::new();
+        let pod = PodSpec { host_network: false, ..PodSpec::new("ns", "p") };
+        let (sid, _) = running_pod(&sim, &pod, &["a"]).await;
+        let listed = list_pod(&sim, &pod.uid, &[sid.clone()].into()).await.unwrap().expect("the pod is listed");
+        let ready = inspect_pod(&sim, Some(&Host::default()), &listed, None).await.expect("inspection");
+        let held = ready.sandboxes[0].ip.clone();
+        assert!(held.starts_with("10.244."), "the pod network's address: {held:?}");
+        assert_eq!(ready.ips, std::slice::from_ref(&held));
+        sim.stop_pod_sandbox(&sid).await.unwrap();
+        assert_eq!(sim.pod_sandbox_status(&sid).await.unwrap().network.unwrap().ip, "", "as containerd says it");
+        let stopped = inspect_pod(&sim, Some(&Host::default()), &listed, Some(&ready)).await.expect("inspection");
+        assert_eq!(stopped.sandboxes[0].ip, held, "the sandbox's own address, kept");
+        assert_eq!(stopped.ips, std::slice::from_ref(&held), "the pod's, kept as the kubelet keeps it");
+        // Read afresh (plegd restarted), nothing says what it held.
+        let afresh = inspect_pod(&sim, Some(&Host::default()), &listed, None).await.expect("inspection");
+        assert_eq!(afresh.sandboxes[0].ip, "");
+        // The address is free again: the next pod takes it.
+        let next = PodSpec { host_network: false, ..PodSpec::new("ns", "q") };
+        let nid = sim.run_pod_sandbox(next.run_request()).await.unwrap();
+        assert_eq!(sim.pod_sandbox_status(&nid).await.unwrap().network.unwrap().ip, held, "reused at once");
+        let host = sim.run_pod_sandbox(PodSpec::new("ns", "h").run_request()).await.unwrap();
+        assert_eq!(sim.pod_sandbox_status(&host).await.unwrap().network.unwrap().ip, "", "host network: none");
     }
 }

@@ -43,6 +43,44 @@ struct LiveContainer {
 const NAMESPACES: [&str; 3] = ["default", "kube-system", "monitoring"];
 const APPS: [&str; 4] = ["web", "api", "cache", "worker"];
 
+/// A pod named and labelled as the controller behind its app makes them: `web` and
+/// `api` a Deployment's, `cache` a StatefulSet's, `worker` a CronJob's Job's.
+fn controlled_pod(ns: &str, app: &str, serial: u64) -> PodSpec {
+    let generated = generated_suffix(serial);
+    let spec = match app {
+        "cache" => {
+            let name = format!("{app}-{serial}");
+            PodSpec::new(ns, &name)
+                .label("controller-revision-hash", "cache-6b8f9d7c5")
+                .label("statefulset.kubernetes.io/pod-name", &name)
+        }
+        "worker" => {
+            let job = format!("{app}-{}", 29_441_280 + serial);
+            PodSpec::new(ns, &format!("{job}-{generated}"))
+                .label("batch.kubernetes.io/job-name", &job)
+                .label("job-name", &job)
+        }
+        _ => {
+            let hash = if app == "web" { "5f7b9c6d48" } else { "7c9d6b5f84" };
+            PodSpec::new(ns, &format!("{app}-{hash}-{generated}")).label("pod-template-hash", hash)
+        }
+    };
+    // On the pod network: the simulated runtime gives it an address.
+    PodSpec { host_network: false, ..spec.label("app", app) }
+}
+
+/// Five characters from the API server's `generateName` alphabet, one string per serial.
+fn generated_suffix(mut serial: u64) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5)
+        .map(|_| {
+            let c = ALPHABET[(serial % ALPHABET.len() as u64) as usize] as char;
+            serial /= ALPHABET.len() as u64;
+            c
+        })
+        .collect()
+}
+
 impl Churn {
     /// A driver for `sim`.
     pub fn new(sim: SimRuntime, cfg: ChurnConfig) -> Self {
@@ -53,7 +91,7 @@ impl Churn {
         self.serial += 1;
         let app = APPS[self.serial as usize % APPS.len()];
         let ns = NAMESPACES[self.serial as usize % NAMESPACES.len()];
-        let spec = PodSpec::new(ns, &format!("{app}-{}", self.serial)).label("app", app);
+        let spec = controlled_pod(ns, app, self.serial);
         let Ok(sandbox_id) = self.sim.run_pod_sandbox(spec.run_request()).await else { return };
         let mut containers = Vec::new();
         for i in 0..self.cfg.containers_per_pod {
@@ -148,6 +186,31 @@ impl Churn {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => self.step().await,
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::labels::Labels;
+    use crate::model::workload::{WorkloadKind, infer};
+
+    #[test]
+    fn every_churned_pod_is_named_and_labelled_as_its_controller_makes_it() {
+        let mut names = std::collections::HashSet::new();
+        for serial in 1..2_000 {
+            let app = APPS[serial as usize % APPS.len()];
+            let spec = controlled_pod("default", app, serial);
+            assert!(names.insert(spec.name.clone()), "{} named twice", spec.name);
+            let w = infer(&spec.name, &spec.labels.iter().collect::<Labels>()).expect(&spec.name);
+            let want = match app {
+                "cache" => WorkloadKind::StatefulSet,
+                "worker" => WorkloadKind::CronJob,
+                _ => WorkloadKind::Deployment,
+            };
+            assert_eq!((w.workload.kind, w.workload.name.as_str()), (want, app), "{}", spec.name);
+            assert!(!spec.host_network);
         }
     }
 }

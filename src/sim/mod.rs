@@ -17,7 +17,7 @@ pub use fault::{FULL_LISTING, Fault, FaultAction};
 use records::{Container, Sandbox};
 pub use server::{SimError, serve_cli};
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -98,6 +98,23 @@ struct State {
     sandboxes: HashMap<String, Sandbox>,
     containers: HashMap<String, Container>,
     names: HashSet<String>,
+    /// Pod addresses in use, as offsets into [`POD_NETWORK`]: the lowest free one is
+    /// taken next, so an address is reused as soon as its sandbox stops, as a node's
+    /// small pod range does.
+    addresses: BTreeSet<u32>,
+}
+
+/// The pod network sandboxes get their addresses from (a flannel-style node range).
+const POD_NETWORK: [u8; 2] = [10, 244];
+
+/// The network mode the kubelet asks for a `hostNetwork` pod.
+fn host_network(config: &cri::PodSandboxConfig) -> bool {
+    config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref())
+        .is_some_and(|n| n.network == cri::NamespaceMode::Node as i32)
 }
 
 fn now_nanos() -> i64 {
@@ -157,6 +174,22 @@ impl State {
     fn remove_sandbox(&mut self, id: &str) {
         if let Some(sb) = self.sandboxes.remove(id) {
             self.names.remove(&sb.name);
+            self.release_address(&sb.ip);
+        }
+    }
+
+    /// The lowest free pod address, taken.
+    fn take_address(&mut self) -> String {
+        let offset = (2..u32::from(u16::MAX)).find(|o| !self.addresses.contains(o)).expect("a free pod address");
+        self.addresses.insert(offset);
+        format!("{}.{}.{}.{}", POD_NETWORK[0], POD_NETWORK[1], offset >> 8, offset & 0xff)
+    }
+
+    /// Gives `ip` back (CNI's DEL, when the sandbox stops).
+    fn release_address(&mut self, ip: &str) {
+        let octets: Vec<u32> = ip.split('.').filter_map(|o| o.parse().ok()).collect();
+        if let [_, _, hi, lo] = octets[..] {
+            self.addresses.remove(&(hi << 8 | lo));
         }
     }
 
@@ -177,6 +210,9 @@ impl State {
         {
             sb.state = cri::PodSandboxState::SandboxNotready;
             sb.host.lock().expect("sim host lock").exit(&sb.process, &sb.cgroups_path);
+            // containerd reports no address once the network namespace is closed.
+            let ip = std::mem::take(&mut sb.ip);
+            self.release_address(&ip);
             events.push(self.event(sandbox_id, cri::ContainerEventType::ContainerStoppedEvent, sandbox_id));
         }
         events
@@ -406,6 +442,7 @@ impl SimRuntime {
     pub async fn run_pod_sandbox(&self, req: cri::RunPodSandboxRequest) -> Result<String, Status> {
         self.fault("RunPodSandbox", "").await?;
         let config = req.config.unwrap_or_default();
+        let host_network = host_network(&config);
         let Some(md) = config.metadata else {
             return Err(Status::invalid_argument("sandbox config must include metadata"));
         };
@@ -425,6 +462,7 @@ impl SimRuntime {
             let seq = s.next_seq();
             let cgroups_path = host::SimHost::cgroups_path(&md.uid, &id);
             let process = self.inner.host.lock().expect("sim host lock").spawn(&cgroups_path);
+            let ip = if host_network { String::new() } else { s.take_address() };
             s.sandboxes.insert(
                 id.clone(),
                 Sandbox {
@@ -439,6 +477,7 @@ impl SimRuntime {
                     name,
                     process,
                     cgroups_path,
+                    ip,
                     host: self.inner.host.clone(),
                 },
             );

@@ -20,6 +20,8 @@ pub(super) struct Sandbox {
     pub(super) name: String,
     pub(super) process: host::SimProcess,
     pub(super) cgroups_path: String,
+    /// Its pod address while its network is up (empty with host networking).
+    pub(super) ip: String,
     pub(super) host: Arc<Mutex<host::SimHost>>,
 }
 
@@ -53,7 +55,7 @@ impl Sandbox {
             metadata: Some(self.metadata.clone()),
             state: self.state as i32,
             created_at: self.created_at,
-            network: Some(cri::PodSandboxNetworkStatus::default()),
+            network: Some(cri::PodSandboxNetworkStatus { ip: self.ip.clone(), additional_ips: Vec::new() }),
             labels: self.labels.clone(),
             annotations: self.annotations.clone(),
             runtime_handler: self.runtime_handler.clone(),
