@@ -14,6 +14,9 @@
 #
 #   PLEGD_BIN=target/debug/plegd bash tests/otlp/run.sh
 #
+# The runtime churns with --trouble (a crash loop, OOM kills). PLEGD_OTLP_RECORDS=DIR
+# keeps what the collector wrote there, for tests/history/run.sh.
+#
 # Prints "N passed, M failed" and exits non-zero on a failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -48,7 +51,7 @@ plegd_up() {
 }
 metric() { curl -s "127.0.0.1:$aport/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 
-"$bin" sim --listen "unix://$work/cri.sock" --pods 40 --churn-per-sec 15 >"$work/sim.log" 2>&1 &
+"$bin" sim --listen "unix://$work/cri.sock" --pods 40 --churn-per-sec 15 --trouble >"$work/sim.log" 2>&1 &
 spid=$!
 while [ ! -S "$work/cri.sock" ]; do sleep 0.1; done
 collector_up 1
@@ -134,6 +137,9 @@ assert checked >= rev - 1 - len(dups) and checked > 0, (checked, rev)
 print(f"{checked} records compared attribute by attribute with the journal's events")
 PY
 
+if [ -n "${PLEGD_OTLP_RECORDS:-}" ]; then
+  rm -rf "$PLEGD_OTLP_RECORDS" && mkdir -p "$PLEGD_OTLP_RECORDS" && cp "$work"/out-*.jsonl "$PLEGD_OTLP_RECORDS"/
+fi
 echo "# plegd: $(metric plegd_otlp_exported_records_total) exported, $(metric plegd_otlp_failed_requests_total) failed requests, $(metric plegd_otlp_retried_requests_total) retries, $(metric plegd_otlp_lost_revisions_total) lost"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,6 +1,8 @@
 // Command otelcol-plegd is a minimal OpenTelemetry Collector distribution used
 // by plegd's OTLP export tests: the OTLP receiver, the file exporter (contrib)
-// and the debug exporter, nothing else. It is the hand-written equivalent of
+// and the debug exporter, and for `validate` of the cluster-history gateway
+// configs in docs/history/, the batch processor and the ClickHouse exporter
+// (contrib). It is the hand-written equivalent of
 // what the OpenTelemetry Collector Builder (ocb) would generate for that
 // component list. Build it with tests/otlp/build-collector.sh.
 package main
@@ -8,6 +10,7 @@ package main
 import (
 	"log"
 
+	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/clickhouseexporter"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
@@ -16,6 +19,8 @@ import (
 	"go.opentelemetry.io/collector/exporter"
 	"go.opentelemetry.io/collector/exporter/debugexporter"
 	"go.opentelemetry.io/collector/otelcol"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/batchprocessor"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
 	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
@@ -35,6 +40,13 @@ func components() (otelcol.Factories, error) {
 	factories.Exporters, err = otelcol.MakeFactoryMap[exporter.Factory](
 		fileexporter.NewFactory(),
 		debugexporter.NewFactory(),
+		clickhouseexporter.NewFactory(),
+	)
+	if err != nil {
+		return otelcol.Factories{}, err
+	}
+	factories.Processors, err = otelcol.MakeFactoryMap[processor.Factory](
+		batchprocessor.NewFactory(),
 	)
 	if err != nil {
 		return otelcol.Factories{}, err
