@@ -426,6 +426,22 @@ fn pods_lists_the_cache_as_a_table_and_as_json() {
     assert_eq!(v["node_name"], "node-under-test");
     assert!(!pods.is_empty() && pods.iter().all(|p| p["namespace"] == "default"));
     assert!(pods[0]["containers"][0]["state"].as_str().unwrap().starts_with("CONTAINER_STATE_"));
+    // The churn's pods are a Deployment's, a StatefulSet's, a CronJob's: named so, inferred.
+    for p in pods {
+        let id = &p["identity"];
+        assert_eq!(
+            (id["node_name"].as_str(), id["source"].as_str()),
+            (Some("node-under-test"), Some("INFERRED")),
+            "{p}"
+        );
+        assert!(["Deployment", "StatefulSet", "CronJob"].contains(&id["workload"]["kind"].as_str().unwrap()), "{p}");
+        assert_eq!(id["pod_ips"], p["ips"], "{p}");
+        assert!(p["ips"][0].as_str().unwrap().starts_with("10.244."), "{p}");
+    }
+    assert!(
+        table.lines().nth(1).is_some_and(|l| l.contains("Deployment/") || l.contains("Set/") || l.contains("CronJob/")),
+        "{table}"
+    );
     let _ = &node.sim;
 }
 

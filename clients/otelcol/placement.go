@@ -21,6 +21,7 @@ const (
 	attrImageTags     = "container.image.tags"
 	attrRepoDigests   = "container.image.repo_digests"
 	attrNodeName      = "k8s.node.name"
+	attrPodIP         = "k8s.pod.ip"
 	labelPrefix       = "k8s.pod.label."
 	annotationPrefix  = "k8s.pod.annotation."
 	// The labels the kubelet adds to every sandbox; they are not the pod's labels.
@@ -145,6 +146,16 @@ func (s selector) add(attrs []kv, prefix string, m map[string]string, skipKubele
 	return attrs
 }
 
+// workloadAttrs names the attribute of each controller kind plegd reports.
+var workloadAttrs = map[string]string{
+	"Deployment":  "k8s.deployment.name",
+	"ReplicaSet":  "k8s.replicaset.name",
+	"StatefulSet": "k8s.statefulset.name",
+	"DaemonSet":   "k8s.daemonset.name",
+	"Job":         "k8s.job.name",
+	"CronJob":     "k8s.cronjob.name",
+}
+
 // newPlacement computes the attributes of a pod's container (c nil: the pod only).
 func (r *resolver) newPlacement(pod *plegdv1.PodStatus, c *plegdv1.ContainerInfo) *placement {
 	p := &placement{podUID: pod.GetUid(), podName: pod.GetName(), namespace: pod.GetNamespace()}
@@ -171,11 +182,35 @@ func (r *resolver) newPlacement(pod *plegdv1.PodStatus, c *plegdv1.ContainerInfo
 			attrs = append(attrs, kv{key: attrRepoDigests, kind: kindStrs, strs: []string{ref}})
 		}
 	}
-	str(attrNodeName, r.node())
+	id := pod.GetIdentity()
+	node := r.node()
+	if node == "" {
+		node = id.GetNodeName()
+	}
+	str(attrNodeName, node)
+	// The controller and the workload above it (a Deployment's pod: its ReplicaSet
+	// and the Deployment), each under its kind's attribute, once.
+	for _, w := range []*plegdv1.WorkloadRef{id.GetController(), id.GetWorkload()} {
+		if key, ok := workloadAttrs[w.GetKind()]; ok && w.GetName() != "" && !hasKey(attrs, key) {
+			str(key, w.GetName())
+		}
+	}
+	if ips := pod.GetIps(); len(ips) > 0 {
+		str(attrPodIP, ips[0])
+	}
 	attrs = r.labels.add(attrs, labelPrefix, pod.GetLabels(), true)
 	attrs = r.annotations.add(attrs, annotationPrefix, pod.GetAnnotations(), false)
 	p.attrs = attrs
 	return p
+}
+
+func hasKey(attrs []kv, key string) bool {
+	for i := range attrs {
+		if attrs[i].key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // splitImage reads an image reference as the runtime reports it: name and tag

@@ -269,6 +269,45 @@ func TestEachAssociationKey(t *testing.T) {
 	}
 }
 
+func TestTheWorkloadAndTheAddressComeFromThePodsIdentity(t *testing.T) {
+	n := newNode(t)
+	n.web.Ips = []string{"10.244.0.7"}
+	n.web.Identity = &plegdv1.PodIdentity{
+		NodeName:   "node-of-the-pod",
+		Controller: &plegdv1.WorkloadRef{Kind: "ReplicaSet", Name: "web-5f7b9c6d48"},
+		Workload:   &plegdv1.WorkloadRef{Kind: "Deployment", Name: "web"},
+		Source:     plegdv1.IdentitySource_INFERRED,
+	}
+	n.db.Identity = &plegdv1.PodIdentity{
+		Controller: &plegdv1.WorkloadRef{Kind: "StatefulSet", Name: "db"},
+		Workload:   &plegdv1.WorkloadRef{Kind: "StatefulSet", Name: "db"},
+	}
+	n.f.addPod(n.web)
+	n.f.addPod(n.db)
+	h := newHarness(t, n.f.endpoint(), nil)
+	out := h.consume(makeLogs(
+		rec{res: map[string]any{"container.id": n.app1.Id}},
+		rec{res: map[string]any{"container.id": n.dbc.Id}},
+	))
+	web, db := out["record 0"], out["record 1"]
+	for k, v := range map[string]any{"k8s.replicaset.name": "web-5f7b9c6d48", "k8s.deployment.name": "web", "k8s.pod.ip": "10.244.0.7"} {
+		if web[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, web[k], v, web)
+		}
+	}
+	if web["k8s.node.name"] != "node-1" {
+		t.Errorf("the node the collector was given wins over the pod's: %v", web["k8s.node.name"])
+	}
+	if db["k8s.statefulset.name"] != "db" {
+		t.Errorf("k8s.statefulset.name = %v (all: %v)", db["k8s.statefulset.name"], db)
+	}
+	for _, k := range []string{"k8s.deployment.name", "k8s.replicaset.name", "k8s.pod.ip"} {
+		if _, ok := db[k]; ok {
+			t.Errorf("%s set for a pod without one: %v", k, db)
+		}
+	}
+}
+
 func TestAssociationOrder(t *testing.T) {
 	n := newNode(t)
 	both := rec{res: map[string]any{"process.pid": int64(n.dbc.Pid)}, rec: map[string]any{"log.file.path": n.side.LogPath}}

@@ -264,7 +264,29 @@ pub fn pod_json(p: &api::PodStatus) -> Value {
         "containers": p.containers.iter().map(container_json).collect::<Vec<_>>(),
         "observed_at": ts_json(&p.observed_at),
         "error": if p.error.is_empty() { Value::Null } else { Value::String(p.error.clone()) },
+        "identity": p.identity.as_ref().map(identity_json),
     })
+}
+
+/// A pod's identity as JSON.
+fn identity_json(i: &api::PodIdentity) -> Value {
+    let owner =
+        |w: &Option<api::WorkloadRef>| w.as_ref().map(|w| json!({"kind": w.kind, "name": w.name, "uid": w.uid}));
+    json!({
+        "node_name": i.node_name, "controller": owner(&i.controller), "workload": owner(&i.workload),
+        "qos_class": i.qos_class, "priority": i.priority, "priority_class_name": i.priority_class_name,
+        "service_account": i.service_account, "runtime_class": i.runtime_class,
+        "pod_ips": i.pod_ips, "host_ips": i.host_ips,
+        "source": api::IdentitySource::try_from(i.source).map(|x| x.as_str_name()).unwrap_or("?"),
+    })
+}
+
+/// The workload column: `Kind/name`, `-` for none.
+fn workload_cell(p: &api::PodStatus) -> String {
+    p.identity
+        .as_ref()
+        .and_then(|i| i.workload.as_ref())
+        .map_or_else(|| "-".into(), |w| format!("{}/{}", w.kind, w.name))
 }
 
 /// A container as JSON.
@@ -373,7 +395,11 @@ pub async fn pods(socket: &str, filter: api::PodFilter, output: OutputFormat) ->
         writeln!(out, "{}", serde_json::to_string_pretty(&v).unwrap_or_default())?;
         return Ok(());
     }
-    writeln!(out, "{:<16}  {:<28}  {:<36}  {:<9}  CONTAINERS", "NAMESPACE", "NAME", "UID", "SANDBOX")?;
+    writeln!(
+        out,
+        "{:<16}  {:<28}  {:<36}  {:<24}  {:<15}  {:<9}  CONTAINERS",
+        "NAMESPACE", "NAME", "UID", "WORKLOAD", "IP", "SANDBOX"
+    )?;
     for p in &resp.pods {
         let sandbox = p
             .sandboxes
@@ -392,7 +418,18 @@ pub async fn pods(socket: &str, filter: api::PodFilter, output: OutputFormat) ->
                 format!("{}#{}:{st}", c.name, c.attempt)
             })
             .collect();
-        writeln!(out, "{:<16}  {:<28}  {:<36}  {:<9}  {}", p.namespace, p.name, p.uid, sandbox, containers.join(" "))?;
+        let ip = p.ips.first().map_or("-", String::as_str);
+        writeln!(
+            out,
+            "{:<16}  {:<28}  {:<36}  {:<24}  {:<15}  {:<9}  {}",
+            p.namespace,
+            p.name,
+            p.uid,
+            workload_cell(p),
+            ip,
+            sandbox,
+            containers.join(" ")
+        )?;
     }
     writeln!(out, "# {} pods on node {} at revision {}", resp.pods.len(), resp.node_name, resp.revision)?;
     Ok(())

@@ -74,6 +74,7 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
     run_cfg.state_dir = Some(dir.join("state"));
     let sidecar = crate::app::start(&run_cfg, &tracker, &inner).await?;
     let journal = sidecar.journal().clone();
+    let node = run_cfg.api.node_name.clone();
     let live = |j: &crate::journal::Journal| {
         j.subscribe(crate::journal::Since::Revision(j.revision(), j.epoch()), Default::default()).into_feed().1
     };
@@ -127,7 +128,7 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
                     if let Some(l) = ev.latency().filter(|_| entry.revision > first_read) {
                         summary.latencies_ms.push(l.as_secs_f64() * 1e3);
                     }
-                    let api = ev.to_api();
+                    let api = ev.to_api(&node);
                     let line = match cfg.output {
                         OutputFormat::Text => crate::cli::client::format_event(&api),
                         OutputFormat::Json => crate::cli::client::event_json(&api).to_string(),

@@ -272,7 +272,7 @@ impl PodLifecycleService {
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
-        let tail = Arc::new(wire::EncodedTail::default());
+        let tail = Arc::new(wire::EncodedTail::of_node(&cfg.node_name));
         let replays = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_DISK_REPLAYS));
         Self {
             journal,
@@ -362,9 +362,9 @@ fn watch_event(revision: u64, kind: api::watch_event::Kind) -> api::WatchEvent {
     api::WatchEvent { revision, kind: Some(kind) }
 }
 
-fn pod_api(p: &PodStatus, cache: &PodCache) -> api::PodStatus {
+fn pod_api(p: &PodStatus, node: &str, cache: &PodCache) -> api::PodStatus {
     let err = cache.get(&p.uid).and_then(|e| e.error.clone());
-    p.to_api(err.as_deref())
+    p.to_api(node, err.as_deref())
 }
 
 #[tonic::async_trait]
@@ -386,7 +386,7 @@ impl PodLifecycle for PodLifecycleService {
         self.primed(deadline).await?;
         let (pods, revision) = self.journal.list(&filter);
         Ok(Response::new(api::ListPodsResponse {
-            pods: pods.iter().map(|p| pod_api(p, &self.cache)).collect(),
+            pods: pods.iter().map(|p| pod_api(p, &self.cfg.node_name, &self.cache)).collect(),
             revision,
             epoch: self.journal.epoch(),
             node_name: self.cfg.node_name.clone(),
@@ -440,7 +440,7 @@ impl PodLifecycle for PodLifecycleService {
             .or(global)
             .map(system_to_timestamp);
         let pod = entry.as_ref().map(|e| match &e.status {
-            Some(s) => s.to_api(e.error.as_deref()),
+            Some(s) => s.to_api(&self.cfg.node_name, e.error.as_deref()),
             None => api::PodStatus {
                 uid: r.pod_uid.clone(),
                 error: e.error.as_deref().unwrap_or("").into(),
@@ -481,7 +481,7 @@ impl PodLifecycleService {
         };
         let found = resolver.resolve(&key, deadline).await?;
         Ok(api::GetContainerResponse {
-            pod: Some(pod_api(&found.pod, &self.cache)),
+            pod: Some(pod_api(&found.pod, &self.cfg.node_name, &self.cache)),
             container: Some(found.container.to_api()),
             removed: found.removed_at.is_some(),
             removed_at: found.removed_at.map(system_to_timestamp),

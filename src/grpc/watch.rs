@@ -206,6 +206,7 @@ impl WatchFeed {
         let (tx, rx) = mpsc::channel(SNAPSHOT_AHEAD);
         let (cache, shutdown, flow) = (self.cache.clone(), self.shutdown.clone(), self.flow.clone());
         let mut node_name = self.node_name.to_string();
+        let node = self.node_name.clone();
         self.tasks.spawn(async move {
             use prost::Message;
             let count = pods.len() as u32;
@@ -223,7 +224,7 @@ impl WatchFeed {
                     }
                 }
                 let m = match pods.next() {
-                    Some(p) => Self::message(revision, api::watch_event::Kind::Snapshot(pod_api(p, &cache))),
+                    Some(p) => Self::message(revision, api::watch_event::Kind::Snapshot(pod_api(p, &node, &cache))),
                     None if !synced => {
                         synced = true;
                         let synced = api::Synced { epoch, pods: count, node_name: std::mem::take(&mut node_name) };

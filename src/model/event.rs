@@ -164,8 +164,8 @@ impl PodLifecycleEvent {
         self.runtime_timestamp.and_then(|t| self.observed_at.duration_since(t).ok())
     }
 
-    /// The API message.
-    pub fn to_api(&self) -> api::LifecycleEvent {
+    /// The API message, of an event on node `node`.
+    pub fn to_api(&self, node: &str) -> api::LifecycleEvent {
         api::LifecycleEvent {
             pod_uid: self.pod_uid.to_string(),
             pod_namespace: self.pod_namespace.to_string(),
@@ -177,7 +177,7 @@ impl PodLifecycleEvent {
             source: self.source.to_api() as i32,
             observed_at: Some(system_to_timestamp(self.observed_at)),
             runtime_timestamp: self.runtime_timestamp.map(system_to_timestamp),
-            pod: self.pod.as_ref().map(|p| p.to_api(None)),
+            pod: self.pod.as_ref().map(|p| p.to_api(node, None)),
             message: self.message.clone(),
         }
     }

@@ -1,6 +1,7 @@
 //! The pod-status model plegd keeps in its cache, converted once from the CRI's types.
 
 pub mod event;
+pub mod identity;
 pub mod workload;
 
 use std::sync::Arc;
@@ -334,8 +335,8 @@ impl PodStatus {
         self.sandboxes.iter().find(|s| s.id == id).map(|_| ("", true))
     }
 
-    /// The API message.
-    pub fn to_api(&self, error: Option<&str>) -> api::PodStatus {
+    /// The API message, of a pod on node `node`.
+    pub fn to_api(&self, node: &str, error: Option<&str>) -> api::PodStatus {
         api::PodStatus {
             uid: self.uid.clone(),
             name: self.name.clone(),
@@ -365,6 +366,7 @@ impl PodStatus {
             containers: self.containers.iter().map(|c| c.to_api()).collect(),
             observed_at: Some(system_to_timestamp(self.observed_at)),
             error: error.unwrap_or_default().to_owned(),
+            identity: Some(self.inferred_identity(node)),
         }
     }
 }

@@ -320,6 +320,59 @@ func (SandboxState) EnumDescriptor() ([]byte, []int) {
 	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{4}
 }
 
+// Where a pod's identity came from.
+type IdentitySource int32
+
+const (
+	IdentitySource_IDENTITY_SOURCE_UNSPECIFIED IdentitySource = 0
+	// The kubelet said it (its Pods API).
+	IdentitySource_PODS_API IdentitySource = 1
+	// plegd inferred it: addresses from the runtime's sandbox status, the node from
+	// --node-name, the controllers from the names and labels they give their pods.
+	IdentitySource_INFERRED IdentitySource = 2
+)
+
+// Enum value maps for IdentitySource.
+var (
+	IdentitySource_name = map[int32]string{
+		0: "IDENTITY_SOURCE_UNSPECIFIED",
+		1: "PODS_API",
+		2: "INFERRED",
+	}
+	IdentitySource_value = map[string]int32{
+		"IDENTITY_SOURCE_UNSPECIFIED": 0,
+		"PODS_API":                    1,
+		"INFERRED":                    2,
+	}
+)
+
+func (x IdentitySource) Enum() *IdentitySource {
+	p := new(IdentitySource)
+	*p = x
+	return p
+}
+
+func (x IdentitySource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IdentitySource) Descriptor() protoreflect.EnumDescriptor {
+	return file_plegd_v1_plegd_proto_enumTypes[5].Descriptor()
+}
+
+func (IdentitySource) Type() protoreflect.EnumType {
+	return &file_plegd_v1_plegd_proto_enumTypes[5]
+}
+
+func (x IdentitySource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IdentitySource.Descriptor instead.
+func (IdentitySource) EnumDescriptor() ([]byte, []int) {
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{5}
+}
+
 // Which pods a request is about. Empty fields match everything; set fields are ANDed.
 type PodFilter struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -770,13 +823,15 @@ func (x *ContainerResources) GetMemoryLimitBytes() int64 {
 }
 
 type SandboxInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Attempt       uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	State         SandboxState           `protobuf:"varint,3,opt,name=state,proto3,enum=plegd.v1.SandboxState" json:"state,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	Ip            string                 `protobuf:"bytes,5,opt,name=ip,proto3" json:"ip,omitempty"`
-	AdditionalIps []string               `protobuf:"bytes,6,rep,name=additional_ips,json=additionalIps,proto3" json:"additional_ips,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Attempt   uint32                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	State     SandboxState           `protobuf:"varint,3,opt,name=state,proto3,enum=plegd.v1.SandboxState" json:"state,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Its address (empty with host networking). A stopped sandbox keeps the one it held,
+	// though the runtime then reports none.
+	Ip            string   `protobuf:"bytes,5,opt,name=ip,proto3" json:"ip,omitempty"`
+	AdditionalIps []string `protobuf:"bytes,6,rep,name=additional_ips,json=additionalIps,proto3" json:"additional_ips,omitempty"`
 	// The runtime handler (RuntimeClass) the sandbox runs with; empty: the default.
 	RuntimeHandler string `protobuf:"bytes,7,opt,name=runtime_handler,json=runtimeHandler,proto3" json:"runtime_handler,omitempty"`
 	// Host PID of the sandbox's process (the pause container) while it is ready.
@@ -896,7 +951,9 @@ type PodStatus struct {
 	// When plegd read this status from the runtime.
 	ObservedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
 	// The last inspection error, if the latest attempt to read the pod failed.
-	Error         string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	// Who the pod is: its node, its controllers, its address.
+	Identity      *PodIdentity `protobuf:"bytes,11,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1001,6 +1058,208 @@ func (x *PodStatus) GetError() string {
 	return ""
 }
 
+func (x *PodStatus) GetIdentity() *PodIdentity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+// A controller of a pod.
+type WorkloadRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob, or another kind the
+	// kubelet names.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Its UID; empty where inferred.
+	Uid           string `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkloadRef) Reset() {
+	*x = WorkloadRef{}
+	mi := &file_plegd_v1_plegd_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkloadRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkloadRef) ProtoMessage() {}
+
+func (x *WorkloadRef) ProtoReflect() protoreflect.Message {
+	mi := &file_plegd_v1_plegd_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkloadRef.ProtoReflect.Descriptor instead.
+func (*WorkloadRef) Descriptor() ([]byte, []int) {
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WorkloadRef) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *WorkloadRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WorkloadRef) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+// Who a pod is. Nothing else of the pod's spec is kept or served.
+type PodIdentity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node the pod runs on.
+	NodeName string `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	// The owner reference with controller: true (a Deployment's pod: its ReplicaSet).
+	Controller *WorkloadRef `protobuf:"bytes,2,opt,name=controller,proto3" json:"controller,omitempty"`
+	// The top of the chain (a ReplicaSet's Deployment, a Job's CronJob), else the
+	// controller itself.
+	Workload *WorkloadRef `protobuf:"bytes,3,opt,name=workload,proto3" json:"workload,omitempty"`
+	// Guaranteed, Burstable or BestEffort; empty where unknown.
+	QosClass          string `protobuf:"bytes,4,opt,name=qos_class,json=qosClass,proto3" json:"qos_class,omitempty"`
+	Priority          int32  `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	PriorityClassName string `protobuf:"bytes,6,opt,name=priority_class_name,json=priorityClassName,proto3" json:"priority_class_name,omitempty"`
+	ServiceAccount    string `protobuf:"bytes,7,opt,name=service_account,json=serviceAccount,proto3" json:"service_account,omitempty"`
+	RuntimeClass      string `protobuf:"bytes,8,opt,name=runtime_class,json=runtimeClass,proto3" json:"runtime_class,omitempty"`
+	// The pod's addresses; none with host networking.
+	PodIps        []string       `protobuf:"bytes,9,rep,name=pod_ips,json=podIps,proto3" json:"pod_ips,omitempty"`
+	HostIps       []string       `protobuf:"bytes,10,rep,name=host_ips,json=hostIps,proto3" json:"host_ips,omitempty"`
+	Source        IdentitySource `protobuf:"varint,11,opt,name=source,proto3,enum=plegd.v1.IdentitySource" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PodIdentity) Reset() {
+	*x = PodIdentity{}
+	mi := &file_plegd_v1_plegd_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodIdentity) ProtoMessage() {}
+
+func (x *PodIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_plegd_v1_plegd_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodIdentity.ProtoReflect.Descriptor instead.
+func (*PodIdentity) Descriptor() ([]byte, []int) {
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PodIdentity) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *PodIdentity) GetController() *WorkloadRef {
+	if x != nil {
+		return x.Controller
+	}
+	return nil
+}
+
+func (x *PodIdentity) GetWorkload() *WorkloadRef {
+	if x != nil {
+		return x.Workload
+	}
+	return nil
+}
+
+func (x *PodIdentity) GetQosClass() string {
+	if x != nil {
+		return x.QosClass
+	}
+	return ""
+}
+
+func (x *PodIdentity) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *PodIdentity) GetPriorityClassName() string {
+	if x != nil {
+		return x.PriorityClassName
+	}
+	return ""
+}
+
+func (x *PodIdentity) GetServiceAccount() string {
+	if x != nil {
+		return x.ServiceAccount
+	}
+	return ""
+}
+
+func (x *PodIdentity) GetRuntimeClass() string {
+	if x != nil {
+		return x.RuntimeClass
+	}
+	return ""
+}
+
+func (x *PodIdentity) GetPodIps() []string {
+	if x != nil {
+		return x.PodIps
+	}
+	return nil
+}
+
+func (x *PodIdentity) GetHostIps() []string {
+	if x != nil {
+		return x.HostIps
+	}
+	return nil
+}
+
+func (x *PodIdentity) GetSource() IdentitySource {
+	if x != nil {
+		return x.Source
+	}
+	return IdentitySource_IDENTITY_SOURCE_UNSPECIFIED
+}
+
 type LifecycleEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PodUid        string                 `protobuf:"bytes,1,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
@@ -1026,7 +1285,7 @@ type LifecycleEvent struct {
 
 func (x *LifecycleEvent) Reset() {
 	*x = LifecycleEvent{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[6]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1297,7 @@ func (x *LifecycleEvent) String() string {
 func (*LifecycleEvent) ProtoMessage() {}
 
 func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[6]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1310,7 @@ func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleEvent.ProtoReflect.Descriptor instead.
 func (*LifecycleEvent) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{6}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LifecycleEvent) GetPodUid() string {
@@ -1154,7 +1413,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[7]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1425,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[7]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1438,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{7}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WatchRequest) GetSinceRevision() uint64 {
@@ -1224,7 +1483,7 @@ type Synced struct {
 
 func (x *Synced) Reset() {
 	*x = Synced{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[8]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1495,7 @@ func (x *Synced) String() string {
 func (*Synced) ProtoMessage() {}
 
 func (x *Synced) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[8]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1508,7 @@ func (x *Synced) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Synced.ProtoReflect.Descriptor instead.
 func (*Synced) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{8}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Synced) GetEpoch() uint64 {
@@ -1283,7 +1542,7 @@ type Reset struct {
 
 func (x *Reset) Reset() {
 	*x = Reset{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[9]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1554,7 @@ func (x *Reset) String() string {
 func (*Reset) ProtoMessage() {}
 
 func (x *Reset) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[9]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1567,7 @@ func (x *Reset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reset.ProtoReflect.Descriptor instead.
 func (*Reset) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{9}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Reset) GetReason() ResetReason {
@@ -1333,7 +1592,7 @@ type Bookmark struct {
 
 func (x *Bookmark) Reset() {
 	*x = Bookmark{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[10]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1604,7 @@ func (x *Bookmark) String() string {
 func (*Bookmark) ProtoMessage() {}
 
 func (x *Bookmark) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[10]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1617,7 @@ func (x *Bookmark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bookmark.ProtoReflect.Descriptor instead.
 func (*Bookmark) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{10}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{12}
 }
 
 // The first message of every Watch stream, resumed or not: which journal the revisions
@@ -1376,7 +1635,7 @@ type StreamStart struct {
 
 func (x *StreamStart) Reset() {
 	*x = StreamStart{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[11]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1647,7 @@ func (x *StreamStart) String() string {
 func (*StreamStart) ProtoMessage() {}
 
 func (x *StreamStart) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[11]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1660,7 @@ func (x *StreamStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamStart.ProtoReflect.Descriptor instead.
 func (*StreamStart) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{11}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StreamStart) GetEpoch() uint64 {
@@ -1436,7 +1695,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[12]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1707,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[12]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1720,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{12}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchEvent) GetRevision() uint64 {
@@ -1581,7 +1840,7 @@ type ListPodsRequest struct {
 
 func (x *ListPodsRequest) Reset() {
 	*x = ListPodsRequest{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[13]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1852,7 @@ func (x *ListPodsRequest) String() string {
 func (*ListPodsRequest) ProtoMessage() {}
 
 func (x *ListPodsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[13]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1865,7 @@ func (x *ListPodsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPodsRequest.ProtoReflect.Descriptor instead.
 func (*ListPodsRequest) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{13}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListPodsRequest) GetFilter() *PodFilter {
@@ -1629,7 +1888,7 @@ type ListPodsResponse struct {
 
 func (x *ListPodsResponse) Reset() {
 	*x = ListPodsResponse{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[14]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1900,7 @@ func (x *ListPodsResponse) String() string {
 func (*ListPodsResponse) ProtoMessage() {}
 
 func (x *ListPodsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[14]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1913,7 @@ func (x *ListPodsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPodsResponse.ProtoReflect.Descriptor instead.
 func (*ListPodsResponse) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{14}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListPodsResponse) GetPods() []*PodStatus {
@@ -1696,7 +1955,7 @@ type GetPodStatusRequest struct {
 
 func (x *GetPodStatusRequest) Reset() {
 	*x = GetPodStatusRequest{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[15]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1967,7 @@ func (x *GetPodStatusRequest) String() string {
 func (*GetPodStatusRequest) ProtoMessage() {}
 
 func (x *GetPodStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[15]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1980,7 @@ func (x *GetPodStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPodStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetPodStatusRequest) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{15}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetPodStatusRequest) GetPodUid() string {
@@ -1754,7 +2013,7 @@ type GetPodStatusResponse struct {
 
 func (x *GetPodStatusResponse) Reset() {
 	*x = GetPodStatusResponse{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[16]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +2025,7 @@ func (x *GetPodStatusResponse) String() string {
 func (*GetPodStatusResponse) ProtoMessage() {}
 
 func (x *GetPodStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[16]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +2038,7 @@ func (x *GetPodStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPodStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetPodStatusResponse) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{16}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetPodStatusResponse) GetPod() *PodStatus {
@@ -1824,7 +2083,7 @@ type GetContainerRequest struct {
 
 func (x *GetContainerRequest) Reset() {
 	*x = GetContainerRequest{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[17]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +2095,7 @@ func (x *GetContainerRequest) String() string {
 func (*GetContainerRequest) ProtoMessage() {}
 
 func (x *GetContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[17]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +2108,7 @@ func (x *GetContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContainerRequest.ProtoReflect.Descriptor instead.
 func (*GetContainerRequest) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{17}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetContainerRequest) GetKey() isGetContainerRequest_Key {
@@ -2009,7 +2268,7 @@ type ContainerRef struct {
 
 func (x *ContainerRef) Reset() {
 	*x = ContainerRef{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[18]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2280,7 @@ func (x *ContainerRef) String() string {
 func (*ContainerRef) ProtoMessage() {}
 
 func (x *ContainerRef) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[18]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2293,7 @@ func (x *ContainerRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerRef.ProtoReflect.Descriptor instead.
 func (*ContainerRef) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{18}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ContainerRef) GetPodUid() string {
@@ -2073,7 +2332,7 @@ type GetContainerResponse struct {
 
 func (x *GetContainerResponse) Reset() {
 	*x = GetContainerResponse{}
-	mi := &file_plegd_v1_plegd_proto_msgTypes[19]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2344,7 @@ func (x *GetContainerResponse) String() string {
 func (*GetContainerResponse) ProtoMessage() {}
 
 func (x *GetContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plegd_v1_plegd_proto_msgTypes[19]
+	mi := &file_plegd_v1_plegd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2357,7 @@ func (x *GetContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContainerResponse.ProtoReflect.Descriptor instead.
 func (*GetContainerResponse) Descriptor() ([]byte, []int) {
-	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{19}
+	return file_plegd_v1_plegd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetContainerResponse) GetPod() *PodStatus {
@@ -2200,7 +2459,7 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\x0fruntime_handler\x18\a \x01(\tR\x0eruntimeHandler\x12\x10\n" +
 	"\x03pid\x18\b \x01(\rR\x03pid\x12\x1d\n" +
 	"\n" +
-	"netns_path\x18\t \x01(\tR\tnetnsPath\"\x9e\x04\n" +
+	"netns_path\x18\t \x01(\tR\tnetnsPath\"\xd1\x04\n" +
 	"\tPodStatus\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -2215,13 +2474,33 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\vobserved_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAt\x12\x14\n" +
 	"\x05error\x18\n" +
-	" \x01(\tR\x05error\x1a9\n" +
+	" \x01(\tR\x05error\x121\n" +
+	"\bidentity\x18\v \x01(\v2\x15.plegd.v1.PodIdentityR\bidentity\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfa\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"G\n" +
+	"\vWorkloadRef\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\"\xb1\x03\n" +
+	"\vPodIdentity\x12\x1b\n" +
+	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x125\n" +
+	"\n" +
+	"controller\x18\x02 \x01(\v2\x15.plegd.v1.WorkloadRefR\n" +
+	"controller\x121\n" +
+	"\bworkload\x18\x03 \x01(\v2\x15.plegd.v1.WorkloadRefR\bworkload\x12\x1b\n" +
+	"\tqos_class\x18\x04 \x01(\tR\bqosClass\x12\x1a\n" +
+	"\bpriority\x18\x05 \x01(\x05R\bpriority\x12.\n" +
+	"\x13priority_class_name\x18\x06 \x01(\tR\x11priorityClassName\x12'\n" +
+	"\x0fservice_account\x18\a \x01(\tR\x0eserviceAccount\x12#\n" +
+	"\rruntime_class\x18\b \x01(\tR\fruntimeClass\x12\x17\n" +
+	"\apod_ips\x18\t \x03(\tR\x06podIps\x12\x19\n" +
+	"\bhost_ips\x18\n" +
+	" \x03(\tR\ahostIps\x120\n" +
+	"\x06source\x18\v \x01(\x0e2\x18.plegd.v1.IdentitySourceR\x06source\"\xfa\x03\n" +
 	"\x0eLifecycleEvent\x12\x17\n" +
 	"\apod_uid\x18\x01 \x01(\tR\x06podUid\x12#\n" +
 	"\rpod_namespace\x18\x02 \x01(\tR\fpodNamespace\x12\x19\n" +
@@ -2333,7 +2612,11 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SANDBOX_STATE_READY\x10\x01\x12\x1a\n" +
-	"\x16SANDBOX_STATE_NOTREADY\x10\x022\xa8\x02\n" +
+	"\x16SANDBOX_STATE_NOTREADY\x10\x02*M\n" +
+	"\x0eIdentitySource\x12\x1f\n" +
+	"\x1bIDENTITY_SOURCE_UNSPECIFIED\x10\x00\x12\f\n" +
+	"\bPODS_API\x10\x01\x12\f\n" +
+	"\bINFERRED\x10\x022\xa8\x02\n" +
 	"\fPodLifecycle\x127\n" +
 	"\x05Watch\x12\x16.plegd.v1.WatchRequest\x1a\x14.plegd.v1.WatchEvent0\x01\x12A\n" +
 	"\bListPods\x12\x19.plegd.v1.ListPodsRequest\x1a\x1a.plegd.v1.ListPodsResponse\x12M\n" +
@@ -2352,92 +2635,99 @@ func file_plegd_v1_plegd_proto_rawDescGZIP() []byte {
 	return file_plegd_v1_plegd_proto_rawDescData
 }
 
-var file_plegd_v1_plegd_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_plegd_v1_plegd_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_plegd_v1_plegd_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_plegd_v1_plegd_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_plegd_v1_plegd_proto_goTypes = []any{
 	(LifecycleEventType)(0),       // 0: plegd.v1.LifecycleEventType
 	(EventSource)(0),              // 1: plegd.v1.EventSource
 	(ResetReason)(0),              // 2: plegd.v1.ResetReason
 	(ContainerState)(0),           // 3: plegd.v1.ContainerState
 	(SandboxState)(0),             // 4: plegd.v1.SandboxState
-	(*PodFilter)(nil),             // 5: plegd.v1.PodFilter
-	(*ContainerInfo)(nil),         // 6: plegd.v1.ContainerInfo
-	(*ContainerNamespaces)(nil),   // 7: plegd.v1.ContainerNamespaces
-	(*ContainerResources)(nil),    // 8: plegd.v1.ContainerResources
-	(*SandboxInfo)(nil),           // 9: plegd.v1.SandboxInfo
-	(*PodStatus)(nil),             // 10: plegd.v1.PodStatus
-	(*LifecycleEvent)(nil),        // 11: plegd.v1.LifecycleEvent
-	(*WatchRequest)(nil),          // 12: plegd.v1.WatchRequest
-	(*Synced)(nil),                // 13: plegd.v1.Synced
-	(*Reset)(nil),                 // 14: plegd.v1.Reset
-	(*Bookmark)(nil),              // 15: plegd.v1.Bookmark
-	(*StreamStart)(nil),           // 16: plegd.v1.StreamStart
-	(*WatchEvent)(nil),            // 17: plegd.v1.WatchEvent
-	(*ListPodsRequest)(nil),       // 18: plegd.v1.ListPodsRequest
-	(*ListPodsResponse)(nil),      // 19: plegd.v1.ListPodsResponse
-	(*GetPodStatusRequest)(nil),   // 20: plegd.v1.GetPodStatusRequest
-	(*GetPodStatusResponse)(nil),  // 21: plegd.v1.GetPodStatusResponse
-	(*GetContainerRequest)(nil),   // 22: plegd.v1.GetContainerRequest
-	(*ContainerRef)(nil),          // 23: plegd.v1.ContainerRef
-	(*GetContainerResponse)(nil),  // 24: plegd.v1.GetContainerResponse
-	nil,                           // 25: plegd.v1.ContainerInfo.LabelsEntry
-	nil,                           // 26: plegd.v1.ContainerInfo.AnnotationsEntry
-	nil,                           // 27: plegd.v1.PodStatus.LabelsEntry
-	nil,                           // 28: plegd.v1.PodStatus.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(IdentitySource)(0),           // 5: plegd.v1.IdentitySource
+	(*PodFilter)(nil),             // 6: plegd.v1.PodFilter
+	(*ContainerInfo)(nil),         // 7: plegd.v1.ContainerInfo
+	(*ContainerNamespaces)(nil),   // 8: plegd.v1.ContainerNamespaces
+	(*ContainerResources)(nil),    // 9: plegd.v1.ContainerResources
+	(*SandboxInfo)(nil),           // 10: plegd.v1.SandboxInfo
+	(*PodStatus)(nil),             // 11: plegd.v1.PodStatus
+	(*WorkloadRef)(nil),           // 12: plegd.v1.WorkloadRef
+	(*PodIdentity)(nil),           // 13: plegd.v1.PodIdentity
+	(*LifecycleEvent)(nil),        // 14: plegd.v1.LifecycleEvent
+	(*WatchRequest)(nil),          // 15: plegd.v1.WatchRequest
+	(*Synced)(nil),                // 16: plegd.v1.Synced
+	(*Reset)(nil),                 // 17: plegd.v1.Reset
+	(*Bookmark)(nil),              // 18: plegd.v1.Bookmark
+	(*StreamStart)(nil),           // 19: plegd.v1.StreamStart
+	(*WatchEvent)(nil),            // 20: plegd.v1.WatchEvent
+	(*ListPodsRequest)(nil),       // 21: plegd.v1.ListPodsRequest
+	(*ListPodsResponse)(nil),      // 22: plegd.v1.ListPodsResponse
+	(*GetPodStatusRequest)(nil),   // 23: plegd.v1.GetPodStatusRequest
+	(*GetPodStatusResponse)(nil),  // 24: plegd.v1.GetPodStatusResponse
+	(*GetContainerRequest)(nil),   // 25: plegd.v1.GetContainerRequest
+	(*ContainerRef)(nil),          // 26: plegd.v1.ContainerRef
+	(*GetContainerResponse)(nil),  // 27: plegd.v1.GetContainerResponse
+	nil,                           // 28: plegd.v1.ContainerInfo.LabelsEntry
+	nil,                           // 29: plegd.v1.ContainerInfo.AnnotationsEntry
+	nil,                           // 30: plegd.v1.PodStatus.LabelsEntry
+	nil,                           // 31: plegd.v1.PodStatus.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
 }
 var file_plegd_v1_plegd_proto_depIdxs = []int32{
 	3,  // 0: plegd.v1.ContainerInfo.state:type_name -> plegd.v1.ContainerState
-	29, // 1: plegd.v1.ContainerInfo.created_at:type_name -> google.protobuf.Timestamp
-	29, // 2: plegd.v1.ContainerInfo.started_at:type_name -> google.protobuf.Timestamp
-	29, // 3: plegd.v1.ContainerInfo.finished_at:type_name -> google.protobuf.Timestamp
-	25, // 4: plegd.v1.ContainerInfo.labels:type_name -> plegd.v1.ContainerInfo.LabelsEntry
-	26, // 5: plegd.v1.ContainerInfo.annotations:type_name -> plegd.v1.ContainerInfo.AnnotationsEntry
-	8,  // 6: plegd.v1.ContainerInfo.resources:type_name -> plegd.v1.ContainerResources
-	7,  // 7: plegd.v1.ContainerInfo.namespaces:type_name -> plegd.v1.ContainerNamespaces
+	32, // 1: plegd.v1.ContainerInfo.created_at:type_name -> google.protobuf.Timestamp
+	32, // 2: plegd.v1.ContainerInfo.started_at:type_name -> google.protobuf.Timestamp
+	32, // 3: plegd.v1.ContainerInfo.finished_at:type_name -> google.protobuf.Timestamp
+	28, // 4: plegd.v1.ContainerInfo.labels:type_name -> plegd.v1.ContainerInfo.LabelsEntry
+	29, // 5: plegd.v1.ContainerInfo.annotations:type_name -> plegd.v1.ContainerInfo.AnnotationsEntry
+	9,  // 6: plegd.v1.ContainerInfo.resources:type_name -> plegd.v1.ContainerResources
+	8,  // 7: plegd.v1.ContainerInfo.namespaces:type_name -> plegd.v1.ContainerNamespaces
 	4,  // 8: plegd.v1.SandboxInfo.state:type_name -> plegd.v1.SandboxState
-	29, // 9: plegd.v1.SandboxInfo.created_at:type_name -> google.protobuf.Timestamp
-	27, // 10: plegd.v1.PodStatus.labels:type_name -> plegd.v1.PodStatus.LabelsEntry
-	28, // 11: plegd.v1.PodStatus.annotations:type_name -> plegd.v1.PodStatus.AnnotationsEntry
-	9,  // 12: plegd.v1.PodStatus.sandboxes:type_name -> plegd.v1.SandboxInfo
-	6,  // 13: plegd.v1.PodStatus.containers:type_name -> plegd.v1.ContainerInfo
-	29, // 14: plegd.v1.PodStatus.observed_at:type_name -> google.protobuf.Timestamp
-	0,  // 15: plegd.v1.LifecycleEvent.type:type_name -> plegd.v1.LifecycleEventType
-	1,  // 16: plegd.v1.LifecycleEvent.source:type_name -> plegd.v1.EventSource
-	29, // 17: plegd.v1.LifecycleEvent.observed_at:type_name -> google.protobuf.Timestamp
-	29, // 18: plegd.v1.LifecycleEvent.runtime_timestamp:type_name -> google.protobuf.Timestamp
-	10, // 19: plegd.v1.LifecycleEvent.pod:type_name -> plegd.v1.PodStatus
-	5,  // 20: plegd.v1.WatchRequest.filter:type_name -> plegd.v1.PodFilter
-	0,  // 21: plegd.v1.WatchRequest.types:type_name -> plegd.v1.LifecycleEventType
-	2,  // 22: plegd.v1.Reset.reason:type_name -> plegd.v1.ResetReason
-	10, // 23: plegd.v1.WatchEvent.snapshot:type_name -> plegd.v1.PodStatus
-	13, // 24: plegd.v1.WatchEvent.synced:type_name -> plegd.v1.Synced
-	11, // 25: plegd.v1.WatchEvent.event:type_name -> plegd.v1.LifecycleEvent
-	14, // 26: plegd.v1.WatchEvent.reset:type_name -> plegd.v1.Reset
-	15, // 27: plegd.v1.WatchEvent.bookmark:type_name -> plegd.v1.Bookmark
-	16, // 28: plegd.v1.WatchEvent.start:type_name -> plegd.v1.StreamStart
-	5,  // 29: plegd.v1.ListPodsRequest.filter:type_name -> plegd.v1.PodFilter
-	10, // 30: plegd.v1.ListPodsResponse.pods:type_name -> plegd.v1.PodStatus
-	29, // 31: plegd.v1.GetPodStatusRequest.min_timestamp:type_name -> google.protobuf.Timestamp
-	10, // 32: plegd.v1.GetPodStatusResponse.pod:type_name -> plegd.v1.PodStatus
-	29, // 33: plegd.v1.GetPodStatusResponse.timestamp:type_name -> google.protobuf.Timestamp
-	23, // 34: plegd.v1.GetContainerRequest.container:type_name -> plegd.v1.ContainerRef
-	10, // 35: plegd.v1.GetContainerResponse.pod:type_name -> plegd.v1.PodStatus
-	6,  // 36: plegd.v1.GetContainerResponse.container:type_name -> plegd.v1.ContainerInfo
-	29, // 37: plegd.v1.GetContainerResponse.removed_at:type_name -> google.protobuf.Timestamp
-	12, // 38: plegd.v1.PodLifecycle.Watch:input_type -> plegd.v1.WatchRequest
-	18, // 39: plegd.v1.PodLifecycle.ListPods:input_type -> plegd.v1.ListPodsRequest
-	20, // 40: plegd.v1.PodLifecycle.GetPodStatus:input_type -> plegd.v1.GetPodStatusRequest
-	22, // 41: plegd.v1.PodLifecycle.GetContainer:input_type -> plegd.v1.GetContainerRequest
-	17, // 42: plegd.v1.PodLifecycle.Watch:output_type -> plegd.v1.WatchEvent
-	19, // 43: plegd.v1.PodLifecycle.ListPods:output_type -> plegd.v1.ListPodsResponse
-	21, // 44: plegd.v1.PodLifecycle.GetPodStatus:output_type -> plegd.v1.GetPodStatusResponse
-	24, // 45: plegd.v1.PodLifecycle.GetContainer:output_type -> plegd.v1.GetContainerResponse
-	42, // [42:46] is the sub-list for method output_type
-	38, // [38:42] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	32, // 9: plegd.v1.SandboxInfo.created_at:type_name -> google.protobuf.Timestamp
+	30, // 10: plegd.v1.PodStatus.labels:type_name -> plegd.v1.PodStatus.LabelsEntry
+	31, // 11: plegd.v1.PodStatus.annotations:type_name -> plegd.v1.PodStatus.AnnotationsEntry
+	10, // 12: plegd.v1.PodStatus.sandboxes:type_name -> plegd.v1.SandboxInfo
+	7,  // 13: plegd.v1.PodStatus.containers:type_name -> plegd.v1.ContainerInfo
+	32, // 14: plegd.v1.PodStatus.observed_at:type_name -> google.protobuf.Timestamp
+	13, // 15: plegd.v1.PodStatus.identity:type_name -> plegd.v1.PodIdentity
+	12, // 16: plegd.v1.PodIdentity.controller:type_name -> plegd.v1.WorkloadRef
+	12, // 17: plegd.v1.PodIdentity.workload:type_name -> plegd.v1.WorkloadRef
+	5,  // 18: plegd.v1.PodIdentity.source:type_name -> plegd.v1.IdentitySource
+	0,  // 19: plegd.v1.LifecycleEvent.type:type_name -> plegd.v1.LifecycleEventType
+	1,  // 20: plegd.v1.LifecycleEvent.source:type_name -> plegd.v1.EventSource
+	32, // 21: plegd.v1.LifecycleEvent.observed_at:type_name -> google.protobuf.Timestamp
+	32, // 22: plegd.v1.LifecycleEvent.runtime_timestamp:type_name -> google.protobuf.Timestamp
+	11, // 23: plegd.v1.LifecycleEvent.pod:type_name -> plegd.v1.PodStatus
+	6,  // 24: plegd.v1.WatchRequest.filter:type_name -> plegd.v1.PodFilter
+	0,  // 25: plegd.v1.WatchRequest.types:type_name -> plegd.v1.LifecycleEventType
+	2,  // 26: plegd.v1.Reset.reason:type_name -> plegd.v1.ResetReason
+	11, // 27: plegd.v1.WatchEvent.snapshot:type_name -> plegd.v1.PodStatus
+	16, // 28: plegd.v1.WatchEvent.synced:type_name -> plegd.v1.Synced
+	14, // 29: plegd.v1.WatchEvent.event:type_name -> plegd.v1.LifecycleEvent
+	17, // 30: plegd.v1.WatchEvent.reset:type_name -> plegd.v1.Reset
+	18, // 31: plegd.v1.WatchEvent.bookmark:type_name -> plegd.v1.Bookmark
+	19, // 32: plegd.v1.WatchEvent.start:type_name -> plegd.v1.StreamStart
+	6,  // 33: plegd.v1.ListPodsRequest.filter:type_name -> plegd.v1.PodFilter
+	11, // 34: plegd.v1.ListPodsResponse.pods:type_name -> plegd.v1.PodStatus
+	32, // 35: plegd.v1.GetPodStatusRequest.min_timestamp:type_name -> google.protobuf.Timestamp
+	11, // 36: plegd.v1.GetPodStatusResponse.pod:type_name -> plegd.v1.PodStatus
+	32, // 37: plegd.v1.GetPodStatusResponse.timestamp:type_name -> google.protobuf.Timestamp
+	26, // 38: plegd.v1.GetContainerRequest.container:type_name -> plegd.v1.ContainerRef
+	11, // 39: plegd.v1.GetContainerResponse.pod:type_name -> plegd.v1.PodStatus
+	7,  // 40: plegd.v1.GetContainerResponse.container:type_name -> plegd.v1.ContainerInfo
+	32, // 41: plegd.v1.GetContainerResponse.removed_at:type_name -> google.protobuf.Timestamp
+	15, // 42: plegd.v1.PodLifecycle.Watch:input_type -> plegd.v1.WatchRequest
+	21, // 43: plegd.v1.PodLifecycle.ListPods:input_type -> plegd.v1.ListPodsRequest
+	23, // 44: plegd.v1.PodLifecycle.GetPodStatus:input_type -> plegd.v1.GetPodStatusRequest
+	25, // 45: plegd.v1.PodLifecycle.GetContainer:input_type -> plegd.v1.GetContainerRequest
+	20, // 46: plegd.v1.PodLifecycle.Watch:output_type -> plegd.v1.WatchEvent
+	22, // 47: plegd.v1.PodLifecycle.ListPods:output_type -> plegd.v1.ListPodsResponse
+	24, // 48: plegd.v1.PodLifecycle.GetPodStatus:output_type -> plegd.v1.GetPodStatusResponse
+	27, // 49: plegd.v1.PodLifecycle.GetContainer:output_type -> plegd.v1.GetContainerResponse
+	46, // [46:50] is the sub-list for method output_type
+	42, // [42:46] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_plegd_v1_plegd_proto_init() }
@@ -2445,7 +2735,7 @@ func file_plegd_v1_plegd_proto_init() {
 	if File_plegd_v1_plegd_proto != nil {
 		return
 	}
-	file_plegd_v1_plegd_proto_msgTypes[12].OneofWrappers = []any{
+	file_plegd_v1_plegd_proto_msgTypes[14].OneofWrappers = []any{
 		(*WatchEvent_Snapshot)(nil),
 		(*WatchEvent_Synced)(nil),
 		(*WatchEvent_Event)(nil),
@@ -2453,7 +2743,7 @@ func file_plegd_v1_plegd_proto_init() {
 		(*WatchEvent_Bookmark)(nil),
 		(*WatchEvent_Start)(nil),
 	}
-	file_plegd_v1_plegd_proto_msgTypes[17].OneofWrappers = []any{
+	file_plegd_v1_plegd_proto_msgTypes[19].OneofWrappers = []any{
 		(*GetContainerRequest_ContainerId)(nil),
 		(*GetContainerRequest_CgroupId)(nil),
 		(*GetContainerRequest_Pid)(nil),
@@ -2468,8 +2758,8 @@ func file_plegd_v1_plegd_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plegd_v1_plegd_proto_rawDesc), len(file_plegd_v1_plegd_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   24,
+			NumEnums:      6,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
