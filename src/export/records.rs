@@ -71,7 +71,8 @@ pub fn log_record(entry: &Entry, epoch: u64, node: &str) -> LogRecord {
     if let Some(ip) = pod_ip(entry) {
         attrs.push(kv("k8s.pod.ip", ip));
     }
-    if let Some(w) = workload::infer(&ev.pod_name, &entry.meta.labels) {
+    let made = ev.pod.as_ref().map_or(ev.observed_at, |p| p.made_at());
+    if let Some(w) = workload::infer(&ev.pod_name, &entry.meta.labels, made) {
         for owner in w.owners() {
             attrs.push(kv(owner.kind.attribute(), &owner.name));
         }
@@ -128,19 +129,19 @@ pub fn log_record(entry: &Entry, epoch: u64, node: &str) -> LogRecord {
     }
 }
 
-/// The address the record is about: a sandbox's own (the one it held, after it
-/// stopped too), else the pod's, else the last the pod held (a removal carries no pod).
+/// The address the record is about. A sandbox's record: that sandbox's own (the one it
+/// held, after it stopped too), and none where the status no longer holds the sandbox
+/// (the pod's address may be a newer sandbox's). A container's: the pod's, else the
+/// last the pod held (a removal carries no pod).
 fn pod_ip(entry: &Entry) -> Option<&str> {
     let ev = &entry.event;
     let pod = ev.pod.as_deref();
-    let sandbox = pod
-        .filter(|_| ev.is_sandbox)
-        .and_then(|p| p.sandboxes.iter().find(|s| s.id == ev.container_id))
-        .map(|s| s.ip.as_str());
-    match sandbox {
-        Some(ip) => Some(ip).filter(|ip| !ip.is_empty()),
-        None => pod.and_then(|p| p.ips.first()).or_else(|| entry.meta.ips.first()).map(String::as_str),
-    }
+    let ip = if ev.is_sandbox {
+        pod.and_then(|p| p.sandboxes.iter().find(|s| s.id == ev.container_id)).map(|s| s.ip.as_str())
+    } else {
+        pod.and_then(|p| p.ips.first()).or_else(|| entry.meta.ips.first()).map(String::as_str)
+    };
+    ip.filter(|ip| !ip.is_empty())
 }
 
 /// Revisions the exporter could not send (`from..=to`, or every one from `from` on when
@@ -245,7 +246,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sandbox_record_names_the_address_that_sandbox_held_and_a_removal_the_pods_last() {
+    fn a_sandbox_record_names_the_address_that_sandbox_held_and_no_other() {
         use crate::model::SandboxStatus;
         let mut pod = PodStatus::empty("u1", "shop", "web-0");
         pod.ips = vec!["10.244.0.9".into()];
@@ -254,7 +255,7 @@ mod tests {
             SandboxStatus { id: "s1".into(), ip: "10.244.0.4".into(), ..Default::default() },
             SandboxStatus { id: "host".into(), ..Default::default() },
         ];
-        let record = |id: &str, kind, pod: Option<&PodStatus>| {
+        let record_of = |id: &str, kind, pod: Option<&PodStatus>, is_sandbox: bool| {
             let ev = PodLifecycleEvent {
                 pod_uid: "u1".into(),
                 pod_namespace: "shop".into(),
@@ -262,7 +263,7 @@ mod tests {
                 kind,
                 container_id: id.into(),
                 container_name: "".into(),
-                is_sandbox: true,
+                is_sandbox,
                 source: EventSource::Relist,
                 observed_at: SystemTime::now(),
                 runtime_timestamp: None,
@@ -272,6 +273,7 @@ mod tests {
             let meta = Arc::new(PodMeta::of(&pod_with_ips()));
             log_record(&Entry { revision: 1, event: Arc::new(ev), meta, left: None, bytes: 0 }, 1, "n")
         };
+        let record = |id: &str, kind, pod: Option<&PodStatus>| record_of(id, kind, pod, true);
         let ip = |r: &LogRecord| match attr(r, "k8s.pod.ip") {
             Some(Value::StringValue(s)) => Some(s.clone()),
             _ => None,
@@ -279,7 +281,10 @@ mod tests {
         assert_eq!(ip(&record("s1", EventType::ContainerDied, Some(&pod))).as_deref(), Some("10.244.0.4"));
         assert_eq!(ip(&record("s2", EventType::ContainerStarted, Some(&pod))).as_deref(), Some("10.244.0.9"));
         assert_eq!(ip(&record("host", EventType::ContainerStarted, Some(&pod))), None, "host network: none");
-        assert_eq!(ip(&record("s2", EventType::ContainerRemoved, None)).as_deref(), Some("10.244.0.7"));
+        assert_eq!(ip(&record("gone", EventType::ContainerRemoved, Some(&pod))), None, "not the newer sandbox's");
+        assert_eq!(ip(&record("s2", EventType::ContainerRemoved, None)), None, "which sandbox held what is unknown");
+        let container_gone = record_of("c1", EventType::ContainerRemoved, None, false);
+        assert_eq!(ip(&container_gone).as_deref(), Some("10.244.0.7"), "a container's: the pod's last");
     }
 
     fn pod_with_ips() -> PodStatus {

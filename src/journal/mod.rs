@@ -652,7 +652,11 @@ impl Journal {
                         Some(m) => {
                             // New labels (a new sandbox with the pod's current ones).
                             left = Some(m.clone());
-                            Arc::new(PodMeta::of(status))
+                            let mut meta = PodMeta::of(status);
+                            if meta.ips.is_empty() {
+                                meta.ips = m.ips.clone();
+                            }
+                            Arc::new(meta)
                         }
                         None => Arc::new(PodMeta::of(status)),
                     };

@@ -288,6 +288,14 @@ mod guarantees {
         assert_eq!(*at(again).meta.ips, ["10.0.0.12"]);
         assert!(at(again).left.is_none(), "the same labels: no watcher's selection was left");
         assert_eq!(*at(removed).meta.ips, ["10.0.0.12"], "the removal carries no pod and still names the address");
+        // New labels read while no address is: the pod keeps the last it held.
+        let held = Arc::new(PodStatus { ips: vec!["10.0.0.5".into()], ..(*pod("b", Some("web"))).clone() });
+        j.append(ev("b", EventType::ContainerStarted, "s1", Some(held), EventSource::Relist));
+        let relabelled =
+            j.append(ev("b", EventType::ContainerDied, "s1", Some(pod("b", Some("api"))), EventSource::Relist));
+        let tl = j.timeline("b").unwrap();
+        let meta = &tl.iter().find(|e| Some(e.revision) == relabelled).unwrap().meta;
+        assert_eq!((meta.labels.get("app"), &*meta.ips), (Some("api"), &["10.0.0.5".to_string()][..]));
     }
 
     #[tokio::test]

@@ -46,7 +46,7 @@ fn reference(o: &Owner) -> api::WorkloadRef {
 impl PodStatus {
     /// The pod's identity as plegd infers it, on node `node`.
     pub fn inferred_identity(&self, node: &str) -> api::PodIdentity {
-        let owners = workload::infer(&self.name, &self.labels);
+        let owners = workload::infer(&self.name, &self.labels, self.made_at());
         let qos = self
             .containers
             .iter()

@@ -315,6 +315,12 @@ impl PodStatus {
         }
     }
 
+    /// When the pod was made, as far as plegd can tell: its newest sandbox's creation,
+    /// else when plegd read it.
+    pub fn made_at(&self) -> SystemTime {
+        self.sandboxes.iter().filter_map(|s| nanos_to_system(s.created_at)).max().unwrap_or(self.observed_at)
+    }
+
     /// The process this status already holds for container `id`: what plegd reads once
     /// per container, and need not read again.
     pub fn known_process(&self, id: &str) -> Option<&Process> {

@@ -7,7 +7,11 @@
 //! `<deployment>-<pod-template-hash>` and its pods `<replicaset>-<5 chars>`; a
 //! StatefulSet's pods `<statefulset>-<ordinal>`; a DaemonSet's pods `<daemonset>-<5
 //! chars>`; a Job's pods carry `batch.kubernetes.io/job-name` (older: `job-name`), and a
-//! CronJob's Jobs are named `<cronjob>-<scheduled minute>`.
+//! CronJob's Jobs are named `<cronjob>-<scheduled minute>`. A Job named with another
+//! number at its end (`migrate-1732924800`, seconds; `backup-20241130`, a date) is not a
+//! CronJob's: the number must be a minute shortly before the pod was made.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::labels::Labels;
 
@@ -69,17 +73,22 @@ impl InferredWorkload {
     }
 }
 
-/// The workload behind pod `name` with `labels`, where the controllers' labels and
-/// naming say it; `None` for a pod no built-in controller's marks fit (a bare pod, a
-/// static pod, a custom controller's).
-pub fn infer(name: &str, labels: &Labels) -> Option<InferredWorkload> {
+/// How long before its pod a CronJob's Job may be scheduled: its
+/// `startingDeadlineSeconds` and the Job's retries make a pod late, never by weeks.
+const SCHEDULED_BEFORE: Duration = Duration::from_secs(35 * 24 * 3600);
+
+/// The workload behind pod `name` with `labels`, made at `made` (its sandbox's creation;
+/// when unknown, any time shortly after), where the controllers' labels and naming say
+/// it; `None` for a pod no built-in controller's marks fit (a bare pod, a static pod, a
+/// custom controller's).
+pub fn infer(name: &str, labels: &Labels, made: SystemTime) -> Option<InferredWorkload> {
     let own = |kind, name: &str| Owner { kind, name: name.to_owned() };
     let alone = |o: Owner| InferredWorkload { controller: o.clone(), workload: o };
     let job =
         ["batch.kubernetes.io/job-name", "job-name"].into_iter().find_map(|k| labels.get(k).filter(|j| !j.is_empty()));
     if let Some(job) = job {
         let controller = own(WorkloadKind::Job, job);
-        return Some(match cronjob_of(job) {
+        return Some(match cronjob_of(job, made) {
             Some(cron) => InferredWorkload { controller, workload: own(WorkloadKind::CronJob, cron) },
             None => alone(controller),
         });
@@ -116,9 +125,14 @@ fn is_generated(s: &str) -> bool {
 }
 
 /// The CronJob whose Job this is: its name ends in the scheduled time in minutes since
-/// the epoch (eight digits or more since 1970-03).
-fn cronjob_of(job: &str) -> Option<&str> {
-    strip_suffix(job, |s| s.len() >= 8 && s.bytes().all(|b| b.is_ascii_digit()))
+/// the epoch, at most a day after `made` and [`SCHEDULED_BEFORE`] before it.
+fn cronjob_of(job: &str, made: SystemTime) -> Option<&str> {
+    let minute_of = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() / 60);
+    let latest = minute_of(made + Duration::from_secs(24 * 3600));
+    let earliest = minute_of(made.checked_sub(SCHEDULED_BEFORE).unwrap_or(UNIX_EPOCH));
+    strip_suffix(job, |s| {
+        s.bytes().all(|b| b.is_ascii_digit()) && s.parse::<u64>().is_ok_and(|m| (earliest..=latest).contains(&m))
+    })
 }
 
 #[cfg(test)]
@@ -127,6 +141,15 @@ mod tests {
 
     fn labels(pairs: &[(&str, &str)]) -> Labels {
         pairs.iter().map(|&(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// 2026-11-30 03:00 UTC, minute 29,408,580.
+    fn made() -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(29_408_580 * 60)
+    }
+
+    fn infer(name: &str, labels: &Labels) -> Option<InferredWorkload> {
+        super::infer(name, labels, made())
     }
 
     fn names(w: &InferredWorkload) -> Vec<(WorkloadKind, &str)> {
@@ -160,11 +183,26 @@ mod tests {
 
     #[test]
     fn a_cronjobs_pod_names_its_job_and_the_cronjob() {
-        let l = labels(&[("batch.kubernetes.io/job-name", "backup-29441280"), ("job-name", "backup-29441280")]);
-        let w = infer("backup-29441280-7pq2x", &l).unwrap();
-        assert_eq!(names(&w), [(WorkloadKind::Job, "backup-29441280"), (WorkloadKind::CronJob, "backup")]);
+        let l = labels(&[("batch.kubernetes.io/job-name", "backup-29408520"), ("job-name", "backup-29408520")]);
+        let w = infer("backup-29408520-7pq2x", &l).unwrap();
+        assert_eq!(names(&w), [(WorkloadKind::Job, "backup-29408520"), (WorkloadKind::CronJob, "backup")]);
         let old = labels(&[("job-name", "migrate")]);
         assert_eq!(names(&infer("migrate-abcde", &old).unwrap()), [(WorkloadKind::Job, "migrate")]);
+    }
+
+    #[test]
+    fn a_job_named_with_a_number_that_is_no_scheduled_minute_of_its_pod_is_no_cronjobs() {
+        for job in [
+            "migrate-1732924800", // kubectl create job migrate-$(date +%s): seconds
+            "backup-20241130",    // a date, read as a minute: 2008
+            "report-29458980",    // a minute 35 days after the pod
+            "report-29356740",    // a minute 36 days before it
+        ] {
+            let l = labels(&[("batch.kubernetes.io/job-name", job)]);
+            assert_eq!(names(&infer(&format!("{job}-7pq2x"), &l).unwrap()), [(WorkloadKind::Job, job)], "{job}");
+        }
+        let late = labels(&[("batch.kubernetes.io/job-name", "report-29398500")]);
+        assert_eq!(infer("report-29398500-7pq2x", &late).unwrap().workload.kind, WorkloadKind::CronJob, "a week late");
     }
 
     #[test]

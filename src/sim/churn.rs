@@ -55,7 +55,10 @@ fn controlled_pod(ns: &str, app: &str, serial: u64) -> PodSpec {
                 .label("statefulset.kubernetes.io/pod-name", &name)
         }
         "worker" => {
-            let job = format!("{app}-{}", 29_441_280 + serial);
+            // Scheduled within the last day, as a CronJob's Job is named.
+            let minute =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() / 60);
+            let job = format!("{app}-{}", minute - serial % 1440);
             PodSpec::new(ns, &format!("{job}-{generated}"))
                 .label("batch.kubernetes.io/job-name", &job)
                 .label("job-name", &job)
@@ -203,7 +206,8 @@ mod tests {
             let app = APPS[serial as usize % APPS.len()];
             let spec = controlled_pod("default", app, serial);
             assert!(names.insert(spec.name.clone()), "{} named twice", spec.name);
-            let w = infer(&spec.name, &spec.labels.iter().collect::<Labels>()).expect(&spec.name);
+            let w = infer(&spec.name, &spec.labels.iter().collect::<Labels>(), std::time::SystemTime::now())
+                .expect(&spec.name);
             let want = match app {
                 "cache" => WorkloadKind::StatefulSet,
                 "worker" => WorkloadKind::CronJob,

@@ -136,6 +136,12 @@ def workload(a):
     return "Pod", a.get("k8s.pod.name", "")
 
 
+def copy_of(r, **attrs):
+    c = json.loads(json.dumps(r))
+    c["LogAttributes"].update(attrs)
+    return c
+
+
 def main(records_dir, exporter_dir, queries_dir):
     rows = rows_of(records_dir)
     plegd = [r for r in rows if r["ServiceName"] == "plegd"]
@@ -145,6 +151,45 @@ def main(records_dir, exporter_dir, queries_dir):
         unique.setdefault(r["LogAttributes"].get("log.record.uid"), r)
     print(f"# {len(plegd)} records, {len(unique)} after dropping the duplicates by log.record.uid")
     recs = list(unique.values())
+    A = lambda r: r["LogAttributes"]  # noqa: E731
+
+    # What a store meets besides plegd's clean stream, each an attack on one query:
+    # 1. every fifth record again, in its own insert: a batch the gateway wrote and plegd
+    #    sent again because it never heard the answer;
+    again = plegd[::5]
+    # 2. every container announced again by a plegd started on an empty state dir: a new
+    #    epoch, new revisions, the same containers and times;
+    epoch2 = [copy_of(r, **{"log.record.uid": A(r)["log.record.uid"].replace("/", "/reborn-", 1)})
+              for r in recs if r["EventName"] in ("k8s.container.started", "k8s.container.died")]
+    # 3. a sandbox whose death and removal plegd never saw (it was away, and came back on
+    #    an empty state dir), its address reused since;
+    starts = collections.defaultdict(list)  # (node, ip) -> [(ts, sandbox)]
+    for r in recs:
+        if r["EventName"] == "k8s.pod.sandbox.started" and A(r).get("k8s.pod.ip"):
+            starts[(r["ResourceAttributes"].get("k8s.node.name"), A(r)["k8s.pod.ip"])].append((r["ts"], A(r)["container.id"]))
+    reused = {k: sorted(v) for k, v in starts.items() if len({sb for _, sb in v}) >= 2}
+    check(len(reused) > 0, f"addresses reused by another pod: {len(reused)} of {len(starts)}")
+    unseen_end = sorted(reused.items())[0][1][0][1]
+    # 4. a crash-looping pod whose old sandbox the kubelet removed while the pod lives on.
+    words = {}
+    for r in sorted(recs, key=lambda r: (r["ts"], int(A(r).get("plegd.revision", "0")))):
+        if r["EventName"] in ("k8s.container.crash_loop", "k8s.container.crash_loop_cleared"):
+            words[(A(r)["k8s.pod.uid"], A(r).get("k8s.container.name"))] = r
+    removed_pods = {A(r)["k8s.pod.uid"] for r in recs if r["EventName"] == "k8s.pod.sandbox.removed"}
+    looping = [r for r in words.values() if r["EventName"] == "k8s.container.crash_loop"
+               and A(r)["k8s.pod.uid"] not in removed_pods]
+    check(len(looping) > 0, f"containers crash-looping at the end: {len(looping)}")
+    gc_pod = A(looping[0])["k8s.pod.uid"]
+    old_sb = "0" * 64
+    gc = [copy_of(looping[0], **{"container.id": old_sb, "log.record.uid": "gc/1/1"}),
+          copy_of(looping[0], **{"container.id": old_sb, "log.record.uid": "gc/1/2"})]
+    gc[0]["EventName"], gc[0]["ts"] = "k8s.pod.sandbox.started", min(r["ts"] for r in recs) - 10**9
+    gc[1]["EventName"], gc[1]["ts"] = "k8s.pod.sandbox.removed", max(r["ts"] for r in recs)
+    for r in gc:  # it held an address of its own, long given to someone else
+        r["LogAttributes"]["k8s.pod.ip"] = "10.244.255.254"
+    stored = [r for r in plegd if not (A(r).get("container.id") == unseen_end
+                                       and r["EventName"] in ("k8s.pod.sandbox.died", "k8s.pod.sandbox.removed"))]
+    batches = (("rows", stored), ("again", again), ("epoch2", epoch2), ("gc", gc))
 
     tmp = tempfile.mkdtemp()
     sess = chs.Session(os.path.join(tmp, "db"))
@@ -152,11 +197,8 @@ def main(records_dir, exporter_dir, queries_dir):
     sess.query("CREATE DATABASE IF NOT EXISTS otel")
     sess.query(render_ddl(exporter_dir))
     check(True, "the ClickHouse exporter's otel_logs DDL (its source, rendered) runs in chdb " + chdb.__version__)
-    # Every fifth record a second time, in its own insert: a batch the gateway wrote and
-    # plegd sent again because it never heard the answer. The queries must not count it.
-    again = plegd[::5]
-    for name, batch in (("rows.jsonl", plegd), ("again.jsonl", again)):
-        data = os.path.join(tmp, name)
+    for name, batch in batches:
+        data = os.path.join(tmp, name + ".jsonl")
         with open(data, "w") as f:
             for r in batch:
                 f.write(json.dumps(r) + "\n")
@@ -164,98 +206,106 @@ def main(records_dir, exporter_dir, queries_dir):
                    f"SELECT fromUnixTimestamp64Nano(ts, 'UTC'), {', '.join(NAMES)} "
                    f"FROM file('{data}', JSONEachRow, 'ts Int64, {COLUMNS}')")
     n = q(sess, "SELECT count() AS n FROM otel.otel_logs")[0]["n"]
-    check(int(n) == len(plegd) + len(again), f"every record is a row ({n}, {len(again)} of them sent twice)")
+    total = sum(len(b) for _, b in batches)
+    check(int(n) == total, f"every row is in ({n}: {len(again)} sent twice, {len(epoch2)} announced again "
+          f"in a new epoch, {len(plegd) - len(stored)} end records of sandbox {unseen_end[:12]} never seen, "
+          f"an old sandbox of crash-looping pod {gc_pod[:8]} removed)")
 
     def query(name):
         return open(os.path.join(queries_dir, name)).read()
 
-    # Restarts and OOM kills by workload, over the whole run.
+    # Restarts and OOM kills by workload: the truth is per container, so each container
+    # id started as a later attempt is one restart, each that died OOMKilled one kill.
     lo, hi = min(r["ts"] for r in recs), max(r["ts"] for r in recs) + 1
     got = {(x["namespace"], x["kind"], x["workload"]): (int(x["restarts"]), int(x["oom_kills"]))
            for x in q(sess, query("restarts_by_workload.sql"), **{"from": ns_to_ch(lo), "to": ns_to_ch(hi)})}
-    want = collections.Counter()
-    ooms = collections.Counter()
+    restarted, killed = collections.defaultdict(set), collections.defaultdict(set)
     for r in recs:
-        a = r["LogAttributes"]
+        a = A(r)
         key = (a.get("k8s.namespace.name", ""),) + workload(a)
         if r["EventName"] == "k8s.container.started" and int(a.get("k8s.container.restart_count", "0") or 0) > 0:
-            want[key] += 1
+            restarted[key].add(a["container.id"])
         if r["EventName"] == "k8s.container.died" and a.get("k8s.container.status.last_terminated_reason") == "OOMKilled":
-            ooms[key] += 1
-    expected = {k: (want[k], ooms[k]) for k in set(want) | set(ooms)}
-    check(got == expected, f"restarts_by_workload.sql: {len(got)} workloads, as the records count them"
-          + ("" if got == expected else f"\n  query {sorted(got.items())[:6]}\n  records {sorted(expected.items())[:6]}"))
+            killed[key].add(a["container.id"])
+    expected = {k: (len(restarted[k]), len(killed[k])) for k in set(restarted) | set(killed)}
+    check(got == expected, f"restarts_by_workload.sql: {len(got)} workloads, each restart and OOM kill once "
+          "(not twice for a resend or a new epoch)"
+          + ("" if got == expected else f"\n  query {sorted(got.items())[:6]}\n  truth {sorted(expected.items())[:6]}"))
     kinds = {k[1] for k in got}
     check({"Deployment", "StatefulSet", "CronJob"} <= kinds, f"workloads inferred from names and labels: {sorted(kinds)}")
     check(any(v[1] for v in got.values()), "an OOM kill counted: " + str([k for k, v in got.items() if v[1]]))
-    # A window that ends before the first record counts nothing.
     check(q(sess, query("restarts_by_workload.sql"), **{"from": ns_to_ch(lo - 10**12), "to": ns_to_ch(lo)}) == [],
           "restarts_by_workload.sql: a window before the records is empty")
 
-    # Who held an address at a time.
-    held = collections.defaultdict(dict)  # ip -> sandbox -> [start, died]
-    for r in recs:
-        a = r["LogAttributes"]
-        ip = a.get("k8s.pod.ip")
-        if not ip or r["EventName"] not in ("k8s.pod.sandbox.started", "k8s.pod.sandbox.died"):
-            continue
-        span = held[ip].setdefault(a["container.id"], [None, None, a.get("k8s.pod.name")])
-        i = 0 if r["EventName"] == "k8s.pod.sandbox.started" else 1
-        span[i] = r["ts"] if span[i] is None else min(span[i], r["ts"])
-    reused = {ip: s for ip, s in held.items() if sum(1 for v in s.values() if v[0] is not None) >= 2}
-    check(len(reused) > 0, f"addresses reused by another pod: {len(reused)} of {len(held)}")
+    # Who held an address at a time. The truth: on a node, the holder is the sandbox that
+    # started with the address most recently, while it has not been seen to end.
+    ended = {}
+    for r in stored:
+        if r["EventName"] in ("k8s.pod.sandbox.died", "k8s.pod.sandbox.removed"):
+            sb = A(r)["container.id"]
+            ended[sb] = min(ended.get(sb, r["ts"]), r["ts"])
 
-    def oracle(ip, at):
-        return sorted(sb for sb, (start, died, _) in held.get(ip, {}).items()
-                      if start is not None and start <= at and (died is None or died > at))
+    def truth(node, ip, at):
+        before = [(ts, sb) for ts, sb in starts[(node, ip)] if ts <= at]
+        if not before:
+            return []
+        ts, sb = max(before)
+        return [] if ended.get(sb, at + 1) <= at else [sb]
 
-    asked = 0
-    wrong = 0
-    distinct = 0
-    for ip, spans in sorted(reused.items())[:20]:
-        answers = set()
-        for sb, (start, died, _) in spans.items():
-            if start is None:
-                continue
-            for at in (start, start + ((died - start) // 2 if died else 1_000_000), (died - 1) if died else start + 2):
-                got_ip = q(sess, query("pod_by_address.sql"), ip=ip, at=ns_to_ch(at))
-                got_sb = sorted(x["sandbox_id"] for x in got_ip)
-                asked += 1
-                if got_sb != oracle(ip, at):
-                    wrong += 1
-                    check(False, f"pod_by_address.sql {ip} at {ns_to_ch(at)}: {got_sb}, records say {oracle(ip, at)}")
-                for x in got_ip:
-                    if x["sandbox_id"] == sb and ch_to_ns(x["held_from"]) != start:
-                        wrong += 1
-                        check(False, f"pod_by_address.sql {ip}: held_from {x['held_from']} for {sb}, records say {ns_to_ch(start)}")
-                answers.add(tuple(got_sb))
-        first = min(v[0] for v in spans.values() if v[0] is not None)
-        if q(sess, query("pod_by_address.sql"), ip=ip, at=ns_to_ch(first - 1)):
-            wrong += 1
-            check(False, f"pod_by_address.sql {ip}: answered before anyone held it")
-        distinct += len([a for a in answers if len(a) == 1]) >= 2
-    check(wrong == 0 and asked > 0, f"pod_by_address.sql: {asked} (address, time) questions answered as the records say")
-    check(distinct > 0, f"one address, two moments, two different pods: {distinct} addresses")
+    asked = wrong = several = 0
+    handed = 0
+    for (node, ip), held in sorted(reused.items())[:25]:
+        moments = [held[0][0] - 1]
+        for (ts, _), (nxt, _) in zip(held, held[1:] + [(held[-1][0] + 2 * 10**9, None)]):
+            moments += [ts, ts + (nxt - ts) // 2, nxt - 1]
+        answers = []
+        for at in moments:
+            got = q(sess, query("pod_by_address.sql"), ip=ip, at=ns_to_ch(at))
+            asked += 1
+            several += len(got) > 1
+            sbs = [x["sandbox_id"] for x in got]
+            if sbs != truth(node, ip, at):
+                wrong += 1
+                if wrong <= 5:
+                    check(False, f"pod_by_address.sql {ip} at {ns_to_ch(at)}: {sbs}, truth {truth(node, ip, at)}")
+            answers.append(tuple(sbs))
+        handed += len({a for a in answers if a}) >= 2
+    check(wrong == 0 and asked > 0, f"pod_by_address.sql: {asked} (address, time) questions answered as the truth says")
+    check(several == 0, "pod_by_address.sql: never two pods for one address at one moment")
+    check(handed > 0, f"one address, moments apart, different pods: {handed} addresses")
+    lost_ip = [ip for (node, ip), held in reused.items() if any(sb == unseen_end for _, sb in held)][0]
+    after = [ts for ts, sb in reused[next(k for k in reused if k[1] == lost_ip)] if sb != unseen_end]
+    got = q(sess, query("pod_by_address.sql"), ip=lost_ip, at=ns_to_ch(max(after) + 1))
+    check(len(got) == 1 and got[0]["sandbox_id"] != unseen_end,
+          f"pod_by_address.sql: a holder whose end was never seen gives way to the next ({lost_ip})")
     nodes = {r["ResourceAttributes"].get("k8s.node.name") for r in recs}
     check(q(sess, query("pod_by_address.sql"), ip="127.0.0.1", at=ns_to_ch(hi)) == [],
           f"pod_by_address.sql: an address no pod held answers nothing (nodes {sorted(nodes)})")
 
-    # Crash loops now.
+    # Crash loops now. The truth: the last crash word per container, in pods with a
+    # sandbox not removed.
     last = {}
-    removed = {r["LogAttributes"].get("k8s.pod.uid") for r in recs if r["EventName"] == "k8s.pod.sandbox.removed"}
-    for r in recs:
+    sandboxes = collections.defaultdict(lambda: [set(), set()])
+    for r in stored + gc:
+        a = A(r)
+        if r["EventName"] == "k8s.pod.sandbox.started":
+            sandboxes[a["k8s.pod.uid"]][0].add(a["container.id"])
+        if r["EventName"] == "k8s.pod.sandbox.removed":
+            sandboxes[a["k8s.pod.uid"]][1].add(a["container.id"])
         if r["EventName"] not in ("k8s.container.crash_loop", "k8s.container.crash_loop_cleared"):
             continue
-        a = r["LogAttributes"]
         key = (a["k8s.pod.uid"], a.get("k8s.container.name", ""))
         order = (r["ts"], int(a.get("plegd.revision", "0")))
         if key not in last or order > last[key][0]:
             last[key] = (order, r["EventName"], a)
+    gone = {u for u, (st, rm) in sandboxes.items() if rm and st <= rm}
     expected = sorted((a.get("k8s.pod.name"), k[1]) for k, (_, name, a) in last.items()
-                      if name == "k8s.container.crash_loop" and k[0] not in removed)
+                      if name == "k8s.container.crash_loop" and k[0] not in gone)
     got = sorted((x["pod"], x["container"]) for x in q(sess, query("crash_loops_now.sql")))
     check(got == expected and len(got) > 0, f"crash_loops_now.sql: {got[:5]}, as the records say"
           + ("" if got == expected else f" (records: {expected[:5]})"))
+    check(any(p == A(looping[0])["k8s.pod.name"] for p, _ in got),
+          f"crash_loops_now.sql: {A(looping[0])['k8s.pod.name']}, whose old sandbox was removed, is still looping")
     print(f"{'ok' if failures == 0 else 'FAILED'}: {failures} failed")
     return failures == 0
 

@@ -1,6 +1,7 @@
 -- Containers in a crash loop now, across every node: the last crash-loop word plegd said
--- of the container is k8s.container.crash_loop (not crash_loop_cleared), and its pod has
--- not been removed since.
+-- of the container is k8s.container.crash_loop (not crash_loop_cleared), and its pod is
+-- still there: some sandbox of it started and was not removed (the kubelet removes a
+-- live pod's old sandboxes too, so one removal does not make a pod gone).
 SELECT
     ResourceAttributes['k8s.node.name'] AS node,
     namespace, pod, container, since, restarts
@@ -23,7 +24,15 @@ FROM
 WHERE last = 'k8s.container.crash_loop'
   AND pod_uid NOT IN
   (
-      SELECT LogAttributes['k8s.pod.uid'] FROM otel.otel_logs
-      WHERE ServiceName = 'plegd' AND EventName = 'k8s.pod.sandbox.removed'
+      SELECT pod_uid FROM
+      (
+          SELECT LogAttributes['k8s.pod.uid'] AS pod_uid,
+                 groupUniqArrayIf(LogAttributes['container.id'], EventName = 'k8s.pod.sandbox.started') AS started,
+                 groupUniqArrayIf(LogAttributes['container.id'], EventName = 'k8s.pod.sandbox.removed') AS removed
+          FROM otel.otel_logs
+          WHERE ServiceName = 'plegd' AND EventName IN ('k8s.pod.sandbox.started', 'k8s.pod.sandbox.removed')
+          GROUP BY pod_uid
+      )
+      WHERE length(removed) > 0 AND hasAll(removed, started)
   )
 ORDER BY since DESC

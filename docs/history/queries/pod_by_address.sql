@@ -1,30 +1,39 @@
--- Which pod held address {ip} at {at}, on any node, live or long gone: each sandbox holds
--- its address from its start to its death (the record k8s.pod.sandbox.started, then
--- k8s.pod.sandbox.died); an address is reused within seconds, so the time decides.
--- plegd never gives a host-network pod an address of its own (its records carry none),
--- so a node's address answers nothing here.
-SELECT
-    ResourceAttributes['k8s.node.name'] AS node,
-    namespace, pod, pod_uid, sandbox_id, held_from,
-    if(died_at = 0, NULL, died_at) AS held_until
+-- Which pod held address {ip} at {at}, on any node, live or long gone. A sandbox holds its
+-- address from its start (k8s.pod.sandbox.started, the runtime's time, with the address)
+-- until the first of: its death or removal (found by the sandbox's id, when plegd saw it,
+-- which may be a moment late) and the next sandbox on that node given the same address
+-- (addresses are reused within seconds). So one moment names one pod per node.
+-- (2200-01-01 stands for "not yet".) A host-network pod has no address of its own in plegd's records, so a node's address
+-- answers nothing here.
+SELECT node, namespace, pod, pod_uid, sandbox_id, held_from,
+       if(until = toDateTime64('2200-01-01 00:00:00', 9, 'UTC'), NULL, until) AS held_until
 FROM
 (
-    SELECT
-        any(ResourceAttributes) AS ResourceAttributes,
-        LogAttributes['container.id'] AS sandbox_id,
-        any(LogAttributes['k8s.namespace.name']) AS namespace,
-        any(LogAttributes['k8s.pod.name']) AS pod,
-        any(LogAttributes['k8s.pod.uid']) AS pod_uid,
-        minIf(Timestamp, EventName = 'k8s.pod.sandbox.started') AS held_from,
-        minIf(Timestamp, EventName = 'k8s.pod.sandbox.died') AS died_at,
-        countIf(EventName = 'k8s.pod.sandbox.started') AS starts
-    FROM otel.otel_logs
-    WHERE ServiceName = 'plegd'
-      AND EventName IN ('k8s.pod.sandbox.started', 'k8s.pod.sandbox.died')
-      AND LogAttributes['k8s.pod.ip'] = {ip:String}
-      AND Timestamp <= {at:DateTime64(9)} + INTERVAL 1 DAY
-    GROUP BY sandbox_id
+    SELECT *,
+        least(if(ended = 0, toDateTime64('2200-01-01 00:00:00', 9, 'UTC'), ended),
+              leadInFrame(held_from, 1, toDateTime64('2200-01-01 00:00:00', 9, 'UTC'))
+                  OVER (PARTITION BY node ORDER BY held_from ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING)) AS until
+    FROM
+    (
+        SELECT
+            ResourceAttributes['k8s.node.name'] AS node,
+            LogAttributes['container.id'] AS sandbox_id,
+            anyIf(LogAttributes['k8s.namespace.name'], EventName = 'k8s.pod.sandbox.started') AS namespace,
+            anyIf(LogAttributes['k8s.pod.name'], EventName = 'k8s.pod.sandbox.started') AS pod,
+            anyIf(LogAttributes['k8s.pod.uid'], EventName = 'k8s.pod.sandbox.started') AS pod_uid,
+            minIf(Timestamp, EventName = 'k8s.pod.sandbox.started') AS held_from,
+            minIf(Timestamp, EventName IN ('k8s.pod.sandbox.died', 'k8s.pod.sandbox.removed')) AS ended
+        FROM otel.otel_logs
+        WHERE ServiceName = 'plegd'
+          AND EventName IN ('k8s.pod.sandbox.started', 'k8s.pod.sandbox.died', 'k8s.pod.sandbox.removed')
+          AND LogAttributes['container.id'] IN
+          (
+              SELECT LogAttributes['container.id'] FROM otel.otel_logs
+              WHERE ServiceName = 'plegd' AND EventName = 'k8s.pod.sandbox.started'
+                AND LogAttributes['k8s.pod.ip'] = {ip:String}
+          )
+        GROUP BY node, sandbox_id
+    )
 )
-WHERE starts > 0 AND held_from <= {at:DateTime64(9)}
-  AND (died_at = 0 OR died_at > {at:DateTime64(9)})
-ORDER BY held_from DESC
+WHERE held_from <= {at:DateTime64(9)} AND {at:DateTime64(9)} < until
+ORDER BY node
