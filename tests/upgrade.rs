@@ -121,7 +121,11 @@ async fn a_watcher_resumes_through_upgrades_and_downgrades_without_a_reset_and_l
     let replayed = replay(&mut s).await;
     for (rev, was) in delivered.range(from + 1..) {
         let now = replayed.get(rev).unwrap_or_else(|| panic!("delivered revision {rev} was lost"));
-        assert_eq!(was, now, "revision {rev} was delivered as one event and is now another");
+        assert_eq!(
+            as_journaled(was),
+            as_journaled(now),
+            "revision {rev} was delivered as one event and is now another"
+        );
     }
 
     // And the journal's view is the runtime.
@@ -137,4 +141,15 @@ async fn a_watcher_resumes_through_upgrades_and_downgrades_without_a_reset_and_l
     );
     drop(p);
     h.stop().await;
+}
+
+/// The event as the journal keeps it: without what a build computes when it serves the
+/// pod (its identity, which the previous build does not serve), so the same revision
+/// reads the same from both builds.
+fn as_journaled(ev: &api::LifecycleEvent) -> api::LifecycleEvent {
+    let mut ev = ev.clone();
+    if let Some(pod) = ev.pod.as_mut() {
+        pod.identity = None;
+    }
+    ev
 }
