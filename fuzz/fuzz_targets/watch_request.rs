@@ -15,6 +15,7 @@ fuzz_target!(|data: &[u8]| {
             namespace: "default".into(),
             name: "web-1".into(),
             labels: [("app", "web")].into(),
+            ips: Default::default(),
         };
         let _ = filter.matches_pod(&meta);
     }
