@@ -1,6 +1,8 @@
 //! Compiles the CRI subset and plegd's own API with protox, so no machine needs `protoc`.
 //!
 //! - CRI `runtime.v1`: messages, client (plegd) and server (the simulated runtime).
+//! - the kubelet's Pods API `v1alpha1`: client (plegd) and server (the simulated
+//!   kubelet); `plegd.kubelet`: the parts of a pod plegd decodes.
 //! - `plegd.v1`: messages and client.
 //! - `plegd.v1`'s server alone, into `served/`, with the messages above except
 //!   `WatchEvent`, which the server sends as `grpc::wire::WatchFrame` (a published
@@ -39,13 +41,18 @@ fn revision() -> String {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rustc-env=PLEGD_REVISION={}", revision());
     let (cri, plegd) = ("runtime/v1/api.proto", "plegd/v1/plegd.proto");
-    for f in [cri, plegd] {
+    let (pods, view) = ("kubelet/pods/v1alpha1/api.proto", "kubelet/pod_view.proto");
+    for f in [cri, plegd, pods, view] {
         println!("cargo:rerun-if-changed=cri-proto/{f}");
     }
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
         .compile_fds(protox::compile([cri], ["cri-proto"])?)?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(protox::compile([pods, view], ["cri-proto"])?)?;
     let plegd_fds = protox::compile([plegd], ["cri-proto"])?;
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("plegd_descriptor.bin"), prost::Message::encode_to_vec(&plegd_fds))?;

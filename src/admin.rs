@@ -137,6 +137,8 @@ pub struct AdminState {
     pub pleg: crate::pleg::generic::PlegHandle,
     /// The pod-status cache.
     pub cache: crate::cache::PodCache,
+    /// Every pod's identity, and where it comes from (`/readyz` says).
+    pub identities: Arc<crate::model::identity::Identities>,
     /// The journal (timelines).
     pub journal: crate::journal::Journal,
     /// Reads the runtime afresh for `?view=runtime`.
@@ -582,9 +584,16 @@ async fn healthz(State(s): State<Arc<AdminState>>) -> Response {
 }
 
 async fn readyz(State(s): State<Arc<AdminState>>) -> Response {
+    use crate::model::identity::KubeletSource;
+    // The identity's source is said, never a reason to be unready: plegd serves without it.
+    let identity = match s.identities.source() {
+        KubeletSource::Up => "identity: the kubelet's Pods API".to_owned(),
+        KubeletSource::Off => "identity: inferred (--kubelet-pods-socket is off)".to_owned(),
+        KubeletSource::Waiting(why) => format!("identity: inferred or last heard ({why})"),
+    };
     match s.readiness.check() {
-        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
-        Err(msg) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {msg}\n")).into_response(),
+        Ok(()) => (StatusCode::OK, format!("ok\n{identity}\n")).into_response(),
+        Err(msg) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {msg}\n{identity}\n")).into_response(),
     }
 }
 

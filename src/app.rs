@@ -18,10 +18,12 @@ use crate::config::RunConfig;
 use crate::cri::RuntimeService;
 use crate::grpc::{ApiError, PodLifecycleService};
 use crate::journal::{Journal, StoreError};
+use crate::kubelet::PodsApiWatcher;
 use crate::liveness::{Liveness, QUICK_LOOP_LIMIT};
 use crate::lookup::resolver::{ContainerReader, DirectRead, ReadContainer, Resolver};
 use crate::lookup::{ContainerLookup, LookupError};
 use crate::metrics::Registry;
+use crate::model::identity::Identities;
 use crate::pleg::evented::{Mode, StreamState};
 use crate::pleg::generic::PlegHandle;
 use crate::pleg::health::{PlegHealth, Readiness};
@@ -200,7 +202,9 @@ pub async fn start_on<R: RuntimeService>(
     shutdown: &CancellationToken,
 ) -> Result<Sidecar, AppError> {
     crate::clock::start();
-    let RunConfig { state_dir, host, runtime, pleg, admin, api, journal, sync, memory, lookup, export } = cfg.clone();
+    let RunConfig { state_dir, host, runtime, pleg, admin, api, journal, sync, memory, lookup, export, kubelet } =
+        cfg.clone();
+    let identities = Arc::new(Identities::new(&api.node_name, lookup.retention));
     let liveness = Liveness::new();
     let stores = Stores::open(journal, lookup, &state_dir, &api.socket, &host, pleg.mode, &metrics, shutdown).await?;
     let (Pleg { relister, watcher, cache, health, readiness, stream: state_rx }, publisher) =
@@ -233,12 +237,14 @@ pub async fn start_on<R: RuntimeService>(
         runtime_view: runtime_view(client.clone(), cache.clone(), pleg.concurrency, host.clone()),
         work: Default::default(),
         runlog: runlog.clone(),
+        identities: identities.clone(),
     });
     let (admin, debug) = admin.build(admin_state, &metrics.http).await?;
     let (admin_addr, debug_addr) = (admin.local_addr(), debug.local_addr());
-    let exporter = exporter(export, &state_dir, &journal, &metrics)?;
+    let exporter = exporter(export, &state_dir, &journal, &metrics)?.map(|e| e.with_identities(identities.clone()));
     // Every task, each in its span.
     let tasks = Tasks::new(tracker, shutdown);
+    let identity = PodsApiWatcher::new(kubelet, &identities, publisher.path(), &cache, &metrics.kubelet);
     tasks.essential("publish", publisher.run(shutdown.clone()));
     if let Some(exporter) = exporter {
         tasks.essential("otlp_export", exporter.run(shutdown.clone()));
@@ -247,6 +253,7 @@ pub async fn start_on<R: RuntimeService>(
     if let Some(w) = watcher {
         tasks.essential("event_stream", w.run(shutdown.clone()));
     }
+    tasks.essential("kubelet_pods_api", identity.run(shutdown.clone()));
     tasks.essential("run_log", keep_run_log(runlog, state_rx.clone(), health.clone(), shutdown.clone()));
     tasks.essential("relist", relister.run(shutdown.clone()));
     tasks.essential("sync_loop", pipeline.sync_loop.run(shutdown.clone()));
@@ -258,7 +265,7 @@ pub async fn start_on<R: RuntimeService>(
     tasks.essential("admin", serve_http("admin", admin, shutdown.clone()));
     tasks.essential("debug", serve_http("debug", debug, shutdown.clone()));
     let reader = container_reader(client.clone(), host.clone());
-    let svc = api_service(&api, &journal, &cache, &lookup, reader, &metrics, tracker, shutdown);
+    let svc = api_service(&api, &journal, &cache, &lookup, reader, &identities, &metrics, tracker, shutdown);
     let (beat, ready) = (liveness.register("api", QUICK_LOOP_LIMIT), readiness.clone());
     serve_api(&tasks, api_listener, svc, ready, beat, api.socket.clone(), shutdown);
     tracing::info!(
@@ -323,6 +330,7 @@ fn api_service(
     cache: &PodCache,
     lookup: &ContainerLookup,
     reader: ContainerReader,
+    identities: &Arc<Identities>,
     metrics: &Metrics,
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
@@ -331,6 +339,7 @@ fn api_service(
     let (journal, cache) = (journal.clone(), cache.clone());
     PodLifecycleService::new(journal, cache, api.clone(), metrics.api.clone(), tracker.clone(), shutdown.clone())
         .with_resolver(resolver)
+        .with_identities(identities.clone())
 }
 
 /// The OTLP exporter, when the export is on; it keeps its cursor in the state dir.
@@ -615,6 +624,8 @@ pub struct Metrics {
     pub lookup: crate::lookup::LookupMetrics,
     /// The OTLP exporter's metrics.
     pub export: crate::export::ExportMetrics,
+    /// The kubelet Pods API watcher's metrics.
+    pub kubelet: crate::kubelet::KubeletMetrics,
 }
 
 impl Metrics {
@@ -634,6 +645,7 @@ impl Metrics {
         let http = crate::admin::HttpMetrics::register(plegd.sub_registry_with_prefix("http"));
         let lookup = crate::lookup::LookupMetrics::register(plegd);
         let export = crate::export::ExportMetrics::register(plegd.sub_registry_with_prefix("otlp"));
+        let kubelet = crate::kubelet::KubeletMetrics::register(plegd);
         crate::telemetry::LogCollector::register(plegd);
         plegd.register(
             "build",
@@ -658,6 +670,7 @@ impl Metrics {
             http,
             lookup,
             export,
+            kubelet,
         }
     }
 

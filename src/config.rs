@@ -261,6 +261,10 @@ pub struct RunArgs {
     /// exported records (default: the host name, lowercased as the kubelet does).
     #[arg(long, env = "PLEGD_NODE_NAME")]
     pub node_name: Option<String>,
+    /// The kubelet's Pods API socket (KEP-4188), the source of pods' identity where the
+    /// kubelet serves it; "" turns it off (every identity inferred from the node).
+    #[arg(long, env = "PLEGD_KUBELET_PODS_SOCKET", default_value = crate::kubelet::DEFAULT_SOCKET)]
+    pub kubelet_pods_socket: String,
     /// Check the flags and exit: 0 with nothing started when they are valid, the usage
     /// error otherwise (what a chart or a manifest passes can be checked before a rollout).
     #[arg(long)]
@@ -307,6 +311,8 @@ pub struct RunConfig {
     pub lookup: crate::lookup::LookupConfig,
     /// OTLP export, if on.
     pub export: Option<crate::export::ExportConfig>,
+    /// The kubelet's Pods API, the source of pods' identity where it is served.
+    pub kubelet: crate::kubelet::KubeletConfig,
 }
 
 impl Default for RunConfig {
@@ -323,6 +329,7 @@ impl Default for RunConfig {
             memory: Default::default(),
             lookup: crate::lookup::LookupConfig::in_memory(crate::lookup::LookupConfig::default().retention),
             export: None,
+            kubelet: crate::kubelet::KubeletConfig { pods_socket: Some(PathBuf::from(crate::kubelet::DEFAULT_SOCKET)) },
         }
     }
 }
@@ -385,19 +392,22 @@ impl TryFrom<&RunArgs> for RunConfig {
             memory: crate::memory::ScavengerConfig { period: a.memory.memory_trim_period },
             lookup: crate::lookup::LookupConfig::in_memory(a.lookup.tombstone_retention),
             export: export_config(&a.export, &node_name)?,
+            kubelet: crate::kubelet::KubeletConfig { pods_socket: kubelet_pods_socket(&a.kubelet_pods_socket)? },
         })
     }
 }
 
 impl RunConfig {
     /// A config for a sidecar on `endpoint` with defaults elsewhere (tests, the demo,
-    /// embedders): the journal in memory (no state dir) and the HTTP listeners on
-    /// ephemeral ports, so that many can run at once. Tune it by setting its parts.
+    /// embedders): the journal in memory (no state dir), the HTTP listeners on
+    /// ephemeral ports, so that many can run at once, and no kubelet Pods API (the
+    /// node's kubelet runs other pods). Tune it by setting its parts.
     pub fn for_endpoint(endpoint: &str) -> Result<Self, ConfigError> {
         let socket = parse_unix_endpoint(endpoint).map_err(|e| invalid("--runtime-endpoint", e.to_string()))?;
         let mut cfg = Self::default();
         cfg.runtime.endpoint = format!("unix://{}", socket.display());
         cfg.state_dir = None;
+        cfg.kubelet.pods_socket = None;
         let ephemeral = SocketAddr::from(([127, 0, 0, 1], 0));
         cfg.admin = crate::admin::AdminConfig { addr: ephemeral, debug_addr: ephemeral };
         Ok(cfg)
@@ -428,6 +438,18 @@ fn journal_config(j: &JournalArgs, watch_buffer: usize) -> Result<crate::journal
 /// The node's name, held once for every part that says it: `--node-name`, else the
 /// host name lowercased (the kubelet's default node name). A name Kubernetes could not
 /// give a node (a DNS subdomain) is refused.
+/// `--kubelet-pods-socket`: a path, or "" (also `""` as a manifest may quote it) for off.
+fn kubelet_pods_socket(flag: &str) -> Result<Option<PathBuf>, ConfigError> {
+    let flag = flag.trim();
+    if flag.is_empty() || flag == "\"\"" {
+        return Ok(None);
+    }
+    if !flag.starts_with('/') {
+        return Err(invalid("--kubelet-pods-socket", format!("{flag:?} is not an absolute path (\"\" turns it off)")));
+    }
+    Ok(Some(PathBuf::from(flag)))
+}
+
 fn node_name(flag: Option<&str>) -> Result<String, ConfigError> {
     let Some(name) = flag.filter(|n| !n.is_empty()) else { return Ok(crate::host::host_name().to_lowercase()) };
     // A DNS-1123 subdomain, as Kubernetes validates a node's name: 253 bytes at most,
@@ -677,6 +699,17 @@ mod tests {
         assert_eq!(crate::export::redacted("http://u:pw@h:4317/x"), "http://***@h:4317/x");
         assert_eq!(crate::export::redacted("http://t0ken@h:4317"), "http://***@h:4317");
         assert_eq!(crate::export::redacted("http://h:4317"), "http://h:4317");
+    }
+
+    #[test]
+    fn the_kubelet_pods_socket_is_on_by_default_off_when_empty_and_a_relative_path_is_refused() {
+        let on = run_args(&[]).unwrap().kubelet.pods_socket;
+        assert_eq!(on.as_deref(), Some(std::path::Path::new("/var/lib/kubelet/pods-api/pods-api.sock")));
+        for off in ["--kubelet-pods-socket=", "--kubelet-pods-socket=\"\""] {
+            assert_eq!(run_args(&[off]).unwrap().kubelet.pods_socket, None, "{off}");
+        }
+        let e = run_args(&["--kubelet-pods-socket=pods.sock"]).unwrap_err();
+        assert!(e.contains("--kubelet-pods-socket") && e.contains("absolute"), "{e}");
     }
 
     #[test]

@@ -60,7 +60,8 @@
 //!    cgroup id and PID, removed ones too)
 //! 5. [`pleg`] — the relister (the cache's only writer) with its schedule of reads and
 //!    the pure step from a read to its events, the event-stream consumer, health
-//! 6. pipeline: [`publish`] (the one publish path), [`syncloop`], [`reconcile`]
+//! 6. pipeline: [`publish`] (the one publish path), [`syncloop`], [`reconcile`], [`kubelet`]
+//!    (the kubelet's Pods API: who each pod is)
 //! 7. serving: [`grpc`], [`admin`], [`pages`] (HTML for people, on the debug listener), [`export`]
 //!    (OTLP to a collector)
 //! 8. [`config`], [`telemetry`]
@@ -89,6 +90,7 @@ pub mod export;
 pub mod grpc;
 pub mod host;
 pub mod journal;
+pub mod kubelet;
 pub mod labels;
 pub mod liveness;
 pub mod lookup;

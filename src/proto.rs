@@ -7,6 +7,16 @@ pub mod runtime {
     tonic::include_proto!("runtime.v1");
 }
 
+/// The kubelet's Pods API (KEP-4188).
+pub mod kubelet_pods {
+    tonic::include_proto!("v1alpha1");
+}
+
+/// The parts of a core/v1 Pod plegd decodes (`cri-proto/kubelet/pod_view.proto`).
+pub mod pod_view {
+    tonic::include_proto!("plegd.kubelet");
+}
+
 /// plegd's own API.
 pub mod plegd {
     tonic::include_proto!("plegd.v1");

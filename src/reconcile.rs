@@ -220,7 +220,7 @@ impl Handler for Enqueue {
     fn selects(&self, ev: &LoopEvent) -> bool {
         match &ev.input {
             // Reconcilers' own events are their output, not news about the pod.
-            LoopInput::Lifecycle(e) => e.event.source != EventSource::Reconciler,
+            LoopInput::Lifecycle(e) => !e.event.source.follows_the_view(),
             LoopInput::Resync(_) => true,
             LoopInput::FollowUp(_) => false,
         }

@@ -74,7 +74,7 @@ pub async fn run(cfg: DemoConfig, shutdown: CancellationToken) -> Result<DemoSum
     run_cfg.state_dir = Some(dir.join("state"));
     let sidecar = crate::app::start(&run_cfg, &tracker, &inner).await?;
     let journal = sidecar.journal().clone();
-    let node = run_cfg.api.node_name.clone();
+    let node = crate::model::identity::Identities::new(&run_cfg.api.node_name, std::time::Duration::ZERO);
     let live = |j: &crate::journal::Journal| {
         j.subscribe(crate::journal::Since::Revision(j.revision(), j.epoch()), Default::default()).into_feed().1
     };

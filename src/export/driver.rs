@@ -60,6 +60,8 @@ pub(super) struct Driver<C> {
     /// Where the cursor is kept; `None`: memory only.
     pub(super) state_dir: Option<std::path::PathBuf>,
     pub(super) shutdown: CancellationToken,
+    /// Every pod's identity, as the records name its workload.
+    pub(super) identities: std::sync::Arc<crate::model::identity::Identities>,
 }
 
 impl<C: Collector> Driver<C> {
@@ -189,7 +191,7 @@ impl<C: Collector> Driver<C> {
 
     fn batch(&self, entries: &[Arc<Entry>], epoch: u64) -> Batch {
         Batch {
-            records: entries.iter().map(|e| records::log_record(e, epoch, &self.cfg.node)).collect(),
+            records: entries.iter().map(|e| records::log_record(e, epoch, &self.cfg.node, &self.identities)).collect(),
             events: entries.len() as u64,
             upto: Cursor { epoch, revision: entries.last().map_or(0, |e| e.revision) },
             first_revision: entries.first().map_or(0, |e| e.revision),

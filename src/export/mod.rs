@@ -23,6 +23,7 @@ pub mod records;
 pub mod retry;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
@@ -31,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::journal::Journal;
 use crate::metrics::Registry;
+use crate::model::identity::Identities;
 pub use driver::Collector;
 use otlp::{ExportLogsServiceRequest, Outcome};
 
@@ -228,8 +230,25 @@ impl OtlpExporter {
             ],
         };
         let shutdown = CancellationToken::new();
-        let driver = driver::Driver { cfg, journal, metrics, collector, resource, cursor: None, state_dir, shutdown };
+        let identities = Arc::new(Identities::new(&cfg.node, std::time::Duration::ZERO));
+        let driver = driver::Driver {
+            cfg,
+            journal,
+            metrics,
+            collector,
+            resource,
+            cursor: None,
+            state_dir,
+            shutdown,
+            identities,
+        };
         Ok(Self { driver })
+    }
+
+    /// Names each pod's workload as `identities` holds it (by default: inferred).
+    pub fn with_identities(mut self, identities: Arc<Identities>) -> Self {
+        self.driver.identities = identities;
+        self
     }
 
     /// Exports until shutdown.

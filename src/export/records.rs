@@ -10,7 +10,9 @@
 use super::otlp::{AnyValue, ArrayValue, KeyValue, LogRecord, any_value::Value};
 use crate::journal::Entry;
 use crate::model::event::EventType;
-use crate::model::{ContainerState, system_to_nanos, workload};
+use crate::model::identity::Identities;
+use crate::model::workload::{self, WorkloadKind};
+use crate::model::{ContainerState, system_to_nanos};
 
 /// The event name of a change.
 pub fn event_name(kind: EventType, is_sandbox: bool) -> &'static str {
@@ -26,6 +28,7 @@ pub fn event_name(kind: EventType, is_sandbox: bool) -> &'static str {
         (EventType::PodSync, _) => "k8s.pod.synced",
         (EventType::CrashLoop, _) => "k8s.container.crash_loop",
         (EventType::CrashLoopCleared, _) => "k8s.container.crash_loop_cleared",
+        (EventType::PodUpdated, _) => "k8s.pod.updated",
     }
 }
 
@@ -48,8 +51,8 @@ fn kv_list(key: &str, values: Vec<String>) -> KeyValue {
 const INFO: (i32, &str) = (9, "INFO");
 const WARN: (i32, &str) = (13, "WARN");
 
-/// The record for `entry` of `epoch`, on `node`.
-pub fn log_record(entry: &Entry, epoch: u64, node: &str) -> LogRecord {
+/// The record for `entry` of `epoch`, on `node`, its pod's workload as `ids` holds it.
+pub fn log_record(entry: &Entry, epoch: u64, node: &str, ids: &Identities) -> LogRecord {
     let ev = &entry.event;
     let container = ev.pod.as_ref().and_then(|p| p.containers.iter().find(|c| c.id == ev.container_id));
     let mut attrs = vec![
@@ -72,7 +75,17 @@ pub fn log_record(entry: &Entry, epoch: u64, node: &str) -> LogRecord {
         attrs.push(kv("k8s.pod.ip", ip));
     }
     let made = ev.pod.as_ref().map_or(ev.observed_at, |p| p.made_at());
-    if let Some(w) = workload::infer(&ev.pod_name, &entry.meta.labels, made) {
+    if let Some(said) = ids.kubelet_pod(&ev.pod_uid) {
+        let (c, w) = (&said.identity.controller, &said.identity.workload);
+        let mut owners: Vec<_> = [c, w].into_iter().flatten().collect();
+        owners.dedup_by(|a, b| a.kind == b.kind && a.name == b.name);
+        for o in owners {
+            if let Some(kind) = WorkloadKind::of(&o.kind) {
+                attrs.push(kv(kind.attribute(), &o.name));
+            }
+        }
+        attrs.push(kv("plegd.pod.identity.source", "PODS_API"));
+    } else if let Some(w) = workload::infer(&ev.pod_name, &entry.meta.labels, made) {
         for owner in w.owners() {
             attrs.push(kv(owner.kind.attribute(), &owner.name));
         }
@@ -182,6 +195,7 @@ mod tests {
     use crate::journal::PodMeta;
     use crate::model::event::{EventSource, PodLifecycleEvent};
     use crate::model::{ContainerStatus, PodStatus};
+    use crate::proto::plegd as api;
 
     fn attr<'a>(r: &'a LogRecord, key: &str) -> Option<&'a Value> {
         r.attributes.iter().find(|a| a.key == key).and_then(|a| a.value.as_ref()?.value.as_ref())
@@ -221,7 +235,7 @@ mod tests {
         };
         let entry =
             Entry { revision: 42, event: Arc::new(ev), meta: Arc::new(PodMeta::of(&pod)), left: None, bytes: 0 };
-        let r = log_record(&entry, 7, "node-a");
+        let r = log_record(&entry, 7, "node-a", &Identities::new("node-a", std::time::Duration::ZERO));
         assert_eq!(r.event_name, "k8s.container.died");
         assert_eq!((r.severity_number, r.severity_text.as_str()), (13, "WARN"));
         assert_eq!(r.time_unix_nano, 1_800_000_000_000_000_000);
@@ -243,6 +257,27 @@ mod tests {
         assert_eq!(s("plegd.pod.identity.source"), "INFERRED");
         assert_eq!(attr(&r, "process.exit.code"), Some(&Value::IntValue(137)));
         assert_eq!(attr(&r, "k8s.container.restart_count"), Some(&Value::IntValue(3)));
+
+        // The kubelet said otherwise (adopted by another ReplicaSet, under a Rollout it
+        // does not know): its word, and only the kinds OpenTelemetry names.
+        let ids = Identities::new("node-a", std::time::Duration::ZERO);
+        let controller = api::WorkloadRef { kind: "ReplicaSet".into(), name: "web-abc".into(), uid: "rs".into() };
+        let workload = api::WorkloadRef { kind: "Rollout".into(), name: "web".into(), uid: String::new() };
+        let identity = api::PodIdentity {
+            controller: Some(controller),
+            workload: Some(workload),
+            source: api::IdentitySource::PodsApi as i32,
+            ..Default::default()
+        };
+        ids.said("u1", crate::model::identity::KubeletPod { identity, host_network: false });
+        let r = log_record(&entry, 7, "node-a", &ids);
+        let s = |k| match attr(&r, k) {
+            Some(Value::StringValue(s)) => Some(s.clone()),
+            _ => None,
+        };
+        assert_eq!(s("k8s.replicaset.name").as_deref(), Some("web-abc"));
+        assert_eq!(s("k8s.deployment.name"), None, "nothing inferred beside the kubelet's word");
+        assert_eq!(s("plegd.pod.identity.source").as_deref(), Some("PODS_API"));
     }
 
     #[test]
@@ -271,7 +306,12 @@ mod tests {
                 message: String::new(),
             };
             let meta = Arc::new(PodMeta::of(&pod_with_ips()));
-            log_record(&Entry { revision: 1, event: Arc::new(ev), meta, left: None, bytes: 0 }, 1, "n")
+            log_record(
+                &Entry { revision: 1, event: Arc::new(ev), meta, left: None, bytes: 0 },
+                1,
+                "n",
+                &Identities::new("n", std::time::Duration::ZERO),
+            )
         };
         let record = |id: &str, kind, pod: Option<&PodStatus>| record_of(id, kind, pod, true);
         let ip = |r: &LogRecord| match attr(r, "k8s.pod.ip") {

@@ -110,6 +110,7 @@ fn rig(n: usize, batch: usize, collector: Scripted) -> (Journal, Driver<Scripted
         cursor: None,
         state_dir,
         shutdown: shutdown.clone(),
+        identities: std::sync::Arc::new(crate::model::identity::Identities::new("node-a", Duration::ZERO)),
     };
     (journal, driver, shutdown)
 }

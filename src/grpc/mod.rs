@@ -33,6 +33,7 @@ use crate::journal::{Filter, Journal};
 use crate::lookup::LookupKey;
 use crate::lookup::resolver::{ResolveError, Resolver};
 use crate::model::event::EventType;
+use crate::model::identity::Identities;
 use crate::model::{PodStatus, system_to_timestamp};
 use crate::proto::plegd as api;
 use crate::selector::Selector;
@@ -240,6 +241,8 @@ pub struct PodLifecycleService {
     metrics: ApiMetrics,
     /// Published events' encodings, shared by every watcher.
     tail: Arc<wire::EncodedTail>,
+    /// Every pod's identity, and the node's name.
+    identities: Arc<Identities>,
     /// Where the service's own tasks (snapshot conversion, connection screening, the
     /// health reporter) run.
     tasks: TaskTracker,
@@ -272,7 +275,8 @@ impl PodLifecycleService {
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
-        let tail = Arc::new(wire::EncodedTail::of_node(&cfg.node_name));
+        let identities = Arc::new(Identities::new(&cfg.node_name, Duration::ZERO));
+        let tail = Arc::new(wire::EncodedTail::with(identities.clone()));
         let replays = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_DISK_REPLAYS));
         Self {
             journal,
@@ -280,12 +284,21 @@ impl PodLifecycleService {
             cfg: Arc::new(cfg),
             metrics,
             tail,
+            identities,
             tasks,
             shutdown,
             replays,
             resolver: None,
             streams: Default::default(),
         }
+    }
+
+    /// Serves each pod's identity as `identities` holds it (by default: inferred, on
+    /// `--node-name`).
+    pub fn with_identities(mut self, identities: Arc<Identities>) -> Self {
+        self.tail = Arc::new(wire::EncodedTail::with(identities.clone()));
+        self.identities = identities;
+        self
     }
 
     /// Answers `GetContainer` with `resolver`.
@@ -345,6 +358,7 @@ pub fn to_filter(f: Option<api::PodFilter>, types: &[i32]) -> Result<Filter, Req
             Ok(api::LifecycleEventType::PodSync) => EventType::PodSync,
             Ok(api::LifecycleEventType::CrashLoop) => EventType::CrashLoop,
             Ok(api::LifecycleEventType::CrashLoopCleared) => EventType::CrashLoopCleared,
+            Ok(api::LifecycleEventType::PodUpdated) => EventType::PodUpdated,
             _ => return Err(RequestError::Type(*t)),
         };
         set.insert(kind);
@@ -362,9 +376,9 @@ fn watch_event(revision: u64, kind: api::watch_event::Kind) -> api::WatchEvent {
     api::WatchEvent { revision, kind: Some(kind) }
 }
 
-fn pod_api(p: &PodStatus, node: &str, cache: &PodCache) -> api::PodStatus {
+fn pod_api(p: &PodStatus, ids: &Identities, cache: &PodCache) -> api::PodStatus {
     let err = cache.get(&p.uid).and_then(|e| e.error.clone());
-    p.to_api(node, err.as_deref())
+    p.to_api(ids, err.as_deref())
 }
 
 #[tonic::async_trait]
@@ -386,10 +400,10 @@ impl PodLifecycle for PodLifecycleService {
         self.primed(deadline).await?;
         let (pods, revision) = self.journal.list(&filter);
         Ok(Response::new(api::ListPodsResponse {
-            pods: pods.iter().map(|p| pod_api(p, &self.cfg.node_name, &self.cache)).collect(),
+            pods: pods.iter().map(|p| pod_api(p, &self.identities, &self.cache)).collect(),
             revision,
             epoch: self.journal.epoch(),
-            node_name: self.cfg.node_name.clone(),
+            node_name: self.identities.node(),
         }))
     }
 
@@ -440,7 +454,7 @@ impl PodLifecycle for PodLifecycleService {
             .or(global)
             .map(system_to_timestamp);
         let pod = entry.as_ref().map(|e| match &e.status {
-            Some(s) => s.to_api(&self.cfg.node_name, e.error.as_deref()),
+            Some(s) => s.to_api(&self.identities, e.error.as_deref()),
             None => api::PodStatus {
                 uid: r.pod_uid.clone(),
                 error: e.error.as_deref().unwrap_or("").into(),
@@ -481,7 +495,7 @@ impl PodLifecycleService {
         };
         let found = resolver.resolve(&key, deadline).await?;
         Ok(api::GetContainerResponse {
-            pod: Some(pod_api(&found.pod, &self.cfg.node_name, &self.cache)),
+            pod: Some(pod_api(&found.pod, &self.identities, &self.cache)),
             container: Some(found.container.to_api()),
             removed: found.removed_at.is_some(),
             removed_at: found.removed_at.map(system_to_timestamp),

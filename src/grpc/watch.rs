@@ -54,7 +54,7 @@ pub fn open(
         tasks: svc.tasks.clone(),
         filter,
         bookmark: svc.cfg.bookmark_interval,
-        node_name: svc.cfg.node_name.as_str().into(),
+        identities: svc.identities.clone(),
         shutdown: svc.shutdown.clone(),
         phase: Phase::Subscribe(since),
         feed: None,
@@ -107,8 +107,8 @@ struct WatchFeed {
     tasks: TaskTracker,
     filter: Arc<Filter>,
     bookmark: Duration,
-    /// The node's name, which `synced` says.
-    node_name: Arc<str>,
+    /// The pods' identities and the node's name, which `synced` says.
+    identities: Arc<crate::model::identity::Identities>,
     shutdown: CancellationToken,
     phase: Phase,
     /// The journal's entries for this stream, once subscribed.
@@ -205,8 +205,8 @@ impl WatchFeed {
     ) -> mpsc::Receiver<Result<WatchFrame, Status>> {
         let (tx, rx) = mpsc::channel(SNAPSHOT_AHEAD);
         let (cache, shutdown, flow) = (self.cache.clone(), self.shutdown.clone(), self.flow.clone());
-        let mut node_name = self.node_name.to_string();
-        let node = self.node_name.clone();
+        let mut node_name = self.identities.node();
+        let node = self.identities.clone();
         self.tasks.spawn(async move {
             use prost::Message;
             let count = pods.len() as u32;

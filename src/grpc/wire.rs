@@ -15,6 +15,7 @@ use tonic::codec::{BufferSettings, Codec as TonicCodec};
 use tonic_prost::{ProstDecoder, ProstEncoder};
 
 use crate::journal::Entry;
+use crate::model::identity::Identities;
 use crate::proto::plegd as api;
 
 /// One message of a served Watch stream: a message made for this watcher, or a
@@ -110,8 +111,8 @@ pub struct EncodedTail {
     /// Bytes of the encodings kept.
     held: std::sync::atomic::AtomicUsize,
     budget: usize,
-    /// The node the events are on.
-    node: Arc<str>,
+    /// The pods' identities.
+    identities: Arc<Identities>,
 }
 
 /// How many of the newest events keep their encoding.
@@ -121,20 +122,15 @@ pub const ENCODED_TAIL: usize = 256;
 pub const ENCODED_TAIL_BYTES: usize = 2 << 20;
 
 impl EncodedTail {
-    /// The tail of node `node`'s events, [`ENCODED_TAIL`] slots holding at most
-    /// [`ENCODED_TAIL_BYTES`].
-    pub fn of_node(node: &str) -> Self {
-        Self::new(ENCODED_TAIL, ENCODED_TAIL_BYTES, node)
+    /// The tail of the node's events, with the pods' identities as `identities` holds
+    /// them, [`ENCODED_TAIL`] slots holding at most [`ENCODED_TAIL_BYTES`].
+    pub fn with(identities: Arc<Identities>) -> Self {
+        Self::new(ENCODED_TAIL, ENCODED_TAIL_BYTES, identities)
     }
 
     /// A tail of `n` slots holding at most `budget` bytes.
-    pub fn new(n: usize, budget: usize, node: &str) -> Self {
-        Self {
-            slots: (0..n.max(1)).map(|_| Mutex::new(None)).collect(),
-            held: Default::default(),
-            budget,
-            node: node.into(),
-        }
+    pub fn new(n: usize, budget: usize, identities: Arc<Identities>) -> Self {
+        Self { slots: (0..n.max(1)).map(|_| Mutex::new(None)).collect(), held: Default::default(), budget, identities }
     }
 
     /// Bytes of the encodings kept.
@@ -153,9 +149,9 @@ impl EncodedTail {
         let mut slot = slot.lock().expect("encoding slot");
         let event = match &*slot {
             Some((r, bytes)) if *r == rev => bytes.clone(),
-            Some((r, _)) if *r > rev => Bytes::from(entry.event.to_api(&self.node).encode_to_vec()),
+            Some((r, _)) if *r > rev => Bytes::from(entry.event.to_api(&self.identities).encode_to_vec()),
             _ => {
-                let bytes = Bytes::from(entry.event.to_api(&self.node).encode_to_vec());
+                let bytes = Bytes::from(entry.event.to_api(&self.identities).encode_to_vec());
                 if let Some((_, old)) = slot.take() {
                     self.held.fetch_sub(old.len(), Relaxed);
                 }
@@ -225,6 +221,10 @@ mod tests {
     use crate::model::PodStatus;
     use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
 
+    fn node_a() -> Arc<Identities> {
+        Arc::new(Identities::new("node-a", std::time::Duration::ZERO))
+    }
+
     fn append(j: &Journal, uid: &str) -> Arc<Entry> {
         let pod = Arc::new(PodStatus::empty(uid, "ns", &format!("pod-{uid}")));
         j.append(PodLifecycleEvent {
@@ -249,10 +249,10 @@ mod tests {
     fn a_shared_event_frame_is_byte_for_byte_the_watch_event_it_stands_for() {
         let j = Journal::new(100, 10, crate::journal::JournalMetrics::throwaway());
         let e = append(&j, "u1");
-        let frame = EncodedTail::new(4, 1 << 20, "node-a").frame(&e);
+        let frame = EncodedTail::new(4, 1 << 20, node_a()).frame(&e);
         let want = api::WatchEvent {
             revision: e.revision,
-            kind: Some(api::watch_event::Kind::Event(e.event.to_api("node-a"))),
+            kind: Some(api::watch_event::Kind::Event(e.event.to_api(&node_a()))),
         };
         assert_eq!(frame.encode_to_vec(), want.encode_to_vec());
         assert_eq!(frame.encoded_len(), want.encoded_len());
@@ -260,7 +260,7 @@ mod tests {
         assert_eq!(api::WatchEvent::decode(frame.encode_to_vec().as_slice()).unwrap(), want);
         assert_eq!(frame.into_message().unwrap(), want);
         // Revision 0 (a message field left out) also matches.
-        let zero = WatchFrame::Event { revision: 0, event: e.event.to_api("node-a").encode_to_vec().into() };
+        let zero = WatchFrame::Event { revision: 0, event: e.event.to_api(&node_a()).encode_to_vec().into() };
         let want0 = api::WatchEvent { revision: 0, kind: want.kind.clone() };
         assert_eq!(zero.encode_to_vec(), want0.encode_to_vec());
     }
@@ -275,7 +275,7 @@ mod tests {
     fn the_tail_keeps_the_newest_encodings_and_an_older_entry_never_evicts_a_newer_one() {
         let j = Journal::new(100, 10, crate::journal::JournalMetrics::throwaway());
         let entries: Vec<_> = (0..6).map(|i| append(&j, &format!("p{i}"))).collect();
-        let tail = EncodedTail::new(4, 1 << 20, "node-a");
+        let tail = EncodedTail::new(4, 1 << 20, node_a());
         for e in &entries {
             tail.frame(e);
         }
@@ -292,7 +292,7 @@ mod tests {
     fn the_tail_holds_no_more_bytes_than_its_budget_however_large_the_pods() {
         let j = Journal::new(1000, 100, crate::journal::JournalMetrics::throwaway());
         let big = "x".repeat(256 << 10);
-        let tail = EncodedTail::new(256, 2 << 20, "node-a");
+        let tail = EncodedTail::new(256, 2 << 20, node_a());
         let mut kept = 0;
         for i in 0..64 {
             let mut pod = PodStatus::empty("big", "ns", "big");

@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::labels::Labels;
 use crate::model::PodStatus;
-use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
+use crate::model::event::{EventType, PodLifecycleEvent};
 use crate::selector::Selector;
 pub use store::StoreError;
 use store::{Store, StoreConfig};
@@ -595,7 +595,7 @@ impl Journal {
             match Self::admit(&mut inner, event) {
                 Some((event, meta, left)) => {
                     revision += 1;
-                    if event.source != EventSource::Reconciler {
+                    if !event.source.follows_the_view() {
                         moved.push(event.pod_uid.clone());
                     }
                     let body = record::encode_event(&event, &meta, left.as_deref());
@@ -628,7 +628,7 @@ impl Journal {
     ) -> Option<(PodLifecycleEvent, Arc<PodMeta>, Option<Arc<PodMeta>>)> {
         let uid = event.pod_uid.clone();
         let mut left = None;
-        let meta = if event.source == EventSource::Reconciler {
+        let meta = if event.source.follows_the_view() {
             let current = inner.view.get(&*uid).cloned()?;
             event.pod = Some(current);
             inner.metas.get(&*uid).cloned()?

@@ -484,6 +484,7 @@ fn source_of(s: &str) -> Result<EventSource, RecordError> {
         "POD_RELIST" => EventSource::PodRelist,
         "CRI_EVENT" => EventSource::CriEvent,
         "RECONCILER" => EventSource::Reconciler,
+        "KUBELET" => EventSource::Kubelet,
         other => return Err(RecordError::Value(format!("event source {other:?}"))),
     })
 }

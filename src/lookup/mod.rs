@@ -35,7 +35,7 @@ use tokio::sync::{Notify, mpsc};
 use crate::host::{Host, HostProcess, PidClock, container_id_in, placed_in, under_kubepods, user_delegated};
 use crate::journal::record::decode_view;
 use crate::metrics::Registry;
-use crate::model::event::{EventSource, EventType, PodLifecycleEvent};
+use crate::model::event::{EventType, PodLifecycleEvent};
 use crate::model::{ContainerState, ContainerStatus, PodStatus};
 use index::{Index, NsKind};
 pub use keys::{LogFile, LookupKey, cgroup_path, log_file};
@@ -310,7 +310,7 @@ impl ContainerLookup {
         {
             let mut ix = self.lock();
             for ev in events {
-                if ev.source == EventSource::Reconciler {
+                if ev.source.follows_the_view() {
                     continue;
                 }
                 if live && ev.kind == EventType::ContainerDied && !ev.is_sandbox {

@@ -27,6 +27,8 @@ pub enum EventType {
     CrashLoop,
     /// A crash-looping container has stayed up.
     CrashLoopCleared,
+    /// The pod's identity changed.
+    PodUpdated,
 }
 
 /// Which path noticed a change.
@@ -41,6 +43,17 @@ pub enum EventSource {
     CriEvent,
     /// A reconciler.
     Reconciler,
+    /// The kubelet's Pods API.
+    Kubelet,
+}
+
+impl EventSource {
+    /// Whether this source's events are about the pod as the journal holds it (they move
+    /// no status: a reconciler's follow-up, the kubelet's word on who the pod is), and
+    /// are dropped once the pod is gone.
+    pub fn follows_the_view(self) -> bool {
+        matches!(self, Self::Reconciler | Self::Kubelet)
+    }
 }
 
 /// A pod lifecycle event. The pod's uid, name and namespace and the container's name
@@ -88,6 +101,7 @@ impl EventType {
             Self::PodSync => "POD_SYNC",
             Self::CrashLoop => "CRASH_LOOP",
             Self::CrashLoopCleared => "CRASH_LOOP_CLEARED",
+            Self::PodUpdated => "POD_UPDATED",
         }
     }
 
@@ -101,6 +115,7 @@ impl EventType {
             Self::PodSync => api::LifecycleEventType::PodSync,
             Self::CrashLoop => api::LifecycleEventType::CrashLoop,
             Self::CrashLoopCleared => api::LifecycleEventType::CrashLoopCleared,
+            Self::PodUpdated => api::LifecycleEventType::PodUpdated,
         }
     }
 }
@@ -128,6 +143,7 @@ impl std::str::FromStr for EventType {
             Self::PodSync,
             Self::CrashLoop,
             Self::CrashLoopCleared,
+            Self::PodUpdated,
         ];
         all.into_iter().find(|t| t.as_str().eq_ignore_ascii_case(s.trim())).ok_or_else(|| {
             let names: Vec<_> = all.iter().map(|t| t.as_str()).collect();
@@ -144,6 +160,7 @@ impl EventSource {
             Self::PodRelist => "POD_RELIST",
             Self::CriEvent => "CRI_EVENT",
             Self::Reconciler => "RECONCILER",
+            Self::Kubelet => "KUBELET",
         }
     }
 
@@ -154,6 +171,7 @@ impl EventSource {
             Self::PodRelist => api::EventSource::PodRelist,
             Self::CriEvent => api::EventSource::CriEvent,
             Self::Reconciler => api::EventSource::Reconciler,
+            Self::Kubelet => api::EventSource::Kubelet,
         }
     }
 }
@@ -164,8 +182,8 @@ impl PodLifecycleEvent {
         self.runtime_timestamp.and_then(|t| self.observed_at.duration_since(t).ok())
     }
 
-    /// The API message, of an event on node `node`.
-    pub fn to_api(&self, node: &str) -> api::LifecycleEvent {
+    /// The API message, with the pod's identity as `ids` holds it.
+    pub fn to_api(&self, ids: &crate::model::identity::Identities) -> api::LifecycleEvent {
         api::LifecycleEvent {
             pod_uid: self.pod_uid.to_string(),
             pod_namespace: self.pod_namespace.to_string(),
@@ -177,7 +195,7 @@ impl PodLifecycleEvent {
             source: self.source.to_api() as i32,
             observed_at: Some(system_to_timestamp(self.observed_at)),
             runtime_timestamp: self.runtime_timestamp.map(system_to_timestamp),
-            pod: self.pod.as_ref().map(|p| p.to_api(node, None)),
+            pod: self.pod.as_ref().map(|p| p.to_api(ids, None)),
             message: self.message.clone(),
         }
     }

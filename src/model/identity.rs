@@ -4,9 +4,16 @@
 //! the controllers from the names and labels they give their pods ([`super::workload`]),
 //! the QoS class from the cgroup the kubelet placed the pod in, the addresses from the
 //! runtime's sandbox status.
+//!
+//! [`Identities`] is the one holder of what the kubelet said: every surface that serves
+//! a pod asks it, so the API, the Watch encoding and the records say the same.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
 
 use super::PodStatus;
-use super::workload::{self, Owner, WorkloadKind};
+use super::workload::{self, Owner};
 use crate::proto::plegd as api;
 
 /// The QoS class the kubelet's cgroup layout names for a container's cgroup path:
@@ -28,19 +35,8 @@ pub fn qos_class(cgroup_path: &str) -> Option<&'static str> {
     }
 }
 
-fn kind_name(kind: WorkloadKind) -> &'static str {
-    match kind {
-        WorkloadKind::Deployment => "Deployment",
-        WorkloadKind::ReplicaSet => "ReplicaSet",
-        WorkloadKind::StatefulSet => "StatefulSet",
-        WorkloadKind::DaemonSet => "DaemonSet",
-        WorkloadKind::Job => "Job",
-        WorkloadKind::CronJob => "CronJob",
-    }
-}
-
 fn reference(o: &Owner) -> api::WorkloadRef {
-    api::WorkloadRef { kind: kind_name(o.kind).into(), name: o.name.clone(), uid: String::new() }
+    api::WorkloadRef { kind: o.kind.name().into(), name: o.name.clone(), uid: String::new() }
 }
 
 impl PodStatus {
@@ -62,6 +58,241 @@ impl PodStatus {
             source: api::IdentitySource::Inferred as i32,
             ..Default::default()
         }
+    }
+}
+
+/// Where the kubelet's word stands, as `/readyz` says it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KubeletSource {
+    /// Not asked (`--kubelet-pods-socket ""`).
+    Off,
+    /// Not heard (yet, or any more): why.
+    Waiting(String),
+    /// Watching: every pod the kubelet runs is known.
+    Up,
+}
+
+/// What the kubelet said of one pod, kept while it runs and as long as its tombstones
+/// after.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KubeletPod {
+    /// The pod's identity as the kubelet said it (`source: PODS_API`).
+    pub identity: api::PodIdentity,
+    /// `spec.hostNetwork`: the pod's addresses are the node's.
+    pub host_network: bool,
+}
+
+/// A pod as the kubelet's Pods API sends it, reduced to whose it is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KubeletWord {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// The rest, as plegd keeps it.
+    pub pod: KubeletPod,
+}
+
+/// The kubelet's pod bytes would not decode as a pod.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletWordError {
+    /// Not a protobuf `v1.Pod`.
+    #[error("the kubelet's pod does not decode: {0}")]
+    Decode(#[from] prost::DecodeError),
+    /// No uid.
+    #[error("the kubelet's pod has no uid")]
+    NoUid,
+}
+
+impl KubeletWord {
+    /// Decodes a `v1.Pod` the kubelet sent, keeping only whose it is: every other field
+    /// (containers, environment values, volumes, …) is skipped unread.
+    pub fn decode(bytes: &[u8]) -> Result<Self, KubeletWordError> {
+        use crate::proto::pod_view;
+        let pod = <pod_view::Pod as prost::Message>::decode(bytes)?;
+        let meta = pod.metadata.unwrap_or_default();
+        let uid = meta.uid.clone().filter(|u| !u.is_empty()).ok_or(KubeletWordError::NoUid)?;
+        let spec = pod.spec.unwrap_or_default();
+        let status = pod.status.unwrap_or_default();
+        let labels: crate::labels::Labels = meta.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let made = meta
+            .creation_timestamp
+            .map(|t| std::time::UNIX_EPOCH + Duration::from_secs(t.seconds().max(0) as u64))
+            .unwrap_or_else(SystemTime::now);
+        let controller = meta.owner_references.iter().find(|o| o.controller()).map(|o| api::WorkloadRef {
+            kind: o.kind().into(),
+            name: o.name().into(),
+            uid: o.uid().into(),
+        });
+        let workload = controller.as_ref().map(|c| match workload::above(&c.kind, &c.name, &labels, made) {
+            Some(top) => reference(&top),
+            None => c.clone(),
+        });
+        let ips = |v: &[pod_view::PodIp]| v.iter().map(|i| i.ip().to_owned()).filter(|i| !i.is_empty()).collect();
+        let identity = api::PodIdentity {
+            node_name: spec.node_name().into(),
+            controller,
+            workload,
+            qos_class: status.qos_class().into(),
+            priority: spec.priority(),
+            priority_class_name: spec.priority_class_name().into(),
+            service_account: spec.service_account_name().into(),
+            runtime_class: spec.runtime_class_name().into(),
+            pod_ips: ips(&status.pod_i_ps),
+            host_ips: ips(&status.host_i_ps),
+            source: api::IdentitySource::PodsApi as i32,
+        };
+        Ok(Self {
+            uid,
+            namespace: meta.namespace().into(),
+            name: meta.name().into(),
+            pod: KubeletPod { identity, host_network: spec.host_network() },
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Known {
+    pod: Arc<KubeletPod>,
+    /// When the kubelet said it is gone.
+    gone_at: Option<SystemTime>,
+}
+
+#[derive(Debug)]
+struct Book {
+    pods: HashMap<String, Known>,
+    /// The node name the kubelet's pods say (`spec.nodeName`), which wins over the flag.
+    node: Option<String>,
+    source: KubeletSource,
+}
+
+/// Every pod's identity: the kubelet's word where it gave one, inferred otherwise. Cheap
+/// to share (`Arc`); the kubelet's watcher is its only writer.
+#[derive(Debug)]
+pub struct Identities {
+    /// `--node-name`.
+    flag_node: String,
+    book: RwLock<Book>,
+    /// How long a gone pod's identity is kept (the tombstones' retention).
+    keep_gone: Duration,
+}
+
+impl Identities {
+    /// No kubelet word yet, on node `node` (`--node-name`); a gone pod's identity is kept
+    /// `keep_gone`.
+    pub fn new(node: &str, keep_gone: Duration) -> Self {
+        let book = Book { pods: HashMap::new(), node: None, source: KubeletSource::Off };
+        Self { flag_node: node.to_owned(), book: RwLock::new(book), keep_gone }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Book> {
+        self.book.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Book> {
+        self.book.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The node's name: the kubelet's where it said it, else `--node-name`.
+    pub fn node(&self) -> String {
+        self.read().node.clone().unwrap_or_else(|| self.flag_node.clone())
+    }
+
+    /// Pod `pod`'s identity: the kubelet's, with the runtime's addresses where the
+    /// kubelet gave none yet, else inferred.
+    pub fn of(&self, pod: &PodStatus) -> api::PodIdentity {
+        let book = self.read();
+        match book.pods.get(&pod.uid) {
+            Some(k) => {
+                let mut id = k.pod.identity.clone();
+                if id.pod_ips.is_empty() && !k.pod.host_network {
+                    id.pod_ips = pod.ips.clone();
+                }
+                if id.qos_class.is_empty() {
+                    id.qos_class = pod.inferred_identity("").qos_class;
+                }
+                id
+            }
+            None => pod.inferred_identity(book.node.as_deref().unwrap_or(&self.flag_node)),
+        }
+    }
+
+    /// What the kubelet said of pod `uid`, gone or not.
+    pub fn kubelet_pod(&self, uid: &str) -> Option<Arc<KubeletPod>> {
+        self.read().pods.get(uid).map(|k| k.pod.clone())
+    }
+
+    /// Where the kubelet's word stands.
+    pub fn source(&self) -> KubeletSource {
+        self.read().source.clone()
+    }
+
+    /// The kubelet's word stands as `source`.
+    pub fn set_source(&self, source: KubeletSource) {
+        self.write().source = source;
+    }
+
+    /// The kubelet says pod `uid` is `pod`; whether that changed its identity.
+    pub fn said(&self, uid: &str, pod: KubeletPod) -> bool {
+        let mut book = self.write();
+        if !pod.identity.node_name.is_empty() && book.node.as_deref() != Some(&pod.identity.node_name) {
+            book.node = Some(pod.identity.node_name.clone());
+        }
+        match book.pods.get_mut(uid) {
+            Some(k) if *k.pod == pod => {
+                k.gone_at = None;
+                false
+            }
+            _ => {
+                book.pods.insert(uid.to_owned(), Known { pod: Arc::new(pod), gone_at: None });
+                true
+            }
+        }
+    }
+
+    /// The kubelet says pod `uid` is gone, at `at`: its identity is kept for its
+    /// tombstones.
+    pub fn gone(&self, uid: &str, at: SystemTime) {
+        if let Some(k) = self.write().pods.get_mut(uid) {
+            k.gone_at.get_or_insert(at);
+        }
+    }
+
+    /// A replay ended having named `seen`: every other pod is gone (deleted while the
+    /// watch was away), at `at`. The uids newly gone.
+    pub fn replayed(&self, seen: &HashSet<String>, at: SystemTime) -> Vec<String> {
+        let mut book = self.write();
+        let mut newly = Vec::new();
+        for (uid, k) in book.pods.iter_mut() {
+            if k.gone_at.is_none() && !seen.contains(uid) {
+                k.gone_at = Some(at);
+                newly.push(uid.clone());
+            }
+        }
+        newly
+    }
+
+    /// Forgets the pods gone longer than the tombstones are kept, as of `now`.
+    pub fn prune(&self, now: SystemTime) {
+        let keep = self.keep_gone;
+        self.write().pods.retain(|_, k| k.gone_at.is_none_or(|t| now.duration_since(t).unwrap_or_default() < keep));
+    }
+
+    /// Whether the kubelet named pod `uid` and has not said it is gone.
+    pub fn running(&self, uid: &str) -> bool {
+        self.read().pods.get(uid).is_some_and(|k| k.gone_at.is_none())
+    }
+
+    /// Pods the kubelet's word is held for, gone ones included.
+    pub fn len(&self) -> usize {
+        self.read().pods.len()
+    }
+
+    /// Whether no kubelet word is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -117,5 +348,155 @@ mod tests {
         let bare = PodStatus::empty("u2", "shop", "debug").inferred_identity("node-a");
         assert!(bare.controller.is_none() && bare.workload.is_none() && bare.qos_class.is_empty());
         assert_eq!(bare.source, api::IdentitySource::Inferred as i32);
+    }
+
+    fn written(uid: &str, owner: Option<(&str, &str)>, ips: &[&str], secret: &str) -> Vec<u8> {
+        use crate::proto::pod_view as v;
+        let pod = v::WrittenPod {
+            metadata: Some(v::ObjectMeta {
+                name: Some("web-5f7b9c6d48-q2xkz".into()),
+                namespace: Some("shop".into()),
+                uid: (!uid.is_empty()).then(|| uid.into()),
+                labels: [("pod-template-hash".to_string(), "5f7b9c6d48".to_string())].into(),
+                owner_references: owner
+                    .map(|(kind, name)| v::OwnerReference {
+                        kind: Some(kind.into()),
+                        name: Some(name.into()),
+                        controller: Some(true),
+                        ..Default::default()
+                    })
+                    .into_iter()
+                    .collect(),
+                ..Default::default()
+            }),
+            spec: Some(v::WrittenPodSpec {
+                containers: vec![v::WrittenContainer {
+                    name: Some("app".into()),
+                    env: vec![v::EnvVar { name: Some("TOKEN".into()), value: Some(secret.into()) }],
+                }],
+                node_name: Some("node-k".into()),
+                ..Default::default()
+            }),
+            status: Some(v::PodStatus {
+                pod_i_ps: ips.iter().map(|i| v::PodIp { ip: Some((*i).into()) }).collect(),
+                ..Default::default()
+            }),
+        };
+        prost::Message::encode_to_vec(&pod)
+    }
+
+    #[test]
+    fn the_kubelets_pod_is_read_for_whose_it_is_and_its_environment_is_never_decoded() {
+        let bytes = written("u1", Some(("ReplicaSet", "web-5f7b9c6d48")), &["10.244.0.9"], "s3cr3t-value");
+        assert!(bytes.windows(12).any(|w| w == b"s3cr3t-value"), "the bytes do hold it");
+        let word = KubeletWord::decode(&bytes).unwrap();
+        assert!(!format!("{word:?}").contains("s3cr3t-value"), "nothing decoded holds it");
+        assert_eq!((word.uid.as_str(), word.namespace.as_str()), ("u1", "shop"));
+        let id = &word.pod.identity;
+        assert_eq!(id.workload.as_ref().map(|w| (w.kind.as_str(), w.name.as_str())), Some(("Deployment", "web")));
+        assert_eq!((id.node_name.as_str(), id.pod_ips.as_slice()), ("node-k", &["10.244.0.9".to_string()][..]));
+        assert_eq!(id.source, api::IdentitySource::PodsApi as i32);
+        // A Job's CronJob from the scheduled minute; a kind plegd does not know is its own top.
+        let minute = SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 60;
+        let job = format!("backup-{minute}");
+        let cron = KubeletWord::decode(&written("u2", Some(("Job", &job)), &[], "")).unwrap();
+        assert_eq!(cron.pod.identity.workload.map(|w| (w.kind, w.name)), Some(("CronJob".into(), "backup".into())));
+        let custom = KubeletWord::decode(&written("u3", Some(("Rollout", "canary")), &[], "")).unwrap();
+        assert_eq!(custom.pod.identity.workload.map(|w| (w.kind, w.name)), Some(("Rollout".into(), "canary".into())));
+        // Bad input: a clear error.
+        assert!(matches!(KubeletWord::decode(&written("", None, &[], "")), Err(KubeletWordError::NoUid)));
+        assert!(matches!(KubeletWord::decode(&[0xff, 0xff, 0xff]), Err(KubeletWordError::Decode(_))));
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// The kubelet says pod `.0` in version `.1` of its identity.
+        Said(u8, u8),
+        /// The kubelet says pod `.0` is gone.
+        Gone(u8),
+        /// A watch replays these pods.
+        Replay(Vec<u8>),
+        /// Time passes past the retention.
+        Prune,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0u8..6, 0u8..3).prop_map(|(p, v)| Op::Said(p, v)),
+            2 => (0u8..6).prop_map(Op::Gone),
+            1 => proptest::collection::vec(0u8..6, 0..6).prop_map(Op::Replay),
+            1 => Just(Op::Prune),
+        ]
+    }
+
+    fn kubelet_pod(version: u8) -> KubeletPod {
+        let identity = api::PodIdentity {
+            priority: version as i32,
+            source: api::IdentitySource::PodsApi as i32,
+            ..Default::default()
+        };
+        KubeletPod { identity, host_network: false }
+    }
+
+    proptest::proptest! {
+        /// Against a model of what the kubelet said: a change is reported exactly when a
+        /// pod's identity differs from the one held; a running pod is one said and not
+        /// gone since (a replay that leaves it out: gone); a gone pod's identity is kept
+        /// until the retention passes, and a running one's always.
+        #[test]
+        fn the_book_holds_exactly_what_the_kubelet_said(ops in proptest::collection::vec(op(), 1..60)) {
+            let ids = Identities::new("n", Duration::from_secs(60));
+            let mut now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+            // uid -> (version, gone at)
+            let mut model: HashMap<String, (u8, Option<SystemTime>)> = HashMap::new();
+            for op in ops {
+                now += Duration::from_secs(20);
+                match op {
+                    Op::Said(p, v) => {
+                        let uid = format!("u{p}");
+                        let changed = ids.said(&uid, kubelet_pod(v));
+                        let was = model.insert(uid, (v, None));
+                        proptest::prop_assert_eq!(changed, was.is_none_or(|(old, _)| old != v));
+                    }
+                    Op::Gone(p) => {
+                        let uid = format!("u{p}");
+                        ids.gone(&uid, now);
+                        if let Some(m) = model.get_mut(&uid) {
+                            m.1.get_or_insert(now);
+                        }
+                    }
+                    Op::Replay(seen) => {
+                        let seen: HashSet<String> = seen.iter().map(|p| format!("u{p}")).collect();
+                        for s in &seen {
+                            let v = model.get(s).map_or(0, |m| m.0);
+                            ids.said(s, kubelet_pod(v));
+                            model.insert(s.clone(), (v, None));
+                        }
+                        let mut newly = ids.replayed(&seen, now);
+                        let mut want: Vec<String> = model
+                            .iter_mut()
+                            .filter(|(uid, m)| m.1.is_none() && !seen.contains(*uid))
+                            .map(|(uid, m)| { m.1 = Some(now); uid.clone() })
+                            .collect();
+                        newly.sort();
+                        want.sort();
+                        proptest::prop_assert_eq!(newly, want);
+                    }
+                    Op::Prune => {
+                        now += Duration::from_secs(45);
+                        ids.prune(now);
+                        model.retain(|_, m| m.1.is_none_or(|t| now.duration_since(t).unwrap() < Duration::from_secs(60)));
+                    }
+                }
+                for p in 0..6u8 {
+                    let uid = format!("u{p}");
+                    let held = ids.kubelet_pod(&uid).map(|k| k.identity.priority as u8);
+                    let m = model.get(&uid);
+                    proptest::prop_assert_eq!(held, m.map(|m| m.0), "{}", uid);
+                    proptest::prop_assert_eq!(ids.running(&uid), m.is_some_and(|m| m.1.is_none()), "{}", uid);
+                }
+            }
+        }
     }
 }

@@ -341,8 +341,8 @@ impl PodStatus {
         self.sandboxes.iter().find(|s| s.id == id).map(|_| ("", true))
     }
 
-    /// The API message, of a pod on node `node`.
-    pub fn to_api(&self, node: &str, error: Option<&str>) -> api::PodStatus {
+    /// The API message, with the identity `ids` holds for it.
+    pub fn to_api(&self, ids: &identity::Identities, error: Option<&str>) -> api::PodStatus {
         api::PodStatus {
             uid: self.uid.clone(),
             name: self.name.clone(),
@@ -372,7 +372,7 @@ impl PodStatus {
             containers: self.containers.iter().map(|c| c.to_api()).collect(),
             observed_at: Some(system_to_timestamp(self.observed_at)),
             error: error.unwrap_or_default().to_owned(),
-            identity: Some(self.inferred_identity(node)),
+            identity: Some(ids.of(self)),
         }
     }
 }

@@ -33,6 +33,26 @@ pub enum WorkloadKind {
 }
 
 impl WorkloadKind {
+    const ALL: [Self; 6] =
+        [Self::Deployment, Self::ReplicaSet, Self::StatefulSet, Self::DaemonSet, Self::Job, Self::CronJob];
+
+    /// The kind as an owner reference names it (`ReplicaSet`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Deployment => "Deployment",
+            Self::ReplicaSet => "ReplicaSet",
+            Self::StatefulSet => "StatefulSet",
+            Self::DaemonSet => "DaemonSet",
+            Self::Job => "Job",
+            Self::CronJob => "CronJob",
+        }
+    }
+
+    /// The kind an owner reference names; `None` for a kind no built-in controller has.
+    pub fn of(kind: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == kind)
+    }
+
     /// The OpenTelemetry resource attribute that names a workload of this kind.
     pub fn attribute(self) -> &'static str {
         match self {
@@ -110,6 +130,23 @@ pub fn infer(name: &str, labels: &Labels, made: SystemTime) -> Option<InferredWo
         return Some(alone(own(WorkloadKind::DaemonSet, strip_suffix(name, is_generated)?)));
     }
     None
+}
+
+/// The workload above a controller the kubelet named (`kind`, `name`) for a pod with
+/// `labels` made at `made`: a ReplicaSet's Deployment (its name is the Deployment's and
+/// the pod's `pod-template-hash`), a Job's CronJob (its name ends in the scheduled
+/// minute); `None` where the controller is the top.
+pub fn above(kind: &str, name: &str, labels: &Labels, made: SystemTime) -> Option<Owner> {
+    let own = |kind, name: &str| Some(Owner { kind, name: name.to_owned() });
+    match kind {
+        "ReplicaSet" => {
+            let hash = labels.get("pod-template-hash").filter(|h| !h.is_empty())?;
+            let deployment = name.strip_suffix(hash)?.strip_suffix('-').filter(|d| !d.is_empty())?;
+            own(WorkloadKind::Deployment, deployment)
+        }
+        "Job" => own(WorkloadKind::CronJob, cronjob_of(name, made)?),
+        _ => None,
+    }
 }
 
 /// `name` without its last `-part`, when `part` passes `test` and something is left.

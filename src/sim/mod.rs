@@ -8,6 +8,7 @@
 pub mod churn;
 mod fault;
 pub mod host;
+pub mod kubelet;
 mod records;
 mod runtime;
 pub mod server;

@@ -98,6 +98,11 @@ def check_every_rendering(name: str, objs: dict[str, dict]) -> dict:
     ok(am and volumes[am["name"]]["hostPath"]["path"] == os.path.dirname(api), f"{name}: the API socket's directory is a host directory")
     sm = mounts.get(f["--state-dir"])
     ok(sm and volumes[sm["name"]]["hostPath"]["path"] == f["--state-dir"], f"{name}: the state dir is on the node's disk")
+    pods_api = f["--kubelet-pods-socket"]
+    km = mounts.get(os.path.dirname(pods_api)) if pods_api else None
+    ok(km and km.get("readOnly") and volumes[km["name"]]["hostPath"] == {"path": os.path.dirname(pods_api), "type": "DirectoryOrCreate"}
+       if pods_api else "kubelet-pods-api" not in volumes,
+       f"{name}: the kubelet's Pods API directory read-only where --kubelet-pods-socket points ({pods_api!r}), or neither")
     port = c["ports"][0]
     ok(port["name"] == "admin" and f["--admin-addr"] == f"0.0.0.0:{port['containerPort']}"
        and c["livenessProbe"]["httpGet"]["port"] == "admin" and c["readinessProbe"]["httpGet"]["port"] == "admin",
@@ -160,7 +165,7 @@ def main() -> int:
     ok(d["spec"]["tolerations"] == [{"operator": "Exists"}], "default: every taint tolerated")
     ok(d["flags"] == {"--runtime-endpoint": "unix:///run/containerd/containerd.sock", "--listen": "unix:///run/plegd/plegd.sock",
                       "--admin-addr": "0.0.0.0:9477", "--state-dir": "/var/lib/plegd", "--host-root": "/host",
-                      "--log-format": "json"},
+                      "--kubelet-pods-socket": "/var/lib/kubelet/pods-api/pods-api.sock", "--log-format": "json"},
        "default: only the flags a pod needs; every other is plegd's default", d["flags"])
 
     t = rendered["tuned"]["_"]
@@ -169,7 +174,8 @@ def main() -> int:
             "--allow-gid": "2000", "--watch-buffer": "8192", "--max-watch-streams-per-uid": "1000000",
             "--admin-addr": "0.0.0.0:19477", "--state-dir": "/var/lib/plegd-tuned", "--journal-memory-budget": "16MiB",
             "--journal-disk-budget": "1GiB", "--tombstone-retention": "6h", "--history-retention": "48h",
-            "--log-format": "text", "--log-level": "plegd=debug,info", "--gc": "dry-run", "--crashloop-deaths": "5"}
+            "--log-format": "text", "--log-level": "plegd=debug,info", "--gc": "dry-run", "--crashloop-deaths": "5",
+            "--kubelet-pods-socket": "/var/lib/k8s/kubelet/pods-api/pods-api.sock"}
     ok(want.items() <= t["flags"].items(), "tuned: every value becomes its flag, numbers as integers (1000000, not 1e+06)",
        {k: t["flags"].get(k) for k in want if t["flags"].get(k) != want[k]})
     ok(t["c"]["image"] == "registry.example/plegd@sha256:" + "0123456789abcdef" * 4 and t["c"]["imagePullPolicy"] == "Always",
@@ -216,6 +222,8 @@ def main() -> int:
     u = rendered["unset"]["_"]
     ok(not {"resources"} & u["c"].keys() and not {"tolerations", "priorityClassName"} & u["spec"].keys(),
        "unset: null drops a default (resources, tolerations, the priority class)")
+    ok(u["flags"]["--kubelet-pods-socket"] == "" and "kubelet-pods-api" not in u["volumes"],
+       "unset: the Pods API off is the flag turning it off, and no mount")
 
     cr = rendered["crio"]["_"]
     ok(cr["flags"]["--runtime-endpoint"] == "unix:///var/run/crio/crio.sock" and cr["mounts"].get("/var/run/crio"),

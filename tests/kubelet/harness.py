@@ -95,6 +95,17 @@ def static_pod(daemonset_yaml: str, host_paths: dict[str, str]) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
+def owned(obj: dict, kind: str, name: str, labels: dict | None = None, **spec) -> dict:
+    """`obj` with a controller's owner reference, the labels that controller sets, and
+    `spec` fields (the kubelet serves them as it read them from the manifest)."""
+    api = {"Job": "batch/v1"}.get(kind, "apps/v1")
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": api, "kind": kind, "name": name, "controller": True,
+                                           "uid": f"{kind.lower()}-{name}-uid"}]
+    obj["metadata"]["labels"].update(labels or {})
+    obj["spec"].update(spec)
+    return obj
+
+
 def pod(name: str, containers: list[dict], *, restart="Always", init=None, volumes=None, grace=1, labels=None) -> dict:
     for c in containers + (init or []):
         c.setdefault("image", IMAGE)
@@ -150,6 +161,16 @@ def cases() -> dict[str, dict]:
                             "failureThreshold": 1}}],
     )
     doomed = pod("doomed", [{"name": "d", "command": ["sleep", "3600"]}])
+    # Whose each is: a controller of each built-in kind, a priority, a QoS class of each
+    # kind (probe Guaranteed, oom Burstable, the rest BestEffort). done follows the Job
+    # controller's labels, so plegd's pod, which has no Pods API, infers the same Job.
+    owned(multi, "ReplicaSet", "multi-5f7b9c6d48", {"pod-template-hash": "5f7b9c6d48"}, priority=1000,
+          priorityClassName="plegd-test-high")
+    owned(probe, "StatefulSet", "probe")
+    probe["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "50m", "memory": "32Mi"},
+                                                   "requests": {"cpu": "50m", "memory": "32Mi"}}
+    owned(crash, "DaemonSet", "crash", {"controller-revision-hash": "6d4b8c7f9"})
+    owned(done, "Job", "done-job", {"batch.kubernetes.io/job-name": "done-job", "job-name": "done-job"})
     return {"crash.yaml": crash, "done.yaml": done, "oom.yaml": oom, "multi.yaml": multi, "probe.yaml": probe,
             "doomed.yaml": doomed}
 
@@ -248,7 +269,8 @@ class Run:
             "plegd",
             [self.a.plegd, "run", "--runtime-endpoint", self.a.endpoint, "--listen", self.bin_sock,
              "--admin-addr", f"127.0.0.1:{self.bin_admin}", "--debug-addr", "127.0.0.1:0",
-             "--state-dir", str(self.work / "bin-state"), "--node-name", NODE],
+             "--state-dir", str(self.work / "bin-state"), "--node-name", NODE,
+             "--kubelet-pods-socket", str(self.work / "kubelet" / "pods-api" / "pods-api.sock")],
             self.work / "plegd.log",
         ).start()
         wait_for("plegd's /readyz", lambda: urllib.request.urlopen(f"http://127.0.0.1:{self.bin_admin}/readyz", timeout=1).status == 200)
@@ -412,6 +434,8 @@ class Run:
             "/run/containerd": a.containerd_dir,
             "/run/plegd": str(self.work / "pod-run"),
             "/var/lib/plegd": str(self.work / "pod-state"),
+            # Not the kubelet's: plegd's pod finds no Pods API socket, and infers.
+            "/var/lib/kubelet/pods-api": str(self.work / "pod-no-pods-api"),
         })
         if a.pod_mode:
             plegd_pod["spec"]["containers"][0]["args"].append(f"--mode={a.pod_mode}")
@@ -453,6 +477,7 @@ class Run:
         self.blind_bin.append(oracle.Window(down, now() + dt.timedelta(seconds=2), "plegd killed and restarted"))
 
         self.at(t0, 60)
+        self.doomed = next(p for p in self.kubelet_pods()["items"] if p["metadata"]["name"].startswith("doomed"))
         say("the doomed pod's manifest removed")
         self.manifest("doomed.yaml", None)
 
@@ -496,6 +521,7 @@ class Run:
         time.sleep(5)
 
         self.compare_end_states(pod_sock)
+        self.check_identity(pod_sock)
         self.check_plegd_pod(pod_sock)
         self.plegd_pod_stops()
 
@@ -586,6 +612,58 @@ class Run:
             self.ok(diffs == [], f"{which}: end states equal the kubelet's /pods for {len(k.get('items', []))} pods, {n} containers")
             for d in diffs or []:
                 print("   ", d)
+
+    def check_identity(self, pod_sock: str):
+        """Whose each pod is: plegd beside the kubelet takes it from the kubelet's Pods API,
+        equal to the kubelet's `/pods` for every pod, through the kubelet's restart, and
+        kept for a deleted pod; plegd's pod has no Pods API socket (the manifest does not
+        mount it): it says so and infers."""
+        k = self.kubelet_pods()
+        diffs = None
+        for _ in range(10):  # an address the kubelet has just written reaches plegd a moment later
+            diffs = oracle.identity_diffs(k, self.plegd_pods(self.bin_sock))
+            if not diffs:
+                break
+            time.sleep(1)
+            k = self.kubelet_pods()
+        items = k.get("items", [])
+        kinds = sorted({o["kind"] for p in items for o in p["metadata"].get("ownerReferences", [])})
+        qos = sorted({p.get("status", {}).get("qosClass", "") for p in items})
+        self.ok(diffs == [] and len(kinds) >= 4 and len(qos) >= 3,
+                f"plegd: every pod's identity is the kubelet's Pods API's, equal to its /pods ({len(items)} pods; "
+                f"controllers {kinds}; QoS {qos}; priority, service account, node, addresses)")
+        for d in diffs or []:
+            print("   ", d)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.bin_admin}/metrics", timeout=2).read().decode()
+        metric = lambda name: sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " "))
+        watches, up = metric("plegd_kubelet_pods_api_connections_total"), metric("plegd_kubelet_pods_api_up")
+        self.ok(watches >= 2 and up == 1,
+                f"plegd watched the Pods API again after the kubelet restarted ({watches:.0f} watches, up {up:.0f})")
+        self.figures["pods_api_watches"] = watches
+        # The doomed pod, deleted at t+60: its tombstone keeps the kubelet's word.
+        d = self.doomed["metadata"]
+        out = subprocess.run([self.a.plegd, "get", "-o", "json", "--socket", self.bin_sock, "--pod-uid", d["uid"],
+                              "--container-name", "d", "--attempt", "0"], capture_output=True, text=True)
+        kept = (json.loads(out.stdout)["pod"].get("identity") or {}) if out.returncode == 0 else {}
+        want = oracle.kubelet_identity(self.doomed)
+        same = {f: kept.get(f) == want[f] for f in ("node_name", "qos_class", "priority")}
+        self.ok(kept.get("source") == "PODS_API" and all(same.values()),
+                f"a deleted pod's tombstone keeps the kubelet's identity (source {kept.get('source')}, {same})")
+        # plegd's pod: no socket, identities inferred, and the Job named as its controller does.
+        pod_admin = f'{self.plegd_pod_status()["status"]["podIP"]}:9477'
+        ready = urllib.request.urlopen(f"http://{pod_admin}/readyz", timeout=2).read().decode()
+        theirs = {p["uid"]: p.get("identity") or {} for p in self.plegd_pods(pod_sock)["pods"]}
+        sources = sorted({i.get("source") for i in theirs.values()})
+        job = next(p for p in items if p["metadata"]["name"].startswith("done"))
+        inferred = (theirs.get(job["metadata"]["uid"]) or {}).get("controller") or {}
+        self.ok("no Pods API socket" in ready and sources == ["INFERRED"]
+                and (inferred.get("kind"), inferred.get("name")) == ("Job", "done-job"),
+                f"plegd's pod, without the socket, says so in /readyz and infers (sources {sources}; "
+                f"the Job pod's controller {inferred.get('kind')}/{inferred.get('name')})")
+        with open(self.work / "watch-bin.jsonl") as f:
+            updated = sum(1 for e in oracle.plegd_stream(f).events if e.type == "POD_UPDATED" and e.source == "KUBELET")
+        self.figures["pod_updated_events"] = updated
+        self.ok(updated > 0, f"identity changes reached watchers as POD_UPDATED from the kubelet ({updated})")
 
     def check_plegd_pod(self, pod_sock: str):
         p = self.plegd_pod_status()

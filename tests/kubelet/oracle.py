@@ -54,6 +54,7 @@ PLEGD_ONLY_TYPES = {
     "POD_SYNC": "a status amended without a transition (a lost exit word read again)",
     "CRASH_LOOP": "plegd's crash-loop signal",
     "CRASH_LOOP_CLEARED": "plegd's crash-loop signal",
+    "POD_UPDATED": "the pod's identity changed, as the kubelet's Pods API said",
 }
 # The order of a container's states as the kubelet's relist can see them.
 STATE_OF_TYPE = {"CONTAINER_CHANGED": "unknown", "CONTAINER_STARTED": "running", "CONTAINER_DIED": "exited"}
@@ -463,4 +464,50 @@ def end_states(kubelet_pods: dict, plegd_pods: dict, removed=lambda uid, name, a
                     )
             elif last and last_exited is None:
                 diffs.append(f"{where}: the kubelet has a last termination, plegd no earlier attempt, live or removed")
+    return diffs
+
+
+def kubelet_identity(pod: dict) -> dict:
+    """A pod's identity as the kubelet's `/pods` says it, in plegd's JSON shape (`plegd
+    pods -o json`): the owner reference with `controller: true`, the node, the QoS class,
+    the priority, the service account, the runtime class, the addresses."""
+    meta, spec, status = pod["metadata"], pod.get("spec", {}), pod.get("status", {})
+    owner = next((o for o in meta.get("ownerReferences", []) if o.get("controller")), None)
+    return {
+        "node_name": spec.get("nodeName", ""),
+        "controller": {"kind": owner["kind"], "name": owner["name"], "uid": owner.get("uid", "")} if owner else None,
+        "qos_class": status.get("qosClass", ""),
+        "priority": spec.get("priority", 0),
+        "priority_class_name": spec.get("priorityClassName", ""),
+        "service_account": spec.get("serviceAccountName", ""),
+        "runtime_class": spec.get("runtimeClassName", ""),
+        "pod_ips": [i["ip"] for i in status.get("podIPs", [])],
+        "host_ips": [i["ip"] for i in status.get("hostIPs", [])],
+    }
+
+
+def identity_diffs(kubelet_pods: dict, plegd_pods: dict, source: str = "PODS_API") -> list[str]:
+    """Differences between each pod's identity as the kubelet's `/pods` says it and as
+    plegd serves it, which must come from `source`. A host-network pod's addresses are
+    the node's: plegd names them as the kubelet does. Empty when they agree."""
+    by_uid = {p["uid"]: p for p in plegd_pods.get("pods", [])}
+    diffs = []
+    for pod in kubelet_pods.get("items", []):
+        meta = pod["metadata"]
+        name = f'{meta.get("namespace")}/{meta["name"]}'
+        mine = by_uid.get(meta["uid"])
+        if mine is None:
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            diffs.append(f"{name}: not in plegd's pods")
+            continue
+        got = mine.get("identity") or {}
+        if got.get("source") != source:
+            diffs.append(f"{name}: identity from {got.get('source')}, not {source}")
+        for field, want in kubelet_identity(pod).items():
+            have = got.get(field)
+            if field == "controller" and have is not None:
+                have = {k: have.get(k, "") for k in ("kind", "name", "uid")}
+            if (have or None) != (want or None):
+                diffs.append(f"{name} {field}: {want!r} (kubelet) vs {have!r} (plegd)")
     return diffs

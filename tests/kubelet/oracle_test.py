@@ -311,5 +311,49 @@ class Probes(unittest.TestCase):
         self.assertEqual((got.counted, got.before_listening), ([], []))
 
 
+def kubelet_pod(uid="u1", **over) -> dict:
+    pod = {"metadata": {"name": "multi-node", "namespace": "cases", "uid": uid,
+                        "ownerReferences": [{"kind": "ReplicaSet", "name": "multi-5f7b9c6d48", "uid": "rs1", "controller": True},
+                                            {"kind": "Other", "name": "x", "uid": "o1"}]},
+           "spec": {"nodeName": "plegd-kt", "priority": 1000, "priorityClassName": "", "serviceAccountName": ""},
+           "status": {"phase": "Running", "qosClass": "Burstable", "podIPs": [{"ip": "10.244.78.5"}],
+                      "hostIPs": [{"ip": "10.0.0.1"}]}}
+    for k, v in over.items():
+        section, field = k.split("__")
+        pod[section][field] = v
+    return pod
+
+
+def plegd_pod(uid="u1", **over) -> dict:
+    ident = {"node_name": "plegd-kt", "controller": {"kind": "ReplicaSet", "name": "multi-5f7b9c6d48", "uid": "rs1"},
+             "workload": {"kind": "Deployment", "name": "multi", "uid": ""}, "qos_class": "Burstable",
+             "priority": 1000, "priority_class_name": "", "service_account": "", "runtime_class": "",
+             "pod_ips": ["10.244.78.5"], "host_ips": ["10.0.0.1"], "source": "PODS_API"}
+    ident.update(over)
+    return {"uid": uid, "identity": ident}
+
+
+class IdentityTest(unittest.TestCase):
+    def test_the_same_identity_has_no_difference(self):
+        self.assertEqual(oracle.identity_diffs({"items": [kubelet_pod()]}, {"pods": [plegd_pod()]}), [])
+
+    def test_each_field_that_differs_is_named(self):
+        for field, value in (("node_name", "flag-node"), ("qos_class", "BestEffort"), ("priority", 0),
+                             ("pod_ips", ["10.244.78.6"]), ("host_ips", []),
+                             ("controller", {"kind": "ReplicaSet", "name": "multi-5f7b9c6d48", "uid": ""})):
+            got = oracle.identity_diffs({"items": [kubelet_pod()]}, {"pods": [plegd_pod(**{field: value})]})
+            self.assertEqual(len(got), 1, (field, got))
+            self.assertIn(field, got[0])
+
+    def test_an_inferred_identity_where_the_kubelets_is_due_is_a_difference(self):
+        got = oracle.identity_diffs({"items": [kubelet_pod()]}, {"pods": [plegd_pod(source="INFERRED")]})
+        self.assertEqual(got, ["cases/multi-node: identity from INFERRED, not PODS_API"])
+
+    def test_a_pod_plegd_lacks_is_a_difference_unless_it_finished(self):
+        self.assertEqual(len(oracle.identity_diffs({"items": [kubelet_pod()]}, {"pods": []})), 1)
+        done = kubelet_pod(status__phase="Succeeded")
+        self.assertEqual(oracle.identity_diffs({"items": [done]}, {"pods": []}), [])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)

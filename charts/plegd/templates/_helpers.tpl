@@ -66,6 +66,7 @@ Helm, which would print it 1e+06. */}}
   (list "tombstone-retention" $v.journal.tombstoneRetention)
   (list "history-retention" $v.journal.historyRetention)
   (list "host-root" "/host")
+  (list "kubelet-pods-socket" (ternary (printf "%s/pods-api.sock" (trimSuffix "/" $v.kubelet.podsApiDir)) "" (not (empty $v.kubelet.podsApiDir))))
   (list "otlp-endpoint" $v.otlp.endpoint)
   (list "otlp-ca-file" (ternary (printf "/etc/plegd/otlp-ca/%s" $v.otlp.caSecret.key) "" (not (empty $v.otlp.caSecret.name))))
   (list "log-format" $v.log.format)
@@ -76,6 +77,9 @@ Helm, which would print it 1e+06. */}}
 {{- if ne $value "" }}
 - {{ printf "--%s=%s" (index . 0) $value | quote }}
 {{- end }}
+{{- end }}
+{{- if empty $v.kubelet.podsApiDir }}
+- "--kubelet-pods-socket="
 {{- end }}
 {{- end -}}
 

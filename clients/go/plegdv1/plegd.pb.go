@@ -45,6 +45,9 @@ const (
 	LifecycleEventType_CRASH_LOOP LifecycleEventType = 6
 	// A container that was crash-looping has stayed up.
 	LifecycleEventType_CRASH_LOOP_CLEARED LifecycleEventType = 7
+	// The pod's identity changed (an address assigned, an owner that adopted it, the
+	// kubelet's word replacing what plegd inferred); `pod` says the new one.
+	LifecycleEventType_POD_UPDATED LifecycleEventType = 8
 )
 
 // Enum value maps for LifecycleEventType.
@@ -58,6 +61,7 @@ var (
 		5: "POD_SYNC",
 		6: "CRASH_LOOP",
 		7: "CRASH_LOOP_CLEARED",
+		8: "POD_UPDATED",
 	}
 	LifecycleEventType_value = map[string]int32{
 		"LIFECYCLE_EVENT_TYPE_UNSPECIFIED": 0,
@@ -68,6 +72,7 @@ var (
 		"POD_SYNC":                         5,
 		"CRASH_LOOP":                       6,
 		"CRASH_LOOP_CLEARED":               7,
+		"POD_UPDATED":                      8,
 	}
 )
 
@@ -111,6 +116,10 @@ const (
 	EventSource_CRI_EVENT EventSource = 3
 	// A reconciler (follow-up events such as CRASH_LOOP).
 	EventSource_RECONCILER EventSource = 4
+	// The kubelet's Pods API (POD_UPDATED).
+	EventSource_KUBELET EventSource = 5
+	// An NRI plugin call from the runtime.
+	EventSource_NRI EventSource = 6
 )
 
 // Enum value maps for EventSource.
@@ -121,6 +130,8 @@ var (
 		2: "POD_RELIST",
 		3: "CRI_EVENT",
 		4: "RECONCILER",
+		5: "KUBELET",
+		6: "NRI",
 	}
 	EventSource_value = map[string]int32{
 		"EVENT_SOURCE_UNSPECIFIED": 0,
@@ -128,6 +139,8 @@ var (
 		"POD_RELIST":               2,
 		"CRI_EVENT":                3,
 		"RECONCILER":               4,
+		"KUBELET":                  5,
+		"NRI":                      6,
 	}
 )
 
@@ -2578,7 +2591,7 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\tcontainer\x18\x02 \x01(\v2\x17.plegd.v1.ContainerInfoR\tcontainer\x12\x18\n" +
 	"\aremoved\x18\x03 \x01(\bR\aremoved\x129\n" +
 	"\n" +
-	"removed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tremovedAt*\xc9\x01\n" +
+	"removed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tremovedAt*\xda\x01\n" +
 	"\x12LifecycleEventType\x12$\n" +
 	" LIFECYCLE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CONTAINER_STARTED\x10\x01\x12\x12\n" +
@@ -2588,7 +2601,8 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\bPOD_SYNC\x10\x05\x12\x0e\n" +
 	"\n" +
 	"CRASH_LOOP\x10\x06\x12\x16\n" +
-	"\x12CRASH_LOOP_CLEARED\x10\a*f\n" +
+	"\x12CRASH_LOOP_CLEARED\x10\a\x12\x0f\n" +
+	"\vPOD_UPDATED\x10\b*|\n" +
 	"\vEventSource\x12\x1c\n" +
 	"\x18EVENT_SOURCE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -2597,7 +2611,9 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"POD_RELIST\x10\x02\x12\r\n" +
 	"\tCRI_EVENT\x10\x03\x12\x0e\n" +
 	"\n" +
-	"RECONCILER\x10\x04*h\n" +
+	"RECONCILER\x10\x04\x12\v\n" +
+	"\aKUBELET\x10\x05\x12\a\n" +
+	"\x03NRI\x10\x06*h\n" +
 	"\vResetReason\x12\x1c\n" +
 	"\x18RESET_REASON_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSLOW_CONSUMER\x10\x01\x12\x14\n" +
