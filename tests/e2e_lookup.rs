@@ -61,7 +61,7 @@ impl Env {
 impl Plegd {
     async fn get(&self, key: Key) -> Result<api::GetContainerResponse, tonic::Status> {
         let mut c = plegd::cli::client::connect(&self.socket).unwrap();
-        c.get_container(api::GetContainerRequest { key: Some(key) }).await.map(|r| r.into_inner())
+        c.get_container(api::GetContainerRequest { key: Some(key), at: None }).await.map(|r| r.into_inner())
     }
 
     async fn until(&self, key: Key, ok: impl Fn(&api::GetContainerResponse) -> bool) -> api::GetContainerResponse {
@@ -220,7 +220,7 @@ async fn get_container_by_pid_answers_soon_after_start_container_returns() {
         let pid = pid_in_kernel(&id).expect("the container's process is in the kernel once StartContainer returns");
         let asked = Instant::now();
         let r = agent
-            .get_container(api::GetContainerRequest { key: Some(Key::Pid(pid)) })
+            .get_container(api::GetContainerRequest { key: Some(Key::Pid(pid)), at: None })
             .await
             .unwrap_or_else(|e| panic!("GetContainer(pid {pid}): {e}"))
             .into_inner();

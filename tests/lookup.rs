@@ -23,7 +23,7 @@ fn tune(state: PathBuf, root: PathBuf, retention: Duration) -> impl FnOnce(&mut 
 }
 
 async fn get(p: &Plegd, key: Key) -> Result<api::GetContainerResponse, tonic::Status> {
-    p.client().get_container(api::GetContainerRequest { key: Some(key) }).await.map(|r| r.into_inner())
+    p.client().get_container(api::GetContainerRequest { key: Some(key), at: None }).await.map(|r| r.into_inner())
 }
 
 /// The PID and cgroup id of a container, as the simulated node's files show them.
@@ -164,15 +164,18 @@ async fn after_the_retention_a_removed_container_is_not_found_and_the_answer_say
 async fn bad_lookups_get_a_clear_error_and_change_nothing() {
     let p = start_plegd(|_| {}).await;
     for (req, code) in [
-        (api::GetContainerRequest { key: None }, tonic::Code::InvalidArgument),
-        (api::GetContainerRequest { key: Some(Key::ContainerId(String::new())) }, tonic::Code::InvalidArgument),
-        (api::GetContainerRequest { key: Some(Key::Pid(0)) }, tonic::Code::InvalidArgument),
-        (api::GetContainerRequest { key: Some(Key::CgroupId(0)) }, tonic::Code::InvalidArgument),
-        (api::GetContainerRequest { key: Some(Key::ContainerId("nope".into())) }, tonic::Code::NotFound),
-        (api::GetContainerRequest { key: Some(Key::CgroupId(12345)) }, tonic::Code::NotFound),
+        (api::GetContainerRequest { key: None, at: None }, tonic::Code::InvalidArgument),
+        (
+            api::GetContainerRequest { key: Some(Key::ContainerId(String::new())), at: None },
+            tonic::Code::InvalidArgument,
+        ),
+        (api::GetContainerRequest { key: Some(Key::Pid(0)), at: None }, tonic::Code::InvalidArgument),
+        (api::GetContainerRequest { key: Some(Key::CgroupId(0)), at: None }, tonic::Code::InvalidArgument),
+        (api::GetContainerRequest { key: Some(Key::ContainerId("nope".into())), at: None }, tonic::Code::NotFound),
+        (api::GetContainerRequest { key: Some(Key::CgroupId(12345)), at: None }, tonic::Code::NotFound),
         // The node's init, and a PID no kernel gives.
-        (api::GetContainerRequest { key: Some(Key::Pid(1)) }, tonic::Code::NotFound),
-        (api::GetContainerRequest { key: Some(Key::Pid(u32::MAX)) }, tonic::Code::NotFound),
+        (api::GetContainerRequest { key: Some(Key::Pid(1)), at: None }, tonic::Code::NotFound),
+        (api::GetContainerRequest { key: Some(Key::Pid(u32::MAX)), at: None }, tonic::Code::NotFound),
     ] {
         let e = p.client().get_container(req.clone()).await.expect_err("an error");
         assert_eq!(e.code(), code, "{req:?}: {}", e.message());
@@ -369,7 +372,7 @@ async fn lookups_of_a_pause_process_or_an_unknown_container_ask_the_runtime_once
     for pid in [pause, stranger] {
         let asks = (0..150).map(|i| {
             let mut c = channels[i % channels.len()].clone();
-            async move { c.get_container(api::GetContainerRequest { key: Some(Key::Pid(pid)) }).await }
+            async move { c.get_container(api::GetContainerRequest { key: Some(Key::Pid(pid)), at: None }).await }
         });
         for r in futures_util::future::join_all(asks).await {
             let e = r.expect_err("neither is a pod's container");
@@ -408,8 +411,9 @@ async fn a_proc_read_that_blocks_holds_up_only_its_own_lookup() {
     let release = blocking_proc_file(&dir.join("cgroup"));
     // On plegd's one thread (this test's), a lookup whose /proc read never returns.
     let mut c = p.client();
-    let stuck =
-        tokio::spawn(async move { c.get_container(api::GetContainerRequest { key: Some(Key::Pid(3_200_000)) }).await });
+    let stuck = tokio::spawn(async move {
+        c.get_container(api::GetContainerRequest { key: Some(Key::Pid(3_200_000)), at: None }).await
+    });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let asked = std::time::Instant::now();
     let (code, _) = support::http(p.app.admin_addr(), "GET", "/livez").await;
@@ -656,4 +660,95 @@ async fn the_state_dir_and_host_root_flags_reach_the_journal_the_lookup_and_the_
     for file in ["journal.db", "tombstones.sqlite", "runs.log"] {
         assert!(state.path().join(file).exists(), "{file} is not in the state dir");
     }
+}
+
+async fn by_ip(
+    p: &Plegd,
+    ip: &str,
+    at: Option<std::time::SystemTime>,
+) -> Result<api::GetContainerResponse, tonic::Status> {
+    let req =
+        api::GetContainerRequest { key: Some(Key::PodIp(ip.into())), at: at.map(plegd::model::system_to_timestamp) };
+    p.client().get_container(req).await.map(|r| r.into_inner())
+}
+
+/// `ip` was held by pod `first` at its moment and by `second` at its moment and now.
+async fn holders(p: &Plegd, ip: &str, first: (&str, std::time::SystemTime), second: (&str, std::time::SystemTime)) {
+    let then = by_ip(p, ip, Some(first.1)).await.expect("the earlier holder");
+    assert_eq!(then.pod.as_ref().unwrap().uid, first.0, "before the reuse: the first pod");
+    assert!(then.removed, "it is removed");
+    for at in [Some(second.1), None] {
+        let r = by_ip(p, ip, at).await.expect("the later holder");
+        assert_eq!((r.pod.unwrap().uid.as_str(), r.removed), (second.0, false), "after the reuse ({at:?})");
+    }
+    let before = first.1 - Duration::from_secs(3600);
+    assert_eq!(by_ip(p, ip, Some(before)).await.unwrap_err().code(), tonic::Code::NotFound, "before anyone");
+    let none = by_ip(p, "10.0.0.1", None).await.unwrap_err();
+    assert_eq!(none.code(), tonic::Code::NotFound);
+    assert!(none.message().contains("host-network"), "{}", none.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_reused_at_once_names_each_pod_that_held_it_at_its_time_across_a_restart() {
+    let (state, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let t = tune(state.path().into(), root.path().into(), Duration::from_secs(3600));
+    let p = start_plegd(t.clone()).await;
+    p.h.sim.set_host_root(root.path().into());
+    let pod_network = |name: &str| PodSpec { host_network: false, ..PodSpec::new("shop", name) };
+    let first = pod_network("first");
+    let (sid, ids) = p.h.run_pod(&first, &[ContainerSpec::new("app")]).await;
+    let live = until(&p, Key::ContainerId(ids[0].clone()), |r| r.pod.as_ref().is_some_and(|p| !p.ips.is_empty())).await;
+    let ip = live.pod.unwrap().ips[0].clone();
+    let during_first = std::time::SystemTime::now();
+    let now = by_ip(&p, &ip, None).await.expect("the live pod");
+    assert_eq!((now.pod.unwrap().uid, now.container.unwrap().id), (first.uid.clone(), ids[0].clone()));
+
+    // The pod goes, and the runtime gives its address to the next pod at once.
+    p.h.stop_pod(&sid).await;
+    p.h.remove_pod(&sid).await;
+    until(&p, Key::ContainerId(ids[0].clone()), |r| r.removed).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = pod_network("second");
+    let (_, ids2) = p.h.run_pod(&second, &[ContainerSpec::new("app")]).await;
+    let again =
+        until(&p, Key::ContainerId(ids2[0].clone()), |r| r.pod.as_ref().is_some_and(|p| !p.ips.is_empty())).await;
+    assert_eq!(
+        again.pod.unwrap().ips[0],
+        ip,
+        "the simulated runtime reuses the lowest free address, as host-local does"
+    );
+    let during_second = std::time::SystemTime::now();
+
+    // A host-network pod has no address of its own: the node's names no pod.
+    let host = PodSpec::new("shop", "host");
+    p.h.run_pod(&host, &[ContainerSpec::new("app")]).await;
+    holders(&p, &ip, (&first.uid, during_first), (&second.uid, during_second)).await;
+    // plegd restarts on its state dir: the same answers.
+    let h = p.stop_plegd().await;
+    let p = start_plegd_on(h, t).await;
+    holders(&p, &ip, (&first.uid, during_first), (&second.uid, during_second)).await;
+    // Bad input: a clear error naming the field.
+    for (req, field) in [
+        (api::GetContainerRequest { key: Some(Key::PodIp("10.244.0.300".into())), at: None }, "pod_ip"),
+        (api::GetContainerRequest { key: Some(Key::PodIp("web".into())), at: None }, "pod_ip"),
+        (
+            api::GetContainerRequest {
+                key: Some(Key::ContainerId(ids2[0].clone())),
+                at: Some(plegd::model::system_to_timestamp(during_first)),
+            },
+            "at",
+        ),
+        (
+            api::GetContainerRequest {
+                key: Some(Key::PodIp(ip.clone())),
+                at: Some(prost_types::Timestamp { seconds: -5, nanos: 0 }),
+            },
+            "at",
+        ),
+    ] {
+        let e = p.client().get_container(req).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.message().contains(field), "{}", e.message());
+    }
+    p.stop().await;
 }

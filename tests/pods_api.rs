@@ -241,6 +241,7 @@ async fn each_pods_identity_is_the_kubelets_through_its_faults_and_its_secret_is
         .client()
         .get_container(api::GetContainerRequest {
             key: Some(api::get_container_request::Key::ContainerId(ids[0].clone())),
+            at: None,
         })
         .await
         .expect("a removed container within the retention")

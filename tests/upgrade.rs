@@ -32,7 +32,8 @@ fn previous() -> &'static str {
 }
 
 async fn removed_container(p: &Binary, id: &str) -> Result<api::GetContainerResponse, tonic::Status> {
-    let req = api::GetContainerRequest { key: Some(api::get_container_request::Key::ContainerId(id.to_owned())) };
+    let req =
+        api::GetContainerRequest { key: Some(api::get_container_request::Key::ContainerId(id.to_owned())), at: None };
     plegd::cli::client::connect(&p.socket).unwrap().get_container(req).await.map(|r| r.into_inner())
 }
 

@@ -14,9 +14,16 @@ const (
 	KeyPodUID      = "k8s.pod.uid"
 	KeyLogFilePath = "log.file.path"
 	KeyProcessPID  = "process.pid"
+	// KeyPodIP is a pod's address, looked up at the record's own time (a log record's
+	// timestamp, a span's start, a data point's time): plegd says which pod held it
+	// then, across address reuse.
+	KeyPodIP = "k8s.pod.ip"
+	// KeyConnection is the address the records came from (the receiver's peer), as a
+	// pod address at the record's time: what k8sattributes calls "connection".
+	KeyConnection = "connection"
 )
 
-var knownKeys = []string{KeyContainerID, KeyPodUID, KeyLogFilePath, KeyProcessPID}
+var knownKeys = []string{KeyContainerID, KeyPodUID, KeyLogFilePath, KeyProcessPID, KeyPodIP, KeyConnection}
 
 // Config is the processor's configuration (processors: plegd: …).
 type Config struct {

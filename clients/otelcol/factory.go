@@ -6,8 +6,11 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/xconsumer"
+	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processorhelper"
+	"go.opentelemetry.io/collector/processor/xprocessor"
 )
 
 // TypeStr is the component type: processors: plegd: …
@@ -15,14 +18,16 @@ const TypeStr = "plegd"
 
 var componentType = component.MustNewType(TypeStr)
 
-// NewFactory returns the factory of the plegd processor, for logs, metrics and traces.
+// NewFactory returns the factory of the plegd processor, for logs, metrics, traces
+// and profiles (an xprocessor.Factory: the collector's profiles pipelines find it).
 func NewFactory() processor.Factory {
-	return processor.NewFactory(
+	return xprocessor.NewFactory(
 		componentType,
 		func() component.Config { return createDefaultConfig() },
-		processor.WithLogs(createLogs, component.StabilityLevelAlpha),
-		processor.WithMetrics(createMetrics, component.StabilityLevelAlpha),
-		processor.WithTraces(createTraces, component.StabilityLevelAlpha),
+		xprocessor.WithLogs(createLogs, component.StabilityLevelAlpha),
+		xprocessor.WithMetrics(createMetrics, component.StabilityLevelAlpha),
+		xprocessor.WithTraces(createTraces, component.StabilityLevelAlpha),
+		xprocessor.WithProfiles(createProfiles, component.StabilityLevelDevelopment),
 	)
 }
 
@@ -139,6 +144,36 @@ func createMetrics(ctx context.Context, set processor.Settings, cfg component.Co
 		return nil, err
 	}
 	return processorhelper.NewMetrics(ctx, set, cfg, next, p.processMetrics, options(p)...)
+}
+
+// profilesProcessor places each resource of a profiles batch (the eBPF profiler's
+// resources carry container.id), then hands the batch on.
+type profilesProcessor struct {
+	p    *plegdProcessor
+	next xconsumer.Profiles
+}
+
+func (pp *profilesProcessor) Start(ctx context.Context, host component.Host) error {
+	return pp.p.start(ctx, host)
+}
+
+func (pp *profilesProcessor) Shutdown(ctx context.Context) error { return pp.p.shutdown(ctx) }
+
+func (pp *profilesProcessor) Capabilities() consumer.Capabilities {
+	return consumer.Capabilities{MutatesData: true}
+}
+
+func (pp *profilesProcessor) ConsumeProfiles(ctx context.Context, pd pprofile.Profiles) error {
+	pp.p.processProfiles(ctx, pd)
+	return pp.next.ConsumeProfiles(ctx, pd)
+}
+
+func createProfiles(_ context.Context, set processor.Settings, cfg component.Config, next xconsumer.Profiles) (xprocessor.Profiles, error) {
+	p, err := newProcessor(cfg.(*Config), set)
+	if err != nil {
+		return nil, err
+	}
+	return &profilesProcessor{p: p, next: next}, nil
 }
 
 func createTraces(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Traces) (processor.Traces, error) {

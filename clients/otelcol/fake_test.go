@@ -31,6 +31,7 @@ type fakePlegd struct {
 	rev      uint64
 	pods     map[string]*plegdv1.PodStatus
 	byKey    map[string]*plegdv1.GetContainerResponse // "c:<id>", "l:<path>", "p:<pid>", "a:<uid>/<name>/<attempt>"
+	holders  []holding                                // who held which pod address when
 	streams  map[chan *plegdv1.WatchEvent]struct{}
 	delay    time.Duration
 	rpcs     atomic.Int64
@@ -166,6 +167,19 @@ func (f *fakePlegd) GetContainer(ctx context.Context, req *plegdv1.GetContainerR
 		key = "p:" + itoa(int64(k.Pid))
 	case *plegdv1.GetContainerRequest_Container:
 		key = "a:" + k.Container.PodUid + "/" + k.Container.ContainerName + "/" + itoa(int64(k.Container.Attempt))
+	case *plegdv1.GetContainerRequest_PodIp:
+		at := time.Now()
+		if req.At != nil {
+			at = req.At.AsTime()
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, h := range f.holders {
+			if h.ip == k.PodIp && !at.Before(h.from) && (h.until.IsZero() || at.Before(h.until)) {
+				return &plegdv1.GetContainerResponse{Pod: h.pod, Container: h.pod.GetContainers()[0]}, nil
+			}
+		}
+		return nil, status.Errorf(codes.NotFound, "no pod held %s at %s", k.PodIp, at)
 	default:
 		return nil, status.Error(codes.InvalidArgument, "key: unsupported by the fake")
 	}
@@ -175,6 +189,19 @@ func (f *fakePlegd) GetContainer(ctx context.Context, req *plegdv1.GetContainerR
 		return proto.Clone(r).(*plegdv1.GetContainerResponse), nil
 	}
 	return nil, status.Errorf(codes.NotFound, "no container for %s", key)
+}
+
+// holding: pod held address ip from from until until (zero: still).
+type holding struct {
+	ip          string
+	pod         *plegdv1.PodStatus
+	from, until time.Time
+}
+
+func (f *fakePlegd) hold(ip string, pod *plegdv1.PodStatus, from, until time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holders = append(f.holders, holding{ip: ip, pod: pod, from: from, until: until})
 }
 
 // GetPodStatus answers as plegd does without min_timestamp: the pod, or not_found.

@@ -2,12 +2,17 @@ package plegdprocessor
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/client"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 )
 
@@ -18,6 +23,8 @@ const (
 	assocPodUID
 	assocLogFilePath
 	assocProcessPID
+	assocPodIP
+	assocConnection
 )
 
 func assocKeyOf(name string) assocKey {
@@ -28,6 +35,10 @@ func assocKeyOf(name string) assocKey {
 		return assocPodUID
 	case KeyLogFilePath:
 		return assocLogFilePath
+	case KeyPodIP:
+		return assocPodIP
+	case KeyConnection:
+		return assocConnection
 	default:
 		return assocProcessPID
 	}
@@ -59,6 +70,9 @@ type batch struct {
 	// the calls to start before the records are resolved, each key once
 	prefetch []lookupReq
 	wanted   map[string]struct{}
+	// at is the time of the record being resolved (0: none): a pod address is looked
+	// up as of then.
+	at pcommon.Timestamp
 }
 
 func (p *plegdProcessor) newBatch(ctx context.Context) *batch {
@@ -122,6 +136,14 @@ func (b *batch) lookup(k assocKey, res, rec pcommon.Map) (a answer, present bool
 		}
 	case assocLogFilePath:
 		mk.s = getStr(res, rec, KeyLogFilePath)
+	case assocPodIP, assocConnection:
+		if k == assocPodIP {
+			mk.s = getStr(res, rec, KeyPodIP)
+		} else {
+			mk.s = peerIP(b.ctx)
+		}
+		// Records of one second share an answer.
+		mk.i = int64(b.at / pcommon.Timestamp(time.Second))
 	case assocProcessPID:
 		// plegd knows host PIDs. An SDK's resource carries the process's PID in its
 		// own PID namespace — in a container, another process's host PID, if any.
@@ -151,9 +173,24 @@ func (b *batch) lookup(k assocKey, res, rec pcommon.Map) (a answer, present bool
 		a = r.byLogPath(b.ctx, mk.s)
 	case assocProcessPID:
 		a = r.byPID(b.ctx, mk.i)
+	case assocPodIP, assocConnection:
+		a = r.byPodIP(b.ctx, mk.s, mk.i)
 	}
 	b.memo[mk] = a
 	return a, true
+}
+
+// peerIP is the address the batch came from (the receiver's client info), or "".
+func peerIP(ctx context.Context) string {
+	addr := client.FromContext(ctx).Addr
+	if addr == nil {
+		return ""
+	}
+	s := addr.String()
+	if host, _, err := net.SplitHostPort(s); err == nil {
+		return host
+	}
+	return s
 }
 
 // want notes a record's keys that only a call to plegd answers (a host PID), so that
@@ -292,6 +329,28 @@ func (p *plegdProcessor) processLogs(ctx context.Context, ld plog.Logs) (plog.Lo
 	return ld, nil
 }
 
+// processProfiles places each resource by its own attributes: a profile's samples
+// carry their attributes in the batch's dictionary, not as a map, and the eBPF
+// profiler puts container.id on the resource. A profile has no one time to look a pod
+// address up at: its resource is placed as of now.
+func (p *plegdProcessor) processProfiles(ctx context.Context, pd pprofile.Profiles) {
+	b := p.newBatch(ctx)
+	defer b.cancel()
+	var c counts
+	rps := pd.ResourceProfiles()
+	for i := 0; i < rps.Len(); i++ {
+		res := rps.At(i).Resource().Attributes()
+		b.reset()
+		b.at = 0
+		a := b.resolve(res, pcommon.Map{})
+		c[a.why]++
+		if a.p != nil {
+			a.p.apply(res)
+		}
+	}
+	p.r.tel.record(ctx, signalProfiles, &c)
+}
+
 func (p *plegdProcessor) processTraces(ctx context.Context, td ptrace.Traces) (ptrace.Traces, error) {
 	split(ctx, p, signalTraces, td.ResourceSpans(), &tracesShape)
 	return td, nil
@@ -317,7 +376,9 @@ type shape[R, S, I any, SS pdataSlice[S], IS pdataSlice[I]] struct {
 	setScopeSchema func(S, string)
 	items          func(S) IS
 	attributes     func(I) pcommon.Map
-	moveTo         func(I, I)
+	// time is the item's own time, which a pod address is looked up at.
+	time   func(I) pcommon.Timestamp
+	moveTo func(I, I)
 }
 
 var logsShape = shape[plog.ResourceLogs, plog.ScopeLogs, plog.LogRecord, plog.ScopeLogsSlice, plog.LogRecordSlice]{
@@ -330,7 +391,13 @@ var logsShape = shape[plog.ResourceLogs, plog.ScopeLogs, plog.LogRecord, plog.Sc
 	setScopeSchema: plog.ScopeLogs.SetSchemaUrl,
 	items:          plog.ScopeLogs.LogRecords,
 	attributes:     plog.LogRecord.Attributes,
-	moveTo:         plog.LogRecord.MoveTo,
+	time: func(l plog.LogRecord) pcommon.Timestamp {
+		if t := l.Timestamp(); t != 0 {
+			return t
+		}
+		return l.ObservedTimestamp()
+	},
+	moveTo: plog.LogRecord.MoveTo,
 }
 
 var tracesShape = shape[ptrace.ResourceSpans, ptrace.ScopeSpans, ptrace.Span, ptrace.ScopeSpansSlice, ptrace.SpanSlice]{
@@ -343,6 +410,7 @@ var tracesShape = shape[ptrace.ResourceSpans, ptrace.ScopeSpans, ptrace.Span, pt
 	setScopeSchema: ptrace.ScopeSpans.SetSchemaUrl,
 	items:          ptrace.ScopeSpans.Spans,
 	attributes:     ptrace.Span.Attributes,
+	time:           ptrace.Span.StartTimestamp,
 	moveTo:         ptrace.Span.MoveTo,
 }
 
@@ -374,6 +442,7 @@ func split[R, S, I any, RS pdataSlice[R], SS pdataSlice[S], IS pdataSlice[I]](
 		for j := 0; j < scopes.Len(); j++ {
 			items := sh.items(scopes.At(j))
 			for k := 0; k < items.Len(); k++ {
+				b.at = sh.time(items.At(k))
 				a := b.resolve(res, sh.attributes(items.At(k)))
 				c[a.why]++
 				b.assign = append(b.assign, b.group(a.p))
@@ -465,7 +534,7 @@ func (p *plegdProcessor) processMetrics(ctx context.Context, md pmetric.Metrics)
 			for j := 0; j < sms.Len(); j++ {
 				ms := sms.At(j).Metrics()
 				for k := 0; k < ms.Len(); k++ {
-					forEachPoint(ms.At(k), func(attrs pcommon.Map) { b.want(rm.Resource().Attributes(), attrs) })
+					forEachPoint(ms.At(k), func(attrs pcommon.Map, _ pcommon.Timestamp) { b.want(rm.Resource().Attributes(), attrs) })
 				}
 			}
 		}
@@ -480,7 +549,8 @@ func (p *plegdProcessor) processMetrics(ctx context.Context, md pmetric.Metrics)
 		for j := 0; j < sms.Len(); j++ {
 			ms := sms.At(j).Metrics()
 			for k := 0; k < ms.Len(); k++ {
-				forEachPoint(ms.At(k), func(attrs pcommon.Map) {
+				forEachPoint(ms.At(k), func(attrs pcommon.Map, t pcommon.Timestamp) {
+					b.at = t
 					a := b.resolve(res, attrs)
 					rc[a.why]++
 					b.group(a.p)
@@ -502,32 +572,32 @@ func (p *plegdProcessor) processMetrics(ctx context.Context, md pmetric.Metrics)
 	return md, nil
 }
 
-func forEachPoint(m pmetric.Metric, fn func(pcommon.Map)) {
+func forEachPoint(m pmetric.Metric, fn func(pcommon.Map, pcommon.Timestamp)) {
 	switch m.Type() {
 	case pmetric.MetricTypeGauge:
 		dps := m.Gauge().DataPoints()
 		for i := 0; i < dps.Len(); i++ {
-			fn(dps.At(i).Attributes())
+			fn(dps.At(i).Attributes(), dps.At(i).Timestamp())
 		}
 	case pmetric.MetricTypeSum:
 		dps := m.Sum().DataPoints()
 		for i := 0; i < dps.Len(); i++ {
-			fn(dps.At(i).Attributes())
+			fn(dps.At(i).Attributes(), dps.At(i).Timestamp())
 		}
 	case pmetric.MetricTypeHistogram:
 		dps := m.Histogram().DataPoints()
 		for i := 0; i < dps.Len(); i++ {
-			fn(dps.At(i).Attributes())
+			fn(dps.At(i).Attributes(), dps.At(i).Timestamp())
 		}
 	case pmetric.MetricTypeExponentialHistogram:
 		dps := m.ExponentialHistogram().DataPoints()
 		for i := 0; i < dps.Len(); i++ {
-			fn(dps.At(i).Attributes())
+			fn(dps.At(i).Attributes(), dps.At(i).Timestamp())
 		}
 	case pmetric.MetricTypeSummary:
 		dps := m.Summary().DataPoints()
 		for i := 0; i < dps.Len(); i++ {
-			fn(dps.At(i).Attributes())
+			fn(dps.At(i).Attributes(), dps.At(i).Timestamp())
 		}
 	}
 }

@@ -3,10 +3,12 @@ package plegdprocessor
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/client"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/confmap"
@@ -14,9 +16,11 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processortest"
+	"go.opentelemetry.io/collector/processor/xprocessor"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -114,6 +118,7 @@ func (h *harness) resolver() *resolver {
 type rec struct {
 	res map[string]any
 	rec map[string]any
+	at  time.Time // the record's timestamp; zero: none
 }
 
 func makeLogs(recs ...rec) plog.Logs {
@@ -123,6 +128,9 @@ func makeLogs(recs ...rec) plog.Logs {
 		_ = rl.Resource().Attributes().FromRaw(r.res)
 		lr := rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
 		_ = lr.Attributes().FromRaw(r.rec)
+		if !r.at.IsZero() {
+			lr.SetTimestamp(pcommon.NewTimestampFromTime(r.at))
+		}
 		lr.Body().SetStr(fmt.Sprint("record ", i))
 	}
 	return ld
@@ -131,8 +139,14 @@ func makeLogs(recs ...rec) plog.Logs {
 // consume sends ld and returns the resource attributes of each record, by body.
 func (h *harness) consume(ld plog.Logs) map[string]map[string]any {
 	h.t.Helper()
+	return h.consumeFrom(context.Background(), ld)
+}
+
+// consumeFrom is consume with the receiver's context (its client's address).
+func (h *harness) consumeFrom(ctx context.Context, ld plog.Logs) map[string]map[string]any {
+	h.t.Helper()
 	h.logs.Reset()
-	if err := h.lp.ConsumeLogs(context.Background(), ld); err != nil {
+	if err := h.lp.ConsumeLogs(ctx, ld); err != nil {
 		h.t.Fatal(err)
 	}
 	out := map[string]map[string]any{}
@@ -306,6 +320,41 @@ func TestTheWorkloadAndTheAddressComeFromThePodsIdentity(t *testing.T) {
 			t.Errorf("%s set for a pod without one: %v", k, db)
 		}
 	}
+}
+
+func TestAPodAddressIsPlacedAtTheRecordsOwnTimeAcrossItsReuse(t *testing.T) {
+	n := newNode(t)
+	reused := time.Now().Add(-time.Minute).Truncate(time.Second)
+	n.f.hold("10.244.0.9", n.web, reused.Add(-time.Hour), reused)
+	n.f.hold("10.244.0.9", n.db, reused, time.Time{})
+	h := newHarness(t, n.f.endpoint(), func(c *Config) { c.PodAssociation = []string{KeyPodIP, KeyConnection} })
+	before, after := reused.Add(-10*time.Second), reused.Add(10*time.Second)
+	out := h.consume(makeLogs(
+		rec{res: map[string]any{"k8s.pod.ip": "10.244.0.9"}, at: before},                               // record 0: the earlier holder
+		rec{res: map[string]any{"k8s.pod.ip": "10.244.0.9"}, at: after},                                // record 1: the later one
+		rec{rec: map[string]any{"k8s.pod.ip": "10.244.0.9"}},                                           // record 2: no time: now
+		rec{res: map[string]any{"k8s.pod.ip": "10.244.0.77"}, at: after},                               // record 3: nobody's
+		rec{res: map[string]any{"k8s.pod.ip": "not-an-address"}, at: after},                            // record 4
+		rec{res: map[string]any{"k8s.pod.ip": "10.244.0.9"}, at: reused.Add(-time.Hour - time.Second)}, // record 5: before anyone
+	))
+	wantPlaced(t, out["record 0"], n.web, nil)
+	wantPlaced(t, out["record 1"], n.db, nil)
+	wantPlaced(t, out["record 2"], n.db, nil)
+	for _, r := range []string{"record 0", "record 1"} {
+		if _, ok := out[r]["container.id"]; ok {
+			t.Errorf("%s: an address named a container: %v", r, out[r])
+		}
+	}
+	for _, r := range []string{"record 3", "record 4", "record 5"} {
+		if _, ok := out[r]["k8s.pod.uid"]; ok {
+			t.Errorf("%s was placed: %v", r, out[r])
+		}
+	}
+	// The connection: the records' sender, at each record's time.
+	ctx := client.NewContext(context.Background(), client.Info{Addr: &net.TCPAddr{IP: net.ParseIP("10.244.0.9"), Port: 43122}})
+	out = h.consumeFrom(ctx, makeLogs(rec{res: map[string]any{"service.name": "a"}, at: before}, rec{res: map[string]any{"service.name": "b"}, at: after}))
+	wantPlaced(t, out["record 0"], n.web, nil)
+	wantPlaced(t, out["record 1"], n.db, nil)
 }
 
 func TestAssociationOrder(t *testing.T) {
@@ -680,7 +729,7 @@ func TestConfigValidation(t *testing.T) {
 		{"tcp endpoint", func(c *Config) { c.Endpoint = "tcp://127.0.0.1:1" }, "endpoint: \"tcp://127.0.0.1:1\" is not a unix socket"},
 		{"relative unix endpoint", func(c *Config) { c.Endpoint = "unix://run/plegd.sock" }, "endpoint: \"unix://run/plegd.sock\": unix:// needs an absolute path"},
 		{"empty endpoint", func(c *Config) { c.Endpoint = "" }, "endpoint: empty"},
-		{"unknown key", func(c *Config) { c.PodAssociation = []string{"container.id", "k8s.pod.ip"} }, "pod_association: unknown key \"k8s.pod.ip\""},
+		{"unknown key", func(c *Config) { c.PodAssociation = []string{"container.id", "k8s.pod.name"} }, "pod_association: unknown key \"k8s.pod.name\""},
 		{"twice", func(c *Config) { c.PodAssociation = []string{"container.id", "container.id"} }, "pod_association: \"container.id\" is listed twice"},
 		{"no keys", func(c *Config) { c.PodAssociation = nil }, "pod_association: empty"},
 		{"negative wait", func(c *Config) { c.WaitForSync = -time.Second }, "wait_for_sync: must not be negative"},
@@ -730,3 +779,44 @@ func TestConfigFromYAMLMap(t *testing.T) {
 }
 
 var _ = pcommon.NewMap
+
+func TestProfilesAreEachPlacedByTheirResourcesContainer(t *testing.T) {
+	n := newNode(t)
+	cfg := createDefaultConfig()
+	cfg.Endpoint, cfg.NodeName, cfg.Labels = n.f.endpoint(), "node-1", []string{"app"}
+	set := processortest.NewNopSettings(componentType)
+	tel := componenttest.NewTelemetry()
+	set.TelemetrySettings = tel.NewTelemetrySettings()
+	f, ok := NewFactory().(xprocessor.Factory)
+	if !ok {
+		t.Fatal("the factory is not an xprocessor.Factory: profiles pipelines would not find it")
+	}
+	sink := new(consumertest.ProfilesSink)
+	pp, err := f.CreateProfiles(context.Background(), set, cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pp.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pp.Shutdown(context.Background()); _ = tel.Shutdown(context.Background()) })
+	pd := pprofile.NewProfiles()
+	for _, id := range []string{n.app1.Id, n.dbc.Id, "no-such-container"} {
+		rp := pd.ResourceProfiles().AppendEmpty()
+		rp.Resource().Attributes().PutStr("container.id", id)
+		rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
+	}
+	if err := pp.ConsumeProfiles(context.Background(), pd); err != nil {
+		t.Fatal(err)
+	}
+	got := sink.AllProfiles()
+	if len(got) != 1 || got[0].ResourceProfiles().Len() != 3 {
+		t.Fatalf("the batch was not handed on whole: %d batches", len(got))
+	}
+	res := func(i int) map[string]any { return got[0].ResourceProfiles().At(i).Resource().Attributes().AsRaw() }
+	wantPlaced(t, res(0), n.web, n.app1)
+	wantPlaced(t, res(1), n.db, n.dbc)
+	if _, ok := res(2)["k8s.pod.uid"]; ok {
+		t.Errorf("an unknown container was placed: %v", res(2))
+	}
+}

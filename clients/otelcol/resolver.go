@@ -2,8 +2,10 @@ package plegdprocessor
 
 import (
 	"context"
+	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	plegd "github.com/plegd/plegd/clients/go"
 	"github.com/plegd/plegd/clients/go/plegdv1"
@@ -392,6 +395,21 @@ func (r *resolver) logFromInformer(lf logFile) (answer, bool) {
 	return answer{}, false
 }
 
+// byPodIP: the pod that held address ip at second sec (0: now), by GetContainer — an
+// address is reused within seconds, so the informer's current copy cannot say. The
+// placement is the pod's: an address is no one container's.
+func (r *resolver) byPodIP(ctx context.Context, ip string, sec int64) answer {
+	addr := net.ParseIP(strings.TrimSpace(ip))
+	if addr == nil {
+		return answer{why: reasonInvalidKey}
+	}
+	req := &plegdv1.GetContainerRequest{Key: &plegdv1.GetContainerRequest_PodIp{PodIp: addr.String()}}
+	if sec > 0 {
+		req.At = timestamppb.New(time.Unix(sec, 0))
+	}
+	return r.rpc(ctx, "i:"+addr.String()+"@"+strconv.FormatInt(sec, 10), req, idPolicy)
+}
+
 func (r *resolver) byPID(ctx context.Context, pid int64) answer {
 	q, ok := pidReq(pid)
 	if !ok {
@@ -544,6 +562,9 @@ func (r *resolver) call(key string, req proto.Message, pol cachePolicy, cl *call
 			pod, c = resp.GetPod(), resp.GetContainer()
 			if c.GetId() == "" {
 				pod = nil // plegd answers with a container and its pod, or not at all
+			}
+			if _, byIP := req.GetKey().(*plegdv1.GetContainerRequest_PodIp); byIP {
+				c = nil // an address is the pod's
 			}
 		}
 	case *plegdv1.GetPodStatusRequest:

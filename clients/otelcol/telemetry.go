@@ -22,11 +22,12 @@ const (
 	signalLogs signal = iota
 	signalMetrics
 	signalTraces
+	signalProfiles
 	numSignals
 )
 
 func (s signal) String() string {
-	return [...]string{"logs", "metrics", "traces"}[s]
+	return [...]string{"logs", "metrics", "traces", "profiles"}[s]
 }
 
 // Sources of a lookup's answer (the source attribute of the lookups metric).

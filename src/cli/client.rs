@@ -341,9 +341,14 @@ pub fn watch_event_json(ev: &api::WatchEvent) -> Value {
 }
 
 /// `plegd get`: one GetContainer call, printed as lines or JSON.
-pub async fn get(socket: &str, key: api::get_container_request::Key, output: OutputFormat) -> Result<(), ClientError> {
+pub async fn get(
+    socket: &str,
+    key: api::get_container_request::Key,
+    at: Option<prost_types::Timestamp>,
+    output: OutputFormat,
+) -> Result<(), ClientError> {
     let mut client = connect(socket)?;
-    let resp = client.get_container(api::GetContainerRequest { key: Some(key) }).await?.into_inner();
+    let resp = client.get_container(api::GetContainerRequest { key: Some(key), at }).await?.into_inner();
     let (pod, c) = (resp.pod.unwrap_or_default(), resp.container.unwrap_or_default());
     let mut out = std::io::stdout().lock();
     let removed_at = resp.removed_at.as_ref().map(|t| ts_json(&Some(*t)));

@@ -94,7 +94,10 @@ pub async fn execute(command: Command, tracker: &TaskTracker, shutdown: &Cancell
         Command::Pods(args) => {
             Ok(crate::cli::client::pods(&args.client.socket, args.client.filter(), args.client.output).await?)
         }
-        Command::Get(args) => Ok(crate::cli::client::get(&args.socket, args.key(), args.output).await?),
+        Command::Get(args) => {
+            let at = args.at.map(crate::model::system_to_timestamp);
+            Ok(crate::cli::client::get(&args.socket, args.key(), at, args.output).await?)
+        }
         Command::Sim(args) => {
             let churn = churn_config(&args.churn).map_err(Failure::usage)?;
             let served = if args.trouble {

@@ -62,7 +62,7 @@ pub enum Command {
 
 /// `plegd get`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("key").required(true).args(["id", "cgroup_id", "pid", "log_path", "pod_uid", "mnt_ns", "pid_ns", "cgroup_path"])))]
+#[command(group(clap::ArgGroup::new("key").required(true).args(["id", "cgroup_id", "pid", "log_path", "pod_uid", "mnt_ns", "pid_ns", "cgroup_path", "pod_ip"])))]
 pub struct GetArgs {
     /// plegd's gRPC socket.
     #[arg(long, env = "PLEGD_SOCKET", default_value = "unix:///run/plegd/plegd.sock")]
@@ -99,6 +99,16 @@ pub struct GetArgs {
     /// under the cgroup root or `/sys/fs/cgroup`).
     #[arg(long)]
     pub cgroup_path: Option<String>,
+    /// A pod address (v4 or v6): the pod that held it, at `--at` (default now).
+    #[arg(long)]
+    pub pod_ip: Option<String>,
+    /// With `--pod-ip`: the moment, RFC 3339 (`2026-11-30T07:12:48Z`).
+    #[arg(
+        long,
+        value_parser = humantime::parse_rfc3339_weak,
+        conflicts_with_all = ["id", "cgroup_id", "pid", "log_path", "pod_uid", "mnt_ns", "pid_ns", "cgroup_path"]
+    )]
+    pub at: Option<std::time::SystemTime>,
     /// Output: readable lines, or JSON.
     #[arg(short = 'o', long, env = "PLEGD_OUTPUT", value_enum, default_value = "text")]
     pub output: OutputFormat,
@@ -135,6 +145,9 @@ impl GetArgs {
         }
         if let Some(path) = &self.cgroup_path {
             return Key::CgroupPath(path.clone());
+        }
+        if let Some(ip) = &self.pod_ip {
+            return Key::PodIp(ip.clone());
         }
         Key::Pid(self.pid.unwrap_or_default())
     }
@@ -330,6 +343,12 @@ mod tests {
         assert_eq!(key(&["get", "--mnt-ns", "4026532001"]), Ok(Key::MntNs(4_026_532_001)));
         assert_eq!(key(&["get", "--pid-ns", "4026532002"]), Ok(Key::PidNs(4_026_532_002)));
         assert_eq!(key(&["get", "--cgroup-path", "0::/k/c"]), Ok(Key::CgroupPath("0::/k/c".into())));
+        assert_eq!(
+            key(&["get", "--pod-ip", "fd00::9", "--at", "2026-11-30T07:12:48Z"]),
+            Ok(Key::PodIp("fd00::9".into()))
+        );
+        assert!(key(&["get", "--id", "c", "--at", "2026-11-30T07:12:48Z"]).is_err(), "--at is --pod-ip's");
+        assert!(key(&["get", "--pod-ip", "fd00::9", "--at", "yesterday"]).is_err(), "a time");
         assert!(key(&["get", "--pod-uid", "u"]).is_err(), "a pod needs the container's name");
         assert!(key(&["get", "--pid", "1", "--mnt-ns", "2"]).is_err(), "one key");
         assert!(key(&["get"]).is_err(), "a key");

@@ -318,6 +318,9 @@ impl PodLifecycleService {
 pub fn lookup_key(req: api::GetContainerRequest) -> Result<LookupKey, RequestError> {
     use api::get_container_request::Key;
     let invalid = |field: &'static str, why: String| RequestError::Invalid { field, why };
+    if req.at.is_some() && !matches!(req.key, Some(Key::PodIp(_))) {
+        return Err(invalid("at", "applies to pod_ip only".into()));
+    }
     match req.key {
         Some(Key::ContainerId(id)) if !id.is_empty() => Ok(LookupKey::Id(id)),
         Some(Key::CgroupId(cg)) if cg != 0 => Ok(LookupKey::CgroupId(cg)),
@@ -337,10 +340,22 @@ pub fn lookup_key(req: api::GetContainerRequest) -> Result<LookupKey, RequestErr
         Some(Key::CgroupPath(path)) => {
             crate::lookup::cgroup_path(&path).map(LookupKey::CgroupPath).map_err(|why| invalid("cgroup_path", why))
         }
+        Some(Key::PodIp(ip)) => {
+            let ip =
+                ip.trim().parse().map_err(|_| invalid("pod_ip", format!("{ip:?} is not an IPv4 or IPv6 address")))?;
+            let at = match req.at {
+                Some(t) if t.seconds < 0 || !(0..1_000_000_000).contains(&t.nanos) => {
+                    return Err(invalid("at", "is not a time after 1970".into()));
+                }
+                Some(t) => Some(std::time::UNIX_EPOCH + Duration::new(t.seconds as u64, t.nanos as u32)),
+                None => None,
+            };
+            Ok(LookupKey::PodIp { ip, at })
+        }
         Some(Key::MntNs(_)) => Err(invalid("mnt_ns", "is 0: a namespace inode is never 0".into())),
         Some(Key::PidNs(_)) => Err(invalid("pid_ns", "is 0: a namespace inode is never 0".into())),
         _ => Err(RequestError::Missing(
-            "one of container_id, cgroup_id, pid, log_path, container, mnt_ns, pid_ns (non-zero) and cgroup_path",
+            "one of container_id, cgroup_id, pid, log_path, container, mnt_ns, pid_ns (non-zero), cgroup_path and pod_ip",
         )),
     }
 }

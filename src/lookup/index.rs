@@ -108,6 +108,8 @@ pub(super) struct Index {
     /// The host's own namespaces (PID 1's): a container that shares one (`hostPID`) is
     /// not found by it.
     pub(super) host_ns: crate::model::Namespaces,
+    /// Who held each pod address when.
+    pub(super) addresses: super::addresses::Addresses,
 }
 
 /// The namespaces a lookup asks by.
@@ -159,6 +161,13 @@ impl Index {
             return Some(Found { pod: l.pod.clone(), container: l.container.clone(), removed_at: None });
         }
         self.tombs.get(id).and_then(Tomb::found)
+    }
+
+    /// Every container of pod `uid` the index holds, live or removed.
+    pub(super) fn containers_of(&self, uid: &str) -> Vec<Found> {
+        let live = self.pods.get(uid).into_iter().flatten().filter_map(|id| self.get(id));
+        let removed = self.tombs.values().filter(|t| *t.pod == *uid).filter_map(Tomb::found);
+        live.chain(removed).collect()
     }
 
     /// The container that writes log file `path`.
@@ -426,6 +435,7 @@ impl Index {
     /// the API server's 256 KiB) or many gives up its own first.
     pub(super) fn expire(&mut self, now: SystemTime, cfg: &LookupConfig, ops: &mut Vec<TombstoneOp>) {
         let cutoff = now.checked_sub(cfg.retention).unwrap_or(std::time::UNIX_EPOCH);
+        self.addresses.expire(cutoff);
         while let Some(id) = self.order.front().cloned() {
             if self.tombs[&id].removed_at >= cutoff {
                 break;

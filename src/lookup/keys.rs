@@ -28,6 +28,13 @@ pub enum LookupKey {
     /// A cgroup path as `/proc/PID/cgroup` names it, relative to the cgroup v2 root
     /// ([`cgroup_path`] says which forms are read).
     CgroupPath(String),
+    /// A pod address (v4 or v6) at a moment: the pod that held it then.
+    PodIp {
+        /// The address.
+        ip: std::net::IpAddr,
+        /// The moment; `None`: now.
+        at: Option<std::time::SystemTime>,
+    },
 }
 
 /// A log file path, as a lookup reads it.

@@ -15,6 +15,7 @@
 //! never to an earlier container that had the same PID. Only a PID with no process
 //! left falls back to the newest container that had it.
 
+mod addresses;
 mod catch_up;
 mod deaths;
 mod index;
@@ -251,6 +252,7 @@ impl ContainerLookup {
                         // A stamp from before this boot counted another boot's tasks.
                         let stamp = t.forks_at_start.filter(|_| t.removed_at >= boot);
                         let uid = crate::labels::shared(&found.pod.uid);
+                        ix.addresses.learn_removed(&found.pod, t.removed_at);
                         ix.index_keys(&id, &found.container, &found.pod, false, stamp);
                         ix.add_tomb(id, &uid, t.record, t.removed_at);
                     }
@@ -290,6 +292,7 @@ impl ContainerLookup {
                     ix.count(&c.id);
                 }
             }
+            ix.addresses.learn(pod, pod.observed_at);
             ix.learn(pod, clock, &mut ops);
         }
         drop(ix);
@@ -323,8 +326,14 @@ impl ContainerLookup {
                     }
                 }
                 let gone = match &ev.pod {
-                    Some(status) => ix.learn(status, clock, &mut ops),
-                    None => ix.forget_pod(&ev.pod_uid),
+                    Some(status) => {
+                        ix.addresses.learn(status, ev.observed_at);
+                        ix.learn(status, clock, &mut ops)
+                    }
+                    None => {
+                        ix.addresses.pod_gone(&ev.pod_uid, ev.observed_at);
+                        ix.forget_pod(&ev.pod_uid)
+                    }
                 };
                 for id in gone {
                     ix.bury(&id, ev.observed_at, &mut ops);
@@ -443,6 +452,7 @@ impl ContainerLookup {
             LookupKey::MntNs(inode) => self.find_ns(&ix, NsKind::Mnt, *inode),
             LookupKey::PidNs(inode) => self.find_ns(&ix, NsKind::Pid, *inode),
             LookupKey::CgroupPath(cgroup) => self.find_cgroup(&ix, cgroup),
+            LookupKey::PodIp { ip, at } => self.find_address(&ix, *ip, *at),
             LookupKey::Pid(pid) => match process {
                 Some(process) => {
                     let answer = self.find_live_pid(&ix, *pid, process);
@@ -489,6 +499,33 @@ impl ContainerLookup {
             }
         }
         ix.not_containers.insert(id.to_owned(), now);
+    }
+
+    /// A pod address at `at` (default now): the pod that held it then, with the
+    /// container of it that ran then (else the one that started last before, else any).
+    fn find_address(&self, ix: &Index, ip: std::net::IpAddr, at: Option<SystemTime>) -> Answer {
+        let when = at.unwrap_or_else(SystemTime::now);
+        let Some(h) = ix.addresses.holder(ip, when) else {
+            let moment = at.map_or_else(|| "now".to_owned(), |t| format!("at {}", crate::model::rfc3339(t)));
+            return Answer::NotFound(format!(
+                "{}; a host-network pod's address is the node's and never names a pod",
+                self.unknown(&format!("a pod holding {ip} {moment}"))
+            ));
+        };
+        let ns = |t: SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
+        let at_ns = ns(when);
+        let ran = |f: &Found| f.container.started_at > 0 && f.container.started_at <= at_ns;
+        let ran_then = |f: &Found| ran(f) && (f.container.finished_at == 0 || at_ns <= f.container.finished_at);
+        let mut all = ix.containers_of(&h.pod_uid);
+        all.sort_by_key(|f| f.container.started_at);
+        let pick = all.iter().rev().find(|f| ran_then(f)).or_else(|| all.iter().rev().find(|f| ran(f))).or(all.last());
+        match pick {
+            Some(f) => Answer::Found(f.clone()),
+            None => Answer::NotFound(format!(
+                "pod {} held {ip} then (sandbox {}), but plegd no longer holds any container of it",
+                h.pod_uid, h.sandbox
+            )),
+        }
     }
 
     /// A cgroup path: the container its runtime-named component names, if that

@@ -200,16 +200,13 @@ impl Identities {
         self.read().node.clone().unwrap_or_else(|| self.flag_node.clone())
     }
 
-    /// Pod `pod`'s identity: the kubelet's, with the runtime's addresses where the
-    /// kubelet gave none yet, else inferred.
+    /// Pod `pod`'s identity: the kubelet's (its addresses too: a finished pod's are
+    /// released, and the kubelet says none), else inferred.
     pub fn of(&self, pod: &PodStatus) -> api::PodIdentity {
         let book = self.read();
         match book.pods.get(&pod.uid) {
             Some(k) => {
                 let mut id = k.pod.identity.clone();
-                if id.pod_ips.is_empty() && !k.pod.host_network {
-                    id.pod_ips = pod.ips.clone();
-                }
                 if id.qos_class.is_empty() {
                     id.qos_class = pod.inferred_identity("").qos_class;
                 }

@@ -2089,7 +2089,10 @@ type GetContainerRequest struct {
 	//	*GetContainerRequest_MntNs
 	//	*GetContainerRequest_PidNs
 	//	*GetContainerRequest_CgroupPath
-	Key           isGetContainerRequest_Key `protobuf_oneof:"key"`
+	//	*GetContainerRequest_PodIp
+	Key isGetContainerRequest_Key `protobuf_oneof:"key"`
+	// With `pod_ip` only: the moment asked about (default: now).
+	At            *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=at,proto3" json:"at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2203,6 +2206,22 @@ func (x *GetContainerRequest) GetCgroupPath() string {
 	return ""
 }
 
+func (x *GetContainerRequest) GetPodIp() string {
+	if x != nil {
+		if x, ok := x.Key.(*GetContainerRequest_PodIp); ok {
+			return x.PodIp
+		}
+	}
+	return ""
+}
+
+func (x *GetContainerRequest) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
 type isGetContainerRequest_Key interface {
 	isGetContainerRequest_Key()
 }
@@ -2253,6 +2272,13 @@ type GetContainerRequest_CgroupPath struct {
 	CgroupPath string `protobuf:"bytes,8,opt,name=cgroup_path,json=cgroupPath,proto3,oneof"`
 }
 
+type GetContainerRequest_PodIp struct {
+	// A pod address, v4 or v6, at `at`: the pod that held it then, live or removed
+	// (within --tombstone-retention, across restarts of plegd), with the container of it
+	// that ran then. A host-network pod's address is the node's and never names a pod.
+	PodIp string `protobuf:"bytes,9,opt,name=pod_ip,json=podIp,proto3,oneof"`
+}
+
 func (*GetContainerRequest_ContainerId) isGetContainerRequest_Key() {}
 
 func (*GetContainerRequest_CgroupId) isGetContainerRequest_Key() {}
@@ -2268,6 +2294,8 @@ func (*GetContainerRequest_MntNs) isGetContainerRequest_Key() {}
 func (*GetContainerRequest_PidNs) isGetContainerRequest_Key() {}
 
 func (*GetContainerRequest_CgroupPath) isGetContainerRequest_Key() {}
+
+func (*GetContainerRequest_PodIp) isGetContainerRequest_Key() {}
 
 // A pod's container by name and attempt (0 is the first).
 type ContainerRef struct {
@@ -2570,7 +2598,7 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\x14GetPodStatusResponse\x12%\n" +
 	"\x03pod\x18\x01 \x01(\v2\x13.plegd.v1.PodStatusR\x03pod\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x1b\n" +
-	"\tnot_found\x18\x03 \x01(\bR\bnotFound\"\x9e\x02\n" +
+	"\tnot_found\x18\x03 \x01(\bR\bnotFound\"\xe3\x02\n" +
 	"\x13GetContainerRequest\x12#\n" +
 	"\fcontainer_id\x18\x01 \x01(\tH\x00R\vcontainerId\x12\x1d\n" +
 	"\tcgroup_id\x18\x02 \x01(\x04H\x00R\bcgroupId\x12\x12\n" +
@@ -2580,7 +2608,10 @@ const file_plegd_v1_plegd_proto_rawDesc = "" +
 	"\x06mnt_ns\x18\x06 \x01(\x04H\x00R\x05mntNs\x12\x17\n" +
 	"\x06pid_ns\x18\a \x01(\x04H\x00R\x05pidNs\x12!\n" +
 	"\vcgroup_path\x18\b \x01(\tH\x00R\n" +
-	"cgroupPathB\x05\n" +
+	"cgroupPath\x12\x17\n" +
+	"\x06pod_ip\x18\t \x01(\tH\x00R\x05podIp\x12*\n" +
+	"\x02at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x02atB\x05\n" +
 	"\x03key\"h\n" +
 	"\fContainerRef\x12\x17\n" +
 	"\apod_uid\x18\x01 \x01(\tR\x06podUid\x12%\n" +
@@ -2728,22 +2759,23 @@ var file_plegd_v1_plegd_proto_depIdxs = []int32{
 	11, // 36: plegd.v1.GetPodStatusResponse.pod:type_name -> plegd.v1.PodStatus
 	32, // 37: plegd.v1.GetPodStatusResponse.timestamp:type_name -> google.protobuf.Timestamp
 	26, // 38: plegd.v1.GetContainerRequest.container:type_name -> plegd.v1.ContainerRef
-	11, // 39: plegd.v1.GetContainerResponse.pod:type_name -> plegd.v1.PodStatus
-	7,  // 40: plegd.v1.GetContainerResponse.container:type_name -> plegd.v1.ContainerInfo
-	32, // 41: plegd.v1.GetContainerResponse.removed_at:type_name -> google.protobuf.Timestamp
-	15, // 42: plegd.v1.PodLifecycle.Watch:input_type -> plegd.v1.WatchRequest
-	21, // 43: plegd.v1.PodLifecycle.ListPods:input_type -> plegd.v1.ListPodsRequest
-	23, // 44: plegd.v1.PodLifecycle.GetPodStatus:input_type -> plegd.v1.GetPodStatusRequest
-	25, // 45: plegd.v1.PodLifecycle.GetContainer:input_type -> plegd.v1.GetContainerRequest
-	20, // 46: plegd.v1.PodLifecycle.Watch:output_type -> plegd.v1.WatchEvent
-	22, // 47: plegd.v1.PodLifecycle.ListPods:output_type -> plegd.v1.ListPodsResponse
-	24, // 48: plegd.v1.PodLifecycle.GetPodStatus:output_type -> plegd.v1.GetPodStatusResponse
-	27, // 49: plegd.v1.PodLifecycle.GetContainer:output_type -> plegd.v1.GetContainerResponse
-	46, // [46:50] is the sub-list for method output_type
-	42, // [42:46] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	32, // 39: plegd.v1.GetContainerRequest.at:type_name -> google.protobuf.Timestamp
+	11, // 40: plegd.v1.GetContainerResponse.pod:type_name -> plegd.v1.PodStatus
+	7,  // 41: plegd.v1.GetContainerResponse.container:type_name -> plegd.v1.ContainerInfo
+	32, // 42: plegd.v1.GetContainerResponse.removed_at:type_name -> google.protobuf.Timestamp
+	15, // 43: plegd.v1.PodLifecycle.Watch:input_type -> plegd.v1.WatchRequest
+	21, // 44: plegd.v1.PodLifecycle.ListPods:input_type -> plegd.v1.ListPodsRequest
+	23, // 45: plegd.v1.PodLifecycle.GetPodStatus:input_type -> plegd.v1.GetPodStatusRequest
+	25, // 46: plegd.v1.PodLifecycle.GetContainer:input_type -> plegd.v1.GetContainerRequest
+	20, // 47: plegd.v1.PodLifecycle.Watch:output_type -> plegd.v1.WatchEvent
+	22, // 48: plegd.v1.PodLifecycle.ListPods:output_type -> plegd.v1.ListPodsResponse
+	24, // 49: plegd.v1.PodLifecycle.GetPodStatus:output_type -> plegd.v1.GetPodStatusResponse
+	27, // 50: plegd.v1.PodLifecycle.GetContainer:output_type -> plegd.v1.GetContainerResponse
+	47, // [47:51] is the sub-list for method output_type
+	43, // [43:47] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_plegd_v1_plegd_proto_init() }
@@ -2768,6 +2800,7 @@ func file_plegd_v1_plegd_proto_init() {
 		(*GetContainerRequest_MntNs)(nil),
 		(*GetContainerRequest_PidNs)(nil),
 		(*GetContainerRequest_CgroupPath)(nil),
+		(*GetContainerRequest_PodIp)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
