@@ -144,7 +144,8 @@ impl PodsApiWatcher {
             return;
         };
         self.identities.set_source(KubeletSource::Waiting(format!("connecting to {}", socket.display())));
-        let mut said = crate::backoff::Repeats::default();
+        // Said when the reason changes (a node without the API would repeat it forever).
+        let mut said = String::new();
         loop {
             let ended = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -152,8 +153,12 @@ impl PodsApiWatcher {
             };
             self.metrics.up.set(0);
             let why = ended.to_string();
-            if let Some(n) = said.say() {
-                tracing::info!(error = %why, repeated = n, "the kubelet's Pods API is not watched; pods' identity is the last heard, else inferred");
+            if self.identities.source() == KubeletSource::Up {
+                said.clear(); // it was watched: its end is news
+            }
+            if why != said {
+                tracing::info!(error = %why, "the kubelet's Pods API is not watched; pods' identity is the last heard, else inferred");
+                said.clone_from(&why);
             }
             self.identities.set_source(KubeletSource::Waiting(why));
             let delay = match &ended {

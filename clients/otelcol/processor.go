@@ -142,8 +142,9 @@ func (b *batch) lookup(k assocKey, res, rec pcommon.Map) (a answer, present bool
 		} else {
 			mk.s = peerIP(b.ctx)
 		}
-		// Records of one second share an answer.
-		mk.i = int64(b.at / pcommon.Timestamp(time.Second))
+		// Records of one millisecond share an answer: an address is reused within a
+		// second, and the moment decides whose it was.
+		mk.i = int64(b.at / pcommon.Timestamp(time.Millisecond))
 	case assocProcessPID:
 		// plegd knows host PIDs. An SDK's resource carries the process's PID in its
 		// own PID namespace — in a container, another process's host PID, if any.

@@ -395,19 +395,23 @@ func (r *resolver) logFromInformer(lf logFile) (answer, bool) {
 	return answer{}, false
 }
 
-// byPodIP: the pod that held address ip at second sec (0: now), by GetContainer — an
-// address is reused within seconds, so the informer's current copy cannot say. The
-// placement is the pod's: an address is no one container's.
-func (r *resolver) byPodIP(ctx context.Context, ip string, sec int64) answer {
+// byPodIP: the pod that held address ip at millisecond ms since the epoch (0: now), by
+// GetContainer — an address is reused within seconds, so the informer's current copy
+// cannot say. The placement is the pod's: an address is no one container's. Who held
+// it at a past moment does not change, and is kept; who holds it now is asked again
+// as a PID is (the next holder may take it any moment).
+func (r *resolver) byPodIP(ctx context.Context, ip string, ms int64) answer {
 	addr := net.ParseIP(strings.TrimSpace(ip))
 	if addr == nil {
 		return answer{why: reasonInvalidKey}
 	}
 	req := &plegdv1.GetContainerRequest{Key: &plegdv1.GetContainerRequest_PodIp{PodIp: addr.String()}}
-	if sec > 0 {
-		req.At = timestamppb.New(time.Unix(sec, 0))
+	pol := pidPolicy
+	if ms > 0 {
+		req.At = timestamppb.New(time.UnixMilli(ms))
+		pol = idPolicy
 	}
-	return r.rpc(ctx, "i:"+addr.String()+"@"+strconv.FormatInt(sec, 10), req, idPolicy)
+	return r.rpc(ctx, "i:"+addr.String()+"@"+strconv.FormatInt(ms, 10), req, pol)
 }
 
 func (r *resolver) byPID(ctx context.Context, pid int64) answer {

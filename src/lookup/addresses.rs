@@ -42,6 +42,10 @@ pub(super) const MAX_HOLDINGS: usize = 20_000;
 pub(super) struct Addresses {
     held: HashMap<IpAddr, Vec<Holding>>,
     count: usize,
+    /// Pods whose containers' tombstones were read at start, and the latest removal of
+    /// each: what such a pod still held when plegd stopped, it held at most until then,
+    /// unless the journal's pods say it still runs ([`Self::settle`]).
+    removed: HashMap<Arc<str>, SystemTime>,
 }
 
 impl Addresses {
@@ -52,7 +56,8 @@ impl Addresses {
         for s in &status.sandboxes {
             let from = nanos_to_system(s.created_at).unwrap_or(at);
             let ended = (s.state != SandboxState::Ready).then_some(at);
-            for ip in std::iter::once(&s.ip).chain(&s.additional_ips).filter_map(|ip| ip.parse::<IpAddr>().ok()) {
+            let ips = std::iter::once(&s.ip).chain(&s.additional_ips).filter_map(|ip| ip.parse::<IpAddr>().ok());
+            for ip in ips.map(|ip| ip.to_canonical()) {
                 self.hold(ip, &uid, &s.id, from, ended);
             }
         }
@@ -84,16 +89,29 @@ impl Addresses {
         }
     }
 
-    /// Pod `status`, removed at `removed_at` (a tombstone read at start): its sandboxes
-    /// held their addresses at most until then.
+    /// A container of pod `status` removed at `removed_at` (a tombstone read at start):
+    /// a sandbox not ready then had stopped by then. Whether the pod is gone is known
+    /// only once the journal's pods are read ([`Self::settle`]).
     pub(super) fn learn_removed(&mut self, status: &PodStatus, removed_at: SystemTime) {
         self.learn(status, removed_at);
-        self.pod_gone(&status.uid, removed_at);
+        let latest = self.removed.entry(crate::labels::shared(&status.uid)).or_insert(removed_at);
+        *latest = (*latest).max(removed_at);
     }
 
-    /// Who held `ip` at `at`: the newest holding that covers it.
+    /// The journal's pods at start are `live`: a pod only tombstones named, not among
+    /// them, held its addresses at most until its last container's removal.
+    pub(super) fn settle(&mut self, live: &std::collections::HashSet<&str>) {
+        for (uid, at) in std::mem::take(&mut self.removed) {
+            if !live.contains(&*uid) {
+                self.pod_gone(&uid, at);
+            }
+        }
+    }
+
+    /// Who held `ip` at `at`: the newest holding that covers it. An IPv4 address
+    /// written as IPv6 (`::ffff:10.0.0.1`) is the IPv4 one.
     pub(super) fn holder(&self, ip: IpAddr, at: SystemTime) -> Option<&Holding> {
-        self.held.get(&ip)?.iter().rev().find(|h| h.covers(at))
+        self.held.get(&ip.to_canonical())?.iter().rev().find(|h| h.covers(at))
     }
 
     /// Forgets holdings that ended before `cutoff`, and the oldest ended ones past
@@ -161,14 +179,33 @@ mod tests {
         assert_eq!((who(&a, 5), who(&a, 9), who(&a, 10), who(&a, 1000)), (a_, b.clone(), b.clone(), b));
         assert_eq!(a.holder(ip, t(0) - Duration::from_secs(1)), None, "before anyone");
         assert_eq!(a.len(), 2, "no holding for a sandbox without an address");
-        // v6, written another way.
+        // v6, written another way; v4 written as v6.
         a.learn(&pod("c", "s4", "fd00::0:9", 20, true), t(21));
         assert_eq!(a.holder("fd00::9".parse().unwrap(), t(30)).map(|h| &*h.pod_uid), Some("c"));
+        assert_eq!(a.holder("::ffff:10.244.0.1".parse().unwrap(), t(5)).map(|h| &*h.pod_uid), Some("a"));
         // Gone pods' holdings end; the retention forgets them.
         a.pod_gone("b", t(40));
         assert_eq!(who(&a, 41), None);
         a.expire(t(41));
         assert_eq!((who(&a, 20), a.len()), (None, 1));
+    }
+
+    #[test]
+    fn after_a_restart_a_pod_that_still_runs_keeps_its_address_and_a_removed_one_held_it_until_its_removal() {
+        let mut a = Addresses::default();
+        // Tombstones read at start, oldest first: an old attempt of a live pod (its
+        // sandbox ready then), and the last container of a pod since removed.
+        a.learn_removed(&pod("live", "s1", "10.244.0.1", 0, true), t(100));
+        a.learn_removed(&pod("gone", "s2", "10.244.0.2", 0, true), t(200));
+        a.learn_removed(&pod("gone", "s2", "10.244.0.2", 0, true), t(300));
+        a.settle(&["live"].into());
+        let who = |ip: &str, at| a.holder(ip.parse().unwrap(), t(at)).map(|h| h.pod_uid.to_string());
+        assert_eq!(who("10.244.0.1", 5000), Some("live".into()), "still running: still held");
+        assert_eq!(
+            (who("10.244.0.2", 299), who("10.244.0.2", 300)),
+            (Some("gone".into()), None),
+            "until its last removal"
+        );
     }
 
     proptest! {
@@ -197,8 +234,15 @@ mod tests {
             for &(ip, _, _, _) in &truth {
                 for at in 0..=now + 40 {
                     let held = truth.iter().find(|(i, _, from, until)| *i == ip && *from <= at && at < *until);
-                    if let Some((_, uid, _, _)) = held {
-                        prop_assert_eq!(a.holder(ip, t(at)).map(|h| h.pod_uid.to_string()), Some(uid.clone()), "{} at {}", ip, at);
+                    let answer = a.holder(ip, t(at)).map(|h| h.pod_uid.to_string());
+                    match held {
+                        Some((_, uid, _, _)) => prop_assert_eq!(answer, Some(uid.clone()), "{} at {}", ip, at),
+                        // Free then: nobody, or the last holder while plegd had not yet
+                        // seen it stop (at most 3 s) — never a later one.
+                        None => if let Some(uid) = answer {
+                            let (_, _, from, until) = truth.iter().find(|x| x.0 == ip && x.1 == uid).unwrap();
+                            prop_assert!(*from <= at && at < until + 4, "{} at {}: {} held it {}..{}", ip, at, uid, from, until);
+                        },
                     }
                 }
             }

@@ -286,6 +286,7 @@ impl ContainerLookup {
         // none of it stands for when a PID was taken.
         let clock = None;
         let mut ix = self.lock();
+        let live: std::collections::HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
         for pod in pods {
             for c in &pod.containers {
                 if c.state == ContainerState::Exited {
@@ -295,6 +296,7 @@ impl ContainerLookup {
             ix.addresses.learn(pod, pod.observed_at);
             ix.learn(pod, clock, &mut ops);
         }
+        ix.addresses.settle(&live);
         drop(ix);
         self.send(ops);
         self.learned.notify_waiters();

@@ -61,6 +61,14 @@ impl PodStatus {
     }
 }
 
+/// Pods the kubelet's word is kept for at most: running ones always (a node runs a few
+/// hundred at most), gone ones while within this.
+pub const MAX_KUBELET_PODS: usize = 10_000;
+
+/// How long after the kubelet says a pod is gone its identity outlives the retention:
+/// the runtime removes the containers after that, and their tombstones count from then.
+pub const GONE_SLACK: Duration = Duration::from_secs(600);
+
 /// Where the kubelet's word stands, as `/readyz` says it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KubeletSource {
@@ -271,10 +279,22 @@ impl Identities {
         newly
     }
 
-    /// Forgets the pods gone longer than the tombstones are kept, as of `now`.
+    /// Forgets the pods gone longer than their tombstones are kept, as of `now`: the
+    /// retention, from the kubelet's word, with [`GONE_SLACK`] for the runtime to remove
+    /// the containers after it; and the longest gone past [`MAX_KUBELET_PODS`].
     pub fn prune(&self, now: SystemTime) {
-        let keep = self.keep_gone;
-        self.write().pods.retain(|_, k| k.gone_at.is_none_or(|t| now.duration_since(t).unwrap_or_default() < keep));
+        let keep = self.keep_gone + GONE_SLACK;
+        let mut book = self.write();
+        book.pods.retain(|_, k| k.gone_at.is_none_or(|t| now.duration_since(t).unwrap_or_default() < keep));
+        let over = book.pods.len().saturating_sub(MAX_KUBELET_PODS);
+        if over > 0 {
+            let mut gone: Vec<(SystemTime, String)> =
+                book.pods.iter().filter_map(|(uid, k)| Some((k.gone_at?, uid.clone()))).collect();
+            gone.sort();
+            for (_, uid) in gone.into_iter().take(over) {
+                book.pods.remove(&uid);
+            }
+        }
     }
 
     /// Whether the kubelet named pod `uid` and has not said it is gone.
@@ -481,9 +501,10 @@ mod tests {
                         proptest::prop_assert_eq!(newly, want);
                     }
                     Op::Prune => {
-                        now += Duration::from_secs(45);
+                        now += Duration::from_secs(450);
                         ids.prune(now);
-                        model.retain(|_, m| m.1.is_none_or(|t| now.duration_since(t).unwrap() < Duration::from_secs(60)));
+                        let keep = Duration::from_secs(60) + GONE_SLACK;
+                        model.retain(|_, m| m.1.is_none_or(|t| now.duration_since(t).unwrap() < keep));
                     }
                 }
                 for p in 0..6u8 {
