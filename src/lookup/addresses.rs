@@ -46,6 +46,9 @@ pub(super) struct Addresses {
     /// each: what such a pod still held when plegd stopped, it held at most until then,
     /// unless the journal's pods say it still runs ([`Self::settle`]).
     removed: HashMap<Arc<str>, SystemTime>,
+    /// The earliest end among the holdings kept: [`Self::expire`], called with every
+    /// batch of events the lookup learns, has nothing to do before it.
+    earliest_end: Option<SystemTime>,
 }
 
 impl Addresses {
@@ -66,11 +69,8 @@ impl Addresses {
     fn hold(&mut self, ip: IpAddr, uid: &Arc<str>, sandbox: &str, from: SystemTime, ended: Option<SystemTime>) {
         let list = self.held.entry(ip).or_default();
         match list.iter_mut().find(|h| h.sandbox == sandbox) {
-            Some(h) => {
-                if h.until.is_none() {
-                    h.until = ended;
-                }
-            }
+            Some(h) if h.until.is_some() => return,
+            Some(h) => h.until = ended,
             None => {
                 let at = list.partition_point(|h| h.from <= from);
                 let h = Holding { pod_uid: uid.clone(), sandbox: sandbox.to_owned(), from, until: ended };
@@ -78,14 +78,26 @@ impl Addresses {
                 self.count += 1;
             }
         }
+        if let Some(end) = ended {
+            self.ended(end);
+        }
+    }
+
+    fn ended(&mut self, at: SystemTime) {
+        self.earliest_end = Some(self.earliest_end.map_or(at, |e| e.min(at)));
     }
 
     /// Pod `uid` is gone, as of `at`: what it still held, it held until then.
     pub(super) fn pod_gone(&mut self, uid: &str, at: SystemTime) {
+        let mut closed = false;
         for h in self.held.values_mut().flatten() {
             if *h.pod_uid == *uid && h.until.is_none() {
                 h.until = Some(at);
+                closed = true;
             }
+        }
+        if closed {
+            self.ended(at);
         }
     }
 
@@ -117,14 +129,21 @@ impl Addresses {
     /// Forgets holdings that ended before `cutoff`, and the oldest ended ones past
     /// [`MAX_HOLDINGS`].
     pub(super) fn expire(&mut self, cutoff: SystemTime) {
-        let mut dropped = 0;
+        if self.earliest_end.is_none_or(|e| e >= cutoff) && self.count <= MAX_HOLDINGS {
+            return;
+        }
+        let (mut dropped, mut earliest) = (0, None::<SystemTime>);
         self.held.retain(|_, list| {
             let before = list.len();
             list.retain(|h| h.until.is_none_or(|u| u >= cutoff));
             dropped += before - list.len();
+            for u in list.iter().filter_map(|h| h.until) {
+                earliest = Some(earliest.map_or(u, |e| e.min(u)));
+            }
             !list.is_empty()
         });
         self.count -= dropped;
+        self.earliest_end = earliest;
         if self.count > MAX_HOLDINGS {
             let mut ended: Vec<SystemTime> = self.held.values().flatten().filter_map(|h| h.until).collect();
             let over = self.count - MAX_HOLDINGS;
