@@ -89,10 +89,14 @@ EOF
   set -e
   "$CTL" stop "$v" >/dev/null 2>&1 || true
   ip link del plegdkt0 2>/dev/null || true
+  # The kubelet's cgroups, deepest first. A cgroup whose last process is still exiting
+  # cannot be removed yet: that is left for the next run, never a failure of this one
+  # (under set -e a failing find ended the script before the next version ran).
   for h in /sys/fs/cgroup/*/; do
-    [ -d "$h/plegd-kt-kubelet-$v" ] && find "$h/plegd-kt-kubelet-$v" -depth -type d -exec rmdir {} + 2>/dev/null
+    if [ -d "$h/plegd-kt-kubelet-$v" ]; then
+      find "$h/plegd-kt-kubelet-$v" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    fi
   done
-  true
   if [ "$rc" = 0 ]; then
     clean "$work/kubelet"
   else
