@@ -1,7 +1,9 @@
 //! Property: for any sequence of runtime changes with full and single-pod relists in
 //! between, each relist emits exactly the state table's events per container (against
 //! what plegd last reported of it), and after the last relist the cache equals the
-//! runtime.
+//! runtime. A container that exits or goes between a relist's listing and its read is
+//! told both steps in that relist; plegd restarted from what it published (the
+//! journal's view) goes on from what it told, missing nothing and telling nothing twice.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -15,7 +17,7 @@ use plegd::pleg::generic::GenericPleg;
 use plegd::pleg::health::PlegHealth;
 use plegd::pleg::schedule::{Reason, Why};
 use plegd::pleg::{PlegState, transition_events};
-use plegd::sim::SimRuntime;
+use plegd::sim::{Fault, FaultAction, SimRuntime};
 use proptest::prelude::*;
 use tokio::time::Instant;
 
@@ -49,6 +51,15 @@ enum Op {
         pod: usize,
         name: u8,
     },
+    /// A container is started in the pod; a full relist lists it running, and before
+    /// its status is read it exits (or is stopped and removed).
+    ChangesDuringRead {
+        pod: usize,
+        name: u8,
+        removed: bool,
+    },
+    /// plegd restarts, seeded from what it published, and relists.
+    Restart,
     /// A targeted relist of one pod, as a CRI event triggers.
     PodRelist {
         pod: usize,
@@ -69,6 +80,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(|pod| Op::KillSandbox { pod }),
         2 => any::<usize>().prop_map(|pod| Op::PodRelist { pod }),
         3 => Just(Op::Relist),
+        1 => (any::<usize>(), 0u8..3, any::<bool>()).prop_map(|(pod, name, removed)| Op::ChangesDuringRead { pod, name, removed }),
+        1 => Just(Op::Restart),
     ]
 }
 
@@ -117,17 +130,7 @@ impl World {
                 self.pods.push((spec, sid));
             }
             Op::AddContainer { pod, name } | Op::CreateOnly { pod, name } => {
-                let Some(p) = pick(pod, self.pods.len()) else { return };
-                let attempt = self.attempts.entry((p, name)).or_insert(0);
-                let spec = ContainerSpec::new(&format!("c{name}")).attempt(*attempt);
-                *attempt += 1;
-                let (pod_spec, sid) = &self.pods[p];
-                if let Ok(id) = self.sim.create_container(pod_spec.create_request(sid, &spec)).await {
-                    if matches!(op, Op::AddContainer { .. }) {
-                        let _ = self.sim.start_container(&id).await;
-                    }
-                    self.containers.push(id);
-                }
+                self.add(pod, name, matches!(op, Op::AddContainer { .. })).await;
             }
             Op::Exit { container, code } => {
                 if let Some(c) = pick(container, self.containers.len()) {
@@ -159,40 +162,76 @@ impl World {
                     self.sim.kill_sandbox(&self.pods[p].1);
                 }
             }
-            Op::Relist | Op::PodRelist { .. } => {}
+            Op::Relist | Op::PodRelist { .. } | Op::ChangesDuringRead { .. } | Op::Restart => {}
         }
+    }
+
+    /// Creates container `name` in pod `pod` (any pod, modulo), started if `start`.
+    async fn add(&mut self, pod: usize, name: u8, start: bool) -> Option<String> {
+        let p = if self.pods.is_empty() { return None } else { pod % self.pods.len() };
+        let attempt = self.attempts.entry((p, name)).or_insert(0);
+        let spec = ContainerSpec::new(&format!("c{name}")).attempt(*attempt);
+        *attempt += 1;
+        let (pod_spec, sid) = &self.pods[p];
+        let id = self.sim.create_container(pod_spec.create_request(sid, &spec)).await.ok()?;
+        self.containers.push(id.clone());
+        if start {
+            self.sim.start_container(&id).await.ok()?;
+        }
+        Some(id)
     }
 }
 
+type Events = tokio::sync::mpsc::Receiver<Vec<plegd::model::event::PodLifecycleEvent>>;
+
+/// A relister on `sim` with its own cache, seeded with `seed` (a restart) when given.
+fn relister(
+    sim: &SimRuntime,
+    seed: Option<Vec<std::sync::Arc<plegd::model::PodStatus>>>,
+) -> (GenericPleg<SimRuntime>, cache::PodCache, Events) {
+    let (writer, reader) = cache::new();
+    let (tx, rx) = tokio::sync::mpsc::channel(1_000_000);
+    let cfg = PlegConfig {
+        relist_period: Duration::from_secs(1),
+        concurrency: 4,
+        inspect_timeout: Duration::from_secs(5),
+        ..Default::default()
+    };
+    let pleg = GenericPleg::new(
+        sim.clone(),
+        writer,
+        tx,
+        PlegHealth::new(Duration::from_secs(180)),
+        plegd::pleg::metrics::PlegMetrics::register(&mut Default::default()),
+        cfg,
+        Default::default(),
+    );
+    let pleg = match seed {
+        Some(pods) => pleg.with_seed(pods),
+        None => pleg,
+    };
+    (pleg, reader, rx)
+}
+
 fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    // Paused time: a status read delayed by the runtime is overtaken by a change at a
+    // known moment.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
     rt.block_on(async move {
         let sim = SimRuntime::new();
-        let (writer, reader) = cache::new();
-        let (tx, mut rx) = tokio::sync::mpsc::channel(1_000_000);
-        let cfg = PlegConfig {
-            relist_period: Duration::from_secs(1),
-            concurrency: 4,
-            inspect_timeout: Duration::from_secs(5),
-            ..Default::default()
-        };
-        let mut pleg = GenericPleg::new(
-            sim.clone(),
-            writer,
-            tx,
-            PlegHealth::new(Duration::from_secs(180)),
-            plegd::pleg::metrics::PlegMetrics::register(&mut Default::default()),
-            cfg,
-            Default::default(),
-        );
+        let (mut pleg, mut reader, mut rx) = relister(&sim, None);
         let mut world = World { sim: sim.clone(), pods: Vec::new(), containers: Vec::new(), attempts: HashMap::new() };
         // What plegd has reported of each id, and each id's pod.
         let mut seen: HashMap<String, PlegState> = HashMap::new();
         let mut owner: HashMap<String, String> = HashMap::new();
+        // What plegd published of each pod last: the journal's view, a restart's seed.
+        let mut view: BTreeMap<String, std::sync::Arc<plegd::model::PodStatus>> = BTreeMap::new();
         let mut ops = ops;
         ops.push(Op::Relist);
         for op in &ops {
             world.apply(op).await;
+            // What the listing showed of ids changed during the read, where it differs.
+            let mut listed: HashMap<String, PlegState> = HashMap::new();
             // The pod a targeted relist reads (`None`: a full relist).
             let only: Option<String> = match *op {
                 Op::Relist => None,
@@ -202,9 +241,39 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     pleg.read_pods(vec![(uid.clone(), why)]).await;
                     Some(uid)
                 }
+                Op::ChangesDuringRead { pod, name, removed } => {
+                    let Some(id) = world.add(pod, name, true).await else { continue };
+                    let (before, _) = truth(&sim).await;
+                    let slow = FaultAction::Delay(Duration::from_millis(100));
+                    sim.inject(Fault {
+                        method: "ContainerStatus",
+                        target: Some(id.clone()),
+                        action: slow,
+                        times: Some(1),
+                    });
+                    let meanwhile = async {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        if removed {
+                            let _ = sim.stop_container(&id).await;
+                            sim.remove_container_cri(&id).await.unwrap();
+                        } else {
+                            sim.exit_container(&id, 2, "Error");
+                        }
+                    };
+                    let (relisted, ()) = tokio::join!(pleg.relist(), meanwhile);
+                    relisted.unwrap();
+                    sim.clear_faults();
+                    listed.insert(id.clone(), before[&id]);
+                    Some(String::new())
+                }
+                Op::Restart => {
+                    (pleg, reader, rx) = relister(&sim, Some(view.values().cloned().collect()));
+                    None
+                }
                 _ => continue,
             };
-            if only.is_none() {
+            let only = only.filter(|uid| !uid.is_empty());
+            if only.is_none() && !matches!(op, Op::ChangesDuringRead { .. }) {
                 pleg.relist().await.unwrap();
             }
             let (mut now, pods) = truth(&sim).await;
@@ -229,15 +298,25 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             for ev in sent {
                 prop_assert!(ev.kind != EventType::PodSync, "no re-inspection happened, so no POD_SYNC");
+                match &ev.pod {
+                    Some(pod) => view.insert(ev.pod_uid.to_string(), pod.clone()),
+                    None => view.remove(&*ev.pod_uid),
+                };
                 got.entry(ev.container_id.clone()).or_default().push(ev.kind);
             }
             let mut want: BTreeMap<String, Vec<EventType>> = BTreeMap::new();
-            for id in seen.keys().chain(now.keys()) {
+            for id in seen.keys().chain(now.keys()).chain(listed.keys()) {
                 let before = seen.get(id).copied().unwrap_or(PlegState::NonExistent);
                 let after = now.get(id).copied().unwrap_or(PlegState::NonExistent);
-                let evs = transition_events(before, after);
+                // Changed during the read: the listing's step, then the read's.
+                let evs = match listed.get(id) {
+                    Some(&at_listing) => {
+                        [transition_events(before, at_listing), transition_events(at_listing, after)].concat()
+                    }
+                    None => transition_events(before, after).to_vec(),
+                };
                 if !evs.is_empty() {
-                    want.insert(id.clone(), evs.to_vec());
+                    want.insert(id.clone(), evs);
                 }
             }
             prop_assert_eq!(&got, &want, "events after {:?}", op);

@@ -536,6 +536,16 @@ impl<R: RuntimeService> GenericPleg<R> {
             records.current(uid).is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
                 || status.as_ref().is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
         });
+        // The read came after the listing: what it found is the later word, and the
+        // record commits it, so what is committed is what the events carry.
+        let late = status.as_deref().map(|s| self.records.observe(uid, s)).unwrap_or_default();
+        let with_late;
+        let transitions: &[Transition] = if late.is_empty() {
+            transitions
+        } else {
+            with_late = [transitions, &late].concat();
+            &with_late
+        };
         let old = self.records.old(uid);
         let empty_record = old.is_some_and(|p| p.sandboxes.is_empty() && p.containers.is_empty());
         let known = |id: &str| old.is_some_and(|p| p.state_of(id) != PlegState::NonExistent);
@@ -544,6 +554,10 @@ impl<R: RuntimeService> GenericPleg<R> {
             (book.identity(uid).cloned(), book.settle(uid, listed_at, transitions, status.as_deref(), known))
         };
         self.records.commit(uid);
+        debug_assert!(
+            status.as_deref().is_none_or(|s| self.records.old(uid).is_some_and(|o| o.holds(s))),
+            "pod {uid}: the committed record is not the status its events carry"
+        );
         let events = events_of(PodRead {
             uid,
             namespace: &namespace,
@@ -736,102 +750,4 @@ fn reworded(before: &PodStatus, now: &PodStatus) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sim::{Fault, FaultAction};
-
-    /// The kubelet keeps the pods to inspect again at the next relist in a set
-    /// (`podsToReinspect`); plegd parked them in its schedule an hour ahead, a time
-    /// standing in for "at the next full relist".
-    #[tokio::test(start_paused = true)]
-    async fn a_read_that_fails_while_the_stream_is_down_waits_in_a_set_for_the_next_full_relist() {
-        let sim = crate::sim::SimRuntime::new();
-        let pod = crate::cri::spec::PodSpec::new("ns", "p");
-        let sid = sim.run_pod_sandbox(pod.run_request()).await.unwrap();
-        let (writer, _cache) = crate::cache::new();
-        let (tx, _rx) = mpsc::channel(64);
-        let metrics = PlegMetrics::register(&mut Default::default());
-        let health = PlegHealth::new(Duration::from_secs(180));
-        let mut pleg =
-            GenericPleg::new(sim.clone(), writer, tx, health, metrics, PlegConfig::default(), Host::default());
-        let fails = FaultAction::Error(tonic::Code::Unavailable, "down".into());
-        sim.inject(Fault { method: "PodSandboxStatus", target: Some(sid.clone()), action: fails, times: None });
-        let outcome = pleg.relist().await.unwrap();
-        assert_eq!(outcome.failed, 1, "{outcome:?}");
-        assert!(pleg.books.failed.contains(&pod.uid), "waits in the set");
-        assert!(!pleg.reads.any(|_, why| why.has(Reason::FailedRead)), "nothing parked in the schedule");
-        sim.clear_faults();
-        let outcome = pleg.relist().await.unwrap();
-        assert_eq!(outcome.failed, 0, "{outcome:?}");
-        assert!(pleg.books.failed.is_empty(), "the next full relist read it");
-    }
-
-    /// Found by the review of the intake split: a final status heard after the full
-    /// relist's listing and before its pod's read began is of a container the listing
-    /// cannot show. Settled against that read, the container would die and go while it
-    /// still exists; it waits for a read whose listing can show it.
-    #[tokio::test(start_paused = true)]
-    async fn a_final_status_heard_after_the_listing_waits_for_a_read_that_can_show_its_container() {
-        use crate::cri::spec::{ContainerSpec, PodSpec};
-        use crate::model::event::EventType;
-        let sim = crate::sim::SimRuntime::new();
-        // Two pods, read one after the other in UID order (one read at a time).
-        let (mut a, mut b) = (PodSpec::new("ns", "a"), PodSpec::new("ns", "b"));
-        (a.uid, b.uid) = ("0000-a".into(), "0000-b".into());
-        let sa = sim.run_pod_sandbox(a.run_request()).await.unwrap();
-        let sb = sim.run_pod_sandbox(b.run_request()).await.unwrap();
-        let (writer, _cache) = crate::cache::new();
-        let (tx, mut rx) = mpsc::channel(64);
-        let metrics = PlegMetrics::register(&mut Default::default());
-        let health = PlegHealth::new(Duration::from_secs(180));
-        let cfg = PlegConfig { concurrency: 1, ..Default::default() };
-        let mut pleg = GenericPleg::new(sim.clone(), writer, tx, health, metrics, cfg, Host::default());
-        pleg.relist().await.unwrap();
-        // Both pods change: the next full relist reads both, a first, slowly.
-        for (pod, sid) in [(&a, &sa), (&b, &sb)] {
-            let id = sim.create_container(pod.create_request(sid, &ContainerSpec::new("main"))).await.unwrap();
-            sim.start_container(&id).await.unwrap();
-        }
-        while rx.try_recv().is_ok() {}
-        let slow = FaultAction::Delay(Duration::from_millis(200));
-        sim.inject(Fault { method: "PodSandboxStatus", target: Some(sa.clone()), action: slow, times: Some(1) });
-        let inbox = pleg.inbox();
-        let late = async {
-            // Listed at 0; b's read begins at 200 ms. In between, b gets a container
-            // that starts and stops, and the stream's final status for it is heard.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let c = sim.create_container(b.create_request(&sb, &ContainerSpec::new("late"))).await.unwrap();
-            sim.start_container(&c).await.unwrap();
-            assert!(sim.exit_container(&c, 3, "Error"));
-            let ev = crate::proto::runtime::ContainerEventResponse {
-                container_id: c.clone(),
-                container_event_type: crate::proto::runtime::ContainerEventType::ContainerStoppedEvent as i32,
-                created_at: 1,
-                pod_sandbox_status: Some(sim.pod_sandbox_status(&sb).await.unwrap()),
-                containers_statuses: vec![sim.container_status_cri(&c).await.unwrap()],
-            };
-            inbox.final_status(super::super::final_statuses::FinalStatus::of_event(&ev).expect("a final status"));
-            c
-        };
-        let (relisted, c) = tokio::join!(pleg.relist(), late);
-        relisted.unwrap();
-        let mut events = Vec::new();
-        while let Ok(batch) = rx.try_recv() {
-            events.extend(batch);
-        }
-        let of = |kind| events.iter().filter(|e| e.container_id == c && e.kind == kind).count();
-        assert_eq!((of(EventType::ContainerDied), of(EventType::ContainerRemoved)), (0, 0), "{events:#?}");
-        assert!(!pleg.books.final_statuses.lock().is_empty(), "its final status waits");
-        // The next full relist lists it, dead: it dies once, with its exit code, and is
-        // not removed.
-        pleg.relist().await.unwrap();
-        let mut events = Vec::new();
-        while let Ok(batch) = rx.try_recv() {
-            events.extend(batch);
-        }
-        let died: Vec<_> =
-            events.iter().filter(|e| e.container_id == c && e.kind == EventType::ContainerDied).collect();
-        assert_eq!(died.len(), 1, "{events:#?}");
-        assert!(events.iter().all(|e| e.container_id != c || e.kind != EventType::ContainerRemoved));
-    }
-}
+mod tests;

@@ -198,6 +198,49 @@ impl RuntimePod {
     }
 }
 
+impl RuntimePod {
+    /// Whether `status` reads every listed object in the state listed, and has each.
+    fn agrees_with(&self, status: &crate::model::PodStatus) -> bool {
+        let sandboxes = self
+            .sandboxes
+            .iter()
+            .all(|s| status.sandboxes.iter().any(|r| r.id == s.id && PlegState::of_sandbox(r.state) == s.state));
+        sandboxes
+            && self
+                .containers
+                .iter()
+                .all(|c| status.containers.iter().any(|r| r.id == c.id && PlegState::of_container(r.state) == c.state))
+    }
+
+    /// The listing as the read found it: states from `status`, objects it lacks left out.
+    fn as_read(&self, status: &crate::model::PodStatus) -> Self {
+        let mut pod = self.clone();
+        pod.sandboxes.retain_mut(|s| match status.sandboxes.iter().find(|r| r.id == s.id) {
+            Some(r) => {
+                s.state = PlegState::of_sandbox(r.state);
+                true
+            }
+            None => false,
+        });
+        pod.containers.retain_mut(|c| match status.containers.iter().find(|r| r.id == c.id) {
+            Some(r) => {
+                c.state = PlegState::of_container(r.state);
+                true
+            }
+            None => false,
+        });
+        pod
+    }
+
+    /// Whether this pod holds exactly the objects of `status`, each in its state: what a
+    /// record committed after a read holds.
+    pub fn holds(&self, status: &crate::model::PodStatus) -> bool {
+        self.agrees_with(status)
+            && self.sandboxes.len() == status.sandboxes.len()
+            && self.containers.len() == status.containers.len()
+    }
+}
+
 impl PodRecords {
     /// Records `status` as the pod's committed state, as if plegd had read it: the
     /// next relist's diff against the runtime gives what changed since.
@@ -264,8 +307,12 @@ impl PodRecords {
 }
 
 fn transitions_of(rec: &PodRecord) -> Vec<Transition> {
+    transitions_between(rec.old.as_ref(), rec.current())
+}
+
+/// The kubelet's table applied to every container and sandbox of `old` and `cur`.
+fn transitions_between(old: Option<&RuntimePod>, cur: Option<&RuntimePod>) -> Vec<Transition> {
     {
-        let (old, cur) = (rec.old.as_ref(), rec.current());
         if old == cur {
             return Vec::new();
         }
@@ -312,6 +359,28 @@ impl PodRecords {
                 }
             }
         }
+    }
+
+    /// What a read of the pod saw after its listing, taken as the later word: each listed
+    /// sandbox and container takes the state its status was read in, and one the read
+    /// found removed (NotFound: left out of the status) is no longer listed. The record
+    /// then commits what the events carry — the status — so a restart seeded from the
+    /// journal's view diffs against what was committed. Returns the transitions from the
+    /// listing to the read (a container that exited between the two dies now, not at the
+    /// next read).
+    pub fn observe(&mut self, uid: &str, status: &crate::model::PodStatus) -> Vec<Transition> {
+        let Some(rec) = self.records.get_mut(uid) else { return Vec::new() };
+        let (read, transitions) = {
+            let Some(listed) = rec.current() else { return Vec::new() };
+            if listed.agrees_with(status) {
+                return Vec::new();
+            }
+            let read = listed.as_read(status);
+            let transitions = transitions_between(Some(listed), Some(&read));
+            (read, transitions)
+        };
+        rec.set_current(Some(read));
+        transitions
     }
 
     /// Sandbox ids the records know for a pod (committed or current).
