@@ -17,7 +17,7 @@ use super::final_statuses::Settled;
 use super::health::PlegHealth;
 use super::inbox::{Inbox, InboxRx, inbox};
 use super::metrics::{ModeLabel, PlegMetrics, StateLabel};
-use super::records::{PodRecords, Transition, group_pods};
+use super::records::{PodRecords, Transition, group_pods, in_story_order};
 use super::schedule::{Merge, Read, Reason, Scheduler, StatusBook, Why};
 use super::state::{PlegState, same_status};
 use super::step::{PodNow, PodRead, events_of};
@@ -150,6 +150,8 @@ struct Applied {
     events: usize,
     /// Changes suspected as misses of the stream.
     missed: usize,
+    /// The read found the pod changed since its listing: the records hold what it found.
+    read_past_listing: bool,
 }
 
 /// A pod's transitions since its last read: what a full relist's read of it settles.
@@ -390,6 +392,9 @@ impl<R: RuntimeService> GenericPleg<R> {
         results.sort_by(|a, b| a.uid.cmp(&b.uid));
 
         let mut failed = HashSet::new();
+        // Whether a read found a pod changed since the listing: the records no longer
+        // hold this listing, and the next one is diffed in full.
+        let mut read_past_listing = false;
         for ReadResult { uid, at, asked: transitions, seen, .. } in results {
             // A listed pod's read is never unlisted; were it, nothing is known of it.
             let found = seen.map_or_else(Found::Failed, |s| s.found);
@@ -409,6 +414,7 @@ impl<R: RuntimeService> GenericPleg<R> {
                 Some(applied) => {
                     outcome.events += applied.events;
                     outcome.missed += applied.missed;
+                    read_past_listing |= applied.read_past_listing;
                 }
                 None => {
                     failed.insert(uid);
@@ -444,7 +450,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         }
         // Those heard since the relist began wait for a read after them.
         self.books.final_statuses.lock().retain_pods(start, |uid| failed.contains(uid));
-        self.listing.fingerprint = fingerprint;
+        self.listing.fingerprint = fingerprint.filter(|_| !read_past_listing);
         self.count_states();
         self.finish(start, start_wall);
         Ok(outcome)
@@ -538,12 +544,13 @@ impl<R: RuntimeService> GenericPleg<R> {
         });
         // The read came after the listing: what it found is the later word, and the
         // record commits it, so what is committed is what the events carry.
-        let late = status.as_deref().map(|s| self.records.observe(uid, s)).unwrap_or_default();
+        let late = self.records.observe(uid, status.as_deref());
+        let read_past_listing = !late.is_empty();
         let with_late;
         let transitions: &[Transition] = if late.is_empty() {
             transitions
         } else {
-            with_late = [transitions, &late].concat();
+            with_late = in_story_order([transitions, &late].concat());
             &with_late
         };
         let old = self.records.old(uid);
@@ -581,7 +588,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         if sent > 0 && self.events.send(events).await.is_err() {
             tracing::debug!("event receiver gone; dropping events");
         }
-        Some(Applied { events: sent, missed })
+        Some(Applied { events: sent, missed, read_past_listing })
     }
 
     /// Ends a full relist that started at `start`, its results in the cache: the

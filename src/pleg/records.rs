@@ -199,12 +199,13 @@ impl RuntimePod {
 }
 
 impl RuntimePod {
-    /// Whether `status` reads every listed object in the state listed, and has each.
+    /// Whether `status` reads every listed object in the state listed, and has each
+    /// container (a sandbox it lacks stays as listed: see [`PodRecords::observe`]).
     fn agrees_with(&self, status: &crate::model::PodStatus) -> bool {
-        let sandboxes = self
-            .sandboxes
-            .iter()
-            .all(|s| status.sandboxes.iter().any(|r| r.id == s.id && PlegState::of_sandbox(r.state) == s.state));
+        let sandboxes = self.sandboxes.iter().all(|s| match status.sandboxes.iter().find(|r| r.id == s.id) {
+            Some(r) => PlegState::of_sandbox(r.state) == s.state,
+            None => true,
+        });
         sandboxes
             && self
                 .containers
@@ -212,16 +213,15 @@ impl RuntimePod {
                 .all(|c| status.containers.iter().any(|r| r.id == c.id && PlegState::of_container(r.state) == c.state))
     }
 
-    /// The listing as the read found it: states from `status`, objects it lacks left out.
+    /// The listing as the read found it: states from `status`, containers it lacks
+    /// left out.
     fn as_read(&self, status: &crate::model::PodStatus) -> Self {
         let mut pod = self.clone();
-        pod.sandboxes.retain_mut(|s| match status.sandboxes.iter().find(|r| r.id == s.id) {
-            Some(r) => {
+        for s in &mut pod.sandboxes {
+            if let Some(r) = status.sandboxes.iter().find(|r| r.id == s.id) {
                 s.state = PlegState::of_sandbox(r.state);
-                true
             }
-            None => false,
-        });
+        }
         pod.containers.retain_mut(|c| match status.containers.iter().find(|r| r.id == c.id) {
             Some(r) => {
                 c.state = PlegState::of_container(r.state);
@@ -232,12 +232,12 @@ impl RuntimePod {
         pod
     }
 
-    /// Whether this pod holds exactly the objects of `status`, each in its state: what a
-    /// record committed after a read holds.
+    /// Whether this pod, committed after a read that found `status`, holds what the
+    /// status says: each of its objects in its state, and no other container.
     pub fn holds(&self, status: &crate::model::PodStatus) -> bool {
         self.agrees_with(status)
-            && self.sandboxes.len() == status.sandboxes.len()
             && self.containers.len() == status.containers.len()
+            && status.sandboxes.iter().all(|r| self.sandboxes.iter().any(|s| s.id == r.id))
     }
 }
 
@@ -312,38 +312,39 @@ fn transitions_of(rec: &PodRecord) -> Vec<Transition> {
 
 /// The kubelet's table applied to every container and sandbox of `old` and `cur`.
 fn transitions_between(old: Option<&RuntimePod>, cur: Option<&RuntimePod>) -> Vec<Transition> {
-    {
-        if old == cur {
-            return Vec::new();
-        }
-        let mut seen = HashSet::new();
-        let mut sandbox_up = Vec::new();
-        let mut containers = Vec::new();
-        let mut sandbox_down = Vec::new();
-        let all = cur.into_iter().chain(old);
-        let entries = all
-            .clone()
-            .flat_map(|p| p.containers.iter().map(|c| (c, false)))
-            .chain(all.flat_map(|p| p.sandboxes.iter().map(|c| (c, true))));
-        for (c, is_sandbox) in entries {
-            if !seen.insert(c.id.as_str()) {
-                continue;
-            }
-            let before = old.map_or(PlegState::NonExistent, |p| p.state_of(&c.id));
-            let now = cur.map_or(PlegState::NonExistent, |p| p.state_of(&c.id));
-            for &kind in transition_events(before, now) {
-                let t = Transition { id: c.id.clone(), name: c.name.clone(), is_sandbox, kind };
-                match (is_sandbox, kind) {
-                    (false, _) => containers.push(t),
-                    (true, EventType::ContainerStarted | EventType::ContainerChanged) => sandbox_up.push(t),
-                    (true, _) => sandbox_down.push(t),
-                }
-            }
-        }
-        sandbox_up.extend(containers);
-        sandbox_up.extend(sandbox_down);
-        sandbox_up
+    if old == cur {
+        return Vec::new();
     }
+    let mut seen = HashSet::new();
+    let mut transitions = Vec::new();
+    let all = cur.into_iter().chain(old);
+    let entries = all
+        .clone()
+        .flat_map(|p| p.containers.iter().map(|c| (c, false)))
+        .chain(all.flat_map(|p| p.sandboxes.iter().map(|c| (c, true))));
+    for (c, is_sandbox) in entries {
+        if !seen.insert(c.id.as_str()) {
+            continue;
+        }
+        let before = old.map_or(PlegState::NonExistent, |p| p.state_of(&c.id));
+        let now = cur.map_or(PlegState::NonExistent, |p| p.state_of(&c.id));
+        for &kind in transition_events(before, now) {
+            transitions.push(Transition { id: c.id.clone(), name: c.name.clone(), is_sandbox, kind });
+        }
+    }
+    in_story_order(transitions)
+}
+
+/// `transitions` ordered so that a pod reads naturally: sandbox starts, then container
+/// changes, then sandbox deaths and removals; each kind keeps its order (per object,
+/// the kubelet's: Died before Removed).
+pub fn in_story_order(mut transitions: Vec<Transition>) -> Vec<Transition> {
+    transitions.sort_by_key(|t| match (t.is_sandbox, t.kind) {
+        (false, _) => 1,
+        (true, EventType::ContainerStarted | EventType::ContainerChanged) => 0,
+        (true, _) => 2,
+    });
+    transitions
 }
 
 impl PodRecords {
@@ -362,24 +363,28 @@ impl PodRecords {
     }
 
     /// What a read of the pod saw after its listing, taken as the later word: each listed
-    /// sandbox and container takes the state its status was read in, and one the read
-    /// found removed (NotFound: left out of the status) is no longer listed. The record
-    /// then commits what the events carry — the status — so a restart seeded from the
-    /// journal's view diffs against what was committed. Returns the transitions from the
-    /// listing to the read (a container that exited between the two dies now, not at the
-    /// next read).
-    pub fn observe(&mut self, uid: &str, status: &crate::model::PodStatus) -> Vec<Transition> {
+    /// sandbox and container takes the state its status was read in, and a container the
+    /// read found removed (NotFound: left out of the status) is no longer listed. A
+    /// sandbox read NotFound while listed stays as listed (as `deleted_sandboxes` holds
+    /// it: the runtime answers NotFound for a sandbox whose record it lost while it still
+    /// lists it); a pod `status` says nothing of (`None`: every object read NotFound) is
+    /// gone. The record then commits what the events carry — the status — so a restart
+    /// seeded from the journal's view diffs against what was committed. Returns the
+    /// transitions from the listing to the read (a container that exited between the two
+    /// dies now, not at the next read).
+    pub fn observe(&mut self, uid: &str, status: Option<&crate::model::PodStatus>) -> Vec<Transition> {
         let Some(rec) = self.records.get_mut(uid) else { return Vec::new() };
         let (read, transitions) = {
             let Some(listed) = rec.current() else { return Vec::new() };
-            if listed.agrees_with(status) {
-                return Vec::new();
-            }
-            let read = listed.as_read(status);
-            let transitions = transitions_between(Some(listed), Some(&read));
+            let read = match status {
+                Some(status) if listed.agrees_with(status) => return Vec::new(),
+                Some(status) => Some(listed.as_read(status)),
+                None => None,
+            };
+            let transitions = transitions_between(Some(listed), read.as_ref());
             (read, transitions)
         };
-        rec.set_current(Some(read));
+        rec.set_current(read);
         transitions
     }
 

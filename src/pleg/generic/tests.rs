@@ -165,3 +165,89 @@ async fn a_final_status_heard_after_the_listing_waits_for_a_read_that_can_show_i
     assert_eq!(died.len(), 1, "{events:#?}");
     assert!(events.iter().all(|e| e.container_id != c || e.kind != EventType::ContainerRemoved));
 }
+
+/// What an adversarial read of the later word found: late steps keep a pod's story in
+/// order (a sandbox's death after its containers' events), and a pod whose every object
+/// went between the listing and the read leaves the records with its removals told, so a
+/// restart from what was published has nothing left to tell either.
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_death_stays_after_late_container_deaths_and_a_pod_gone_during_its_read_leaves_nothing_untold() {
+    use crate::cri::spec::{ContainerSpec, PodSpec};
+    use crate::model::event::EventType::*;
+    let sim = crate::sim::SimRuntime::new();
+    let pod = PodSpec::new("ns", "p");
+    let sid = sim.run_pod_sandbox(pod.run_request()).await.unwrap();
+    let c = sim.create_container(pod.create_request(&sid, &ContainerSpec::new("main"))).await.unwrap();
+    sim.start_container(&c).await.unwrap();
+    let new_pleg = |tx| {
+        let (writer, _cache) = crate::cache::new();
+        let metrics = PlegMetrics::register(&mut Default::default());
+        let health = PlegHealth::new(Duration::from_secs(180));
+        GenericPleg::new(sim.clone(), writer, tx, health, metrics, PlegConfig::default(), Host::default())
+    };
+    let drain = |rx: &mut mpsc::Receiver<Vec<PodLifecycleEvent>>| {
+        let mut events = Vec::new();
+        while let Ok(batch) = rx.try_recv() {
+            events.extend(batch);
+        }
+        events
+    };
+    let delay = |id: &str| {
+        let slow = FaultAction::Delay(Duration::from_millis(100));
+        sim.inject(Fault { method: "ContainerStatus", target: Some(id.to_owned()), action: slow, times: Some(1) });
+    };
+    let (tx, mut rx) = mpsc::channel(64);
+    let mut pleg = new_pleg(tx);
+    pleg.relist().await.unwrap();
+    drain(&mut rx);
+
+    // The sandbox dies (its container with it) before the listing; the container is
+    // removed before the read.
+    assert!(sim.kill_sandbox(&sid));
+    delay(&c);
+    let meanwhile = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        sim.remove_container_cri(&c).await.unwrap();
+    };
+    let (relisted, ()) = tokio::join!(pleg.relist(), meanwhile);
+    relisted.unwrap();
+    let told: Vec<_> = drain(&mut rx).iter().map(|e| (e.container_id.clone(), e.kind)).collect();
+    let want = [(c.clone(), ContainerDied), (c.clone(), ContainerRemoved), (sid.clone(), ContainerDied)];
+    assert_eq!(told, want, "the sandbox goes last");
+
+    // Another pod: a new container makes it read again; before the read, the pod is
+    // taken away.
+    let other = PodSpec::new("ns", "other");
+    let s2 = sim.run_pod_sandbox(other.run_request()).await.unwrap();
+    pleg.relist().await.unwrap();
+    drain(&mut rx);
+    let late = sim.create_container(other.create_request(&s2, &ContainerSpec::new("late"))).await.unwrap();
+    delay(&late);
+    let slow = FaultAction::Delay(Duration::from_millis(100));
+    sim.inject(Fault { method: "PodSandboxStatus", target: Some(s2.clone()), action: slow, times: Some(1) });
+    let meanwhile = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        sim.remove_pod_sandbox(&s2).await.unwrap();
+    };
+    let (relisted, ()) = tokio::join!(pleg.relist(), meanwhile);
+    relisted.unwrap();
+    let events = drain(&mut rx);
+    let told: Vec<_> = events.iter().map(|e| (e.container_id.clone(), e.kind)).collect();
+    let want = [
+        (late.clone(), ContainerChanged),
+        (late.clone(), ContainerDied),
+        (late.clone(), ContainerRemoved),
+        (s2.clone(), ContainerDied),
+        (s2.clone(), ContainerRemoved),
+    ];
+    assert_eq!(told, want, "every removal told in the read that found the pod gone");
+    assert!(events.iter().all(|e| e.pod.is_none()), "a pod gone: no event carries it");
+    assert!(pleg.records.old(&other.uid).is_none(), "its record is gone with it");
+
+    // Restarted from what was published (the other pod let go): nothing more to tell.
+    let view = pleg.cache.reader().get(&pod.uid).and_then(|e| e.status.clone()).expect("the first pod is there");
+    let (tx, mut rx) = mpsc::channel(64);
+    let mut restarted = new_pleg(tx).with_seed(vec![view]);
+    restarted.relist().await.unwrap();
+    assert!(drain(&mut rx).is_empty());
+}
