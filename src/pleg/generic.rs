@@ -425,9 +425,20 @@ impl<R: RuntimeService> GenericPleg<R> {
         for uid in &failed {
             self.retry_later(uid);
         }
-        // Words left are about pods this relist did not apply: pods to read again, and
-        // pods the records never knew that are gone (their whole life fell between two
-        // reads): those die and go now, with the runtime's exit status.
+        outcome.events += self.end_unread_lives(start, &failed).await;
+        // Those heard since the relist began wait for a read after them.
+        self.books.final_statuses.lock().retain_pods(start, |uid| failed.contains(uid));
+        self.listing.fingerprint = fingerprint.filter(|_| !read_past_listing);
+        self.count_states();
+        self.finish(start, start_wall);
+        Ok(outcome)
+    }
+
+    /// Ends the pods the records never knew that the stream's final statuses heard of
+    /// before the relist at `start` and that are gone (their whole life fell between two
+    /// reads): they die and go now, with the runtime's exit status. Words about pods this
+    /// relist did not apply otherwise (`failed`: to read again) stay. Returns the events sent.
+    async fn end_unread_lives(&mut self, start: Instant, failed: &HashSet<String>) -> usize {
         let gone: std::collections::BTreeSet<String> = self
             .books
             .final_statuses
@@ -436,6 +447,7 @@ impl<R: RuntimeService> GenericPleg<R> {
             .filter(|uid| !failed.contains(*uid) && self.records.current(uid).is_none())
             .cloned()
             .collect();
+        let mut events = 0;
         for uid in gone {
             let how = ApplyHow {
                 listed_at: start,
@@ -445,15 +457,10 @@ impl<R: RuntimeService> GenericPleg<R> {
                 suspect_from: None,
             };
             if let Some(applied) = self.apply(uid, start, Found::Gone, how).await {
-                outcome.events += applied.events;
+                events += applied.events;
             }
         }
-        // Those heard since the relist began wait for a read after them.
-        self.books.final_statuses.lock().retain_pods(start, |uid| failed.contains(uid));
-        self.listing.fingerprint = fingerprint.filter(|_| !read_past_listing);
-        self.count_states();
-        self.finish(start, start_wall);
-        Ok(outcome)
+        events
     }
 
     /// Reads pod `uid` again after a failed read: at the relist period while the stream
