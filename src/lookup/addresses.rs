@@ -20,7 +20,7 @@ pub(super) struct Holding {
     /// The pod.
     pub(super) pod_uid: Arc<str>,
     /// The sandbox.
-    pub(super) sandbox: String,
+    pub(super) sandbox: Box<str>,
     /// When the sandbox was made.
     pub(super) from: SystemTime,
     /// When plegd saw it stop or its pod go; `None`: still held.
@@ -68,12 +68,14 @@ impl Addresses {
 
     fn hold(&mut self, ip: IpAddr, uid: &Arc<str>, sandbox: &str, from: SystemTime, ended: Option<SystemTime>) {
         let list = self.held.entry(ip).or_default();
-        match list.iter_mut().find(|h| h.sandbox == sandbox) {
+        match list.iter_mut().find(|h| *h.sandbox == *sandbox) {
             Some(h) if h.until.is_some() => return,
             Some(h) => h.until = ended,
             None => {
                 let at = list.partition_point(|h| h.from <= from);
-                let h = Holding { pod_uid: uid.clone(), sandbox: sandbox.to_owned(), from, until: ended };
+                let h = Holding { pod_uid: uid.clone(), sandbox: sandbox.into(), from, until: ended };
+                // Most addresses are held once: room for one, not the four a first push makes.
+                list.reserve_exact(1);
                 list.insert(at, h);
                 self.count += 1;
             }
