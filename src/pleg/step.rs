@@ -183,14 +183,15 @@ impl Pod {
     }
 
     /// The event of transition `t`, carrying the pod it is decided to carry: none for a
-    /// removal of a pod gone; the container as it ended for a death the read no longer
-    /// finds; else the fresh status.
+    /// removal of a pod gone; the container as it ended for a start, change or death of a
+    /// container the read no longer finds (a pod gone puts the events that carry it first:
+    /// a start without it would follow its own death); else the fresh status.
     fn transition(&self, read: &PodRead<'_>, t: &Transition) -> PodLifecycleEvent {
         if read.now.is_gone() && t.kind == EventType::ContainerRemoved {
             return self.event(read, t.kind, Some(t), None);
         }
         let gone = !t.is_sandbox && self.status.as_deref().is_none_or(|s| s.containers.iter().all(|c| c.id != t.id));
-        if t.kind == EventType::ContainerDied
+        if t.kind != EventType::ContainerRemoved
             && gone
             && let Some(last) = read.final_statuses.get(&t.id)
         {

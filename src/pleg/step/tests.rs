@@ -109,6 +109,25 @@ fn cases() -> Vec<Case> {
             ..Default::default()
         },
         Case {
+            name: "a container started, ended and gone with its pod before the read starts before it dies",
+            transitions: vec![
+                t(ContainerStarted, "c1"),
+                t(ContainerDied, "c1"),
+                t(ContainerRemoved, "c1"),
+                t(ContainerDied, "sb"),
+                t(ContainerRemoved, "sb"),
+            ],
+            final_statuses: vec![dead.clone()],
+            want: vec![
+                (ContainerStarted, "c1", Some(vec!["c1"])),
+                (ContainerDied, "c1", Some(vec!["c1"])),
+                (ContainerRemoved, "c1", None),
+                (ContainerDied, "sb", None),
+                (ContainerRemoved, "sb", None),
+            ],
+            ..Default::default()
+        },
+        Case {
             name: "containers no read saw go before the sandbox's own end",
             status: Some(pod(&[], Some(SandboxState::NotReady))),
             transitions: vec![t(ContainerDied, "sb")],
