@@ -251,3 +251,37 @@ async fn a_sandbox_death_stays_after_late_container_deaths_and_a_pod_gone_during
     restarted.relist().await.unwrap();
     assert!(drain(&mut rx).is_empty());
 }
+
+/// containerd answers NotFound for a sandbox whose record it lost while it still lists
+/// it: the sandbox stays as listed (nothing told of it, and nothing again at the next
+/// relist), while a container read NotFound is gone.
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_read_not_found_while_listed_stays_as_listed_and_is_told_nothing_twice() {
+    use crate::cri::spec::{ContainerSpec, PodSpec};
+    let sim = crate::sim::SimRuntime::new();
+    let pod = PodSpec::new("ns", "p");
+    let sid = sim.run_pod_sandbox(pod.run_request()).await.unwrap();
+    let (writer, _cache) = crate::cache::new();
+    let (tx, mut rx) = mpsc::channel(64);
+    let metrics = PlegMetrics::register(&mut Default::default());
+    let health = PlegHealth::new(Duration::from_secs(180));
+    let mut pleg = GenericPleg::new(sim.clone(), writer, tx, health, metrics, PlegConfig::default(), Host::default());
+    pleg.relist().await.unwrap();
+    let lost = FaultAction::Error(tonic::Code::NotFound, "an error occurred when try to find sandbox".into());
+    sim.inject(Fault { method: "PodSandboxStatus", target: Some(sid.clone()), action: lost, times: None });
+    // A new container makes the pod read again.
+    let c = sim.create_container(pod.create_request(&sid, &ContainerSpec::new("main"))).await.unwrap();
+    sim.start_container(&c).await.unwrap();
+    while rx.try_recv().is_ok() {}
+    for _ in 0..3 {
+        pleg.relist().await.unwrap();
+    }
+    let mut events = Vec::new();
+    while let Ok(batch) = rx.try_recv() {
+        events.extend(batch);
+    }
+    let told: Vec<_> = events.iter().map(|e| (e.container_id.clone(), e.kind)).collect();
+    assert_eq!(told, [(c.clone(), crate::model::event::EventType::ContainerStarted)], "{events:#?}");
+    let record = pleg.records.old(&pod.uid).expect("the pod is held");
+    assert!(record.sandboxes.iter().any(|s| s.id == sid), "the sandbox stays as listed");
+}
