@@ -711,6 +711,19 @@ class Run:
                 for c in q["containers"] if q["namespace"] == "plegd" else []:
                     if oracle.state_name(c["state"]) == "CONTAINER_EXITED":
                         return c
+            # The kubelet may remove the dead container before a poll sees it (containerd
+            # 1.7: 0.4 s after its death): its death is in the stream of the plegd beside it.
+            with open(self.work / "watch-bin.jsonl") as f:
+                for line in f:
+                    try:
+                        e = json.loads(line).get("event") or {}
+                    except ValueError:
+                        continue
+                    if e.get("pod_namespace") != "plegd" or e.get("type") != "CONTAINER_DIED":
+                        continue
+                    for c in (e.get("pod") or {}).get("containers", []):
+                        if c.get("id") == e.get("container_id") and oracle.state_name(c["state"]) == "CONTAINER_EXITED":
+                            return c
             return None
         c = wait_for("plegd's pod to stop", exited, timeout=grace + 30)
         took = time.monotonic() - removed
