@@ -1,6 +1,26 @@
 use super::*;
 use crate::sim::{Fault, FaultAction};
 
+/// A relister of `sim` with the default configuration, its own cache, sending on `tx`.
+fn relister(
+    sim: &crate::sim::SimRuntime,
+    tx: mpsc::Sender<Vec<PodLifecycleEvent>>,
+) -> GenericPleg<crate::sim::SimRuntime> {
+    let (writer, _cache) = crate::cache::new();
+    let metrics = PlegMetrics::register(&mut Default::default());
+    let health = PlegHealth::new(Duration::from_secs(180));
+    GenericPleg::new(sim.clone(), writer, tx, health, metrics, PlegConfig::default(), Host::default())
+}
+
+/// Every event sent so far.
+fn drain(rx: &mut mpsc::Receiver<Vec<PodLifecycleEvent>>) -> Vec<PodLifecycleEvent> {
+    let mut events = Vec::new();
+    while let Ok(batch) = rx.try_recv() {
+        events.extend(batch);
+    }
+    events
+}
+
 /// The kubelet keeps the pods to inspect again at the next relist in a set
 /// (`podsToReinspect`); plegd parked them in its schedule an hour ahead, a time
 /// standing in for "at the next full relist".
@@ -40,22 +60,9 @@ async fn a_container_that_exits_or_goes_between_the_listing_and_its_read_is_told
     let sim = crate::sim::SimRuntime::new();
     let pod = PodSpec::new("ns", "p");
     let sid = sim.run_pod_sandbox(pod.run_request()).await.unwrap();
-    let new_pleg = |tx| {
-        let (writer, _cache) = crate::cache::new();
-        let metrics = PlegMetrics::register(&mut Default::default());
-        let health = PlegHealth::new(Duration::from_secs(180));
-        GenericPleg::new(sim.clone(), writer, tx, health, metrics, PlegConfig::default(), Host::default())
-    };
     let (tx, mut rx) = mpsc::channel(64);
-    let mut pleg = new_pleg(tx);
+    let mut pleg = relister(&sim, tx);
     pleg.relist().await.unwrap();
-    let drain = |rx: &mut mpsc::Receiver<Vec<PodLifecycleEvent>>| {
-        let mut events = Vec::new();
-        while let Ok(batch) = rx.try_recv() {
-            events.extend(batch);
-        }
-        events
-    };
     let mut view = drain(&mut rx).last().and_then(|e| e.pod.clone()).expect("the pod is published");
     let kinds = |events: &[PodLifecycleEvent], id: &str| -> Vec<EventType> {
         events.iter().filter(|e| e.container_id == id).map(|e| e.kind).collect()
@@ -92,7 +99,7 @@ async fn a_container_that_exits_or_goes_between_the_listing_and_its_read_is_told
 
     // plegd restarts at once, seeded from what it published: nothing more to tell.
     let (tx, mut rx) = mpsc::channel(64);
-    let mut restarted = new_pleg(tx).with_seed(vec![view]);
+    let mut restarted = relister(&sim, tx).with_seed(vec![view]);
     restarted.relist().await.unwrap();
     let after = drain(&mut rx);
     assert!(after.iter().all(|e| e.container_id != exits && e.container_id != goes), "{after:#?}");
@@ -179,25 +186,12 @@ async fn a_sandbox_death_stays_after_late_container_deaths_and_a_pod_gone_during
     let sid = sim.run_pod_sandbox(pod.run_request()).await.unwrap();
     let c = sim.create_container(pod.create_request(&sid, &ContainerSpec::new("main"))).await.unwrap();
     sim.start_container(&c).await.unwrap();
-    let new_pleg = |tx| {
-        let (writer, _cache) = crate::cache::new();
-        let metrics = PlegMetrics::register(&mut Default::default());
-        let health = PlegHealth::new(Duration::from_secs(180));
-        GenericPleg::new(sim.clone(), writer, tx, health, metrics, PlegConfig::default(), Host::default())
-    };
-    let drain = |rx: &mut mpsc::Receiver<Vec<PodLifecycleEvent>>| {
-        let mut events = Vec::new();
-        while let Ok(batch) = rx.try_recv() {
-            events.extend(batch);
-        }
-        events
-    };
     let delay = |id: &str| {
         let slow = FaultAction::Delay(Duration::from_millis(100));
         sim.inject(Fault { method: "ContainerStatus", target: Some(id.to_owned()), action: slow, times: Some(1) });
     };
     let (tx, mut rx) = mpsc::channel(64);
-    let mut pleg = new_pleg(tx);
+    let mut pleg = relister(&sim, tx);
     pleg.relist().await.unwrap();
     drain(&mut rx);
 
@@ -247,7 +241,7 @@ async fn a_sandbox_death_stays_after_late_container_deaths_and_a_pod_gone_during
     // Restarted from what was published (the other pod let go): nothing more to tell.
     let view = pleg.cache.reader().get(&pod.uid).and_then(|e| e.status.clone()).expect("the first pod is there");
     let (tx, mut rx) = mpsc::channel(64);
-    let mut restarted = new_pleg(tx).with_seed(vec![view]);
+    let mut restarted = relister(&sim, tx).with_seed(vec![view]);
     restarted.relist().await.unwrap();
     assert!(drain(&mut rx).is_empty());
 }
@@ -261,11 +255,8 @@ async fn a_sandbox_read_not_found_while_listed_stays_as_listed_and_is_told_nothi
     let sim = crate::sim::SimRuntime::new();
     let pod = PodSpec::new("ns", "p");
     let sid = sim.run_pod_sandbox(pod.run_request()).await.unwrap();
-    let (writer, _cache) = crate::cache::new();
     let (tx, mut rx) = mpsc::channel(64);
-    let metrics = PlegMetrics::register(&mut Default::default());
-    let health = PlegHealth::new(Duration::from_secs(180));
-    let mut pleg = GenericPleg::new(sim.clone(), writer, tx, health, metrics, PlegConfig::default(), Host::default());
+    let mut pleg = relister(&sim, tx);
     pleg.relist().await.unwrap();
     let lost = FaultAction::Error(tonic::Code::NotFound, "an error occurred when try to find sandbox".into());
     sim.inject(Fault { method: "PodSandboxStatus", target: Some(sid.clone()), action: lost, times: None });
@@ -276,10 +267,7 @@ async fn a_sandbox_read_not_found_while_listed_stays_as_listed_and_is_told_nothi
     for _ in 0..3 {
         pleg.relist().await.unwrap();
     }
-    let mut events = Vec::new();
-    while let Ok(batch) = rx.try_recv() {
-        events.extend(batch);
-    }
+    let events = drain(&mut rx);
     let told: Vec<_> = events.iter().map(|e| (e.container_id.clone(), e.kind)).collect();
     assert_eq!(told, [(c.clone(), crate::model::event::EventType::ContainerStarted)], "{events:#?}");
     let record = pleg.records.old(&pod.uid).expect("the pod is held");
