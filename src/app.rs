@@ -202,7 +202,7 @@ pub async fn start_on<R: RuntimeService>(
     shutdown: &CancellationToken,
 ) -> Result<Sidecar, AppError> {
     crate::clock::start();
-    let RunConfig { state_dir, host, runtime, pleg, admin, api, journal, sync, memory, lookup, export, kubelet } =
+    let RunConfig { state_dir, host, runtime, pleg, admin, api, journal, sync, memory, lookup, export, kubelet, nri } =
         cfg.clone();
     let identities = Arc::new(Identities::new(&api.node_name, lookup.retention));
     let liveness = Liveness::new();
@@ -254,6 +254,7 @@ pub async fn start_on<R: RuntimeService>(
         tasks.essential("event_stream", w.run(shutdown.clone()));
     }
     tasks.essential("kubelet_pods_api", identity.run(shutdown.clone()));
+    spawn_nri(&tasks, nri, &inbox, &lookup, &metrics.nri, &liveness, shutdown);
     tasks.essential("run_log", keep_run_log(runlog, state_rx.clone(), health.clone(), shutdown.clone()));
     tasks.essential("relist", relister.run(shutdown.clone()));
     tasks.essential("sync_loop", pipeline.sync_loop.run(shutdown.clone()));
@@ -351,6 +352,24 @@ fn exporter(
 ) -> Result<Option<crate::export::OtlpExporter>, AppError> {
     let Some(export) = export else { return Ok(None) };
     Ok(Some(crate::export::OtlpExporter::new(export, state_dir.clone(), journal.clone(), metrics.export.clone())?))
+}
+
+/// The NRI observer plugin, unless `--nri=off`: its hints go to the relister's inbox.
+fn spawn_nri(
+    tasks: &Tasks,
+    nri: crate::nri::NriConfig,
+    inbox: &Inbox,
+    lookup: &crate::lookup::ContainerLookup,
+    metrics: &crate::nri::NriMetrics,
+    liveness: &Liveness,
+    shutdown: &CancellationToken,
+) {
+    if nri.mode != crate::nri::NriMode::Off {
+        let plugin = crate::nri::NriPlugin::new(nri, inbox.clone(), metrics.clone())
+            .with_lookup(lookup.clone())
+            .with_liveness(liveness.register("nri", QUICK_LOOP_LIMIT));
+        tasks.essential("nri", plugin.run(shutdown.clone()));
+    }
 }
 
 /// Spawns what keeps the state dir and the memory in shape: the tombstone file's
@@ -626,6 +645,8 @@ pub struct Metrics {
     pub export: crate::export::ExportMetrics,
     /// The kubelet Pods API watcher's metrics.
     pub kubelet: crate::kubelet::KubeletMetrics,
+    /// The NRI plugin's metrics.
+    pub nri: crate::nri::NriMetrics,
 }
 
 impl Metrics {
@@ -646,6 +667,7 @@ impl Metrics {
         let lookup = crate::lookup::LookupMetrics::register(plegd);
         let export = crate::export::ExportMetrics::register(plegd.sub_registry_with_prefix("otlp"));
         let kubelet = crate::kubelet::KubeletMetrics::register(plegd);
+        let nri = crate::nri::NriMetrics::register(plegd);
         crate::telemetry::LogCollector::register(plegd);
         plegd.register(
             "build",
@@ -671,6 +693,7 @@ impl Metrics {
             lookup,
             export,
             kubelet,
+            nri,
         }
     }
 

@@ -265,6 +265,13 @@ pub struct RunArgs {
     /// kubelet serves it; "" turns it off (every identity inferred from the node).
     #[arg(long, env = "PLEGD_KUBELET_PODS_SOCKET", default_value = crate::kubelet::DEFAULT_SOCKET)]
     pub kubelet_pods_socket: String,
+    /// Register as an NRI observer plugin with the runtime: the runtime's own word on
+    /// each change, as a hint beside the CRI event stream. auto: where the socket exists.
+    #[arg(long, env = "PLEGD_NRI", value_enum, default_value_t = crate::nri::NriMode::Auto)]
+    pub nri: crate::nri::NriMode,
+    /// The runtime's NRI socket.
+    #[arg(long, env = "PLEGD_NRI_SOCKET", default_value = crate::nri::DEFAULT_SOCKET)]
+    pub nri_socket: PathBuf,
     /// Check the flags and exit: 0 with nothing started when they are valid, the usage
     /// error otherwise (what a chart or a manifest passes can be checked before a rollout).
     #[arg(long)]
@@ -313,6 +320,8 @@ pub struct RunConfig {
     pub export: Option<crate::export::ExportConfig>,
     /// The kubelet's Pods API, the source of pods' identity where it is served.
     pub kubelet: crate::kubelet::KubeletConfig,
+    /// The NRI observer plugin.
+    pub nri: crate::nri::NriConfig,
 }
 
 impl Default for RunConfig {
@@ -330,6 +339,7 @@ impl Default for RunConfig {
             lookup: crate::lookup::LookupConfig::in_memory(crate::lookup::LookupConfig::default().retention),
             export: None,
             kubelet: crate::kubelet::KubeletConfig { pods_socket: Some(PathBuf::from(crate::kubelet::DEFAULT_SOCKET)) },
+            nri: Default::default(),
         }
     }
 }
@@ -393,6 +403,7 @@ impl TryFrom<&RunArgs> for RunConfig {
             lookup: crate::lookup::LookupConfig::in_memory(a.lookup.tombstone_retention),
             export: export_config(&a.export, &node_name)?,
             kubelet: crate::kubelet::KubeletConfig { pods_socket: kubelet_pods_socket(&a.kubelet_pods_socket)? },
+            nri: nri_config(a.nri, &a.nri_socket)?,
         })
     }
 }
@@ -400,14 +411,16 @@ impl TryFrom<&RunArgs> for RunConfig {
 impl RunConfig {
     /// A config for a sidecar on `endpoint` with defaults elsewhere (tests, the demo,
     /// embedders): the journal in memory (no state dir), the HTTP listeners on
-    /// ephemeral ports, so that many can run at once, and no kubelet Pods API (the
-    /// node's kubelet runs other pods). Tune it by setting its parts.
+    /// ephemeral ports, so that many can run at once, no kubelet Pods API (the node's
+    /// kubelet runs other pods) and no NRI plugin (the node's runtime is another).
+    /// Tune it by setting its parts.
     pub fn for_endpoint(endpoint: &str) -> Result<Self, ConfigError> {
         let socket = parse_unix_endpoint(endpoint).map_err(|e| invalid("--runtime-endpoint", e.to_string()))?;
         let mut cfg = Self::default();
         cfg.runtime.endpoint = format!("unix://{}", socket.display());
         cfg.state_dir = None;
         cfg.kubelet.pods_socket = None;
+        cfg.nri.mode = crate::nri::NriMode::Off;
         let ephemeral = SocketAddr::from(([127, 0, 0, 1], 0));
         cfg.admin = crate::admin::AdminConfig { addr: ephemeral, debug_addr: ephemeral };
         Ok(cfg)
@@ -438,6 +451,14 @@ fn journal_config(j: &JournalArgs, watch_buffer: usize) -> Result<crate::journal
 /// The node's name, held once for every part that says it: `--node-name`, else the
 /// host name lowercased (the kubelet's default node name). A name Kubernetes could not
 /// give a node (a DNS subdomain) is refused.
+/// `--nri` and `--nri-socket`: the socket must be an absolute path.
+fn nri_config(mode: crate::nri::NriMode, socket: &std::path::Path) -> Result<crate::nri::NriConfig, ConfigError> {
+    if !socket.is_absolute() {
+        return Err(invalid("--nri-socket", format!("{} is not an absolute path", socket.display())));
+    }
+    Ok(crate::nri::NriConfig { mode, socket: socket.to_owned() })
+}
+
 /// `--kubelet-pods-socket`: a path, or "" (also `""` as a manifest may quote it) for off.
 fn kubelet_pods_socket(flag: &str) -> Result<Option<PathBuf>, ConfigError> {
     let flag = flag.trim();
@@ -699,6 +720,19 @@ mod tests {
         assert_eq!(crate::export::redacted("http://u:pw@h:4317/x"), "http://***@h:4317/x");
         assert_eq!(crate::export::redacted("http://t0ken@h:4317"), "http://***@h:4317");
         assert_eq!(crate::export::redacted("http://h:4317"), "http://h:4317");
+    }
+
+    #[test]
+    fn nri_is_auto_by_default_on_the_runtimes_socket_and_a_relative_socket_or_unknown_mode_is_refused() {
+        let d = run_args(&[]).unwrap().nri;
+        assert_eq!(
+            (d.mode, d.socket.as_path()),
+            (crate::nri::NriMode::Auto, std::path::Path::new("/var/run/nri/nri.sock"))
+        );
+        assert_eq!(run_args(&["--nri=off"]).unwrap().nri.mode, crate::nri::NriMode::Off);
+        let e = run_args(&["--nri-socket=nri.sock"]).unwrap_err();
+        assert!(e.contains("--nri-socket") && e.contains("absolute"), "{e}");
+        assert!(run_args(&["--nri=maybe"]).unwrap_err().contains("--nri"));
     }
 
     #[test]

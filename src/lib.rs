@@ -61,7 +61,7 @@
 //! 5. [`pleg`] — the relister (the cache's only writer) with its schedule of reads and
 //!    the pure step from a read to its events, the event-stream consumer, health
 //! 6. pipeline: [`publish`] (the one publish path), [`syncloop`], [`reconcile`], [`kubelet`]
-//!    (the kubelet's Pods API: who each pod is)
+//!    (the kubelet's Pods API: who each pod is), [`nri`] (the runtime's NRI calls as hints)
 //! 7. serving: [`grpc`], [`admin`], [`pages`] (HTML for people, on the debug listener), [`export`]
 //!    (OTLP to a collector)
 //! 8. [`config`], [`telemetry`]
@@ -97,6 +97,7 @@ pub mod lookup;
 pub mod memory;
 pub mod metrics;
 pub mod model;
+pub mod nri;
 pub mod pages;
 pub mod pleg;
 pub mod process;

@@ -21,7 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("cri", &["cri"]),
     ("stores", &["cache", "journal", "workqueue", "lookup"]),
     ("pleg", &["pleg"]),
-    ("pipeline", &["publish", "syncloop", "reconcile", "kubelet"]),
+    ("pipeline", &["publish", "syncloop", "reconcile", "kubelet", "nri"]),
     ("serving", &["grpc", "pages", "admin", "export"]),
     ("config", &["config", "telemetry"]),
     ("wiring", &["app"]),

@@ -485,6 +485,7 @@ fn source_of(s: &str) -> Result<EventSource, RecordError> {
         "CRI_EVENT" => EventSource::CriEvent,
         "RECONCILER" => EventSource::Reconciler,
         "KUBELET" => EventSource::Kubelet,
+        "NRI" => EventSource::Nri,
         other => return Err(RecordError::Value(format!("event source {other:?}"))),
     })
 }

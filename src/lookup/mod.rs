@@ -21,6 +21,7 @@ mod deaths;
 mod index;
 pub mod keys;
 pub mod resolver;
+mod started;
 pub mod tombstones;
 
 use std::path::Path;
@@ -570,7 +571,11 @@ impl ContainerLookup {
                 }
                 if f.container.process.as_ref().is_none_or(|p| p.cgroup_path.is_empty()) {
                     // Published before plegd read where the runtime put it (created, not
-                    // yet started): the runtime's answer decides.
+                    // yet started): the runtime's word on its start, where it gave one,
+                    // else its answer, decides.
+                    if let Some(placed) = ix.started.place(&f, &process) {
+                        return Answer::Found(placed);
+                    }
                     return Answer::NotYet { id: id.to_owned(), cgroup: cgroup.to_owned() };
                 }
                 let set = f.container.process.as_ref().map_or("", |p| p.cgroup_path.as_str());

@@ -45,6 +45,8 @@ pub enum EventSource {
     Reconciler,
     /// The kubelet's Pods API.
     Kubelet,
+    /// A targeted relist triggered by an NRI plugin call from the runtime.
+    Nri,
 }
 
 impl EventSource {
@@ -161,6 +163,7 @@ impl EventSource {
             Self::CriEvent => "CRI_EVENT",
             Self::Reconciler => "RECONCILER",
             Self::Kubelet => "KUBELET",
+            Self::Nri => "NRI",
         }
     }
 
@@ -172,6 +175,7 @@ impl EventSource {
             Self::CriEvent => api::EventSource::CriEvent,
             Self::Reconciler => api::EventSource::Reconciler,
             Self::Kubelet => api::EventSource::Kubelet,
+            Self::Nri => api::EventSource::Nri,
         }
     }
 }

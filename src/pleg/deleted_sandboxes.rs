@@ -9,16 +9,16 @@
 //! removal reaches the cache and the watchers then, not at the next full relist (five
 //! minutes apart while the stream is trusted), so a pod with no container that the
 //! runtime no longer lists does not stay in `ListPods`. Owned by the relister; bounded
-//! by count.
+//! by count ([`super::followed`]).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use futures_util::future::BoxFuture;
 
-use super::schedule::{Book, Pace, Reason, Reread, Rereads};
+use super::followed::Followed;
+use super::schedule::{Book, Pace, Reason, Reread};
 use crate::cri::{CriError, RuntimeService};
 use crate::proto::runtime as cri;
 
@@ -30,10 +30,6 @@ const READS: u32 = 10;
 /// A sandbox said deleted and not read since, or whose re-reads keep failing, is let go
 /// this long after it was said deleted (full relists cover it).
 const RECENT: Duration = Duration::from_secs(600);
-/// At most this many sandboxes are followed; past it the oldest go (down to three
-/// quarters, in one pass).
-const MAX: usize = 1024;
-
 /// What a `PodSandboxStatus` answer says of a sandbox said deleted: still there (the
 /// same), gone (NotFound: its pod is to be read in full), or a failed read.
 pub(super) fn reread_of(answer: Result<cri::PodSandboxStatus, CriError>) -> Reread {
@@ -47,55 +43,38 @@ pub(super) fn reread_of(answer: Result<cri::PodSandboxStatus, CriError>) -> Rere
 const PACE: Pace = Pace { first: FIRST, reads: READS, max_doubling: 8, recent: RECENT };
 
 /// The sandboxes said deleted, until a read finds them gone.
-#[derive(Default)]
-pub(super) struct DeletedSandboxes {
-    by_id: HashMap<String, Rereads>,
+pub(super) struct DeletedSandboxes(pub(super) Followed);
+
+impl Default for DeletedSandboxes {
+    fn default() -> Self {
+        Self(Followed::new(&PACE))
+    }
 }
 
 impl DeletedSandboxes {
     /// The runtime said sandbox `id` of pod `uid` deleted (its `CONTAINER_DELETED`): it
     /// is read again [`FIRST`] from now (the time returned, for a sandbox not followed
     /// yet) unless a read of the pod finds it gone before (the read the event prompts,
-    /// usually). Scheduled on the word, not by that read: a full relist that takes the
-    /// event's turn reads the pod only if it changed.
+    /// usually).
     pub fn said(&mut self, uid: &str, id: &str) -> Option<Instant> {
-        let now = Instant::now();
-        let mut first = None;
-        self.by_id.entry(id.to_owned()).or_insert_with(|| {
-            first = Some(now + FIRST);
-            Rereads::new(uid, now)
-        });
-        if self.by_id.len() > MAX {
-            self.by_id.retain(|_, s| now.duration_since(s.since) < RECENT);
-        }
-        if self.by_id.len() > MAX {
-            let mut order: Vec<(Instant, String)> = self.by_id.iter().map(|(id, s)| (s.since, id.clone())).collect();
-            order.sort();
-            for (_, id) in order.iter().take(self.by_id.len() - MAX * 3 / 4) {
-                self.by_id.remove(id);
-            }
-        }
-        first.filter(|_| self.by_id.contains_key(id))
+        self.0.said(uid, id)
     }
 
     /// Takes in a read of pod `uid`: a sandbox said deleted that it does not find
     /// (`finds`: in the pod's listing or its statuses; neither, for a pod gone) is let
     /// go; one it still finds keeps its re-reads.
     pub fn note(&mut self, uid: &str, finds: impl Fn(&str) -> bool) {
-        if self.by_id.is_empty() {
-            return;
-        }
-        self.by_id.retain(|id, s| s.uid != uid || finds(id));
+        self.0.note(uid, finds);
     }
 
     /// The pods whose sandboxes are followed.
     pub fn uids(&self) -> impl Iterator<Item = &str> {
-        self.by_id.values().map(|s| s.uid.as_str())
+        self.0.uids()
     }
 
     /// The pod of sandbox `id`, while it is followed.
     pub fn pod_of(&self, id: &str) -> Option<&str> {
-        self.by_id.get(id).map(|s| s.uid.as_str())
+        self.0.pod_of(id)
     }
 
     /// Records a re-read of sandbox `id` and says when the next is due: still there
@@ -104,18 +83,13 @@ impl DeletedSandboxes {
     /// [`RECENT`] after it was said deleted); gone lets it go (the read of its pod that
     /// follows tells the removal).
     pub fn read(&mut self, id: &str, found: Reread) -> Option<Instant> {
-        let s = self.by_id.get_mut(id)?;
-        let next = s.read(found, &PACE);
-        if next.is_none() {
-            self.by_id.remove(id);
-        }
-        next
+        self.0.read(id, found)
     }
 
     /// Sandboxes followed.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.by_id.len()
+        self.0.len()
     }
 }
 
@@ -150,6 +124,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::pleg::followed::MAX;
     use crate::pleg::schedule::Scheduler;
 
     /// A read that finds the sandboxes `ids`.
@@ -254,6 +229,6 @@ mod tests {
             tokio::time::advance(Duration::from_millis(1)).await;
         }
         assert_eq!(d.len(), MAX * 3 / 4, "cut down in one pass");
-        assert!(!d.by_id.contains_key("s0") && d.by_id.contains_key(&format!("s{MAX}")), "the oldest went");
+        assert!(!d.0.by_id.contains_key("s0") && d.0.by_id.contains_key(&format!("s{MAX}")), "the oldest went");
     }
 }

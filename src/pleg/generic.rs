@@ -549,6 +549,20 @@ impl<R: RuntimeService> GenericPleg<R> {
             records.current(uid).is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
                 || status.as_ref().is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
         });
+        // What NRI said ahead of the status: a container said stopped is read again while
+        // this read finds it running, a sandbox said started while it finds none.
+        books.early_words.note(
+            uid,
+            |id| {
+                status
+                    .as_ref()
+                    .is_some_and(|p| p.containers.iter().any(|c| c.id == id && c.state == ContainerState::Running))
+            },
+            |id| {
+                records.current(uid).is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
+                    || status.as_ref().is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
+            },
+        );
         // The read came after the listing: what it found is the later word, and the
         // record commits it, so what is committed is what the events carry.
         let late = self.records.observe(uid, status.as_deref());

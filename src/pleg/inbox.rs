@@ -2,8 +2,8 @@
 //! one cloneable [`Inbox`] as an [`Intake`]: a read (a [`Request`], a
 //! [`ScheduleRequest`] of a [`Read`] and its [`Why`]: a pod the stream named with the ids
 //! it carried, a full relist when the stream comes up, a pod a reader waits on, a full
-//! relist someone asks for), a container the stream named without its pod, or a sandbox
-//! the stream said deleted. The relister drains the [`InboxRx`] into its one
+//! relist someone asks for), a container the stream named without its pod, a sandbox
+//! the stream said deleted, or a container NRI said stopped or a sandbox it said started. The relister drains the [`InboxRx`] into its one
 //! [`Scheduler`](super::schedule::Scheduler), where reads coalesce — there and nowhere
 //! else. A request names work; it carries no facts.
 //!
@@ -42,6 +42,22 @@ pub enum Intake {
     /// The stream said pod `uid`'s sandbox `id` was deleted: it is read again until
     /// gone.
     SandboxDeleted {
+        /// The pod.
+        uid: String,
+        /// The sandbox.
+        id: String,
+    },
+    /// The runtime said pod `uid`'s container `id` stopped (NRI's `STOP_CONTAINER`):
+    /// it is read again until not running.
+    ContainerStopped {
+        /// The pod.
+        uid: String,
+        /// The container.
+        id: String,
+    },
+    /// The runtime said pod `uid`'s sandbox `id` started (NRI's `RUN_POD_SANDBOX`): it
+    /// is read again until found.
+    SandboxStarted {
         /// The pod.
         uid: String,
         /// The sandbox.

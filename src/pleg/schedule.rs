@@ -38,6 +38,9 @@ pub enum StatusBook {
     /// Sandboxes the runtime said deleted ([`super::deleted_sandboxes`]): a
     /// `PodSandboxStatus`.
     DeletedSandboxes,
+    /// What the runtime said through NRI ahead of its status ([`super::early_words`]):
+    /// a `ContainerStatus` or a `PodSandboxStatus`.
+    EarlyWords,
 }
 
 /// Why a read was asked for.
@@ -60,6 +63,10 @@ pub enum Reason {
     InboxFull,
     /// The runtime's event stream named the pod.
     StreamEvent,
+    /// An NRI plugin call from the runtime named the pod.
+    NriEvent,
+    /// The runtime's NRI synchronization at a plugin's registration: a full relist.
+    NriSynchronized,
     /// A reader waits on the pod (`GetPodStatus` with a `min_timestamp`).
     Waiting,
     /// The pod's last read failed; its events wait for one that succeeds.
@@ -71,6 +78,9 @@ pub enum Reason {
     UnsettledExit,
     /// A sandbox the runtime said deleted, read again until it is gone.
     SandboxDeleted,
+    /// What the runtime said through NRI ahead of its status, read again until the
+    /// status shows it.
+    EarlyWord,
 }
 
 /// What merges when a read is asked for again.
@@ -107,12 +117,17 @@ impl Why {
     /// A read the stream asked for, naming the sandbox and the container the event was
     /// about, where known.
     pub fn stream_event(sandbox_id: Option<&str>, container_id: Option<&str>, now: Instant) -> Self {
+        Self::named(Reason::StreamEvent, sandbox_id, container_id, now)
+    }
+
+    /// A read an NRI call asked for, naming the sandbox and the container it was about.
+    pub fn nri_event(sandbox_id: Option<&str>, container_id: Option<&str>, now: Instant) -> Self {
+        Self::named(Reason::NriEvent, sandbox_id, container_id, now)
+    }
+
+    fn named(reason: Reason, sandbox_id: Option<&str>, container_id: Option<&str>, now: Instant) -> Self {
         let ids = |id: Option<&str>| id.filter(|s| !s.is_empty()).map(str::to_owned).into_iter().collect();
-        Self {
-            sandbox_ids: ids(sandbox_id),
-            container_ids: ids(container_id),
-            ..Self::because(Reason::StreamEvent, now)
-        }
+        Self { sandbox_ids: ids(sandbox_id), container_ids: ids(container_id), ..Self::because(reason, now) }
     }
 
     /// Whether `reason` is among the reasons.
@@ -133,9 +148,16 @@ impl Why {
     }
 
     /// Which path the read counts as: the stream's, when the stream named the pod (what
-    /// it finds is then no miss of the stream), else a relist of the pod alone.
+    /// it finds is then no miss of the stream), else NRI's when an NRI call named it (or
+    /// said something of it ahead of its status), else a relist of the pod alone.
     pub fn source(&self) -> EventSource {
-        if self.has(Reason::StreamEvent) { EventSource::CriEvent } else { EventSource::PodRelist }
+        if self.has(Reason::StreamEvent) {
+            EventSource::CriEvent
+        } else if self.has(Reason::NriEvent) || self.has(Reason::EarlyWord) {
+            EventSource::Nri
+        } else {
+            EventSource::PodRelist
+        }
     }
 }
 

@@ -11,6 +11,7 @@
 #   containerd.sh resume V             starts containerd again on the same root and socket
 #   containerd.sh import V FILE NAME   imports an OCI archive (scripts/build-image.sh) as NAME
 #   containerd.sh ctr V ARGS...        runs ctr against containerd V (namespace k8s.io)
+#   containerd.sh nri-socket V         prints the path of its NRI socket (1.7, 2.1)
 #
 # PLEGD_E2E_INSTANCE runs a second containerd of a version beside the first;
 # PLEGD_E2E_CNI_CONF_DIR and PLEGD_E2E_METRICS_ADDR, at start, give it a CNI
@@ -146,10 +147,16 @@ start() {
   image
   mkdir -p "$dir/root" "$dir/state"
   PATH="$bin:$PATH" "$bin/containerd" config default >"$dir/config.toml"
-  python3 - "$dir/config.toml" "$SANDBOX_IMAGE" "$v" "${PLEGD_E2E_CNI_CONF_DIR:-}" "${PLEGD_E2E_METRICS_ADDR:-}" <<'PY'
+  python3 - "$dir/config.toml" "$SANDBOX_IMAGE" "$v" "${PLEGD_E2E_CNI_CONF_DIR:-}" "${PLEGD_E2E_METRICS_ADDR:-}" "$dir/nri.sock" <<'PY'
 import re, sys
-path, sandbox, version, cni_conf_dir, metrics = sys.argv[1:6]
+path, sandbox, version, cni_conf_dir, metrics, nri_socket = sys.argv[1:7]
 s = open(path).read()
+# NRI on its own socket (never the node's /var/run/nri), on in 1.7 too (off by default
+# there); 1.6 has no NRI. Its section is the only one with a socket_path.
+def nri(m):
+    section = re.sub(r"socket_path = ['\"][^'\"]*['\"]", f"socket_path = '{nri_socket}'", m.group(0))
+    return re.sub(r"disable = true", "disable = false", section)
+s = re.sub(r"\[plugins\.['\"]io\.containerd\.nri\.v1\.nri['\"]\][^\[]*", nri, s)
 # A pod network from the test's own CNI configuration (PLEGD_E2E_CNI_CONF_DIR), and
 # containerd's own gRPC metrics on PLEGD_E2E_METRICS_ADDR (host:port), when asked.
 if cni_conf_dir:
@@ -226,6 +233,7 @@ case "${1:-}" in
   stop) stop "${2:?version}" ;;
   kill) kill_daemon "${2:?version}" ;;
   resume) launch "${2:?version}"; echo "unix://$(run_dir "$2")/containerd.sock" ;;
+  nri-socket) echo "$(run_dir "${2:?version}")/nri.sock" ;;
   import) import_image "${2:?version}" "${3:?archive}" "${4:?image name}" ;;
   ctr) v=${2:?version}; shift 2; PATH="$(bin_dir "$v"):$PATH" ctr --address "$(run_dir "$v")/containerd.sock" -n k8s.io "$@" ;;
   *) die "usage: $0 install|image|start V|stop V|kill V|resume V|import V FILE NAME" ;;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs plegd's end-to-end suite against real containerd 1.6, 1.7 and 2.1. Installs what it
+# Runs plegd's end-to-end suite against real containerd 1.6, 1.7 and 2.1 (and plegd as an
+# NRI plugin of 1.7 and 2.1, each on an NRI socket of its own). Installs what it
 # needs (apt), starts each containerd privately, runs the ignored e2e tests, tears down.
 # plegd as a pod from its image runs under a real kubelet: tests/kubelet/run.sh.
 # On the versions in PLEGD_SOAK_VERSIONS (default 2.1) it runs the soak under chaos
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/../.."
 CTL="$PWD/tests/e2e/containerd.sh"
 [ "$(id -u)" = 0 ] || { echo "tests/e2e/run.sh: needs root to run containerd" >&2; exit 1; }
 "$CTL" install
-cargo test --locked --test e2e_containerd --test e2e_lookup --test soak --no-run
+cargo test --locked --test e2e_containerd --test e2e_lookup --test e2e_nri --test soak --no-run
 failed=()
 export PLEGD_E2E_FIGURES=${PLEGD_E2E_FIGURES:-/tmp/plegd-e2e-figures.txt}
 : >"$PLEGD_E2E_FIGURES"
@@ -37,6 +38,17 @@ for v in ${PLEGD_E2E_VERSIONS:-1.6 1.7 2.1}; do
   set -e
   [ "$rc" = 0 ] || failed+=("$v (lookup)")
   ran=$((ran + $(passed "/tmp/plegd-e2e-lookup-$v.log")))
+  if [ "$v" != 1.6 ]; then
+    echo "== containerd $v: plegd as an NRI plugin"
+    set +e
+    PLEGD_E2E_ENDPOINT=$endpoint PLEGD_E2E_VERSION=$v PLEGD_E2E_CTL=$CTL \
+      cargo test --locked --test e2e_nri -- --ignored --test-threads=1 --nocapture "$@" 2>&1 \
+      | tee "/tmp/plegd-e2e-nri-$v.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    [ "$rc" = 0 ] || failed+=("$v (nri)")
+    ran=$((ran + $(passed "/tmp/plegd-e2e-nri-$v.log")))
+  fi
   if [[ " ${PLEGD_SOAK_VERSIONS-2.1} " == *" $v "* ]] && [ -z "$*" ]; then
     echo "== containerd $v: the soak under chaos (${PLEGD_SOAK_SECS:-300} s)"
     set +e

@@ -17,6 +17,8 @@ pub struct Binary {
     pub child: Child,
     pub socket: String,
     pub bin: String,
+    /// Its admin listener (`/metrics`, `/readyz`).
+    pub admin: std::net::SocketAddr,
 }
 
 impl Drop for Binary {
@@ -40,13 +42,19 @@ fn free_port() -> u16 {
 }
 
 /// Starts `bin` on the runtime at `endpoint`, its journal in `state`, its API socket in
-/// `dir/api`, and waits until it is ready.
+/// `dir/api`, relisting every 100 ms, and waits until it is ready.
 pub async fn start(bin: &str, endpoint: &str, state: &Path, dir: &Path) -> Binary {
+    start_with(bin, endpoint, state, dir, &["--relist-period", "100ms"]).await
+}
+
+/// [`start`] with the flags `extra` instead of the 100 ms relist period.
+pub async fn start_with(bin: &str, endpoint: &str, state: &Path, dir: &Path, extra: &[&str]) -> Binary {
     let admin: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let socket = format!("unix://{}", dir.join("api/plegd.sock").display());
     let child = Command::new(bin)
         .args(["run", "--runtime-endpoint", endpoint, "--listen", &socket])
-        .args(["--admin-addr", &admin.to_string(), "--relist-period", "100ms", "--debug-addr", "127.0.0.1:0"])
+        .args(["--admin-addr", &admin.to_string(), "--debug-addr", "127.0.0.1:0"])
+        .args(extra)
         .arg("--state-dir")
         .arg(state)
         .env("RUST_LOG", "warn")
@@ -54,7 +62,7 @@ pub async fn start(bin: &str, endpoint: &str, state: &Path, dir: &Path) -> Binar
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start plegd");
-    let p = Binary { child, socket, bin: bin.to_owned() };
+    let p = Binary { child, socket, bin: bin.to_owned(), admin };
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let ready =

@@ -234,6 +234,17 @@ pub async fn start_sidecar(
     relist_period: Duration,
     evented_period: Duration,
 ) -> Sidecar {
+    start_sidecar_tuned(client, mode, relist_period, evented_period, |_| {}).await
+}
+
+/// [`start_sidecar`], with `tune` setting the rest of the config last.
+pub async fn start_sidecar_tuned(
+    client: CriClient,
+    mode: plegd::pleg::evented::Mode,
+    relist_period: Duration,
+    evented_period: Duration,
+    tune: impl FnOnce(&mut plegd::config::RunConfig),
+) -> Sidecar {
     use plegd::journal::{Filter, Since, Start};
     use plegd::model::event::EventSource;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -249,6 +260,7 @@ pub async fn start_sidecar(
     cfg.journal.capacity = 1_000_000;
     cfg.journal.memory_budget = u64::MAX / 2;
     cfg.journal.client_buffer = 1_000_000;
+    tune(&mut cfg);
     let metrics = plegd::app::Metrics::new();
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();

@@ -1,6 +1,6 @@
 //! What the relister keeps between reads beside the pod records — each book until a
 //! read settles it: the stream's final statuses, the exit statuses the runtime may
-//! amend, the sandboxes said deleted, the pods found gone lately, and the pods whose
+//! amend, the sandboxes said deleted, what NRI said ahead of the status, the pods found gone lately, and the pods whose
 //! read failed. The books followed one status at a time ([`Book`]) are read again
 //! through [`Books::reread`].
 
@@ -11,6 +11,7 @@ use futures_util::future::BoxFuture;
 use crate::cri::RuntimeService;
 use crate::pleg::amended_exits::AmendedExits;
 use crate::pleg::deleted_sandboxes::DeletedSandboxes;
+use crate::pleg::early_words::EarlyWords;
 use crate::pleg::final_statuses::FinalStatusBook;
 use crate::pleg::schedule::{Book, RecentlyGone, Reread, StatusBook};
 
@@ -24,6 +25,8 @@ pub(super) struct Books {
     pub(super) amended_exits: AmendedExits,
     /// Sandboxes the runtime said deleted.
     pub(super) deleted_sandboxes: DeletedSandboxes,
+    /// What the runtime said through NRI ahead of its status.
+    pub(super) early_words: EarlyWords,
     /// Pods a read found gone lately.
     pub(super) gone: RecentlyGone,
     /// Pods whose last read failed while the stream was down: the next full relist reads
@@ -53,6 +56,7 @@ impl Books {
         match book {
             StatusBook::AmendedExits => of(&self.amended_exits, id, runtime, timeout),
             StatusBook::DeletedSandboxes => of(&self.deleted_sandboxes, id, runtime, timeout),
+            StatusBook::EarlyWords => of(&self.early_words, id, runtime, timeout),
         }
     }
 
@@ -61,6 +65,7 @@ impl Books {
         match book {
             StatusBook::AmendedExits => &mut self.amended_exits,
             StatusBook::DeletedSandboxes => &mut self.deleted_sandboxes,
+            StatusBook::EarlyWords => &mut self.early_words,
         }
     }
 }

@@ -6,7 +6,7 @@
 //! come due, and beats to show it turns. It sleeps until the schedule's next read, or
 //! until a request arrives or the stream's state changes.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,7 +16,7 @@ use super::GenericPleg;
 use crate::cri::RuntimeService;
 use crate::liveness::BEAT_EVERY;
 use crate::pleg::inbox::{Intake, Request};
-use crate::pleg::schedule::{Read, Reason, Reread, ScheduleRequest, StatusBook, Why};
+use crate::pleg::schedule::{Merge, Read, Reason, Reread, ScheduleRequest, StatusBook, Why};
 use crate::pleg::stream_trust::SETTLE;
 
 /// One re-read of a container's or a sandbox's status.
@@ -61,6 +61,16 @@ impl<R: RuntimeService> GenericPleg<R> {
                     }
                     None
                 }
+                Intake::ContainerStopped { uid, id } => {
+                    let first = self.books.early_words.stopped(&uid, &id);
+                    self.early_word(id, first, now);
+                    None
+                }
+                Intake::SandboxStarted { uid, id } => {
+                    let first = self.books.early_words.started(&uid, &id);
+                    self.early_word(id, first, now);
+                    None
+                }
             };
             if let Some(uid) = request.and_then(|r| self.take_request(r)) {
                 announced.push(uid);
@@ -79,6 +89,14 @@ impl<R: RuntimeService> GenericPleg<R> {
             self.stream.trust.announce(uid);
         }
         self.settle_suspects(&announced);
+    }
+
+    /// Schedules the first re-read of an early word on `id`, when one is to come.
+    fn early_word(&mut self, id: String, first: Option<Instant>, now: Instant) {
+        if let Some(first) = first {
+            let read = Read::Status(StatusBook::EarlyWords, id);
+            self.reads.schedule(read, Why::because(Reason::EarlyWord, now), first);
+        }
     }
 
     /// Takes one read into the schedule; returns the pod it names when the stream named
@@ -184,20 +202,21 @@ impl<R: RuntimeService> GenericPleg<R> {
             .collect();
         let done = self.reader.concurrently(jobs).await;
         let now = Instant::now();
-        let mut changed = BTreeSet::new();
+        // Each changed pod's read gives the books' reasons too: the path that told it.
+        let mut changed: BTreeMap<String, Why> = BTreeMap::new();
         for StatusReread { book, id, pod, found } in done {
             let entries = self.books.book_mut(book);
+            let reason = entries.reason();
             if let Some(at) = entries.read(&id, found) {
-                let why = Why::because(entries.reason(), now);
-                self.reads.schedule(Read::Status(book, id), why, at);
+                self.reads.schedule(Read::Status(book, id), Why::because(reason, now), at);
             }
             if found == Reread::Changed {
-                changed.insert(pod);
+                let why = changed.entry(pod).or_insert_with(|| Why::because(Reason::Reread, now));
+                why.merge(Why::because(reason, now));
             }
         }
         if !changed.is_empty() {
-            let batch = changed.into_iter().map(|uid| (uid, Why::because(Reason::Reread, now))).collect();
-            self.read_pods(batch).await;
+            self.read_pods(changed.into_iter().collect()).await;
         }
     }
 
