@@ -448,9 +448,6 @@ fn journal_config(j: &JournalArgs, watch_buffer: usize) -> Result<crate::journal
     })
 }
 
-/// The node's name, held once for every part that says it: `--node-name`, else the
-/// host name lowercased (the kubelet's default node name). A name Kubernetes could not
-/// give a node (a DNS subdomain) is refused.
 /// `--nri` and `--nri-socket`: the socket must be an absolute path.
 fn nri_config(mode: crate::nri::NriMode, socket: &std::path::Path) -> Result<crate::nri::NriConfig, ConfigError> {
     if !socket.is_absolute() {
@@ -471,6 +468,9 @@ fn kubelet_pods_socket(flag: &str) -> Result<Option<PathBuf>, ConfigError> {
     Ok(Some(PathBuf::from(flag)))
 }
 
+/// The node's name, held once for every part that says it: `--node-name`, else the
+/// host name lowercased (the kubelet's default node name). A name Kubernetes could not
+/// give a node (a DNS subdomain) is refused.
 fn node_name(flag: Option<&str>) -> Result<String, ConfigError> {
     let Some(name) = flag.filter(|n| !n.is_empty()) else { return Ok(crate::host::host_name().to_lowercase()) };
     // A DNS-1123 subdomain, as Kubernetes validates a node's name: 253 bytes at most,

@@ -36,7 +36,8 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::liveness::{Beat, beat_timer};
 use crate::lookup::ContainerLookup;
-use crate::pleg::inbox::{Inbox, Intake};
+use crate::pleg::early_words::Word;
+use crate::pleg::inbox::{Inbox, Intake, Teller};
 use crate::pleg::schedule::{Read, Reason, ScheduleRequest, Why};
 use session::{Ended, EventHint, Hand, Hint, Session};
 
@@ -129,7 +130,8 @@ pub struct NriMetrics {
     pub events: Family<EventLabel, Counter>,
     /// `plegd_nri_answer_duration_seconds`: from a call's read to its answer's write.
     pub answer: Histogram,
-    /// `plegd_nri_registered`: 1 while the runtime has the plugin configured.
+    /// `plegd_nri_registered`: 1 while the runtime calls the plugin (configured and
+    /// synchronized).
     pub registered: Gauge,
 }
 
@@ -222,19 +224,20 @@ impl NriPlugin {
                     backoff.next_delay()
                 }
                 Err(e) => {
+                    // No socket: looked for again now and then. A socket that refuses (the
+                    // runtime restarting) is tried again with backoff.
+                    let absent = matches!(&e, NriError::Io(io) if io.kind() == std::io::ErrorKind::NotFound);
                     let why = e.to_string();
                     if said.as_ref() != Some(&why) {
-                        match self.cfg.mode {
-                            NriMode::On => {
-                                tracing::warn!(socket = %self.cfg.socket.display(), error = %why, "cannot register as an NRI plugin")
-                            }
-                            _ => {
-                                tracing::info!(socket = %self.cfg.socket.display(), error = %why, "not registered as an NRI plugin (--nri auto); looking again")
-                            }
+                        let socket = self.cfg.socket.display();
+                        if self.cfg.mode == NriMode::On || !absent {
+                            tracing::warn!(%socket, error = %why, "cannot register as an NRI plugin");
+                        } else {
+                            tracing::info!(%socket, error = %why, "not registered as an NRI plugin (--nri auto); looking again");
                         }
                         said = Some(why);
                     }
-                    LOOK_AGAIN
+                    if absent { LOOK_AGAIN } else { backoff.next_delay() }
                 }
             };
             let until = Instant::now() + delay;
@@ -272,12 +275,14 @@ impl Hand for ToInbox<'_> {
         tracing::debug!(method, ?hint, ?answered_in, "NRI call answered");
         match hint {
             Hint::Configured { runtime, version } => {
+                tracing::info!(%runtime, %version, "configured as an NRI plugin");
+            }
+            // The runtime adds a plugin to those it calls once its synchronization went
+            // through: registered from here.
+            Hint::Synchronized => {
                 self.metrics.registered.set(1);
                 self.backoff.mark_healthy();
-                tracing::info!(%runtime, %version, "registered as an NRI plugin");
-            }
-            Hint::Synchronized { pods, containers } => {
-                tracing::debug!(pods, containers, "NRI synchronized; relisting");
+                tracing::info!("registered as an NRI plugin; relisting");
                 self.inbox.full(Reason::NriSynchronized);
             }
             Hint::Event(ev) => {
@@ -298,31 +303,28 @@ impl Hand for ToInbox<'_> {
     }
 }
 
-/// An event's read: its pod, named with the sandbox and container; a removed sandbox is
-/// also said deleted (read until gone), a stopped container said stopped (read until
-/// not running), a started sandbox said started (read until found); an event naming no
-/// pod asks for its container's.
+/// An event's read: its pod, named with the sandbox and container, and for a change the
+/// runtime tells ahead of its status, the word read again until shown; an event naming
+/// no pod asks for its container's.
 fn hand_event(inbox: &Inbox, ev: EventHint) {
     let now = Instant::now();
     let Some(uid) = ev.uid else {
         if let Some(id) = ev.container {
-            inbox.submit(Intake::ContainerOnly(id));
+            inbox.submit(Intake::ContainerOnly { id, by: Teller::Nri });
         }
         return;
     };
-    match (ev.event, &ev.sandbox, &ev.container) {
-        (api::Event::RemovePodSandbox, Some(id), _) => {
-            inbox.submit(Intake::SandboxDeleted { uid: uid.clone(), id: id.clone() })
-        }
-        // Told as the dead task is deleted, before the runtime's status says so.
-        (api::Event::StopContainer, _, Some(id)) => {
-            inbox.submit(Intake::ContainerStopped { uid: uid.clone(), id: id.clone() })
-        }
-        // containerd 1.7 tells it before its listing has the sandbox.
-        (api::Event::RunPodSandbox, Some(id), _) => {
-            inbox.submit(Intake::SandboxStarted { uid: uid.clone(), id: id.clone() })
-        }
-        _ => {}
+    // Said ahead of the runtime's own status (src/pleg/early_words.rs): read until shown.
+    let word = match (ev.event, &ev.sandbox, &ev.container) {
+        (api::Event::StopContainer, _, Some(id)) => Some((Word::ContainerStopped, id)),
+        (api::Event::RemoveContainer, _, Some(id)) => Some((Word::ContainerRemoved, id)),
+        (api::Event::RunPodSandbox, Some(id), _) => Some((Word::SandboxStarted, id)),
+        (api::Event::StopPodSandbox, Some(id), _) => Some((Word::SandboxStopped, id)),
+        (api::Event::RemovePodSandbox, Some(id), _) => Some((Word::SandboxRemoved, id)),
+        _ => None,
+    };
+    if let Some((word, id)) = word {
+        inbox.submit(Intake::EarlyWord { uid: uid.clone(), id: id.clone(), word });
     }
     let why = Why::nri_event(ev.sandbox.as_deref(), ev.container.as_deref(), now);
     inbox.send(ScheduleRequest { key: Read::Pod(uid), message: why, run_at: now });

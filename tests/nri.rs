@@ -9,7 +9,8 @@ use plegd::nri::api::{self, Event};
 use plegd::nri::session::{PLUGIN_NAME, PLUGIN_SERVICE, RUNTIME_SERVICE};
 use plegd::nri::wire::{self, Demux, Message, PLUGIN_CONN, REQUEST, RESPONSE, RUNTIME_CONN};
 use plegd::nri::{NriConfig, NriMetrics, NriMode, NriPlugin};
-use plegd::pleg::inbox::{InboxRx, Intake, inbox};
+use plegd::pleg::early_words::Word;
+use plegd::pleg::inbox::{InboxRx, Intake, Teller, inbox};
 use plegd::pleg::schedule::{Read, Reason};
 use prost::Message as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -56,7 +57,7 @@ impl Runtime {
     }
 
     async fn send(&mut self, m: Message) {
-        self.stream.write_all(&wire::encode(&m)).await.unwrap();
+        self.stream.write_all(&wire::encode(&m).unwrap()).await.unwrap();
     }
 
     /// Calls the plugin and returns its answer.
@@ -73,6 +74,13 @@ impl Runtime {
         let m = self.next().await.expect("an answer");
         assert_eq!((m.conn, m.kind, m.stream), (PLUGIN_CONN, RESPONSE, stream), "answered on the call's stream");
         api::Response::decode(&m.payload[..]).unwrap()
+    }
+
+    /// Configures the plugin and synchronizes with it, as a runtime registers one.
+    async fn register_fully(&mut self) {
+        assert_eq!(self.configure().await, Event::mask());
+        let r = self.call("Synchronize", api::SynchronizeRequest::default().encode_to_vec()).await;
+        assert_eq!(r.status, None);
     }
 
     async fn configure(&mut self) -> i32 {
@@ -143,11 +151,18 @@ async fn plegd_registers_answers_every_call_with_success_at_once_and_hands_each_
     let reg = rt.registration().await;
     assert_eq!((reg.plugin_name.as_str(), reg.plugin_idx.as_str()), (PLUGIN_NAME, "99"));
     assert_eq!(rt.configure().await, Event::mask());
-    assert_eq!(p.metrics.registered.get(), 1, "registered once configured");
-    let sync = api::SynchronizeRequest { pods: vec![pod("u1", "s1")], containers: vec![], more: false };
-    let r = rt.call("Synchronize", sync.encode_to_vec()).await;
+    // A synchronization in two parts: each answered, echoing `more`.
+    let part = api::SynchronizeRequest { pods: vec![pod("u1", "s1")], containers: vec![], more: true };
+    let r = rt.call("Synchronize", part.encode_to_vec()).await;
+    assert!(api::SynchronizeResponse::decode(&r.payload[..]).unwrap().more);
+    settle().await;
+    assert_eq!(p.metrics.registered.get(), 0, "the runtime calls a plugin once its synchronization went through");
+    assert!(drain(&mut p.rx).is_empty(), "nothing before the last part");
+    let last = api::SynchronizeRequest { pods: vec![], containers: vec![container("c0", "s1")], more: false };
+    let r = rt.call("Synchronize", last.encode_to_vec()).await;
     assert_eq!(r.status, None);
     settle().await;
+    assert_eq!(p.metrics.registered.get(), 1, "registered once synchronized");
     let intakes = drain(&mut p.rx);
     assert!(
         matches!(&intakes[..], [Intake::Read(r)] if r.key == Read::Full && r.message.has(Reason::NriSynchronized)),
@@ -165,11 +180,17 @@ async fn plegd_registers_answers_every_call_with_success_at_once_and_hands_each_
         assert_eq!((r.status, r.payload.len()), (None, 0), "{event:?}: an empty success");
         settle().await;
         let mut intakes = drain(&mut p.rx);
-        if event == Event::RunPodSandbox {
-            // containerd 1.7 tells it before its listing has the sandbox: read until found.
+        // What the runtime tells ahead of its status is read again until shown.
+        let early = match event {
+            Event::RunPodSandbox => Some((Word::SandboxStarted, "s1")),
+            Event::RemoveContainer => Some((Word::ContainerRemoved, "c1")),
+            Event::StopPodSandbox => Some((Word::SandboxStopped, "s1")),
+            _ => None,
+        };
+        if let Some((want, on)) = early {
             assert!(
-                matches!(intakes.first(), Some(Intake::SandboxStarted { uid, id }) if uid == "u1" && id == "s1"),
-                "{intakes:?}"
+                matches!(intakes.first(), Some(Intake::EarlyWord { uid, id, word }) if uid == "u1" && id == on && *word == want),
+                "{event:?}: {intakes:?}"
             );
             intakes.remove(0);
         }
@@ -178,8 +199,7 @@ async fn plegd_registers_answers_every_call_with_success_at_once_and_hands_each_
         assert_eq!(read.message.source(), plegd::model::event::EventSource::Nri);
         assert_eq!(read.message.container_ids.iter().next().map(String::as_str), with.then_some("c1"));
     }
-    // A stop: also the container said stopped (its status lags the word); a sandbox's
-    // removal: also said deleted.
+    // A stop and a sandbox's removal: their words too.
     let stop = api::ContainerCall { pod: Some(pod("u1", "s1")), container: Some(container("c1", "s1")) };
     assert_eq!(rt.call("StopContainer", stop.encode_to_vec()).await.status, None);
     rt.call("StateChange", state_change(Event::RemovePodSandbox, pod("u1", "s1"), None)).await;
@@ -187,12 +207,27 @@ async fn plegd_registers_answers_every_call_with_success_at_once_and_hands_each_
     let intakes = drain(&mut p.rx);
     assert!(
         matches!(&intakes[..], [
-            Intake::ContainerStopped { uid, id }, Intake::Read(_), Intake::SandboxDeleted { uid: u2, id: s }, Intake::Read(_)
-        ] if uid == "u1" && id == "c1" && u2 == "u1" && s == "s1"),
+            Intake::EarlyWord { id, word: Word::ContainerStopped, .. }, Intake::Read(_),
+            Intake::EarlyWord { id: s, word: Word::SandboxRemoved, .. }, Intake::Read(_)
+        ] if id == "c1" && s == "s1"),
+        "{intakes:?}"
+    );
+    // NRI v0.12 calls each event by its own method (CRI-O 1.37): answered and handed
+    // on the same; a container named without its pod (a sandbox already gone) is found
+    // through the relister's records, told as NRI's.
+    let call = api::ContainerCall { pod: Some(pod("u3", "s3")), container: Some(container("c3", "s3")) };
+    assert_eq!(rt.call("PostStartContainer", call.encode_to_vec()).await.status, None);
+    let orphan = api::ContainerCall { pod: Some(pod("", "s4")), container: Some(container("c4", "s4")) };
+    assert_eq!(rt.call("RemoveContainer", orphan.encode_to_vec()).await.status, None);
+    settle().await;
+    let intakes = drain(&mut p.rx);
+    assert!(
+        matches!(&intakes[..], [Intake::Read(r), Intake::ContainerOnly { id, by: Teller::Nri }]
+            if r.key == Read::Pod("u3".into()) && id == "c4"),
         "{intakes:?}"
     );
     // Calls plegd did not subscribe to, and ones it does not know, still get an answer.
-    for method in ["CreateContainer", "UpdateContainer"] {
+    for method in ["CreateContainer", "UpdateContainer", "StartContainer", "ValidateContainerAdjustment"] {
         assert_eq!(rt.call(method, Vec::new()).await.status, None, "{method}");
     }
     assert_eq!(rt.call("NoSuchMethod", Vec::new()).await.status.map(|s| s.code), Some(12), "Unimplemented");
@@ -200,7 +235,7 @@ async fn plegd_registers_answers_every_call_with_success_at_once_and_hands_each_
         .iter()
         .map(|e| p.metrics.events.get_or_create(&plegd::nri::EventLabel { event: e.as_str() }).get())
         .sum();
-    assert_eq!(told, 7, "each event counted once");
+    assert_eq!(told, 9, "each event counted once");
     p.shutdown.cancel();
     p.task.await.unwrap();
 }
@@ -210,7 +245,7 @@ async fn a_bad_frame_or_a_runtime_gone_ends_the_connection_and_plegd_registers_a
     let mut p = plugin();
     let mut rt = Runtime::accept(&p.listener).await;
     rt.registration().await;
-    rt.configure().await;
+    rt.register_fully().await;
     // A frame announcing more than any ttrpc message: plegd hangs up.
     let mut bad = PLUGIN_CONN.to_be_bytes().to_vec();
     bad.extend_from_slice(&u32::MAX.to_be_bytes());
@@ -219,9 +254,18 @@ async fn a_bad_frame_or_a_runtime_gone_ends_the_connection_and_plegd_registers_a
     // … and comes back.
     let mut rt = Runtime::accept(&p.listener).await;
     rt.registration().await;
-    assert_eq!(p.metrics.registered.get(), 0, "not registered until configured again");
-    rt.configure().await;
+    assert_eq!(p.metrics.registered.get(), 0, "not registered until synchronized again");
+    rt.register_fully().await;
     assert_eq!(p.metrics.registered.get(), 1);
+    // A call whose names are as long as a ttrpc message allows: answered Unimplemented,
+    // the names cut, and the connection goes on.
+    let long = "x".repeat(wire::MAX_MESSAGE - 64);
+    let req = api::Request { service: PLUGIN_SERVICE.into(), method: long, payload: Vec::new(), timeout_nano: 0 };
+    rt.send(Message { conn: PLUGIN_CONN, stream: 101, kind: REQUEST, flags: 0, payload: req.encode_to_vec() }).await;
+    let m = rt.next().await.expect("an answer");
+    let r = api::Response::decode(&m.payload[..]).unwrap();
+    assert_eq!(r.status.as_ref().map(|s| s.code), Some(12));
+    assert!(m.payload.len() < 1024, "the answer does not repeat the long name");
     // A ttrpc message that is no request nor the registration's answer.
     rt.send(Message { conn: PLUGIN_CONN, stream: 3, kind: RESPONSE, flags: 0, payload: Vec::new() }).await;
     assert!(rt.next().await.is_none(), "plegd closed the connection");
@@ -231,7 +275,7 @@ async fn a_bad_frame_or_a_runtime_gone_ends_the_connection_and_plegd_registers_a
     drop(rt);
     let mut rt = Runtime::accept(&p.listener).await;
     rt.registration().await;
-    rt.configure().await;
+    rt.register_fully().await;
     let r = rt.call("StateChange", state_change(Event::RunPodSandbox, pod("u2", "s2"), None)).await;
     assert_eq!(r.status, None);
     settle().await;
@@ -245,7 +289,7 @@ async fn a_relister_that_never_drains_its_inbox_never_makes_the_runtime_wait() {
     let p = plugin();
     let mut rt = Runtime::accept(&p.listener).await;
     rt.registration().await;
-    rt.configure().await;
+    rt.register_fully().await;
     // Past the inbox's capacity, with nothing drained: every call is still answered.
     let n = plegd::pleg::inbox::CAPACITY + 100;
     for i in 0..n {
@@ -253,6 +297,51 @@ async fn a_relister_that_never_drains_its_inbox_never_makes_the_runtime_wait() {
         assert_eq!(r.status, None);
     }
     assert!(p.rx.take_overflow(), "the dropped hints are reported: the relister relists fully");
+    p.shutdown.cancel();
+    p.task.await.unwrap();
+}
+
+#[tokio::test]
+async fn calls_sent_together_or_before_the_registration_is_answered_are_each_answered() {
+    let p = plugin();
+    let mut rt = Runtime::accept(&p.listener).await;
+    // The runtime configures before it answers the registration, and sends three calls
+    // in one write: each answered on its own stream.
+    let m = rt.next().await.expect("the registration");
+    assert_eq!((m.conn, m.kind), (RUNTIME_CONN, REQUEST));
+    let mut bytes = Vec::new();
+    for (stream, method, payload) in [
+        (1, "Configure", api::ConfigureRequest::default().encode_to_vec()),
+        (3, "Synchronize", api::SynchronizeRequest::default().encode_to_vec()),
+        (5, "StateChange", state_change(Event::RunPodSandbox, pod("u5", "s5"), None)),
+    ] {
+        let req = api::Request { service: PLUGIN_SERVICE.into(), method: method.into(), payload, timeout_nano: 0 };
+        let frame = Message { conn: PLUGIN_CONN, stream, kind: REQUEST, flags: 0, payload: req.encode_to_vec() };
+        bytes.extend(wire::encode(&frame).unwrap());
+    }
+    rt.stream.write_all(&bytes).await.unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let m = rt.next().await.expect("an answer");
+        assert_eq!((m.conn, m.kind), (PLUGIN_CONN, RESPONSE));
+        assert_eq!(api::Response::decode(&m.payload[..]).unwrap().status, None);
+        streams.push(m.stream);
+    }
+    assert_eq!(streams, [1, 3, 5]);
+    let answer = api::Response { status: None, payload: Vec::new() }.encode_to_vec();
+    rt.send(Message { conn: RUNTIME_CONN, stream: 1, kind: RESPONSE, flags: 0, payload: answer }).await;
+    settle().await;
+    assert_eq!(p.metrics.registered.get(), 1);
+    // A runtime that refuses the registration: plegd hangs up and tries again.
+    let mut rt = {
+        let refusal =
+            api::Response { status: Some(api::Status { code: 3, message: "no".into() }), payload: Vec::new() };
+        rt.send(Message { conn: RUNTIME_CONN, stream: 1, kind: RESPONSE, flags: 0, payload: refusal.encode_to_vec() })
+            .await;
+        assert!(rt.next().await.is_none(), "plegd closed the refused connection");
+        Runtime::accept(&p.listener).await
+    };
+    rt.registration().await;
     p.shutdown.cancel();
     p.task.await.unwrap();
 }

@@ -279,6 +279,15 @@ impl ContainerLookup {
         self.index.lock().expect("lookup index lock")
     }
 
+    /// The index, unless another holds it now.
+    fn try_lock(&self) -> Option<MutexGuard<'_, Index>> {
+        match self.index.try_lock() {
+            Ok(ix) => Some(ix),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+            Err(std::sync::TryLockError::Poisoned(_)) => panic!("lookup index lock poisoned"),
+        }
+    }
+
     /// Learns the pods as the journal holds them at start. Their dead containers'
     /// deaths were counted by the plegd that saw them.
     pub fn seed(&self, pods: &[Arc<PodStatus>]) {

@@ -37,6 +37,10 @@ impl StartedWords {
     /// `found` (a container published without its process) as running with the process
     /// the runtime said, when the kernel's `process` is in the cgroup the runtime said.
     pub(super) fn place(&self, found: &Found, process: &HostProcess) -> Option<Found> {
+        // Only a container plegd last saw created: one it saw exit is not started again.
+        if found.container.state != ContainerState::Created || found.removed_at.is_some() {
+            return None;
+        }
         let word = self.0.get(&found.container.id).filter(|w| w.at.elapsed() < FOR)?;
         let cgroup = process.cgroup.as_deref()?;
         if word.cgroup_path.is_empty() || !placed_in(cgroup, &word.cgroup_path) {
@@ -57,12 +61,14 @@ impl StartedWords {
 
 impl ContainerLookup {
     /// The runtime said container `id` started as process `pid` in cgroup
-    /// `cgroup_path` (NRI's `POST_START_CONTAINER`).
+    /// `cgroup_path` (NRI's `POST_START_CONTAINER`). Never waits: while the index is
+    /// busy (a batch of events being learned) the word is dropped, and the PID is placed
+    /// as without it.
     pub fn started(&self, id: &str, pid: u32, cgroup_path: &str) {
         if pid == 0 || cgroup_path.is_empty() {
             return;
         }
-        let mut ix = self.lock();
+        let Some(mut ix) = self.try_lock() else { return };
         let words = &mut ix.started.0;
         if words.len() >= MAX {
             words.retain(|_, w| w.at.elapsed() < FOR);

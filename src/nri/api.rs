@@ -97,6 +97,15 @@ pub struct SynchronizeRequest {
     pub more: bool,
 }
 
+/// `Plugin.Synchronize`'s request, read for `more` alone (its pods and containers are
+/// skipped unread).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SynchronizeParts {
+    /// More parts follow.
+    #[prost(bool, tag = "3")]
+    pub more: bool,
+}
+
 /// `Plugin.Synchronize`'s answer: no update; `more` echoes the request's.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct SynchronizeResponse {

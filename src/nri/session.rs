@@ -43,13 +43,9 @@ pub enum Hint {
         /// Its version.
         version: String,
     },
-    /// The runtime's synchronization ended (its last part): a full relist.
-    Synchronized {
-        /// Sandboxes it named.
-        pods: usize,
-        /// Containers it named.
-        containers: usize,
-    },
+    /// The runtime's synchronization ended (its last part): the plugin is registered,
+    /// and a full relist follows.
+    Synchronized,
     /// A pod's or container's event.
     Event(EventHint),
     /// A call whose payload could not be decoded: a full relist finds what it was.
@@ -109,13 +105,19 @@ pub struct Answer {
 const UNIMPLEMENTED: i32 = 12;
 
 /// The answer to the ttrpc request `payload`. Every method of the plugin service is
-/// answered with success and an empty (or echoing) message whatever its payload holds;
-/// another service or method is `Unimplemented`, as ttrpc's server answers it. Fails
-/// only when the envelope itself is not a ttrpc request.
+/// answered with success and an empty (or echoing) message whatever its payload holds —
+/// NRI v0.8's `StateChange` and v0.12's call per event alike; another service or method
+/// is `Unimplemented`, as ttrpc's server answers it. Fails only when the envelope itself
+/// is not a ttrpc request.
 pub fn answer(payload: &[u8]) -> Result<Answer, NriError> {
     let req = api::Request::decode(payload).map_err(|e| NriError::Decode { what: "a ttrpc request", source: e })?;
     let ok = |message: Vec<u8>| api::Response { status: None, payload: message }.encode_to_vec();
-    let unreadable = || Hint::Unreadable { method: req.method.clone() };
+    let unreadable = || Hint::Unreadable { method: bounded(&req.method) };
+    // A call naming its pod and container (`StopContainer`, and v0.12's call per event).
+    let call = |event: Event| match api::ContainerCall::decode(&req.payload[..]) {
+        Ok(c) => (ok(Vec::new()), Hint::Event(EventHint::of(event, c.pod.as_ref(), c.container.as_ref()))),
+        Err(_) => (ok(Vec::new()), unreadable()),
+    };
     let (response, hint) = if req.service != PLUGIN_SERVICE {
         (unimplemented(&req), Hint::None)
     } else {
@@ -130,13 +132,10 @@ pub fn answer(payload: &[u8]) -> Result<Answer, NriError> {
                     Hint::Configured { runtime: c.runtime_name, version: c.runtime_version },
                 )
             }
-            "Synchronize" => match api::SynchronizeRequest::decode(&req.payload[..]) {
+            // Only `more` is read: the parts' pods and containers are the relist's to read.
+            "Synchronize" => match api::SynchronizeParts::decode(&req.payload[..]) {
                 Ok(s) => {
-                    let hint = if s.more {
-                        Hint::None
-                    } else {
-                        Hint::Synchronized { pods: s.pods.len(), containers: s.containers.len() }
-                    };
+                    let hint = if s.more { Hint::None } else { Hint::Synchronized };
                     (ok(api::SynchronizeResponse { more: s.more }.encode_to_vec()), hint)
                 }
                 Err(_) => (ok(Vec::new()), unreadable()),
@@ -150,25 +149,42 @@ pub fn answer(payload: &[u8]) -> Result<Answer, NriError> {
                 }
                 Err(_) => (ok(Vec::new()), unreadable()),
             },
-            // Called only when subscribed (plegd subscribes to neither), answered all
-            // the same: an empty adjustment, no update, no eviction.
-            "CreateContainer" | "UpdateContainer" => (ok(Vec::new()), Hint::None),
-            "StopContainer" => match api::ContainerCall::decode(&req.payload[..]) {
-                Ok(c) => (
-                    ok(Vec::new()),
-                    Hint::Event(EventHint::of(Event::StopContainer, c.pod.as_ref(), c.container.as_ref())),
-                ),
-                Err(_) => (ok(Vec::new()), unreadable()),
-            },
+            "StopContainer" => call(Event::StopContainer),
+            "RunPodSandbox" => call(Event::RunPodSandbox),
+            "StopPodSandbox" => call(Event::StopPodSandbox),
+            "RemovePodSandbox" => call(Event::RemovePodSandbox),
+            "PostCreateContainer" => call(Event::PostCreateContainer),
+            "PostStartContainer" => call(Event::PostStartContainer),
+            "RemoveContainer" => call(Event::RemoveContainer),
+            // Called only when subscribed (plegd subscribes to none of them), answered
+            // all the same: no adjustment, no update, no eviction.
+            "CreateContainer"
+            | "UpdateContainer"
+            | "StartContainer"
+            | "UpdatePodSandbox"
+            | "PostUpdatePodSandbox"
+            | "PostUpdateContainer"
+            | "ValidateContainerAdjustment" => (ok(Vec::new()), Hint::None),
             "Shutdown" => (ok(Vec::new()), Hint::Shutdown),
             _ => (unimplemented(&req), Hint::None),
         }
     };
-    Ok(Answer { response, hint, method: req.method })
+    Ok(Answer { response, hint, method: bounded(&req.method) })
+}
+
+/// At most this much of a name the runtime sent is repeated or logged.
+const NAME_MAX: usize = 128;
+
+fn bounded(name: &str) -> String {
+    let mut end = name.len().min(NAME_MAX);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].to_owned()
 }
 
 fn unimplemented(req: &api::Request) -> Vec<u8> {
-    let message = format!("{}/{} is not served by plegd", req.service, req.method);
+    let message = format!("{}/{} is not served by plegd", bounded(&req.service), bounded(&req.method));
     api::Response { status: Some(api::Status { code: UNIMPLEMENTED, message }), payload: Vec::new() }.encode_to_vec()
 }
 
@@ -214,14 +230,15 @@ impl Session {
     }
 
     /// Registers, then answers calls until the runtime closes the connection, shuts the
-    /// plugin down, or `shutdown`.
+    /// plugin down, or `shutdown`. Every call a read completes is answered, in one
+    /// write, before any is handed on.
     pub async fn run(
         mut self,
         to: &mut impl Hand,
         beat: &Beat,
         shutdown: &CancellationToken,
     ) -> Result<Ended, NriError> {
-        self.stream.write_all(&wire::encode(&register())).await.map_err(NriError::Io)?;
+        self.stream.write_all(&wire::encode(&register())?).await.map_err(NriError::Io)?;
         let configure_by = Instant::now() + CONFIGURE_WITHIN;
         let mut buf = vec![0u8; 64 * 1024];
         let mut tick = beat_timer();
@@ -234,38 +251,54 @@ impl Session {
                 }
                 read = self.stream.read(&mut buf) => read.map_err(NriError::Io)?,
             };
+            let read_at = Instant::now();
             if read == 0 {
                 return Err(NriError::Closed);
             }
+            let mut out = Vec::new();
+            let mut answered = Vec::new();
             for message in self.demux.push(&buf[..read])? {
-                if let Some(ended) = self.take(message, to).await? {
-                    return Ok(ended);
+                if let Some(a) = self.take(message, &mut out)? {
+                    answered.push(a);
                 }
+            }
+            if !out.is_empty() {
+                self.stream.write_all(&out).await.map_err(NriError::Io)?;
+            }
+            let answered_in = read_at.elapsed();
+            let mut ended = None;
+            for Answer { hint, method, .. } in answered {
+                if hint == Hint::Shutdown {
+                    ended = Some(Ended::ByRuntime);
+                }
+                to.hand(&method, hint, answered_in);
+            }
+            if let Some(ended) = ended {
+                return Ok(ended);
             }
         }
     }
 
-    async fn take(&mut self, message: Message, to: &mut impl Hand) -> Result<Option<Ended>, NriError> {
+    /// Takes one message: a call's answer goes to `out` (and the call is returned, its
+    /// answer taken), the registration's answer is checked.
+    fn take(&mut self, message: Message, out: &mut Vec<u8>) -> Result<Option<Answer>, NriError> {
         match (message.conn, message.kind) {
             (PLUGIN_CONN, REQUEST) => {
-                let read = Instant::now();
-                let Answer { response, hint, method } = answer(&message.payload)?;
-                let out =
+                let mut a = answer(&message.payload)?;
+                let response = std::mem::take(&mut a.response);
+                let frame =
                     Message { conn: PLUGIN_CONN, stream: message.stream, kind: RESPONSE, flags: 0, payload: response };
-                self.stream.write_all(&wire::encode(&out)).await.map_err(NriError::Io)?;
-                let answered_in = read.elapsed();
-                if matches!(hint, Hint::Configured { .. }) {
+                out.extend(wire::encode(&frame)?);
+                if matches!(a.hint, Hint::Configured { .. }) {
                     self.configured = true;
                 }
-                let shutdown = hint == Hint::Shutdown;
-                to.hand(&method, hint, answered_in);
-                Ok(shutdown.then_some(Ended::ByRuntime))
+                Ok(Some(a))
             }
             (RUNTIME_CONN, RESPONSE) if message.stream == 1 => {
                 let resp = api::Response::decode(&message.payload[..])
                     .map_err(|e| NriError::Decode { what: "the registration's answer", source: e })?;
                 match resp.status.filter(|s| s.code != 0) {
-                    Some(s) => Err(NriError::Refused(s.message)),
+                    Some(s) => Err(NriError::Refused(bounded(&s.message))),
                     None => Ok(None),
                 }
             }
@@ -324,7 +357,7 @@ mod tests {
         assert!(api::SynchronizeResponse::decode(&ok(&a)[..]).unwrap().more, "a part is answered with more");
         assert_eq!(a.hint, Hint::None, "a full relist only after the last part");
         let a = answer(&call("Synchronize", api::SynchronizeRequest::default().encode_to_vec())).unwrap();
-        assert_eq!(a.hint, Hint::Synchronized { pods: 0, containers: 0 });
+        assert_eq!(a.hint, Hint::Synchronized);
         // Garbage inside a well-formed envelope: answered with success all the same.
         for method in ["StateChange", "StopContainer", "Synchronize", "Configure", "CreateContainer", "UpdateContainer"]
         {

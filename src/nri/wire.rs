@@ -106,12 +106,12 @@ fn be32(b: &[u8]) -> u32 {
 }
 
 /// `message` as the socket carries it: one multiplexer frame holding one ttrpc message.
-///
-/// # Panics
-/// If the payload is longer than [`MAX_MESSAGE`] (plegd's own messages are small).
-pub fn encode(message: &Message) -> Vec<u8> {
-    let len =
-        u32::try_from(message.payload.len()).ok().filter(|&l| l as usize <= MAX_MESSAGE).expect("a ttrpc payload");
+/// A payload longer than ttrpc allows is an error (plegd's own messages are small).
+pub fn encode(message: &Message) -> Result<Vec<u8>, WireError> {
+    let len = u32::try_from(message.payload.len())
+        .ok()
+        .filter(|&l| l as usize <= MAX_MESSAGE)
+        .ok_or(WireError::MessageTooLong(message.payload.len().min(u32::MAX as usize) as u32))?;
     let mut out = Vec::with_capacity(MUX_HEADER + TTRPC_HEADER + message.payload.len());
     out.extend_from_slice(&message.conn.to_be_bytes());
     out.extend_from_slice(&(len + TTRPC_HEADER as u32).to_be_bytes());
@@ -119,7 +119,7 @@ pub fn encode(message: &Message) -> Vec<u8> {
     out.extend_from_slice(&message.stream.to_be_bytes());
     out.extend_from_slice(&[message.kind, message.flags]);
     out.extend_from_slice(&message.payload);
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -136,7 +136,7 @@ mod tests {
     /// One ttrpc message cut into multiplexer frames at `cuts`, as NRI's multiplexer
     /// splits a write longer than a frame.
     fn split_frames(m: &Message, cuts: &[usize]) -> Vec<u8> {
-        let whole = encode(m);
+        let whole = encode(m).unwrap();
         let ttrpc = &whole[MUX_HEADER..];
         let mut points: Vec<usize> = cuts.iter().map(|c| c % (ttrpc.len() + 1)).collect();
         points.extend([0, ttrpc.len()]);

@@ -3,7 +3,7 @@
 //! sandbox out of its store (NRI's removal notification runs in between), so the read
 //! the event prompts can still find the sandbox, with its containers gone, and no event
 //! comes when the sandbox goes. Unless a read finds it gone first, the relister reads
-//! such a sandbox's status again 0.1, 0.3, 0.7 … s after the event (ten reads over about
+//! such a sandbox's status again 25, 75, 175 … ms after the event (twelve reads over about
 //! 100 s; a read that fails is retried and not counted), and reads its pod in full once
 //! it is gone: the pod's
 //! removal reaches the cache and the watchers then, not at the next full relist (five
@@ -24,9 +24,9 @@ use crate::proto::runtime as cri;
 
 /// The first re-read comes this long after the read that still found the sandbox; each
 /// next one twice as long after the one before.
-const FIRST: Duration = Duration::from_millis(100);
+const FIRST: Duration = Duration::from_millis(25);
 /// Re-reads per sandbox.
-const READS: u32 = 10;
+const READS: u32 = 12;
 /// A sandbox said deleted and not read since, or whose re-reads keep failing, is let go
 /// this long after it was said deleted (full relists cover it).
 const RECENT: Duration = Duration::from_secs(600);
@@ -40,7 +40,7 @@ pub(super) fn reread_of(answer: Result<cri::PodSandboxStatus, CriError>) -> Rere
     }
 }
 
-const PACE: Pace = Pace { first: FIRST, reads: READS, max_doubling: 8, recent: RECENT };
+const PACE: Pace = Pace { first: FIRST, reads: READS, max_doubling: 10, recent: RECENT };
 
 /// The sandboxes said deleted, until a read finds them gone.
 pub(super) struct DeletedSandboxes(pub(super) Followed);
@@ -79,7 +79,7 @@ impl DeletedSandboxes {
 
     /// Records a re-read of sandbox `id` and says when the next is due: still there
     /// counts a read (after [`READS`] the sandbox is let go: full relists cover it); a
-    /// failed read is not counted and is tried again, 0.1, 0.2, 0.4 … 25.6 s later (until
+    /// failed read is not counted and is tried again, 25, 50, 100 ms … 25.6 s later (until
     /// [`RECENT`] after it was said deleted); gone lets it go (the read of its pod that
     /// follows tells the removal).
     pub fn read(&mut self, id: &str, found: Reread) -> Option<Instant> {
@@ -154,14 +154,14 @@ mod tests {
         say(&mut d, &mut s, "p", "s");
         d.note("p", finding(&["s"]));
         let times = reread_times(&mut d, &mut s, |_| Reread::Same).await;
-        assert_eq!(times, [100, 300, 700, 1500, 3100, 6300, 12700, 25500, 51100, 102300]);
+        assert_eq!(times, [25, 75, 175, 375, 775, 1575, 3175, 6375, 12775, 25575, 51175, 102375]);
         assert_eq!((d.len(), s.next_at()), (0, None), "then let go: full relists cover it");
 
         // Gone at the third re-read: let go.
         say(&mut d, &mut s, "p", "s");
         d.note("p", finding(&["s"]));
         let times = reread_times(&mut d, &mut s, |n| if n == 2 { Reread::Changed } else { Reread::Same }).await;
-        assert_eq!(times, [100, 300, 700]);
+        assert_eq!(times, [25, 75, 175]);
         assert_eq!(d.len(), 0);
     }
 
@@ -197,7 +197,7 @@ mod tests {
         say(&mut d, &mut s, "p", "s");
         d.note("p", finding(&["s"]));
         let times = reread_times(&mut d, &mut s, |n| if n < 2 { Reread::Failed } else { Reread::Changed }).await;
-        assert_eq!(times, [100, 200, 400], "two retries backing off, then gone");
+        assert_eq!(times, [25, 50, 100], "two retries backing off, then gone");
         say(&mut d, &mut s, "p", "s");
         d.note("p", finding(&["s"]));
         let times = reread_times(&mut d, &mut s, |_| Reread::Failed).await;

@@ -5,7 +5,10 @@
 //!   before its status says `EXITED` (the notification is one of the task's delete
 //!   options; the status is written after the delete returns);
 //! - containerd 1.7 tells a sandbox's start (`RUN_POD_SANDBOX`) before it adds the
-//!   sandbox to the store its CRI listing reads.
+//!   sandbox to the store its CRI listing reads;
+//! - containerd tells a container's removal (`REMOVE_CONTAINER`) before it drops the
+//!   container from its store, a sandbox's stop while another task writes its status,
+//!   and a sandbox's removal before it is gone.
 //!
 //! So the read a call prompts can still find the container running, or no sandbox, and
 //! no further word comes while the event stream is off or split. Unless a read of its
@@ -14,6 +17,7 @@
 //! and not counted), and reads its pod in full once the status agrees. Owned by the
 //! relister; bounded by count ([`super::followed`]).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -34,58 +38,124 @@ const RECENT: Duration = Duration::from_secs(120);
 
 const PACE: Pace = Pace { first: FIRST, reads: READS, max_doubling: 8, recent: RECENT };
 
-/// What a `ContainerStatus` answer says of a container said stopped: still running (the
-/// same), stopped or gone (its pod is to be read in full), or a failed read.
-pub(super) fn stopped_reread(answer: Result<cri::ContainerStatus, CriError>) -> Reread {
-    match answer {
-        Ok(s) if s.state == cri::ContainerState::ContainerRunning as i32 => Reread::Same,
-        Ok(_) => Reread::Changed,
-        Err(e) if e.is_not_found() => Reread::Changed,
-        Err(_) => Reread::Failed,
+/// What the runtime said of a container or a sandbox, and so what its status is read
+/// for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Word {
+    /// A container stopped (`STOP_CONTAINER`): read until not running.
+    ContainerStopped,
+    /// A container was removed (`REMOVE_CONTAINER`, told before containerd drops it from
+    /// its store): read until not found.
+    ContainerRemoved,
+    /// A sandbox started (`RUN_POD_SANDBOX`, told by 1.7 before its listing has it):
+    /// read until found.
+    SandboxStarted,
+    /// A sandbox stopped (`STOP_POD_SANDBOX`, told while its status is still being
+    /// written): read until not ready.
+    SandboxStopped,
+    /// A sandbox was removed (`REMOVE_POD_SANDBOX`): read until not found.
+    SandboxRemoved,
+}
+
+impl Word {
+    const ALL: [Word; 5] = [
+        Self::ContainerStopped,
+        Self::ContainerRemoved,
+        Self::SandboxStarted,
+        Self::SandboxStopped,
+        Self::SandboxRemoved,
+    ];
+
+    fn index(self) -> usize {
+        Self::ALL.iter().position(|w| *w == self).expect("every word is in ALL")
+    }
+
+    fn of_container(self) -> bool {
+        matches!(self, Self::ContainerStopped | Self::ContainerRemoved)
     }
 }
 
-/// What a `PodSandboxStatus` answer says of a sandbox said started: not there yet (the
-/// same), there (its pod is to be read in full), or a failed read.
-pub(super) fn started_reread(answer: Result<cri::PodSandboxStatus, CriError>) -> Reread {
-    match answer {
-        Ok(_) => Reread::Changed,
-        Err(e) if e.is_not_found() => Reread::Same,
-        Err(_) => Reread::Failed,
+/// What a pod read shows of an object a word was said of.
+pub(super) struct Shown {
+    /// The read has it (in the listing or the statuses).
+    pub found: bool,
+    /// A container it has runs; a sandbox it has is ready.
+    pub up: bool,
+}
+
+impl Word {
+    /// Whether `shown` is what the word said.
+    pub(super) fn shown_by(self, shown: &Shown) -> bool {
+        match self {
+            Self::ContainerStopped | Self::SandboxStopped => !shown.found || !shown.up,
+            Self::ContainerRemoved | Self::SandboxRemoved => !shown.found,
+            Self::SandboxStarted => shown.found,
+        }
+    }
+
+    /// What a status read of the object says of the word: not shown yet (the same),
+    /// shown (its pod is to be read in full), or a failed read. `up` is `Some(running or
+    /// ready)` for an answer, `None` for NotFound.
+    fn reread(self, answer: Result<bool, CriError>) -> Reread {
+        match answer {
+            Ok(up) => {
+                if self.shown_by(&Shown { found: true, up }) {
+                    Reread::Changed
+                } else {
+                    Reread::Same
+                }
+            }
+            Err(e) if e.is_not_found() => {
+                if self.shown_by(&Shown { found: false, up: false }) {
+                    Reread::Changed
+                } else {
+                    Reread::Same
+                }
+            }
+            Err(_) => Reread::Failed,
+        }
     }
 }
 
-/// The containers said stopped and the sandboxes said started, until a read shows it.
+/// The words said and not yet shown, each followed on its own.
 pub(super) struct EarlyWords {
-    stopped: Followed,
-    started: Followed,
+    by_word: [Followed; 5],
+    word_of: HashMap<String, Word>,
 }
 
 impl Default for EarlyWords {
     fn default() -> Self {
-        Self { stopped: Followed::new(&PACE), started: Followed::new(&PACE) }
+        Self { by_word: std::array::from_fn(|_| Followed::new(&PACE)), word_of: HashMap::new() }
     }
 }
 
 impl EarlyWords {
-    /// The runtime said container `id` of pod `uid` stopped: read again [`FIRST`] from
-    /// now (the time returned, for a container not followed yet) unless a read of the
-    /// pod finds it not running before.
-    pub fn stopped(&mut self, uid: &str, id: &str) -> Option<Instant> {
-        self.stopped.said(uid, id)
+    /// The runtime said `word` of object `id` of pod `uid`: read again [`FIRST`] from now
+    /// (the time returned, for an object not followed yet) unless a read of the pod shows
+    /// it before. A newer word of the same object replaces an older one (a container said
+    /// removed is no longer read for its stop).
+    pub fn said(&mut self, word: Word, uid: &str, id: &str) -> Option<Instant> {
+        match self.word_of.insert(id.to_owned(), word) {
+            Some(older) if older != word => self.by_word[older.index()].forget(id),
+            _ => {}
+        }
+        let first = self.by_word[word.index()].said(uid, id);
+        let by_word = &self.by_word;
+        self.word_of.retain(|id, w| by_word[w.index()].pod_of(id).is_some());
+        first
     }
 
-    /// The runtime said sandbox `id` of pod `uid` started: read again [`FIRST`] from
-    /// now unless a read of the pod finds it before.
-    pub fn started(&mut self, uid: &str, id: &str) -> Option<Instant> {
-        self.started.said(uid, id)
-    }
-
-    /// Takes in a read of pod `uid`: a container it finds not running (`running` says
-    /// which run) and a sandbox it finds (`found`) are let go.
-    pub fn note(&mut self, uid: &str, running: impl Fn(&str) -> bool, found: impl Fn(&str) -> bool) {
-        self.stopped.note(uid, running);
-        self.started.note(uid, |id| !found(id));
+    /// Takes in a read of pod `uid`: what it shows of each object (`shown`, for a
+    /// container or a sandbox) lets go each word it shows.
+    pub fn note(&mut self, uid: &str, shown: impl Fn(&str, bool) -> Shown) {
+        if self.word_of.is_empty() {
+            return;
+        }
+        for word in Word::ALL {
+            self.by_word[word.index()].note(uid, |id| !word.shown_by(&shown(id, word.of_container())));
+        }
+        let by_word = &self.by_word;
+        self.word_of.retain(|id, w| by_word[w.index()].pod_of(id).is_some());
     }
 }
 
@@ -95,27 +165,35 @@ impl Book for EarlyWords {
     }
 
     fn pod_of(&self, id: &str) -> Option<&str> {
-        self.stopped.pod_of(id).or_else(|| self.started.pod_of(id))
+        self.word_of.get(id).and_then(|w| self.by_word[w.index()].pod_of(id))
     }
 
-    /// One `ContainerStatus` for a container said stopped, one `PodSandboxStatus` for a
-    /// sandbox said started.
+    /// One `ContainerStatus` for a container's word, one `PodSandboxStatus` for a
+    /// sandbox's.
     fn reread<R: RuntimeService>(&self, id: &str, runtime: R, timeout: Duration) -> Option<BoxFuture<'static, Reread>> {
-        let stopped = self.stopped.pod_of(id).is_some();
-        let id = self.pod_of(id).map(|_| id.to_owned())?;
+        let word = *self.word_of.get(id)?;
+        self.pod_of(id)?;
+        let id = id.to_owned();
         Some(Box::pin(async move {
-            let found = if stopped {
-                tokio::time::timeout(timeout, runtime.container_status(&id)).await.map(stopped_reread)
+            let answer = if word.of_container() {
+                let read = tokio::time::timeout(timeout, runtime.container_status(&id)).await;
+                read.map(|a| a.map(|s| s.state == cri::ContainerState::ContainerRunning as i32))
             } else {
-                tokio::time::timeout(timeout, runtime.pod_sandbox_status(&id)).await.map(started_reread)
+                let read = tokio::time::timeout(timeout, runtime.pod_sandbox_status(&id)).await;
+                read.map(|a| a.map(|s| s.state == cri::PodSandboxState::SandboxReady as i32))
             };
-            found.unwrap_or(Reread::Failed)
+            answer.map_or(Reread::Failed, |a| word.reread(a))
         }))
     }
 
     fn read(&mut self, id: &str, found: Reread) -> Option<Instant> {
-        tracing::debug!(id, ?found, "the runtime's early word, read again");
-        if self.stopped.pod_of(id).is_some() { self.stopped.read(id, found) } else { self.started.read(id, found) }
+        let word = *self.word_of.get(id)?;
+        tracing::debug!(id, ?word, ?found, "the runtime's early word, read again");
+        let next = self.by_word[word.index()].read(id, found);
+        if next.is_none() {
+            self.word_of.remove(id);
+        }
+        next
     }
 }
 
@@ -124,8 +202,8 @@ mod tests {
     use super::*;
     use crate::pleg::schedule::Scheduler;
 
-    fn say(at: Option<Instant>, s: &mut Scheduler<String, ()>, id: &str) {
-        if let Some(at) = at {
+    fn say(d: &mut EarlyWords, s: &mut Scheduler<String, ()>, word: Word, id: &str) {
+        if let Some(at) = d.said(word, "p", id) {
             s.schedule(id.to_owned(), (), at);
         }
     }
@@ -134,44 +212,84 @@ mod tests {
         crate::pleg::amended_exits::reread_times(d, s, Duration::from_millis(1), answer).await
     }
 
+    /// A read of pod p showing every object found and up, or none at all.
+    fn all_up(_: &str, _: bool) -> Shown {
+        Shown { found: true, up: true }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_word_the_status_does_not_show_yet_is_read_again_until_it_does_and_a_read_showing_it_lets_it_go() {
         let (mut d, mut s) = (EarlyWords::default(), Scheduler::default());
-        let at = d.stopped("p", "c");
-        say(at, &mut s, "c");
-        d.note("p", |_| true, |_| false);
+        say(&mut d, &mut s, Word::ContainerStopped, "c");
+        d.note("p", all_up);
         assert_eq!(times(&mut d, &mut s, |_| Reread::Same).await, [50, 150, 350, 750, 1550, 3150, 6350, 12750]);
         assert_eq!(d.pod_of("c"), None, "then let go: full relists cover it");
+        assert!(d.word_of.is_empty());
         // Shown at the second re-read.
-        let at = d.started("p", "s");
-        say(at, &mut s, "s");
+        say(&mut d, &mut s, Word::SandboxStarted, "s");
         let shown = times(&mut d, &mut s, |n| if n == 1 { Reread::Changed } else { Reread::Same }).await;
         assert_eq!(shown, [50, 150]);
-        // The prompted read already shows each: no re-read.
-        d.stopped("p", "c");
-        d.started("p", "s");
-        d.note("p", |_| false, |id| id == "s");
-        assert_eq!((d.pod_of("c"), d.pod_of("s")), (None, None));
         // A read of another pod settles nothing of this one's.
-        d.stopped("p", "c");
-        d.note("q", |_| false, |_| true);
+        d.said(Word::ContainerRemoved, "p", "c");
+        d.note("q", |_, _| Shown { found: false, up: false });
         assert_eq!(d.pod_of("c"), Some("p"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_word_is_let_go_by_the_read_that_shows_it_and_a_newer_word_replaces_an_older() {
+        let mut d = EarlyWords::default();
+        for (word, shows, does_not) in [
+            (Word::ContainerStopped, Shown { found: true, up: false }, Shown { found: true, up: true }),
+            (Word::ContainerRemoved, Shown { found: false, up: false }, Shown { found: true, up: false }),
+            (Word::SandboxStarted, Shown { found: true, up: true }, Shown { found: false, up: false }),
+            (Word::SandboxStopped, Shown { found: true, up: false }, Shown { found: true, up: true }),
+            (Word::SandboxRemoved, Shown { found: false, up: false }, Shown { found: true, up: false }),
+        ] {
+            d.said(word, "p", "x");
+            d.note("p", |_, _| Shown { ..does_not });
+            assert_eq!(d.pod_of("x"), Some("p"), "{word:?}: kept while not shown");
+            d.note("p", |_, _| Shown { ..shows });
+            assert_eq!(d.pod_of("x"), None, "{word:?}: let go once shown");
+        }
+        // Stopped, then removed: read for the removal only.
+        assert!(d.said(Word::ContainerStopped, "p", "c").is_some());
+        d.said(Word::ContainerRemoved, "p", "c");
+        d.note("p", |_, _| Shown { found: true, up: false });
+        assert_eq!(d.pod_of("c"), Some("p"), "stopped is shown, removed is not");
+        assert_eq!(d.word_of.get("c"), Some(&Word::ContainerRemoved));
+        assert_eq!(d.by_word[Word::ContainerStopped.index()].pod_of("c"), None);
     }
 
     #[test]
     fn a_status_answer_shows_the_word_not_yet_or_fails() {
-        let state = |s: cri::ContainerState| Ok(cri::ContainerStatus { state: s as i32, ..Default::default() });
-        assert_eq!(stopped_reread(state(cri::ContainerState::ContainerRunning)), Reread::Same);
-        assert_eq!(stopped_reread(state(cri::ContainerState::ContainerExited)), Reread::Changed);
-        let err = |code| CriError::Call {
+        let not_found = || CriError::Call {
             method: "Status",
             endpoint: std::sync::Arc::from("unix:///x"),
-            status: tonic::Status::new(code, "x"),
+            status: tonic::Status::new(tonic::Code::NotFound, "x"),
         };
-        assert_eq!(stopped_reread(Err(err(tonic::Code::NotFound))), Reread::Changed);
-        assert_eq!(stopped_reread(Err(err(tonic::Code::Unavailable))), Reread::Failed);
-        assert_eq!(started_reread(Ok(cri::PodSandboxStatus::default())), Reread::Changed);
-        assert_eq!(started_reread(Err(err(tonic::Code::NotFound))), Reread::Same);
-        assert_eq!(started_reread(Err(err(tonic::Code::Unavailable))), Reread::Failed);
+        let failed = || CriError::Call {
+            method: "Status",
+            endpoint: std::sync::Arc::from("unix:///x"),
+            status: tonic::Status::new(tonic::Code::Unavailable, "x"),
+        };
+        use Reread::{Changed, Failed, Same};
+        for (word, up, down, gone) in [
+            (Word::ContainerStopped, Same, Changed, Changed),
+            (Word::ContainerRemoved, Same, Same, Changed),
+            (Word::SandboxStarted, Changed, Changed, Same),
+            (Word::SandboxStopped, Same, Changed, Changed),
+            (Word::SandboxRemoved, Same, Same, Changed),
+        ] {
+            assert_eq!(
+                [
+                    word.reread(Ok(true)),
+                    word.reread(Ok(false)),
+                    word.reread(Err(not_found())),
+                    word.reread(Err(failed()))
+                ],
+                [up, down, gone, Failed],
+                "{word:?}"
+            );
+        }
     }
 }

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::final_statuses::FinalStatus;
-use super::inbox::{Inbox, Intake};
+use super::inbox::{Inbox, Intake, Teller};
 use super::metrics::{ModeLabel, PlegMetrics};
 use super::schedule::{Read, Reason, ScheduleRequest, Why};
 use crate::backoff::Backoff;
@@ -182,7 +182,7 @@ impl<R: RuntimeService> EventedWatcher<R> {
         let Some(uid) = uid else {
             // containerd drops or sends events without a sandbox status when the sandbox
             // is already gone: find the pod by the container id.
-            self.inbox.submit(Intake::ContainerOnly(ev.container_id.clone()));
+            self.inbox.submit(Intake::ContainerOnly { id: ev.container_id.clone(), by: Teller::Stream });
             return;
         };
         if let Some(word) = FinalStatus::of_event(ev) {

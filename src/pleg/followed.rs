@@ -60,6 +60,11 @@ impl Followed {
         self.by_id.retain(|id, s| s.uid != uid || still(id));
     }
 
+    /// Stops following entry `id`.
+    pub fn forget(&mut self, id: &str) {
+        self.by_id.remove(id);
+    }
+
     /// The pods whose entries are followed.
     pub fn uids(&self) -> impl Iterator<Item = &str> {
         self.by_id.values().map(|s| s.uid.as_str())

@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use super::early_words::Shown;
 use super::evented::StreamState;
 use super::final_statuses::Settled;
 use super::health::PlegHealth;
@@ -27,7 +28,7 @@ use crate::cache::CacheWriter;
 use crate::cri::{CriError, RuntimeService};
 use crate::liveness::Beat;
 use crate::model::event::{EventSource, PodLifecycleEvent};
-use crate::model::{ContainerState, PodStatus};
+use crate::model::{ContainerState, PodStatus, SandboxState};
 use books::Books;
 use read::{Found, PodListing, PodReader, ReadError, ReadJob, ReadResult, Seen};
 
@@ -549,20 +550,22 @@ impl<R: RuntimeService> GenericPleg<R> {
             records.current(uid).is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
                 || status.as_ref().is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
         });
-        // What NRI said ahead of the status: a container said stopped is read again while
-        // this read finds it running, a sandbox said started while it finds none.
-        books.early_words.note(
-            uid,
-            |id| {
-                status
-                    .as_ref()
-                    .is_some_and(|p| p.containers.iter().any(|c| c.id == id && c.state == ContainerState::Running))
-            },
-            |id| {
-                records.current(uid).is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
-                    || status.as_ref().is_some_and(|p| p.sandboxes.iter().any(|s| s.id == id))
-            },
-        );
+        // What NRI said ahead of the status, let go where this read shows it: the statuses
+        // say whether an object runs, the listing too whether it is there.
+        books.early_words.note(uid, |id, container| {
+            let read = status.as_deref().and_then(|p| {
+                if container {
+                    p.containers.iter().find(|c| c.id == id).map(|c| c.state == ContainerState::Running)
+                } else {
+                    p.sandboxes.iter().find(|s| s.id == id).map(|s| s.state == SandboxState::Ready)
+                }
+            });
+            let listed = records.current(uid).and_then(|p| {
+                let objects = if container { &p.containers } else { &p.sandboxes };
+                objects.iter().find(|o| o.id == id).map(|o| o.state == PlegState::Running)
+            });
+            Shown { found: read.is_some() || listed.is_some(), up: read.or(listed).unwrap_or(false) }
+        });
         // The read came after the listing: what it found is the later word, and the
         // record commits it, so what is committed is what the events carry.
         let late = self.records.observe(uid, status.as_deref());

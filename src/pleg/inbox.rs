@@ -3,7 +3,7 @@
 //! [`ScheduleRequest`] of a [`Read`] and its [`Why`]: a pod the stream named with the ids
 //! it carried, a full relist when the stream comes up, a pod a reader waits on, a full
 //! relist someone asks for), a container the stream named without its pod, a sandbox
-//! the stream said deleted, or a container NRI said stopped or a sandbox it said started. The relister drains the [`InboxRx`] into its one
+//! the stream said deleted, or what NRI said of a container or a sandbox ahead of its status. The relister drains the [`InboxRx`] into its one
 //! [`Scheduler`](super::schedule::Scheduler), where reads coalesce — there and nowhere
 //! else. A request names work; it carries no facts.
 //!
@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::early_words::Word;
 use super::final_statuses::{FinalStatus, FinalStatusBook};
 use super::schedule::{Read, Reason, ScheduleRequest, Why};
 
@@ -35,10 +36,15 @@ pub type Request = ScheduleRequest<Read, Why>;
 pub enum Intake {
     /// A read.
     Read(Request),
-    /// The stream named container `id` without its pod (containerd does, once the
-    /// sandbox is gone): its pod, found through the records, is read; an unknown
-    /// container asks for a full relist.
-    ContainerOnly(String),
+    /// The stream (or an NRI call) named container `id` without its pod (containerd
+    /// does, once the sandbox is gone): its pod, found through the records, is read; an
+    /// unknown container asks for a full relist.
+    ContainerOnly {
+        /// The container.
+        id: String,
+        /// Who named it.
+        by: Teller,
+    },
     /// The stream said pod `uid`'s sandbox `id` was deleted: it is read again until
     /// gone.
     SandboxDeleted {
@@ -47,22 +53,25 @@ pub enum Intake {
         /// The sandbox.
         id: String,
     },
-    /// The runtime said pod `uid`'s container `id` stopped (NRI's `STOP_CONTAINER`):
-    /// it is read again until not running.
-    ContainerStopped {
+    /// The runtime said `word` of pod `uid`'s container or sandbox `id` through NRI,
+    /// ahead of its status: it is read again until its status shows it.
+    EarlyWord {
         /// The pod.
         uid: String,
-        /// The container.
+        /// The container or sandbox.
         id: String,
+        /// What was said.
+        word: Word,
     },
-    /// The runtime said pod `uid`'s sandbox `id` started (NRI's `RUN_POD_SANDBOX`): it
-    /// is read again until found.
-    SandboxStarted {
-        /// The pod.
-        uid: String,
-        /// The sandbox.
-        id: String,
-    },
+}
+
+/// Who named a container without its pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Teller {
+    /// The CRI event stream.
+    Stream,
+    /// An NRI call.
+    Nri,
 }
 
 #[derive(Default)]

@@ -8,7 +8,7 @@ mod amended_exits;
 mod build;
 mod config;
 mod deleted_sandboxes;
-mod early_words;
+pub mod early_words;
 pub mod evented;
 pub mod final_statuses;
 mod followed;

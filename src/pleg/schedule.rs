@@ -147,11 +147,11 @@ impl Why {
         self.has(Reason::Waiting) && self.reasons.iter().all(|r| matches!(r, Reason::Waiting | Reason::FailedRead))
     }
 
-    /// Which path the read counts as: the stream's, when the stream named the pod (what
-    /// it finds is then no miss of the stream), else NRI's when an NRI call named it (or
+    /// Which path the read counts as: the stream's, when the stream named the pod or
+    /// said its sandbox deleted (what it finds is then no miss of the stream), else NRI's when an NRI call named it (or
     /// said something of it ahead of its status), else a relist of the pod alone.
     pub fn source(&self) -> EventSource {
-        if self.has(Reason::StreamEvent) {
+        if self.has(Reason::StreamEvent) || self.has(Reason::SandboxDeleted) {
             EventSource::CriEvent
         } else if self.has(Reason::NriEvent) || self.has(Reason::EarlyWord) {
             EventSource::Nri

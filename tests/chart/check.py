@@ -103,6 +103,11 @@ def check_every_rendering(name: str, objs: dict[str, dict]) -> dict:
     ok(km and km.get("readOnly") and volumes[km["name"]]["hostPath"] == {"path": os.path.dirname(pods_api), "type": "DirectoryOrCreate"}
        if pods_api else "kubelet-pods-api" not in volumes,
        f"{name}: the kubelet's Pods API directory read-only where --kubelet-pods-socket points ({pods_api!r}), or neither")
+    nri = f.get("--nri-socket")
+    nm = mounts.get(os.path.dirname(nri)) if nri else None
+    ok(f["--nri"] == "on" and nm and nm.get("readOnly") and volumes[nm["name"]]["hostPath"] == {"path": os.path.dirname(nri), "type": "DirectoryOrCreate"}
+       if nri else f["--nri"] == "off" and "nri" not in volumes,
+       f"{name}: NRI on with its socket's directory read-only where --nri-socket points ({nri!r}), or off and nothing mounted")
     port = c["ports"][0]
     ok(port["name"] == "admin" and f["--admin-addr"] == f"0.0.0.0:{port['containerPort']}"
        and c["livenessProbe"]["httpGet"]["port"] == "admin" and c["readinessProbe"]["httpGet"]["port"] == "admin",
@@ -165,7 +170,7 @@ def main() -> int:
     ok(d["spec"]["tolerations"] == [{"operator": "Exists"}], "default: every taint tolerated")
     ok(d["flags"] == {"--runtime-endpoint": "unix:///run/containerd/containerd.sock", "--listen": "unix:///run/plegd/plegd.sock",
                       "--admin-addr": "0.0.0.0:9477", "--state-dir": "/var/lib/plegd", "--host-root": "/host",
-                      "--kubelet-pods-socket": "/var/lib/kubelet/pods-api/pods-api.sock", "--log-format": "json"},
+                      "--kubelet-pods-socket": "/var/lib/kubelet/pods-api/pods-api.sock", "--nri": "off", "--log-format": "json"},
        "default: only the flags a pod needs; every other is plegd's default", d["flags"])
 
     t = rendered["tuned"]["_"]
@@ -175,7 +180,8 @@ def main() -> int:
             "--admin-addr": "0.0.0.0:19477", "--state-dir": "/var/lib/plegd-tuned", "--journal-memory-budget": "16MiB",
             "--journal-disk-budget": "1GiB", "--tombstone-retention": "6h", "--history-retention": "48h",
             "--log-format": "text", "--log-level": "plegd=debug,info", "--gc": "dry-run", "--crashloop-deaths": "5",
-            "--kubelet-pods-socket": "/var/lib/k8s/kubelet/pods-api/pods-api.sock"}
+            "--kubelet-pods-socket": "/var/lib/k8s/kubelet/pods-api/pods-api.sock", "--nri": "on",
+            "--nri-socket": "/var/run/nri/nri.sock"}
     ok(want.items() <= t["flags"].items(), "tuned: every value becomes its flag, numbers as integers (1000000, not 1e+06)",
        {k: t["flags"].get(k) for k in want if t["flags"].get(k) != want[k]})
     ok(t["c"]["image"] == "registry.example/plegd@sha256:" + "0123456789abcdef" * 4 and t["c"]["imagePullPolicy"] == "Always",

@@ -265,12 +265,18 @@ class Run:
     def plegd_up(self):
         self.bin_admin = getattr(self, "bin_admin", free_port())
         self.bin_sock = f"unix://{self.work}/bin-run/plegd.sock"
+        # containerd's NRI socket (tests/e2e/containerd.sh puts it beside its CRI socket):
+        # the binary beside the kubelet registers as an NRI plugin, so the oracle checks
+        # plegd with the runtime's early word too; plegd's pod stays off NRI (the chart's
+        # default), on the event stream alone.
+        self.nri_sock = pathlib.Path(self.a.containerd_dir) / "nri.sock"
+        nri = ["--nri", "on", "--nri-socket", str(self.nri_sock)] if self.nri_sock.exists() else []
         self.plegd = Proc(
             "plegd",
             [self.a.plegd, "run", "--runtime-endpoint", self.a.endpoint, "--listen", self.bin_sock,
              "--admin-addr", f"127.0.0.1:{self.bin_admin}", "--debug-addr", "127.0.0.1:0",
              "--state-dir", str(self.work / "bin-state"), "--node-name", NODE,
-             "--kubelet-pods-socket", str(self.work / "kubelet" / "pods-api" / "pods-api.sock")],
+             "--kubelet-pods-socket", str(self.work / "kubelet" / "pods-api" / "pods-api.sock"), *nri],
             self.work / "plegd.log",
         ).start()
         wait_for("plegd's /readyz", lambda: urllib.request.urlopen(f"http://127.0.0.1:{self.bin_admin}/readyz", timeout=1).status == 200)
@@ -640,6 +646,12 @@ class Run:
         self.ok(watches >= 2 and up == 1,
                 f"plegd watched the Pods API again after the kubelet restarted ({watches:.0f} watches, up {up:.0f})")
         self.figures["pods_api_watches"] = watches
+        if self.nri_sock.exists():
+            told = {line.split('"')[1]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                    if line.startswith("plegd_nri_events_total{")}
+            self.figures["nri_events"] = told
+            self.ok(metric("plegd_nri_registered") == 1 and told.get("POST_START_CONTAINER", 0) > 0,
+                    f"plegd beside the kubelet is registered as an NRI plugin and heard the kubelet's pods through it ({told})")
         # The doomed pod, deleted at t+60: its tombstone keeps the kubelet's word.
         d = self.doomed["metadata"]
         out = subprocess.run([self.a.plegd, "get", "-o", "json", "--socket", self.bin_sock, "--pod-uid", d["uid"],

@@ -39,7 +39,8 @@ STREAM_BUDGET = dt.timedelta(milliseconds=250)
 # The runtime's timestamp is not when the change became visible (a start is stamped when
 # the process began, and told when StartContainer returns, hundreds of milliseconds later
 # on a loaded node), and a removal has none: an event plegd took from the runtime's
-# stream and published this soon after the kubelet's relist is the same tie.
+# stream, or from its NRI call, and published this soon after the kubelet's relist is
+# the same tie.
 UNTIMED_TIE = dt.timedelta(milliseconds=50)
 
 GENERIC_PLEG = re.compile(
@@ -307,7 +308,7 @@ def check(
             why = next((w.why for w in blind if w.holds(t.at) or w.holds(first.at)), None)
             if first.runtime_at is not None and first.at - first.runtime_at <= STREAM_BUDGET and t.at >= first.runtime_at:
                 v.tied.append((t, ty, lead, t.at - first.runtime_at, first.at - first.runtime_at))
-            elif first.source == "CRI_EVENT" and first.at - t.at <= UNTIMED_TIE:
+            elif first.source in ("CRI_EVENT", "NRI") and first.at - t.at <= UNTIMED_TIE:
                 v.tied.append((t, ty, lead, None, None))
             elif why:
                 v.late_excused.append((t, ty, lead, why))

@@ -42,9 +42,10 @@ fn free_port() -> u16 {
 }
 
 /// Starts `bin` on the runtime at `endpoint`, its journal in `state`, its API socket in
-/// `dir/api`, relisting every 100 ms, and waits until it is ready.
+/// `dir/api`, relisting every 100 ms and off NRI (a node's own runtime is not the one
+/// under test), and waits until it is ready.
 pub async fn start(bin: &str, endpoint: &str, state: &Path, dir: &Path) -> Binary {
-    start_with(bin, endpoint, state, dir, &["--relist-period", "100ms"]).await
+    start_with(bin, endpoint, state, dir, &["--relist-period", "100ms", "--nri", "off"]).await
 }
 
 /// [`start`] with the flags `extra` instead of the 100 ms relist period.

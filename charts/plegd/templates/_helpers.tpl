@@ -67,6 +67,8 @@ Helm, which would print it 1e+06. */}}
   (list "history-retention" $v.journal.historyRetention)
   (list "host-root" "/host")
   (list "kubelet-pods-socket" (ternary (printf "%s/pods-api.sock" (trimSuffix "/" $v.kubelet.podsApiDir)) "" (not (empty $v.kubelet.podsApiDir))))
+  (list "nri" (ternary "on" "off" (not (empty $v.nri.socketDir))))
+  (list "nri-socket" (ternary (printf "%s/nri.sock" (trimSuffix "/" $v.nri.socketDir)) "" (not (empty $v.nri.socketDir))))
   (list "otlp-endpoint" $v.otlp.endpoint)
   (list "otlp-ca-file" (ternary (printf "/etc/plegd/otlp-ca/%s" $v.otlp.caSecret.key) "" (not (empty $v.otlp.caSecret.name))))
   (list "log-format" $v.log.format)

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::GenericPleg;
 use crate::cri::RuntimeService;
 use crate::liveness::BEAT_EVERY;
-use crate::pleg::inbox::{Intake, Request};
+use crate::pleg::inbox::{Intake, Request, Teller};
 use crate::pleg::schedule::{Merge, Read, Reason, Reread, ScheduleRequest, StatusBook, Why};
 use crate::pleg::stream_trust::SETTLE;
 
@@ -43,10 +43,13 @@ impl<R: RuntimeService> GenericPleg<R> {
                 Intake::Read(request) => Some(request),
                 // Container-only events are resolved through the records; an unknown
                 // container asks for a full relist.
-                Intake::ContainerOnly(id) => match self.records.uid_of(&id) {
+                Intake::ContainerOnly { id, by } => match self.records.uid_of(&id) {
                     Some(uid) => Some(ScheduleRequest {
                         key: Read::Pod(uid),
-                        message: Why::stream_event(None, None, now),
+                        message: match by {
+                            Teller::Stream => Why::stream_event(None, None, now),
+                            Teller::Nri => Why::nri_event(None, None, now),
+                        },
                         run_at: now,
                     }),
                     None => {
@@ -61,14 +64,11 @@ impl<R: RuntimeService> GenericPleg<R> {
                     }
                     None
                 }
-                Intake::ContainerStopped { uid, id } => {
-                    let first = self.books.early_words.stopped(&uid, &id);
-                    self.early_word(id, first, now);
-                    None
-                }
-                Intake::SandboxStarted { uid, id } => {
-                    let first = self.books.early_words.started(&uid, &id);
-                    self.early_word(id, first, now);
+                Intake::EarlyWord { uid, id, word } => {
+                    if let Some(first) = self.books.early_words.said(word, &uid, &id) {
+                        let read = Read::Status(StatusBook::EarlyWords, id);
+                        self.reads.schedule(read, Why::because(Reason::EarlyWord, now), first);
+                    }
                     None
                 }
             };
@@ -89,14 +89,6 @@ impl<R: RuntimeService> GenericPleg<R> {
             self.stream.trust.announce(uid);
         }
         self.settle_suspects(&announced);
-    }
-
-    /// Schedules the first re-read of an early word on `id`, when one is to come.
-    fn early_word(&mut self, id: String, first: Option<Instant>, now: Instant) {
-        if let Some(first) = first {
-            let read = Read::Status(StatusBook::EarlyWords, id);
-            self.reads.schedule(read, Why::because(Reason::EarlyWord, now), first);
-        }
     }
 
     /// Takes one read into the schedule; returns the pod it names when the stream named
