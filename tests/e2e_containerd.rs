@@ -9,12 +9,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use plegd::cri::RuntimeService;
-use plegd::cri::client::CriClient;
 use plegd::cri::spec::{ContainerSpec, PodSpec};
 use plegd::model::event::{EventSource, EventType, PodLifecycleEvent};
 use plegd::pleg::evented::{Mode, StreamState};
 use plegd::proto::runtime as cri;
-use support::containerd::{Env, env, figure, remove_pod, run_pod};
+use support::containerd::{Env, env, figure, remove_pod, run_pod, start};
 use support::{Sidecar, start_sidecar};
 use tokio::time::Instant;
 
@@ -32,15 +31,6 @@ impl Env {
         sc.until_quiet(Duration::from_millis(1500)).await;
         sc
     }
-}
-
-/// Creates and starts a container; returns its id and when StartContainer returned.
-async fn start(c: &CriClient, pod: &PodSpec, sid: &str, spec: &ContainerSpec) -> (String, Instant) {
-    let mut raw = c.raw();
-    let id =
-        raw.create_container(pod.create_request(sid, spec)).await.expect("CreateContainer").into_inner().container_id;
-    raw.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");
-    (id, Instant::now())
 }
 
 /// Waits for an event matching `pred`, keeping the others.

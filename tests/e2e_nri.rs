@@ -13,7 +13,7 @@ use plegd::model::event::{EventSource, EventType, PodLifecycleEvent};
 use plegd::nri::NriMode;
 use plegd::pleg::evented::Mode;
 use plegd::proto::runtime as cri;
-use support::containerd::{Env, env, figure, remove_pod, run_pod};
+use support::containerd::{Env, env, figure, remove_pod, run_pod, start};
 use support::{Sidecar, start_sidecar_tuned};
 use tokio::time::Instant;
 
@@ -66,14 +66,6 @@ async fn wait_event(
             return ev;
         }
     }
-}
-
-async fn start(c: &CriClient, pod: &PodSpec, sid: &str, spec: &ContainerSpec) -> (String, Instant) {
-    let mut raw = c.raw();
-    let id =
-        raw.create_container(pod.create_request(sid, spec)).await.expect("CreateContainer").into_inner().container_id;
-    raw.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");
-    (id, Instant::now())
 }
 
 /// With no event stream and full relists five minutes apart, only NRI can tell plegd

@@ -17,47 +17,36 @@ export PLEGD_E2E_FIGURES=${PLEGD_E2E_FIGURES:-/tmp/plegd-e2e-figures.txt}
 : >"$PLEGD_E2E_FIGURES"
 # A failing test prints its captured debug log.
 export RUST_LOG=${RUST_LOG:-plegd=debug}
+filter=("$@")
+passed() { grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed" "$1" | awk '{s += $4} END {print s + 0}'; }
+# suite NAME LOG CARGO-TEST-ARGS...: one test binary against containerd $v, its output in
+# LOG; a failure is recorded as NAME, and what passed is counted.
+suite() {
+  local name=$1 log=$2 rc
+  shift 2
+  set +e
+  PLEGD_E2E_ENDPOINT=$endpoint PLEGD_E2E_VERSION=$v PLEGD_E2E_CTL=$CTL cargo test --locked "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  [ "$rc" = 0 ] || failed+=("$name")
+  ran=$((ran + $(passed "$log")))
+}
 for v in ${PLEGD_E2E_VERSIONS:-1.6 1.7 2.1}; do
   echo "== containerd $v"
   endpoint=$("$CTL" start "$v")
-  set +e
-  PLEGD_E2E_ENDPOINT=$endpoint PLEGD_E2E_VERSION=$v PLEGD_E2E_CTL=$CTL \
-    cargo test --locked --test e2e_containerd -- --ignored --test-threads=1 "$@" 2>&1 \
-    | tee "/tmp/plegd-e2e-$v.log"
-  rc=${PIPESTATUS[0]}
-  set -e
-  [ "$rc" = 0 ] || failed+=("$v")
-  passed() { grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed" "$1" | awk '{s += $4} END {print s + 0}'; }
-  ran=$(passed "/tmp/plegd-e2e-$v.log")
+  ran=0
+  suite "$v" "/tmp/plegd-e2e-$v.log" --test e2e_containerd -- --ignored --test-threads=1 "${filter[@]}"
   echo "== containerd $v: container lookup"
-  set +e
-  PLEGD_E2E_ENDPOINT=$endpoint PLEGD_E2E_VERSION=$v PLEGD_E2E_CTL=$CTL \
-    cargo test --locked --test e2e_lookup -- --ignored --test-threads=1 --nocapture "$@" 2>&1 \
-    | tee "/tmp/plegd-e2e-lookup-$v.log"
-  rc=${PIPESTATUS[0]}
-  set -e
-  [ "$rc" = 0 ] || failed+=("$v (lookup)")
-  ran=$((ran + $(passed "/tmp/plegd-e2e-lookup-$v.log")))
+  suite "$v (lookup)" "/tmp/plegd-e2e-lookup-$v.log" \
+    --test e2e_lookup -- --ignored --test-threads=1 --nocapture "${filter[@]}"
   if [ "$v" != 1.6 ]; then
     echo "== containerd $v: plegd as an NRI plugin"
-    set +e
-    PLEGD_E2E_ENDPOINT=$endpoint PLEGD_E2E_VERSION=$v PLEGD_E2E_CTL=$CTL \
-      cargo test --locked --test e2e_nri -- --ignored --test-threads=1 --nocapture "$@" 2>&1 \
-      | tee "/tmp/plegd-e2e-nri-$v.log"
-    rc=${PIPESTATUS[0]}
-    set -e
-    [ "$rc" = 0 ] || failed+=("$v (nri)")
-    ran=$((ran + $(passed "/tmp/plegd-e2e-nri-$v.log")))
+    suite "$v (nri)" "/tmp/plegd-e2e-nri-$v.log" --test e2e_nri -- --ignored --test-threads=1 --nocapture "${filter[@]}"
   fi
-  if [[ " ${PLEGD_SOAK_VERSIONS-2.1} " == *" $v "* ]] && [ -z "$*" ]; then
+  if [[ " ${PLEGD_SOAK_VERSIONS-2.1} " == *" $v "* ]] && [ ${#filter[@]} = 0 ]; then
     echo "== containerd $v: the soak under chaos (${PLEGD_SOAK_SECS:-300} s)"
-    set +e
-    PLEGD_E2E_ENDPOINT=$endpoint PLEGD_E2E_VERSION=$v PLEGD_E2E_CTL=$CTL PLEGD_SOAK_SECS=${PLEGD_SOAK_SECS:-300} \
-      cargo test --locked --test soak -- --ignored --nocapture 2>&1 | tee "/tmp/plegd-e2e-soak-$v.log"
-    rc=${PIPESTATUS[0]}
-    set -e
-    [ "$rc" = 0 ] || failed+=("$v (soak)")
-    ran=$((ran + $(passed "/tmp/plegd-e2e-soak-$v.log")))
+    PLEGD_SOAK_SECS=${PLEGD_SOAK_SECS:-300} suite "$v (soak)" "/tmp/plegd-e2e-soak-$v.log" \
+      --test soak -- --ignored --nocapture
   fi
   if [ "$ran" = 0 ]; then
     echo "e2e: no test ran against containerd $v (filter: $*)" >&2

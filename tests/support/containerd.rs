@@ -72,6 +72,20 @@ pub async fn run_pod(c: &CriClient, pod: &PodSpec) -> String {
     c.raw().run_pod_sandbox(pod.run_request()).await.expect("RunPodSandbox").into_inner().pod_sandbox_id
 }
 
+/// Creates and starts a container; returns its id and when StartContainer returned.
+pub async fn start(
+    c: &CriClient,
+    pod: &PodSpec,
+    sid: &str,
+    spec: &plegd::cri::spec::ContainerSpec,
+) -> (String, tokio::time::Instant) {
+    let mut raw = c.raw();
+    let id =
+        raw.create_container(pod.create_request(sid, spec)).await.expect("CreateContainer").into_inner().container_id;
+    raw.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");
+    (id, tokio::time::Instant::now())
+}
+
 /// Stops and removes a pod's sandbox (its containers go with it).
 pub async fn remove_pod(c: &CriClient, sid: &str) {
     let mut raw = c.raw();
