@@ -202,6 +202,9 @@ impl NriPlugin {
         let mut backoff =
             Backoff::new(Duration::from_millis(100), Duration::from_secs(10)).with_reset_after(Duration::from_secs(60));
         let mut said = None;
+        // When the last connection ended: a socket gone right after (a runtime restarting
+        // removes it) is looked for with backoff, not every LOOK_AGAIN.
+        let mut ended_at: Option<Instant> = None;
         loop {
             let delay = match self.connect().await {
                 Ok(stream) => {
@@ -221,6 +224,7 @@ impl NriPlugin {
                         Err(e) => tracing::warn!(error = %e, "NRI connection ended; registering again"),
                     }
                     said = None;
+                    ended_at = Some(Instant::now());
                     backoff.next_delay()
                 }
                 Err(e) => {
@@ -237,7 +241,8 @@ impl NriPlugin {
                         }
                         said = Some(why);
                     }
-                    if absent { LOOK_AGAIN } else { backoff.next_delay() }
+                    let restarting = ended_at.is_some_and(|t| t.elapsed() < Duration::from_secs(60));
+                    if absent && !restarting { LOOK_AGAIN } else { backoff.next_delay() }
                 }
             };
             let until = Instant::now() + delay;
@@ -308,12 +313,6 @@ impl Hand for ToInbox<'_> {
 /// no pod asks for its container's.
 fn hand_event(inbox: &Inbox, ev: EventHint) {
     let now = Instant::now();
-    let Some(uid) = ev.uid else {
-        if let Some(id) = ev.container {
-            inbox.submit(Intake::ContainerOnly { id, by: Teller::Nri });
-        }
-        return;
-    };
     // Said ahead of the runtime's own status (src/pleg/early_words.rs): read until shown.
     let word = match (ev.event, &ev.sandbox, &ev.container) {
         (api::Event::StopContainer, _, Some(id)) => Some((Word::ContainerStopped, id)),
@@ -324,8 +323,14 @@ fn hand_event(inbox: &Inbox, ev: EventHint) {
         _ => None,
     };
     if let Some((word, id)) = word {
-        inbox.submit(Intake::EarlyWord { uid: uid.clone(), id: id.clone(), word });
+        inbox.submit(Intake::EarlyWord { uid: ev.uid.clone(), id: id.clone(), word });
     }
+    let Some(uid) = ev.uid else {
+        if let Some(id) = ev.container {
+            inbox.submit(Intake::ContainerOnly { id, by: Teller::Nri });
+        }
+        return;
+    };
     let why = Why::nri_event(ev.sandbox.as_deref(), ev.container.as_deref(), now);
     inbox.send(ScheduleRequest { key: Read::Pod(uid), message: why, run_at: now });
 }

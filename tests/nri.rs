@@ -189,7 +189,8 @@ async fn plegd_registers_answers_every_call_with_success_at_once_and_hands_each_
         };
         if let Some((want, on)) = early {
             assert!(
-                matches!(intakes.first(), Some(Intake::EarlyWord { uid, id, word }) if uid == "u1" && id == on && *word == want),
+                matches!(intakes.first(), Some(Intake::EarlyWord { uid, id, word })
+                    if uid.as_deref() == Some("u1") && id == on && *word == want),
                 "{event:?}: {intakes:?}"
             );
             intakes.remove(0);
@@ -222,8 +223,11 @@ async fn plegd_registers_answers_every_call_with_success_at_once_and_hands_each_
     settle().await;
     let intakes = drain(&mut p.rx);
     assert!(
-        matches!(&intakes[..], [Intake::Read(r), Intake::ContainerOnly { id, by: Teller::Nri }]
-            if r.key == Read::Pod("u3".into()) && id == "c4"),
+        matches!(&intakes[..], [
+            Intake::Read(r),
+            Intake::EarlyWord { uid: None, id: w, word: Word::ContainerRemoved },
+            Intake::ContainerOnly { id, by: Teller::Nri },
+        ] if r.key == Read::Pod("u3".into()) && id == "c4" && w == "c4"),
         "{intakes:?}"
     );
     // Calls plegd did not subscribe to, and ones it does not know, still get an answer.

@@ -797,7 +797,7 @@ async fn a_sandbox_the_runtime_says_deleted_before_it_leaves_its_store_leaves_th
                 p.sim.remove_pod_sandbox(&sid).await.unwrap();
                 let gone = Instant::now();
                 let lag = lag.unwrap_or_default();
-                // The re-reads double from 0.1 s: the one that finds it gone comes at
+                // The re-reads double from 25 ms: the one that finds it gone comes at
                 // most about the lag after it went; past the re-reads, the next full
                 // relist. (Plus the slow read of the other pod, when there is one.)
                 let slow = lag >= Duration::from_secs(100);

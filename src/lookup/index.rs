@@ -110,8 +110,6 @@ pub(super) struct Index {
     pub(super) host_ns: crate::model::Namespaces,
     /// Who held each pod address when.
     pub(super) addresses: super::addresses::Addresses,
-    /// The runtime's word on containers just started (NRI).
-    pub(super) started: super::started::StartedWords,
 }
 
 /// The namespaces a lookup asks by.

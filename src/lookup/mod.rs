@@ -170,6 +170,9 @@ pub struct ContainerLookup {
     metrics: LookupMetrics,
     /// Deaths waiting to be counted by their final reason.
     deaths: Arc<Mutex<deaths::Deaths>>,
+    /// The runtime's word on containers just started (NRI), under a lock of its own,
+    /// taken inside the index's and held for one insert or one look.
+    started: Arc<Mutex<started::StartedWords>>,
 }
 
 /// Counts deaths as they settle ([`deaths::SETTLE`] after they were heard).
@@ -229,6 +232,7 @@ impl ContainerLookup {
             store: None,
             metrics,
             deaths: Arc::default(),
+            started: Arc::default(),
         };
         lookup.lock().host_ns = host_ns;
         let Some(dir) = state_dir else { return Ok((lookup, None)) };
@@ -277,15 +281,6 @@ impl ContainerLookup {
 
     fn lock(&self) -> MutexGuard<'_, Index> {
         self.index.lock().expect("lookup index lock")
-    }
-
-    /// The index, unless another holds it now.
-    fn try_lock(&self) -> Option<MutexGuard<'_, Index>> {
-        match self.index.try_lock() {
-            Ok(ix) => Some(ix),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-            Err(std::sync::TryLockError::Poisoned(_)) => panic!("lookup index lock poisoned"),
-        }
     }
 
     /// Learns the pods as the journal holds them at start. Their dead containers'
@@ -582,7 +577,8 @@ impl ContainerLookup {
                     // Published before plegd read where the runtime put it (created, not
                     // yet started): the runtime's word on its start, where it gave one,
                     // else its answer, decides.
-                    if let Some(placed) = ix.started.place(&f, &process) {
+                    let placed = self.started.lock().expect("started words lock").place(&f, &process);
+                    if let Some(placed) = placed {
                         return Answer::Found(placed);
                     }
                     return Answer::NotYet { id: id.to_owned(), cgroup: cgroup.to_owned() };

@@ -6,7 +6,8 @@
 //! runtime read. The word places nothing the kernel does not confirm: the process's
 //! cgroup must name the container and lie in the cgroup the runtime said.
 //!
-//! Bounded: at most [`MAX`] words, each kept [`FOR`].
+//! Bounded: at most [`MAX`] words, each kept [`FOR`]. The words have a lock of their own,
+//! so the runtime's call that brings one never waits for the index.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -61,15 +62,15 @@ impl StartedWords {
 
 impl ContainerLookup {
     /// The runtime said container `id` started as process `pid` in cgroup
-    /// `cgroup_path` (NRI's `POST_START_CONTAINER`). Never waits: while the index is
-    /// busy (a batch of events being learned) the word is dropped, and the PID is placed
-    /// as without it.
+    /// `cgroup_path` (NRI's `POST_START_CONTAINER`). Takes only the words' own lock, held
+    /// for one insert (or one look by a lookup): never the index's, which a batch of
+    /// events being learned holds longer.
     pub fn started(&self, id: &str, pid: u32, cgroup_path: &str) {
         if pid == 0 || cgroup_path.is_empty() {
             return;
         }
-        let Some(mut ix) = self.try_lock() else { return };
-        let words = &mut ix.started.0;
+        let mut guard = self.started.lock().expect("started words lock");
+        let words = &mut guard.0;
         if words.len() >= MAX {
             words.retain(|_, w| w.at.elapsed() < FOR);
             if words.len() >= MAX {

@@ -257,13 +257,25 @@ impl Session {
             }
             let mut out = Vec::new();
             let mut answered = Vec::new();
-            for message in self.demux.push(&buf[..read])? {
-                if let Some(a) = self.take(message, &mut out)? {
-                    answered.push(a);
+            // A message plegd cannot take ends the connection, once the calls before it
+            // are answered; a frame it cannot read ends it at once.
+            let mut bad = None;
+            let messages = self.demux.push(&buf[..read])?;
+            for message in messages {
+                match self.take(message, &mut out) {
+                    Ok(Some(a)) => answered.push(a),
+                    Ok(None) => {}
+                    Err(e) => {
+                        bad = Some(e);
+                        break;
+                    }
                 }
             }
             if !out.is_empty() {
                 self.stream.write_all(&out).await.map_err(NriError::Io)?;
+            }
+            if let Some(e) = bad {
+                return Err(e);
             }
             let answered_in = read_at.elapsed();
             let mut ended = None;

@@ -54,10 +54,11 @@ pub enum Intake {
         id: String,
     },
     /// The runtime said `word` of pod `uid`'s container or sandbox `id` through NRI,
-    /// ahead of its status: it is read again until its status shows it.
+    /// ahead of its status: it is read again until its status shows it. A container
+    /// named without its pod (its sandbox gone) is found through the records.
     EarlyWord {
-        /// The pod.
-        uid: String,
+        /// The pod, where the call named it.
+        uid: Option<String>,
         /// The container or sandbox.
         id: String,
         /// What was said.

@@ -646,6 +646,8 @@ class Run:
         self.ok(watches >= 2 and up == 1,
                 f"plegd watched the Pods API again after the kubelet restarted ({watches:.0f} watches, up {up:.0f})")
         self.figures["pods_api_watches"] = watches
+        self.ok(self.nri_sock.exists() or self.a.version == "1.6",
+                f"containerd {self.a.version} serves NRI on the run's own socket ({self.nri_sock})")
         if self.nri_sock.exists():
             told = {line.split('"')[1]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                     if line.startswith("plegd_nri_events_total{")}

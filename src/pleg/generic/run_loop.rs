@@ -65,7 +65,9 @@ impl<R: RuntimeService> GenericPleg<R> {
                     None
                 }
                 Intake::EarlyWord { uid, id, word } => {
-                    if let Some(first) = self.books.early_words.said(word, &uid, &id) {
+                    let uid = uid.or_else(|| self.records.uid_of(&id));
+                    let first = uid.and_then(|uid| self.books.early_words.said(word, &uid, &id));
+                    if let Some(first) = first {
                         let read = Read::Status(StatusBook::EarlyWords, id);
                         self.reads.schedule(read, Why::because(Reason::EarlyWord, now), first);
                     }

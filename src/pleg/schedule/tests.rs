@@ -122,3 +122,22 @@ fn a_read_only_readers_and_a_failed_read_ask_for_is_paced_and_one_the_stream_ask
     assert!(!w.paced(), "the stream's read is not a reader's");
     assert!(!Why::because(Reason::FailedRead, now).paced(), "a retry alone is not a reader's read");
 }
+
+#[test]
+fn a_read_counts_as_the_streams_when_the_stream_asked_else_as_nris_when_nri_did_else_as_a_pod_relist() {
+    let now = Instant::now();
+    let why = |reasons: &[Reason]| {
+        let mut w = Why::because(reasons[0], now);
+        for r in &reasons[1..] {
+            w.merge(Why::because(*r, now));
+        }
+        w.source()
+    };
+    // A re-read that found a change reads the pod for its book's reason too.
+    assert_eq!(why(&[Reason::Reread, Reason::SandboxDeleted]), EventSource::CriEvent, "the stream said it deleted");
+    assert_eq!(why(&[Reason::Reread, Reason::EarlyWord]), EventSource::Nri, "NRI said it ahead of the status");
+    assert_eq!(why(&[Reason::Reread, Reason::UnsettledExit]), EventSource::PodRelist, "plegd's own re-read");
+    assert_eq!(why(&[Reason::NriEvent]), EventSource::Nri);
+    assert_eq!(why(&[Reason::NriEvent, Reason::StreamEvent]), EventSource::CriEvent, "the stream's word wins");
+    assert_eq!(why(&[Reason::Waiting, Reason::NriSynchronized]), EventSource::PodRelist);
+}
