@@ -1,7 +1,7 @@
 //! What the runtime said of one sandbox or container ahead of what its reads show,
 //! followed until a read shows it: each entry is read again on its book's [`Pace`]
 //! unless a read of its pod settles it first. The one home of that bookkeeping for the
-//! books that need it ([`super::deleted_sandboxes`], [`super::stopping_containers`]).
+//! books that need it ([`super::deleted_sandboxes`], [`super::early_words`]).
 //! Bounded by count.
 
 use std::collections::HashMap;
