@@ -43,9 +43,9 @@ fn free_port() -> u16 {
 
 /// Starts `bin` on the runtime at `endpoint`, its journal in `state`, its API socket in
 /// `dir/api`, relisting every 100 ms and off NRI (a node's own runtime is not the one
-/// under test), and waits until it is ready.
+/// under test: `PLEGD_NRI=off`), and waits until it is ready.
 pub async fn start(bin: &str, endpoint: &str, state: &Path, dir: &Path) -> Binary {
-    start_with(bin, endpoint, state, dir, &["--relist-period", "100ms", "--nri", "off"]).await
+    start_with(bin, endpoint, state, dir, &["--relist-period", "100ms"]).await
 }
 
 /// [`start`] with the flags `extra` instead of the 100 ms relist period.
@@ -58,6 +58,9 @@ pub async fn start_with(bin: &str, endpoint: &str, state: &Path, dir: &Path, ext
         .args(extra)
         .arg("--state-dir")
         .arg(state)
+        // Off NRI unless `extra` says otherwise, by the environment: a build from before
+        // NRI (tests/upgrade.rs) ignores it, and would refuse the flag.
+        .env("PLEGD_NRI", "off")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
