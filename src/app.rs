@@ -244,7 +244,8 @@ pub async fn start_on<R: RuntimeService>(
     let exporter = exporter(export, &state_dir, &journal, &metrics)?.map(|e| e.with_identities(identities.clone()));
     // Every task, each in its span.
     let tasks = Tasks::new(tracker, shutdown);
-    let identity = PodsApiWatcher::new(kubelet, &identities, publisher.path(), &cache, &metrics.kubelet);
+    let identity =
+        PodsApiWatcher::new(kubelet, &identities, publisher.path(), &cache, &metrics.kubelet, state_dir.as_deref());
     tasks.essential("publish", publisher.run(shutdown.clone()));
     if let Some(exporter) = exporter {
         tasks.essential("otlp_export", exporter.run(shutdown.clone()));

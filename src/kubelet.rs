@@ -10,6 +10,11 @@
 //! that falls behind is cut off with RESOURCE_EXHAUSTED: both are retried with backoff,
 //! and meanwhile every pod keeps the identity last heard (inferred for a pod never
 //! heard of). Of each pod only its identity is decoded ([`KubeletWord::decode`]).
+//!
+//! With a state dir, what the kubelet said is kept there ([`saved`]) at each upkeep
+//! that finds it changed and at shutdown, and taken back at the next start.
+
+pub mod saved;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -115,25 +120,44 @@ pub struct PodsApiWatcher {
     cache: PodCache,
     metrics: KubeletMetrics,
     backoff: Backoff,
+    /// Where what the kubelet said is kept; `None`: memory only.
+    state_dir: Option<PathBuf>,
+    /// The [`Identities::changes`] last kept.
+    kept: u64,
 }
 
 impl PodsApiWatcher {
     /// A watcher of `cfg`'s socket (none: not asked; it only counts the pods' sources)
-    /// that fills `identities`, publishes through `publish`, and counts `cache`'s pods.
+    /// that fills `identities`, publishes through `publish`, counts `cache`'s pods, and
+    /// keeps what the kubelet said in `state_dir`. What an earlier run kept there is
+    /// taken back into `identities` now: the app makes the watcher before any task runs
+    /// (with the state dir locked), so nothing serves an identity before it.
     pub fn new(
         cfg: KubeletConfig,
         identities: &Arc<Identities>,
         publish: PublishPath,
         cache: &PodCache,
         metrics: &KubeletMetrics,
+        state_dir: Option<&std::path::Path>,
     ) -> Self {
         let backoff = Backoff::new(Duration::from_millis(500), RETRY_AT_MOST).with_jitter(0.2);
+        if let Some(dir) = state_dir {
+            saved::restore(identities, dir);
+        }
+        let kept = identities.changes();
         let (identities, cache, metrics) = (identities.clone(), cache.clone(), metrics.clone());
-        Self { socket: cfg.pods_socket, identities, publish, cache, metrics, backoff }
+        let state_dir = state_dir.map(ToOwned::to_owned);
+        Self { socket: cfg.pods_socket, identities, publish, cache, metrics, backoff, state_dir, kept }
     }
 
-    /// Watches until `shutdown`, coming back after every error.
+    /// Watches until `shutdown`, coming back after every error; then keeps what the
+    /// kubelet said.
     pub async fn run(mut self, shutdown: CancellationToken) {
+        self.watch_until(shutdown).await;
+        self.keep().await;
+    }
+
+    async fn watch_until(&mut self, shutdown: CancellationToken) {
         let mut upkeep = tokio::time::interval(UPKEEP);
         let Some(socket) = self.socket.clone() else {
             self.identities.set_source(KubeletSource::Off);
@@ -173,20 +197,32 @@ impl PodsApiWatcher {
     }
 
     /// Keeps the counts current for `delay`.
-    async fn upkeep_for(&self, delay: Duration, upkeep: &mut tokio::time::Interval) {
+    async fn upkeep_for(&mut self, delay: Duration, upkeep: &mut tokio::time::Interval) {
         let sleep = tokio::time::sleep(delay.min(Duration::from_secs(86400 * 365)));
         tokio::pin!(sleep);
         loop {
             tokio::select! {
                 _ = &mut sleep => return,
-                _ = upkeep.tick() => self.upkeep(),
+                _ = upkeep.tick() => self.upkeep().await,
             }
         }
     }
 
+    /// Keeps what the kubelet said in the state dir, if it changed since last kept.
+    async fn keep(&mut self) {
+        if let Some(dir) = &self.state_dir {
+            self.kept = saved::keep(&self.identities, dir, self.kept).await;
+        }
+    }
+
     /// Counts the pods by the source of their identity; forgets gone pods' identities
-    /// past the tombstones' retention.
-    fn upkeep(&self) {
+    /// past the tombstones' retention; keeps what changed.
+    async fn upkeep(&mut self) {
+        self.count();
+        self.keep().await;
+    }
+
+    fn count(&self) {
         self.identities.prune(SystemTime::now());
         let pods = self.cache.snapshot();
         let from_kubelet = pods.iter().filter(|e| self.identities.kubelet_pod(&e.uid).is_some()).count();
@@ -211,7 +247,7 @@ impl PodsApiWatcher {
             let next = tokio::select! {
                 next = stream.message() => next,
                 _ = upkeep.tick() => {
-                    self.upkeep();
+                    self.upkeep().await;
                     continue;
                 }
             };
@@ -248,7 +284,7 @@ impl PodsApiWatcher {
                         self.identities.set_source(KubeletSource::Up);
                         self.metrics.up.set(1);
                         self.backoff.reset();
-                        self.upkeep();
+                        self.upkeep().await;
                     }
                 }
                 _ => tracing::debug!(r#type = ev.r#type, "an unknown Pods API event is skipped"),

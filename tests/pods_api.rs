@@ -313,3 +313,76 @@ async fn without_a_kubelet_every_identity_is_inferred_and_the_watcher_says_why()
     kubelet.stop();
     p.stop().await;
 }
+
+#[tokio::test]
+async fn a_restarted_plegd_answers_the_kubelets_last_word_at_once_and_the_replay_tells_no_update() {
+    let h = support::SimHarness::start().await;
+    let socket = h.dir.path().join("kubelet/pods-api/pods-api.sock");
+    let state_dir = tempfile::tempdir().expect("tempdir");
+    let state = state_dir.path().to_path_buf();
+    let sim = SimKubelet::default();
+    sim.set_ready(true);
+    let mut kubelet = Kubelet::start(socket.clone(), sim.clone());
+    let tune = |cfg: &mut plegd::config::RunConfig| {
+        cfg.kubelet.pods_socket = Some(socket.clone());
+        cfg.api.node_name = "flag-node".into();
+        cfg.state_dir = Some(state.clone());
+    };
+    let p = start_plegd_on(h, tune).await;
+    let mut web = PodSpec::new("shop", "web-5f7b9c6d48-q2xkz");
+    web.host_network = false;
+    let mut old = PodSpec::new("shop", "web-5f7b9c6d48-zz9p1");
+    old.host_network = false;
+    sim.put(kubelet_pod(&web, &["10.244.0.9"]));
+    sim.put(kubelet_pod(&old, &["10.244.0.8"]));
+    p.h.run_pod(&web, &[ContainerSpec::new("app")]).await;
+    let (old_sid, old_ids) = p.h.run_pod(&old, &[ContainerSpec::new("app")]).await;
+    for uid in [&web.uid, &old.uid] {
+        until("the kubelet's word", || async { identity(&p, uid).await.source == api::IdentitySource::PodsApi as i32 })
+            .await;
+    }
+    // One pod is deleted and removed: its container's tombstone holds the kubelet's word.
+    sim.delete(&old.uid, false);
+    p.h.stop_pod(&old_sid).await;
+    p.h.remove_pod(&old_sid).await;
+    until("the pod is gone", || async { !pods(&p).await.iter().any(|x| x.uid == old.uid) }).await;
+    let updated_before = updates(&events(&p).await, &web.uid);
+
+    // plegd and the kubelet both stop; plegd comes back first.
+    let h = p.stop_plegd().await;
+    kubelet.stop();
+    let p = start_plegd_on(h, tune).await;
+    until("the pod is listed again", || async { pods(&p).await.iter().any(|x| x.uid == web.uid) }).await;
+    let id = identity(&p, &web.uid).await;
+    assert_eq!(id.source, api::IdentitySource::PodsApi as i32, "the last word heard, before any watch");
+    assert_eq!((id.node_name.as_str(), id.pod_ips.clone()), ("node-k", vec!["10.244.0.9".to_string()]));
+    let listed = p.client().list_pods(api::ListPodsRequest::default()).await.unwrap().into_inner();
+    assert_eq!(listed.node_name, "node-k", "the node's name as the kubelet said it");
+    let (_, m) = http(p.app.admin_addr(), "GET", "/metrics").await;
+    assert_eq!(metric(&m, "plegd_kubelet_pods_api_up"), 0.0, "no watch yet");
+    let got = p
+        .client()
+        .get_container(api::GetContainerRequest {
+            key: Some(api::get_container_request::Key::ContainerId(old_ids[0].clone())),
+            at: None,
+        })
+        .await
+        .expect("the removed container's tombstone")
+        .into_inner();
+    let kept = got.pod.and_then(|p| p.identity).expect("the tombstone's pod has its identity");
+    assert_eq!(kept.source, api::IdentitySource::PodsApi as i32, "removed before the restart, still the kubelet's");
+    assert_eq!(kept.pod_ips, vec!["10.244.0.8".to_string()]);
+
+    // The kubelet comes back: its replay names the running pod again and changes nothing.
+    let revision = p.app.journal().revision();
+    kubelet.restart();
+    until("the watch is back", || async {
+        let (_, m) = http(p.app.admin_addr(), "GET", "/metrics").await;
+        metric(&m, "plegd_kubelet_pods_api_up") == 1.0
+    })
+    .await;
+    assert_eq!(p.app.journal().revision(), revision, "a replay of what was kept makes no event");
+    assert_eq!(updates(&events(&p).await, &web.uid), updated_before);
+    p.stop().await;
+    kubelet.stop();
+}

@@ -9,6 +9,7 @@
 //! a pod asks it, so the API, the Watch encoding and the records say the same.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -161,6 +162,27 @@ impl KubeletWord {
     }
 }
 
+/// A pod's kubelet word as it is kept across plegd's restarts (the state dir's
+/// `kubelet-pods.pb`): what [`Identities::kept`] gives and [`Identities::restore`] takes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeptPod {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// What the kubelet said.
+    pub pod: Arc<KubeletPod>,
+    /// When the kubelet said it is gone; `None`: running when last heard.
+    pub gone_at: Option<SystemTime>,
+}
+
+/// Everything [`Identities`] holds of the kubelet's word, as it is kept across restarts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KeptBook {
+    /// The node's name as the kubelet said it.
+    pub node: Option<String>,
+    /// Every pod the kubelet's word is held for, gone ones included.
+    pub pods: Vec<KeptPod>,
+}
+
 #[derive(Debug)]
 struct Known {
     pod: Arc<KubeletPod>,
@@ -185,6 +207,8 @@ pub struct Identities {
     book: RwLock<Book>,
     /// How long a gone pod's identity is kept (the tombstones' retention).
     keep_gone: Duration,
+    /// Moves by one at every change of what is held (so a keeper writes only changes).
+    changes: AtomicU64,
 }
 
 impl Identities {
@@ -192,7 +216,7 @@ impl Identities {
     /// `keep_gone`.
     pub fn new(node: &str, keep_gone: Duration) -> Self {
         let book = Book { pods: HashMap::new(), node: None, source: KubeletSource::Off };
-        Self { flag_node: node.to_owned(), book: RwLock::new(book), keep_gone }
+        Self { flag_node: node.to_owned(), book: RwLock::new(book), keep_gone, changes: AtomicU64::new(0) }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Book> {
@@ -201,6 +225,41 @@ impl Identities {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Book> {
         self.book.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::Release);
+    }
+
+    /// A number that moves at every change of what is held.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
+    /// Everything held of the kubelet's word, to keep across a restart.
+    pub fn kept(&self) -> KeptBook {
+        let book = self.read();
+        let mut pods: Vec<KeptPod> = book
+            .pods
+            .iter()
+            .map(|(uid, k)| KeptPod { uid: uid.clone(), pod: k.pod.clone(), gone_at: k.gone_at })
+            .collect();
+        pods.sort_by(|a, b| a.uid.cmp(&b.uid));
+        KeptBook { node: book.node.clone(), pods }
+    }
+
+    /// Takes back what an earlier run of plegd held (the last heard, until the kubelet's
+    /// watch replays): a pod held already is not replaced.
+    pub fn restore(&self, kept: KeptBook) {
+        let mut book = self.write();
+        if book.node.is_none() {
+            book.node = kept.node;
+        }
+        for KeptPod { uid, pod, gone_at } in kept.pods {
+            book.pods.entry(uid).or_insert(Known { pod, gone_at });
+        }
+        drop(book);
+        self.changed();
     }
 
     /// The node's name: the kubelet's where it said it, else `--node-name`.
@@ -242,26 +301,40 @@ impl Identities {
     /// The kubelet says pod `uid` is `pod`; whether that changed its identity.
     pub fn said(&self, uid: &str, pod: KubeletPod) -> bool {
         let mut book = self.write();
+        let mut moved = false;
         if !pod.identity.node_name.is_empty() && book.node.as_deref() != Some(&pod.identity.node_name) {
             book.node = Some(pod.identity.node_name.clone());
+            moved = true;
         }
-        match book.pods.get_mut(uid) {
+        let updated = match book.pods.get_mut(uid) {
             Some(k) if *k.pod == pod => {
-                k.gone_at = None;
+                moved |= k.gone_at.take().is_some();
                 false
             }
             _ => {
                 book.pods.insert(uid.to_owned(), Known { pod: Arc::new(pod), gone_at: None });
                 true
             }
+        };
+        drop(book);
+        if moved || updated {
+            self.changed();
         }
+        updated
     }
 
     /// The kubelet says pod `uid` is gone, at `at`: its identity is kept for its
     /// tombstones.
     pub fn gone(&self, uid: &str, at: SystemTime) {
-        if let Some(k) = self.write().pods.get_mut(uid) {
-            k.gone_at.get_or_insert(at);
+        let newly = match self.write().pods.get_mut(uid) {
+            Some(k) if k.gone_at.is_none() => {
+                k.gone_at = Some(at);
+                true
+            }
+            _ => false,
+        };
+        if newly {
+            self.changed();
         }
     }
 
@@ -276,6 +349,10 @@ impl Identities {
                 newly.push(uid.clone());
             }
         }
+        drop(book);
+        if !newly.is_empty() {
+            self.changed();
+        }
         newly
     }
 
@@ -285,6 +362,7 @@ impl Identities {
     pub fn prune(&self, now: SystemTime) {
         let keep = self.keep_gone + GONE_SLACK;
         let mut book = self.write();
+        let held = book.pods.len();
         book.pods.retain(|_, k| k.gone_at.is_none_or(|t| now.duration_since(t).unwrap_or_default() < keep));
         let over = book.pods.len().saturating_sub(MAX_KUBELET_PODS);
         if over > 0 {
@@ -294,6 +372,11 @@ impl Identities {
             for (_, uid) in gone.into_iter().take(over) {
                 book.pods.remove(&uid);
             }
+        }
+        let forgot = book.pods.len() != held;
+        drop(book);
+        if forgot {
+            self.changed();
         }
     }
 

@@ -75,9 +75,20 @@ sleep 10
 echo "== the runtime stops; waiting for the export to catch up"
 epoch=$("$bin" pods --socket "unix://$work/plegd.sock" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["epoch"])')
 kill "$spid"; wait "$spid" 2>/dev/null || true
-for _ in $(seq 300); do [ "$(metric plegd_otlp_lag_revisions)" = 0 ] && break; sleep 0.2; done
+# The lag is read once per look, and what it was is kept: a failure says how it moved.
+stopped=$SECONDS; lags=()
+for _ in $(seq 600); do
+  lag=$(metric plegd_otlp_lag_revisions); lags+=("${lag:-none}")
+  [ "$lag" = 0 ] && break; sleep 0.2
+done
 rev=$(metric plegd_journal_revision)
-[ "$(metric plegd_otlp_lag_revisions)" = 0 ] && ok "the export caught up (revision $rev)" || bad "lag stayed $(metric plegd_otlp_lag_revisions)"
+if [ "$lag" = 0 ]; then
+  ok "the export caught up (revision $rev, $((SECONDS - stopped)) s after the runtime stopped)"
+else
+  bad "the export did not catch up in $((SECONDS - stopped)) s: lag ${lag:-none} at revision $rev; looks: ${lags[*]: -20}"
+  curl -s "127.0.0.1:$aport/metrics" | grep '^plegd_otlp' >&2 || true
+  tail -30 "$work/plegd.log" >&2
+fi
 timeout 20 "$bin" watch --socket "unix://$work/plegd.sock" --since 1 --epoch "$epoch" -o json >"$work/journal.jsonl" 2>/dev/null || true
 sleep 0.5
 
