@@ -140,6 +140,10 @@ impl KubeletWord {
             None => c.clone(),
         });
         let ips = |v: &[pod_view::PodIp]| v.iter().map(|i| i.ip().to_owned()).filter(|i| !i.is_empty()).collect();
+        // The kubelet names a host-network pod's addresses as the node's; the pod holds
+        // none of its own (a consumer mapping addresses to pods, as k8sattributes does,
+        // must never map the node's to it), and the node's are in `host_ips`.
+        let pod_ips = if spec.host_network() { Vec::new() } else { ips(&status.pod_i_ps) };
         let identity = api::PodIdentity {
             node_name: spec.node_name().into(),
             controller,
@@ -149,7 +153,7 @@ impl KubeletWord {
             priority_class_name: spec.priority_class_name().into(),
             service_account: spec.service_account_name().into(),
             runtime_class: spec.runtime_class_name().into(),
-            pod_ips: ips(&status.pod_i_ps),
+            pod_ips,
             host_ips: ips(&status.host_i_ps),
             source: api::IdentitySource::PodsApi as i32,
         };
@@ -503,6 +507,18 @@ mod tests {
         assert_eq!(cron.pod.identity.workload.map(|w| (w.kind, w.name)), Some(("CronJob".into(), "backup".into())));
         let custom = KubeletWord::decode(&written("u3", Some(("Rollout", "canary")), &[], "")).unwrap();
         assert_eq!(custom.pod.identity.workload.map(|w| (w.kind, w.name)), Some(("Rollout".into(), "canary".into())));
+        // A host-network pod: the kubelet names the node's address as the pod's; plegd
+        // names it as the host's only.
+        use crate::proto::pod_view as v;
+        let mut host =
+            <v::WrittenPod as prost::Message>::decode(&written("u4", None, &["192.168.1.10"], "")[..]).unwrap();
+        let spec = host.spec.as_mut().unwrap();
+        spec.host_network = Some(true);
+        host.status.as_mut().unwrap().host_i_ps = vec![v::PodIp { ip: Some("192.168.1.10".into()) }];
+        let host = KubeletWord::decode(&prost::Message::encode_to_vec(&host)).unwrap();
+        assert!(host.pod.host_network);
+        assert_eq!(host.pod.identity.pod_ips, Vec::<String>::new(), "the node's address is not the pod's");
+        assert_eq!(host.pod.identity.host_ips, vec!["192.168.1.10".to_string()]);
         // Bad input: a clear error.
         assert!(matches!(KubeletWord::decode(&written("", None, &[], "")), Err(KubeletWordError::NoUid)));
         assert!(matches!(KubeletWord::decode(&[0xff, 0xff, 0xff]), Err(KubeletWordError::Decode(_))));

@@ -34,6 +34,7 @@ import copy
 import datetime as dt
 import json
 import os
+import re
 import pathlib
 import signal
 import socket
@@ -167,6 +168,9 @@ def cases() -> dict[str, dict]:
     owned(multi, "ReplicaSet", "multi-5f7b9c6d48", {"pod-template-hash": "5f7b9c6d48"}, priority=1000,
           priorityClassName="plegd-test-high")
     owned(probe, "StatefulSet", "probe")
+    # On the node's network: the kubelet names the node's address as the pod's; plegd
+    # names none as its own, and never answers a pod for the node's address.
+    probe["spec"]["hostNetwork"] = True
     probe["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "50m", "memory": "32Mi"},
                                                    "requests": {"cpu": "50m", "memory": "32Mi"}}
     owned(crash, "DaemonSet", "crash", {"controller-revision-hash": "6d4b8c7f9"})
@@ -252,6 +256,9 @@ class Run:
         self.kubelets: list[Proc] = []
         self.cpu = {"kubelet": 0.0, "plegd": 0.0, "plegd-pod": 0.0}
         self.pod_samples: list[tuple[str, bool, int]] = []
+        # (when, pod uid, pod name, address) of every running pod on the pod network, as
+        # the kubelet's /pods said it at each poll: who held which address when.
+        self.ip_samples: list[tuple[dt.datetime, str, str, str]] = []
         self.plegd_pod_first_ready: dt.datetime | None = None
         self.stop_polling = threading.Event()
         self.figures: dict = {"containerd": a.version}
@@ -359,9 +366,17 @@ class Run:
     def poll_plegd_pod(self):
         while not self.stop_polling.wait(1):
             try:
-                p = self.plegd_pod_status()
+                items = self.kubelet_pods().get("items", [])
             except Exception:  # noqa: BLE001 — the kubelet is restarting
                 continue
+            at = now()
+            for p in items:
+                # Running: its sandbox is up (the kubelet writes a terminal phase before it
+                # stops the sandbox and frees the address).
+                st = p.get("status", {})
+                if st.get("phase") == "Running" and st.get("podIP") and not p.get("spec", {}).get("hostNetwork"):
+                    self.ip_samples.append((at, p["metadata"]["uid"], p["metadata"]["name"], st["podIP"]))
+            p = next((p for p in items if p["metadata"]["namespace"] == "plegd"), None)
             if not p:
                 continue
             cs = (p["status"].get("containerStatuses") or [{}])[0]
@@ -382,6 +397,9 @@ class Run:
             tmp = self.work / f".{name}"
             tmp.write_text(yaml.safe_dump(obj))
             tmp.rename(path)
+
+    def manifest_names(self) -> set[str]:
+        return {f.stem for f in (self.work / "manifests").glob("*.yaml")}
 
     def plegd_pods(self, sock: str) -> dict:
         out = subprocess.run([self.a.plegd, "pods", "-o", "json", "--socket", sock], check=True, capture_output=True, text=True)
@@ -488,16 +506,20 @@ class Run:
         self.manifest("doomed.yaml", None)
 
         self.at(t0, 80)
-        say("the kubelet stopped")
+        say("the kubelet stopped for 30 s (churn goes on: manifests added and removed meanwhile)")
         self.cpu["kubelet"] += self.kubelets[-1].cpu_seconds() - cpu0["kubelet"]
+        self.before_outage = {p["metadata"]["uid"]: p for p in self.kubelet_pods().get("items", [])}
+        self.manifests_before_outage = self.manifest_names()
         kdown = now()
         self.kubelets[-1].stop()
-        self.at(t0, 86)
+        self.at(t0, 110)
         self.kubelet_up()
+        self.kubelet_back = now()
+        self.manifests_after_outage = self.manifest_names()
         cpu0["kubelet"] = 0.0
         self.kubelet_blind.append(oracle.Window(kdown - dt.timedelta(seconds=2), now() + dt.timedelta(seconds=3), "the kubelet restarted"))
 
-        self.at(t0, 110)
+        self.at(t0, 130)
         say("containerd killed; its containers keep running")
         pod_admin = f'{self.plegd_pod_status()["status"]["podIP"]}:9477'
         admins = {f"127.0.0.1:{self.bin_admin}": 0.0}
@@ -507,7 +529,7 @@ class Run:
             admins[adm] = self.stream_connections(adm)
         cdown = now()
         self.containerd("kill")
-        self.at(t0, 114)
+        self.at(t0, 134)
         self.containerd("resume")
         # Each reconnects by itself; until its event stream is back it is blind.
         for adm, before in admins.items():
@@ -528,6 +550,8 @@ class Run:
 
         self.compare_end_states(pod_sock)
         self.check_identity(pod_sock)
+        self.check_addresses()
+        self.check_kubelet_outage()
         self.check_plegd_pod(pod_sock)
         self.plegd_pod_stops()
 
@@ -679,6 +703,82 @@ class Run:
         self.figures["pod_updated_events"] = updated
         self.ok(updated > 0, f"identity changes reached watchers as POD_UPDATED from the kubelet ({updated})")
 
+    def get(self, *key: str) -> dict | None:
+        """`plegd get` on the binary beside the kubelet: the answer, or None for NotFound."""
+        out = subprocess.run([self.a.plegd, "get", "-o", "json", "--socket", self.bin_sock, *key],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            if "NotFound" not in out.stderr and "not found" not in out.stderr.lower():
+                raise RuntimeError(f"plegd get {' '.join(key)}: {out.stderr.strip()}")
+            return None
+        return json.loads(out.stdout)
+
+    def check_addresses(self):
+        """Who held an address when, on the pod network (a /28: the bridge's host-local
+        range hands out 13 addresses round-robin, so the churn reuses them within the run).
+        Each (address, pod) the kubelet's /pods showed running is asked of plegd at the
+        middle of the time it was seen there; the node's address, which the host-network
+        pod is given, never names a pod."""
+        seen: dict[tuple[str, str], list[dt.datetime]] = {}
+        for at, uid, _, ip in self.ip_samples:
+            seen.setdefault((ip, uid), []).append(at)
+        holders: dict[str, set[str]] = {}
+        for ip, uid in seen:
+            holders.setdefault(ip, set()).add(uid)
+        reused = sorted(ip for ip, uids in holders.items() if len(uids) > 1)
+        wrong = []
+        for (ip, uid), times in sorted(seen.items()):
+            at = times[len(times) // 2].strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            got = self.get("--pod-ip", ip, "--at", at)
+            got_uid = got["pod"]["uid"] if got else None
+            if got_uid != uid:
+                wrong.append(f"{ip} at {at}: {got_uid} (plegd) vs {uid} (the kubelet)")
+        self.figures["addresses"] = {"holdings": len(seen), "addresses": len(holders), "reused": len(reused)}
+        self.ok(seen and reused and not wrong,
+                f"each address names the pod that held it at the time asked: {len(seen)} holdings of "
+                f"{len(holders)} addresses, {len(reused)} reused by a later pod ({reused[:4]})")
+        for w in wrong[:10]:
+            print("   ", w)
+        probe = next(p for p in self.kubelet_pods()["items"] if p["metadata"]["name"].startswith("probe"))
+        node_ips = [i["ip"] for i in probe["status"].get("podIPs", [])]
+        mine = (self.get("--pod-uid", probe["metadata"]["uid"], "--container-name", "p", "--attempt", "0") or {})
+        ident = mine.get("pod", {}).get("identity") or {}
+        answers = {ip: self.get("--pod-ip", ip) for ip in node_ips}
+        self.ok(node_ips and not any(answers.values()) and not ident.get("pod_ips") and ident.get("host_ips"),
+                f"the host-network pod's address ({node_ips}, the node's as the kubelet names it) names no pod, "
+                f"and plegd gives the pod none of its own (pod_ips {ident.get('pod_ips')}, host_ips {ident.get('host_ips')})")
+
+    def check_kubelet_outage(self):
+        """The kubelet stopped for 30 s while manifests came and went: its watch came
+        back, the replay told no change of a pod that ran throughout, and the pods deleted
+        meanwhile, which the replay leaves out, were noticed gone and keep the kubelet's
+        identity."""
+        # A static pod is named after its manifest and the node.
+        of = lambda p: p["metadata"]["name"].removesuffix(f"-{NODE}")
+        removed = self.manifests_before_outage - self.manifests_after_outage
+        deleted = {u: p for u, p in self.before_outage.items() if of(p) in removed}
+        # The case pods that ran before and after (a churn pod may end meanwhile).
+        through = {u for u, p in self.before_outage.items() if p["status"].get("phase") == "Running"
+                   and of(p) in self.manifests_after_outage and "churn" not in p["metadata"].get("labels", {})}
+        back = self.kubelet_back
+        with open(self.work / "watch-bin.jsonl") as f:
+            told = [e for e in oracle.plegd_stream(f).events
+                    if e.type == "POD_UPDATED" and e.uid in through and back <= e.at <= back + dt.timedelta(seconds=20)]
+        log = (self.work / "plegd.log").read_text(errors="replace")
+        noticed = [int(m) for m in re.findall(r"the kubelet's Pods API is watched pods=\d+ gone=(\d+)", log)]
+        kept = {}
+        for uid, p in deleted.items():
+            c = p["spec"]["containers"][0]["name"]
+            got = self.get("--pod-uid", uid, "--container-name", c, "--attempt", "0") or {}
+            kept[p["metadata"]["name"]] = (got.get("pod", {}).get("identity") or {}).get("source")
+        self.figures["kubelet_outage"] = {"through": len(through), "deleted": sorted(kept), "replay_updates": len(told)}
+        self.ok(through and not told,
+                f"after 30 s away the kubelet's replay told no change of the {len(through)} pods that ran throughout "
+                f"({len(told)} POD_UPDATED within 20 s of its return)")
+        self.ok(deleted and max(noticed, default=0) >= 1 and all(s == "PODS_API" for s in kept.values()),
+                f"pods deleted while the kubelet was away were noticed gone at its replay (gone= {noticed}) and keep "
+                f"its identity ({kept})")
+
     def check_plegd_pod(self, pod_sock: str):
         p = self.plegd_pod_status()
         cs = p["status"]["containerStatuses"][0]
@@ -797,7 +897,7 @@ def main():
     ap.add_argument("--bench-window", type=int, default=60)
     a = ap.parse_args()
     if a.seconds < 150:
-        ap.error("--seconds: at least 150 (the last fault is at t+114)")
+        ap.error("--seconds: at least 150 (the last fault is at t+134)")
     run = Run(a)
     try:
         good = run.bench(a.bench, a.bench_window) if a.bench else run.go()

@@ -482,7 +482,9 @@ def kubelet_identity(pod: dict) -> dict:
         "priority_class_name": spec.get("priorityClassName", ""),
         "service_account": spec.get("serviceAccountName", ""),
         "runtime_class": spec.get("runtimeClassName", ""),
-        "pod_ips": [i["ip"] for i in status.get("podIPs", [])],
+        # A host-network pod's addresses are the node's: the kubelet names them as the
+        # pod's, plegd as the host's only.
+        "pod_ips": [] if spec.get("hostNetwork") else [i["ip"] for i in status.get("podIPs", [])],
         "host_ips": [i["ip"] for i in status.get("hostIPs", [])],
     }
 
@@ -490,7 +492,7 @@ def kubelet_identity(pod: dict) -> dict:
 def identity_diffs(kubelet_pods: dict, plegd_pods: dict, source: str = "PODS_API") -> list[str]:
     """Differences between each pod's identity as the kubelet's `/pods` says it and as
     plegd serves it, which must come from `source`. A host-network pod's addresses are
-    the node's: plegd names them as the kubelet does. Empty when they agree."""
+    the node's: plegd names none as the pod's. Empty when they agree."""
     by_uid = {p["uid"]: p for p in plegd_pods.get("pods", [])}
     diffs = []
     for pod in kubelet_pods.get("items", []):

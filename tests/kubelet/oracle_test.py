@@ -349,6 +349,13 @@ class IdentityTest(unittest.TestCase):
         got = oracle.identity_diffs({"items": [kubelet_pod()]}, {"pods": [plegd_pod(source="INFERRED")]})
         self.assertEqual(got, ["cases/multi-node: identity from INFERRED, not PODS_API"])
 
+    def test_a_host_network_pod_has_no_address_of_its_own_though_the_kubelet_names_the_nodes(self):
+        host = kubelet_pod(spec__hostNetwork=True, status__podIPs=[{"ip": "10.0.0.1"}])
+        self.assertEqual(oracle.identity_diffs({"items": [host]}, {"pods": [plegd_pod(pod_ips=[])]}), [])
+        got = oracle.identity_diffs({"items": [host]}, {"pods": [plegd_pod(pod_ips=["10.0.0.1"])]})
+        self.assertEqual(len(got), 1, got)
+        self.assertIn("pod_ips", got[0])
+
     def test_a_pod_plegd_lacks_is_a_difference_unless_it_finished(self):
         self.assertEqual(len(oracle.identity_diffs({"items": [kubelet_pod()]}, {"pods": []})), 1)
         done = kubelet_pod(status__phase="Succeeded")

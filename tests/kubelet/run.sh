@@ -57,11 +57,15 @@ for v in ${PLEGD_KUBELET_VERSIONS:-2.1 1.7}; do
   [ -n "$secs" ] || { [ "$v" = 2.1 ] && secs=300 || secs=150; }
   work="$PWD/target/kubelet-runs/$v"
   clean "$work"; mkdir -p "$work/cni/net.d"
-  # The pod network: a bridge on the node, addresses from host-local kept in the run.
+  # The pod network: a bridge on the node, addresses from host-local kept in the run. A
+  # /28 (13 addresses for pods, handed out round-robin) for the cases, so the churn reuses
+  # an address within the run; a /24 for the benchmark's pods.
+  subnet=10.244.78.0/28
+  [ -z "$bench" ] || subnet=10.244.78.0/24
   cat >"$work/cni/net.d/10-plegd-test.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "plegd-test", "plugins": [
   {"type": "bridge", "bridge": "plegdkt0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.78.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}],
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$subnet"}]], "routes": [{"dst": "0.0.0.0/0"}],
             "dataDir": "$work/cni/ipam"}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 EOF
