@@ -315,6 +315,7 @@ fn hand_event(inbox: &Inbox, ev: EventHint) {
     let now = Instant::now();
     // Said ahead of the runtime's own status (src/pleg/early_words.rs): read until shown.
     let word = match (ev.event, &ev.sandbox, &ev.container) {
+        (api::Event::PostStartContainer, _, Some(id)) => Some((Word::ContainerStarted, id)),
         (api::Event::StopContainer, _, Some(id)) => Some((Word::ContainerStopped, id)),
         (api::Event::RemoveContainer, _, Some(id)) => Some((Word::ContainerRemoved, id)),
         (api::Event::RunPodSandbox, Some(id), _) => Some((Word::SandboxStarted, id)),

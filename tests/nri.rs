@@ -183,6 +183,7 @@ async fn plegd_registers_answers_every_call_with_success_at_once_and_hands_each_
         // What the runtime tells ahead of its status is read again until shown.
         let early = match event {
             Event::RunPodSandbox => Some((Word::SandboxStarted, "s1")),
+            Event::PostStartContainer => Some((Word::ContainerStarted, "c1")),
             Event::RemoveContainer => Some((Word::ContainerRemoved, "c1")),
             Event::StopPodSandbox => Some((Word::SandboxStopped, "s1")),
             _ => None,
@@ -224,10 +225,11 @@ async fn plegd_registers_answers_every_call_with_success_at_once_and_hands_each_
     let intakes = drain(&mut p.rx);
     assert!(
         matches!(&intakes[..], [
+            Intake::EarlyWord { word: Word::ContainerStarted, id: started, .. },
             Intake::Read(r),
             Intake::EarlyWord { uid: None, id: w, word: Word::ContainerRemoved },
             Intake::ContainerOnly { id, by: Teller::Nri },
-        ] if r.key == Read::Pod("u3".into()) && id == "c4" && w == "c4"),
+        ] if started == "c3" && r.key == Read::Pod("u3".into()) && id == "c4" && w == "c4"),
         "{intakes:?}"
     );
     // Calls plegd did not subscribe to, and ones it does not know, still get an answer.

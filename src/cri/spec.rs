@@ -69,18 +69,24 @@ impl PodSpec {
         self
     }
 
+    /// The namespaces the kubelet gives the sandbox and each container: the pod's
+    /// network (or the node's), a PID namespace per container, the pod's IPC.
+    fn namespaces(&self) -> v1::NamespaceOption {
+        v1::NamespaceOption {
+            network: if self.host_network { v1::NamespaceMode::Node } else { v1::NamespaceMode::Pod } as i32,
+            pid: v1::NamespaceMode::Container as i32,
+            ipc: v1::NamespaceMode::Pod as i32,
+            target_id: String::new(),
+        }
+    }
+
     /// The sandbox config the kubelet would send.
     pub fn sandbox_config(&self) -> v1::PodSandboxConfig {
         let mut labels = self.labels.clone();
         labels.insert(POD_UID.into(), self.uid.clone());
         labels.insert(POD_NAME.into(), self.name.clone());
         labels.insert(POD_NAMESPACE.into(), self.namespace.clone());
-        let ns = v1::NamespaceOption {
-            network: if self.host_network { v1::NamespaceMode::Node } else { v1::NamespaceMode::Pod } as i32,
-            pid: v1::NamespaceMode::Container as i32,
-            ipc: v1::NamespaceMode::Pod as i32,
-            target_id: String::new(),
-        };
+        let ns = self.namespaces();
         v1::PodSandboxConfig {
             metadata: Some(v1::PodSandboxMetadata {
                 name: self.name.clone(),
@@ -119,7 +125,11 @@ impl PodSpec {
             pod_sandbox_id: sandbox_id.into(),
             config: Some(v1::ContainerConfig {
                 metadata: Some(v1::ContainerMetadata { name: c.name.clone(), attempt: c.attempt }),
-                image: Some(v1::ImageSpec { image: c.image.clone(), annotations: HashMap::new() }),
+                image: Some(v1::ImageSpec {
+                    image: c.image.clone(),
+                    annotations: HashMap::new(),
+                    user_specified_image: c.image.clone(),
+                }),
                 command: c.command.clone(),
                 args: Vec::new(),
                 working_dir: String::new(),
@@ -131,7 +141,15 @@ impl PodSpec {
                     "" if !self.log_directory.is_empty() => format!("{}/{}.log", c.name, c.attempt),
                     p => p.to_owned(),
                 },
-                linux: c.resources.map(|r| v1::LinuxContainerConfig { resources: Some(r), security_context: None }),
+                // Always the namespaces, as the kubelet sends them: a runtime takes a
+                // context without them as the pod's PID namespace (CRI-O refuses that).
+                linux: Some(v1::LinuxContainerConfig {
+                    resources: c.resources,
+                    security_context: Some(v1::LinuxContainerSecurityContext {
+                        namespace_options: Some(self.namespaces()),
+                        ..Default::default()
+                    }),
+                }),
             }),
             sandbox_config: Some(self.sandbox_config()),
         }

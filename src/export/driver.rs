@@ -22,6 +22,9 @@ use super::cursor::{self, Cursor};
 use super::otlp::{self, ExportLogsServiceRequest, LogRecord, Outcome};
 use super::retry::RetryPolicy;
 use super::{ExportConfig, ExportMetrics, records, redacted};
+
+/// A cursor save slower than this is logged: the exporter waits for each.
+const SLOW_SAVE: std::time::Duration = std::time::Duration::from_secs(1);
 use crate::journal::{Entry, FeedItem, Filter, Journal, Since};
 
 /// Where the exporter sends a request: the collector.
@@ -280,17 +283,24 @@ impl<C: Collector> Driver<C> {
         let _ = self.collector.export(req).await;
     }
 
-    /// Moves the cursor to `upto` and saves it.
+    /// Moves the cursor to `upto` and saves it. The lag counts from the collector's
+    /// acceptance, before the save: a slow disk (a sync can take seconds) delays the next
+    /// batch, never what the gauge says of the last one.
     async fn advance(&mut self, upto: Cursor) {
         self.cursor = Some(upto);
+        self.update_lag();
         if let Some(dir) = self.state_dir.clone() {
+            let started = std::time::Instant::now();
             match tokio::task::spawn_blocking(move || cursor::store(&dir, upto)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "the OTLP cursor was not saved; a restart sends more again"),
                 Err(_) => {}
             }
+            let took = started.elapsed();
+            if took > SLOW_SAVE {
+                tracing::warn!(?took, "saving the OTLP cursor was slow (the state dir's disk); export waited for it");
+            }
         }
-        self.update_lag();
     }
 
     fn update_lag(&self) {

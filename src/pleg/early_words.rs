@@ -8,13 +8,16 @@
 //!   sandbox to the store its CRI listing reads;
 //! - containerd tells a container's removal (`REMOVE_CONTAINER`) before it drops the
 //!   container from its store, a sandbox's stop while another task writes its status,
-//!   and a sandbox's removal before it is gone.
+//!   and a sandbox's removal before it is gone;
+//! - CRI-O tells a container's start (`POST_START_CONTAINER`) before its status leaves
+//!   `CREATED` (it writes the state when `StartContainer` returns, after the call).
 //!
 //! So the read a call prompts can still find the container running, or no sandbox, and
 //! no further word comes while the event stream is off or split. Unless a read of its
 //! pod shows the word first, the relister reads the object's status again 0.05, 0.15,
-//! 0.35 … s after the call (eight reads over about 13 s; a read that fails is retried
-//! and not counted), and reads its pod in full once the status agrees. Owned by the
+//! 0.35 … s after the call (eight reads over about 13 s; a start's from 0.01 s; a read
+//! that fails is retried and not counted), and reads its pod in full once the status
+//! agrees. Owned by the
 //! relister; bounded by count ([`super::followed`]).
 
 use std::collections::HashMap;
@@ -38,10 +41,19 @@ const RECENT: Duration = Duration::from_secs(120);
 
 const PACE: Pace = Pace { first: FIRST, reads: READS, max_doubling: 8, recent: RECENT };
 
+/// A start's word is read again sooner: CRI-O's status leaves `CREATED` the moment its
+/// `StartContainer` returns, a few milliseconds after the call (10, 30, 70 … ms; eight
+/// reads over about 2.5 s).
+const START_PACE: Pace = Pace { first: Duration::from_millis(10), ..PACE };
+
 /// What the runtime said of a container or a sandbox, and so what its status is read
 /// for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Word {
+    /// A container started (`POST_START_CONTAINER`, told by CRI-O before its status
+    /// leaves `CREATED`): read until it has begun (running, or already exited) or is
+    /// gone.
+    ContainerStarted,
     /// A container stopped (`STOP_CONTAINER`): read until not running.
     ContainerStopped,
     /// A container was removed (`REMOVE_CONTAINER`, told before containerd drops it from
@@ -58,7 +70,8 @@ pub enum Word {
 }
 
 impl Word {
-    const ALL: [Word; 5] = [
+    const ALL: [Word; 6] = [
+        Self::ContainerStarted,
         Self::ContainerStopped,
         Self::ContainerRemoved,
         Self::SandboxStarted,
@@ -71,7 +84,7 @@ impl Word {
     }
 
     fn of_container(self) -> bool {
-        matches!(self, Self::ContainerStopped | Self::ContainerRemoved)
+        matches!(self, Self::ContainerStarted | Self::ContainerStopped | Self::ContainerRemoved)
     }
 }
 
@@ -81,6 +94,8 @@ pub(super) struct Shown {
     pub found: bool,
     /// A container it has runs; a sandbox it has is ready.
     pub up: bool,
+    /// A container it has has left `CREATED` (runs or has exited); a sandbox: true.
+    pub begun: bool,
 }
 
 impl Word {
@@ -90,23 +105,24 @@ impl Word {
             Self::ContainerStopped | Self::SandboxStopped => !shown.found || !shown.up,
             Self::ContainerRemoved | Self::SandboxRemoved => !shown.found,
             Self::SandboxStarted => shown.found,
+            Self::ContainerStarted => !shown.found || shown.begun,
         }
     }
 
     /// What a status read of the object says of the word: not shown yet (the same),
-    /// shown (its pod is to be read in full), or a failed read. `up` is `Some(running or
-    /// ready)` for an answer, `None` for NotFound.
-    fn reread(self, answer: Result<bool, CriError>) -> Reread {
+    /// shown (its pod is to be read in full), or a failed read: `answer` is what the
+    /// status said, or NotFound.
+    fn reread(self, answer: Result<Shown, CriError>) -> Reread {
         match answer {
-            Ok(up) => {
-                if self.shown_by(&Shown { found: true, up }) {
+            Ok(shown) => {
+                if self.shown_by(&shown) {
                     Reread::Changed
                 } else {
                     Reread::Same
                 }
             }
             Err(e) if e.is_not_found() => {
-                if self.shown_by(&Shown { found: false, up: false }) {
+                if self.shown_by(&Shown { found: false, up: false, begun: false }) {
                     Reread::Changed
                 } else {
                     Reread::Same
@@ -119,13 +135,14 @@ impl Word {
 
 /// The words said and not yet shown, each followed on its own.
 pub(super) struct EarlyWords {
-    by_word: [Followed; 5],
+    by_word: [Followed; 6],
     word_of: HashMap<String, Word>,
 }
 
 impl Default for EarlyWords {
     fn default() -> Self {
-        Self { by_word: std::array::from_fn(|_| Followed::new(&PACE)), word_of: HashMap::new() }
+        let pace = |i| if Word::ALL[i] == Word::ContainerStarted { &START_PACE } else { &PACE };
+        Self { by_word: std::array::from_fn(|i| Followed::new(pace(i))), word_of: HashMap::new() }
     }
 }
 
@@ -177,10 +194,22 @@ impl Book for EarlyWords {
         Some(Box::pin(async move {
             let answer = if word.of_container() {
                 let read = tokio::time::timeout(timeout, runtime.container_status(&id)).await;
-                read.map(|a| a.map(|s| s.state == cri::ContainerState::ContainerRunning as i32))
+                read.map(|a| {
+                    a.map(|s| Shown {
+                        found: true,
+                        up: s.state == cri::ContainerState::ContainerRunning as i32,
+                        begun: s.state != cri::ContainerState::ContainerCreated as i32,
+                    })
+                })
             } else {
                 let read = tokio::time::timeout(timeout, runtime.pod_sandbox_status(&id)).await;
-                read.map(|a| a.map(|s| s.state == cri::PodSandboxState::SandboxReady as i32))
+                read.map(|a| {
+                    a.map(|s| Shown {
+                        found: true,
+                        up: s.state == cri::PodSandboxState::SandboxReady as i32,
+                        begun: true,
+                    })
+                })
             };
             answer.map_or(Reread::Failed, |a| word.reread(a))
         }))
@@ -214,7 +243,7 @@ mod tests {
 
     /// A read of pod p showing every object found and up, or none at all.
     fn all_up(_: &str, _: bool) -> Shown {
-        Shown { found: true, up: true }
+        Shown { found: true, up: true, begun: true }
     }
 
     #[tokio::test(start_paused = true)]
@@ -229,9 +258,12 @@ mod tests {
         say(&mut d, &mut s, Word::SandboxStarted, "s");
         let shown = times(&mut d, &mut s, |n| if n == 1 { Reread::Changed } else { Reread::Same }).await;
         assert_eq!(shown, [50, 150]);
+        // A start's word is read again sooner (CRI-O's status follows within milliseconds).
+        say(&mut d, &mut s, Word::ContainerStarted, "n");
+        assert_eq!(times(&mut d, &mut s, |_| Reread::Same).await, [10, 30, 70, 150, 310, 630, 1270, 2550]);
         // A read of another pod settles nothing of this one's.
         d.said(Word::ContainerRemoved, "p", "c");
-        d.note("q", |_, _| Shown { found: false, up: false });
+        d.note("q", |_, _| Shown { found: false, up: false, begun: false });
         assert_eq!(d.pod_of("c"), Some("p"));
     }
 
@@ -239,11 +271,41 @@ mod tests {
     async fn each_word_is_let_go_by_the_read_that_shows_it_and_a_newer_word_replaces_an_older() {
         let mut d = EarlyWords::default();
         for (word, shows, does_not) in [
-            (Word::ContainerStopped, Shown { found: true, up: false }, Shown { found: true, up: true }),
-            (Word::ContainerRemoved, Shown { found: false, up: false }, Shown { found: true, up: false }),
-            (Word::SandboxStarted, Shown { found: true, up: true }, Shown { found: false, up: false }),
-            (Word::SandboxStopped, Shown { found: true, up: false }, Shown { found: true, up: true }),
-            (Word::SandboxRemoved, Shown { found: false, up: false }, Shown { found: true, up: false }),
+            (
+                Word::ContainerStarted,
+                Shown { found: true, up: false, begun: true },
+                Shown { found: true, up: false, begun: false },
+            ),
+            (
+                Word::ContainerStarted,
+                Shown { found: false, up: false, begun: false },
+                Shown { found: true, up: false, begun: false },
+            ),
+            (
+                Word::ContainerStopped,
+                Shown { found: true, up: false, begun: false },
+                Shown { found: true, up: true, begun: true },
+            ),
+            (
+                Word::ContainerRemoved,
+                Shown { found: false, up: false, begun: false },
+                Shown { found: true, up: false, begun: false },
+            ),
+            (
+                Word::SandboxStarted,
+                Shown { found: true, up: true, begun: true },
+                Shown { found: false, up: false, begun: false },
+            ),
+            (
+                Word::SandboxStopped,
+                Shown { found: true, up: false, begun: false },
+                Shown { found: true, up: true, begun: true },
+            ),
+            (
+                Word::SandboxRemoved,
+                Shown { found: false, up: false, begun: false },
+                Shown { found: true, up: false, begun: false },
+            ),
         ] {
             d.said(word, "p", "x");
             d.note("p", |_, _| Shown { ..does_not });
@@ -254,7 +316,7 @@ mod tests {
         // Stopped, then removed: read for the removal only.
         assert!(d.said(Word::ContainerStopped, "p", "c").is_some());
         d.said(Word::ContainerRemoved, "p", "c");
-        d.note("p", |_, _| Shown { found: true, up: false });
+        d.note("p", |_, _| Shown { found: true, up: false, begun: false });
         assert_eq!(d.pod_of("c"), Some("p"), "stopped is shown, removed is not");
         assert_eq!(d.word_of.get("c"), Some(&Word::ContainerRemoved));
         assert_eq!(d.by_word[Word::ContainerStopped.index()].pod_of("c"), None);
@@ -273,6 +335,20 @@ mod tests {
             status: tonic::Status::new(tonic::Code::Unavailable, "x"),
         };
         use Reread::{Changed, Failed, Same};
+        // A container's status: running, exited, created; or NotFound; or a failure.
+        let running = || Ok(Shown { found: true, up: true, begun: true });
+        let exited = || Ok(Shown { found: true, up: false, begun: true });
+        let created = || Ok(Shown { found: true, up: false, begun: false });
+        assert_eq!(
+            [
+                Word::ContainerStarted.reread(running()),
+                Word::ContainerStarted.reread(exited()),
+                Word::ContainerStarted.reread(created()),
+                Word::ContainerStarted.reread(Err(not_found())),
+            ],
+            [Changed, Changed, Same, Changed],
+            "CRI-O's POST_START ahead of its status: read until it has left CREATED"
+        );
         for (word, up, down, gone) in [
             (Word::ContainerStopped, Same, Changed, Changed),
             (Word::ContainerRemoved, Same, Same, Changed),
@@ -282,8 +358,8 @@ mod tests {
         ] {
             assert_eq!(
                 [
-                    word.reread(Ok(true)),
-                    word.reread(Ok(false)),
+                    word.reread(running()),
+                    word.reread(exited()),
                     word.reread(Err(not_found())),
                     word.reread(Err(failed()))
                 ],

@@ -552,20 +552,7 @@ impl<R: RuntimeService> GenericPleg<R> {
         });
         // What NRI said ahead of the status, let go where this read shows it: the statuses
         // say whether an object runs, the listing too whether it is there.
-        books.early_words.note(uid, |id, container| {
-            let read = status.as_deref().and_then(|p| {
-                if container {
-                    p.containers.iter().find(|c| c.id == id).map(|c| c.state == ContainerState::Running)
-                } else {
-                    p.sandboxes.iter().find(|s| s.id == id).map(|s| s.state == SandboxState::Ready)
-                }
-            });
-            let listed = records.current(uid).and_then(|p| {
-                let objects = if container { &p.containers } else { &p.sandboxes };
-                objects.iter().find(|o| o.id == id).map(|o| o.state == PlegState::Running)
-            });
-            Shown { found: read.is_some() || listed.is_some(), up: read.or(listed).unwrap_or(false) }
-        });
+        books.early_words.note(uid, |id, container| shown(records.current(uid), status.as_deref(), id, container));
         // The read came after the listing: what it found is the later word, and the
         // record commits it, so what is committed is what the events carry.
         let late = self.records.observe(uid, status.as_deref());
@@ -778,6 +765,28 @@ fn reworded(before: &PodStatus, now: &PodStatus) -> Vec<String> {
         })
         .map(|c| c.id.clone())
         .collect()
+}
+
+/// What a read of a pod shows of object `id` (a container, else a sandbox) an early word
+/// was said of: the statuses read (`read`) say whether it runs and has left `CREATED`,
+/// the listing (`listed`) too whether it is there.
+fn shown(listed: Option<&super::records::RuntimePod>, read: Option<&PodStatus>, id: &str, container: bool) -> Shown {
+    // (runs or is ready, has left CREATED)
+    let read = read.and_then(|p| {
+        if container {
+            let c = p.containers.iter().find(|c| c.id == id)?;
+            Some((c.state == ContainerState::Running, c.state != ContainerState::Created))
+        } else {
+            p.sandboxes.iter().find(|s| s.id == id).map(|s| (s.state == SandboxState::Ready, true))
+        }
+    });
+    let listed = listed.and_then(|p| {
+        let objects = if container { &p.containers } else { &p.sandboxes };
+        let o = objects.iter().find(|o| o.id == id)?;
+        Some((o.state == PlegState::Running, matches!(o.state, PlegState::Running | PlegState::Exited)))
+    });
+    let (up, begun) = read.or(listed).unwrap_or((false, false));
+    Shown { found: read.is_some() || listed.is_some(), up, begun }
 }
 
 #[cfg(test)]

@@ -264,7 +264,8 @@ class Run:
         self.figures: dict = {"containerd": a.version}
         self.pod_gone_at = now() + dt.timedelta(days=1)
 
-    def ok(self, cond: bool, what: str):
+    def ok(self, cond, what: str):
+        cond = bool(cond)
         self.results.append((cond, what))
         print(("PASS " if cond else "FAIL ") + what, flush=True)
 
@@ -366,7 +367,8 @@ class Run:
     def poll_plegd_pod(self):
         while not self.stop_polling.wait(1):
             try:
-                items = self.kubelet_pods().get("items", [])
+                # A kubelet just started answers `"items": null`.
+                items = (self.kubelet_pods() or {}).get("items") or []
             except Exception:  # noqa: BLE001 — the kubelet is restarting
                 continue
             at = now()
@@ -508,7 +510,7 @@ class Run:
         self.at(t0, 80)
         say("the kubelet stopped for 30 s (churn goes on: manifests added and removed meanwhile)")
         self.cpu["kubelet"] += self.kubelets[-1].cpu_seconds() - cpu0["kubelet"]
-        self.before_outage = {p["metadata"]["uid"]: p for p in self.kubelet_pods().get("items", [])}
+        self.before_outage = {p["metadata"]["uid"]: p for p in self.kubelet_pods().get("items") or []}
         self.manifests_before_outage = self.manifest_names()
         kdown = now()
         self.kubelets[-1].stop()
@@ -740,11 +742,14 @@ class Run:
         for w in wrong[:10]:
             print("   ", w)
         probe = next(p for p in self.kubelet_pods()["items"] if p["metadata"]["name"].startswith("probe"))
+        # The kubelet names the node's addresses as a host-network pod's; standalone (no
+        # Node object) it knows none, and the node's are the machine's own.
         node_ips = [i["ip"] for i in probe["status"].get("podIPs", [])]
-        mine = (self.get("--pod-uid", probe["metadata"]["uid"], "--container-name", "p", "--attempt", "0") or {})
-        ident = mine.get("pod", {}).get("identity") or {}
+        node_ips = node_ips or subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+        mine = next((p for p in self.plegd_pods(self.bin_sock)["pods"] if p["uid"] == probe["metadata"]["uid"]), {})
+        ident = mine.get("identity") or {}
         answers = {ip: self.get("--pod-ip", ip) for ip in node_ips}
-        self.ok(node_ips and not any(answers.values()) and not ident.get("pod_ips") and ident.get("host_ips"),
+        self.ok(node_ips and not any(answers.values()) and not ident.get("pod_ips") and mine,
                 f"the host-network pod's address ({node_ips}, the node's as the kubelet names it) names no pod, "
                 f"and plegd gives the pod none of its own (pod_ips {ident.get('pod_ips')}, host_ips {ident.get('host_ips')})")
 
