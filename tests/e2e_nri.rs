@@ -202,20 +202,18 @@ async fn beside_another_event_stream_subscriber_nri_tells_every_start_at_once() 
     let env = env();
     let socket = nri_socket(&env);
     let c = env.client();
-    // The other subscriber: it takes what it is handed, and counts it.
-    let mut other = c
-        .raw()
-        .get_container_events(cri::GetEventsRequest {})
-        .await
-        .expect("a second subscriber on the event stream")
-        .into_inner();
+    // The other subscriber: it takes what it is handed, and counts it. (The runtime
+    // sends the stream's headers with its first event: the call waits until then.)
     let taken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = taken.clone();
+    let (counter, mut raw) = (taken.clone(), c.raw());
     let other = tokio::spawn(async move {
-        while let Ok(Some(_)) = other.message().await {
+        let mut events =
+            raw.get_container_events(cri::GetEventsRequest {}).await.expect("a second subscriber").into_inner();
+        while let Ok(Some(_)) = events.message().await {
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     });
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let period = Duration::from_secs(300);
     let mut sc = start_sidecar_tuned(env.client(), Mode::Evented, period, period, |cfg| {
         cfg.nri.mode = NriMode::On;
@@ -243,7 +241,7 @@ async fn beside_another_event_stream_subscriber_nri_tells_every_start_at_once() 
     }
     let taken = taken.load(std::sync::atomic::Ordering::Relaxed);
     figure(&format!(
-        "containerd {} with another event-stream subscriber (it took {taken} events) and NRI: 8 starts, each told          within 5 s, {by_nri} found by a read NRI prompted and {by_stream} otherwise; StartContainer returned ->          CONTAINER_STARTED: {:?} ms",
+        "containerd {} with another event-stream subscriber (it took {taken} events) and NRI: 8 starts, each told within 5 s, {by_nri} found by a read NRI prompted and {by_stream} otherwise; StartContainer returned -> CONTAINER_STARTED: {:?} ms",
         env.version,
         latencies.iter().map(|l| format!("{l:.1}")).collect::<Vec<_>>(),
     ));
