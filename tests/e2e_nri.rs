@@ -68,6 +68,22 @@ async fn wait_event(
     }
 }
 
+/// plegd in `mode`, relisting five minutes apart, registered as an NRI plugin of the
+/// containerd under test, and settled.
+async fn registered_sidecar(env: &Env, mode: Mode) -> Sidecar {
+    let socket = nri_socket(env);
+    let period = Duration::from_secs(300);
+    let mut sc = start_sidecar_tuned(env.client(), mode, period, period, |cfg| {
+        cfg.nri.mode = NriMode::On;
+        cfg.nri.socket = socket.into();
+    })
+    .await;
+    let registered = sc.metrics.nri.registered.clone();
+    until(Duration::from_secs(10), "registration", || registered.get() == 1).await;
+    sc.until_quiet(Duration::from_millis(1500)).await;
+    sc
+}
+
 /// With no event stream and full relists five minutes apart, only NRI can tell plegd
 /// of a change within seconds: every sandbox's and container's start, a container's stop
 /// by the CRI call and its own exit (containerd tells both as `STOP_CONTAINER`, the exit
@@ -79,17 +95,8 @@ async fn wait_event(
 async fn with_no_event_stream_and_relists_minutes_apart_nri_tells_every_start_stop_and_removal_at_once() {
     log();
     let env = env();
-    let socket = nri_socket(&env);
     let c = env.client();
-    let period = Duration::from_secs(300);
-    let mut sc = start_sidecar_tuned(env.client(), Mode::Generic, period, period, |cfg| {
-        cfg.nri.mode = NriMode::On;
-        cfg.nri.socket = socket.clone().into();
-    })
-    .await;
-    let registered = sc.metrics.nri.registered.clone();
-    until(Duration::from_secs(10), "registration", || registered.get() == 1).await;
-    sc.until_quiet(Duration::from_millis(1500)).await;
+    let mut sc = registered_sidecar(&env, Mode::Generic).await;
     let soon = Duration::from_secs(5);
     let mut seen = Vec::new();
     let mut latencies = Vec::new();
@@ -200,7 +207,6 @@ async fn with_no_event_stream_and_relists_minutes_apart_nri_tells_every_start_st
 async fn beside_another_event_stream_subscriber_nri_tells_every_start_at_once() {
     log();
     let env = env();
-    let socket = nri_socket(&env);
     let c = env.client();
     // The other subscriber: it takes what it is handed, and counts it. (The runtime
     // sends the stream's headers with its first event: the call waits until then.)
@@ -214,15 +220,7 @@ async fn beside_another_event_stream_subscriber_nri_tells_every_start_at_once() 
         }
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let period = Duration::from_secs(300);
-    let mut sc = start_sidecar_tuned(env.client(), Mode::Evented, period, period, |cfg| {
-        cfg.nri.mode = NriMode::On;
-        cfg.nri.socket = socket.clone().into();
-    })
-    .await;
-    let registered = sc.metrics.nri.registered.clone();
-    until(Duration::from_secs(10), "registration", || registered.get() == 1).await;
-    sc.until_quiet(Duration::from_millis(1500)).await;
+    let mut sc = registered_sidecar(&env, Mode::Evented).await;
     let pod = PodSpec::new("nri", "split");
     let sid = run_pod(&c, &pod).await;
     let mut seen = Vec::new();
