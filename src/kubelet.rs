@@ -141,8 +141,11 @@ impl PodsApiWatcher {
         state_dir: Option<&std::path::Path>,
     ) -> Self {
         let backoff = Backoff::new(Duration::from_millis(500), RETRY_AT_MOST).with_jitter(0.2);
-        if let Some(dir) = state_dir {
-            saved::restore(identities, dir);
+        match (state_dir, &cfg.pods_socket) {
+            (Some(dir), Some(_)) => saved::restore(identities, dir),
+            // Not asked: every identity is inferred, and an earlier run's word is dropped.
+            (Some(dir), None) => saved::discard(dir),
+            (None, _) => {}
         }
         let kept = identities.changes();
         let (identities, cache, metrics) = (identities.clone(), cache.clone(), metrics.clone());

@@ -714,6 +714,9 @@ async fn an_address_reused_at_once_names_each_pod_that_held_it_at_its_time_acros
     // An init container of the live pod, removed: a tombstone of a pod that still runs
     // (after a restart, it must not end the pod's holding).
     let init = p.h.start_container(&second, &sid2, &ContainerSpec::new("init")).await;
+    // Seen running first: one gone before plegd ever read it leaves no tombstone (on a
+    // loaded machine the start, stop and removal fitted between two reads).
+    until(&p, Key::ContainerId(init.clone()), |r| !r.removed).await;
     p.h.stop_container(&init).await;
     p.h.remove_container(&init).await;
     until(&p, Key::ContainerId(init.clone()), |r| r.removed).await;

@@ -381,8 +381,23 @@ async fn a_restarted_plegd_answers_the_kubelets_last_word_at_once_and_the_replay
         metric(&m, "plegd_kubelet_pods_api_up") == 1.0
     })
     .await;
+    // A POD_UPDATED the replay made would be on its way through the publish path.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(p.app.journal().revision(), revision, "a replay of what was kept makes no event");
     assert_eq!(updates(&events(&p).await, &web.uid), updated_before);
+
+    // Restarted with the Pods API turned off: every identity inferred, the kept word gone.
+    let h = p.stop_plegd().await;
+    assert!(state.join(plegd::kubelet::saved::FILE).exists(), "kept at shutdown");
+    let p = start_plegd_on(h, |cfg| {
+        tune(cfg);
+        cfg.kubelet.pods_socket = None;
+    })
+    .await;
+    until("the pod is listed again", || async { pods(&p).await.iter().any(|x| x.uid == web.uid) }).await;
+    let id = identity(&p, &web.uid).await;
+    assert_eq!((id.source, id.node_name.as_str()), (api::IdentitySource::Inferred as i32, "flag-node"));
+    assert!(!state.join(plegd::kubelet::saved::FILE).exists(), "not asked: the kept word is dropped");
     p.stop().await;
     kubelet.stop();
 }

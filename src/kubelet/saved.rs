@@ -45,6 +45,9 @@ struct PodOnDisk {
     /// Milliseconds since the epoch the kubelet said it was gone; 0: running.
     #[prost(uint64, tag = "4")]
     gone_at_ms: u64,
+    /// Running as a run before last heard, not heard since: since when (ms); 0: heard.
+    #[prost(uint64, tag = "5")]
+    restored_at_ms: u64,
 }
 
 /// Failures of the kept book.
@@ -65,6 +68,12 @@ pub enum SavedError {
         path: PathBuf,
         /// What failed.
         source: prost::DecodeError,
+    },
+    /// No format: empty, or not written by plegd.
+    #[error("kubelet pods file {path} names no format: not written by plegd")]
+    NoFormat {
+        /// The file.
+        path: PathBuf,
     },
     /// A newer plegd wrote it.
     #[error("kubelet pods file {path} is of format {format}, newer than this plegd's {FORMAT}")]
@@ -96,7 +105,17 @@ pub fn restore(identities: &Identities, dir: &Path) {
             pods = book.pods.len(),
             "what the kubelet said before this start stands until its watch replays"
         );
-        identities.restore(book);
+        identities.restore(book, SystemTime::now());
+    }
+}
+
+/// Removes the book kept in `dir`, if any: the Pods API is not asked any more, and a
+/// word kept from when it was would outlive every pod it names.
+pub fn discard(dir: &Path) {
+    match std::fs::remove_file(dir.join(FILE)) {
+        Ok(()) => tracing::info!("the Pods API is not asked: what the kubelet said before is dropped"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(error = %e, "what the kubelet said before was not dropped"),
     }
 }
 
@@ -113,6 +132,11 @@ pub fn read(dir: &Path) -> Result<Option<KeptBook>, SavedError> {
     if on_disk.format > FORMAT {
         return Err(SavedError::Newer { path, format: on_disk.format });
     }
+    if on_disk.format == 0 {
+        // Every file plegd writes names its format: an empty or foreign one is not a book.
+        return Err(SavedError::NoFormat { path });
+    }
+    let at = |ms: u64| (ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(ms));
     let pods = on_disk
         .pods
         .into_iter()
@@ -120,7 +144,8 @@ pub fn read(dir: &Path) -> Result<Option<KeptBook>, SavedError> {
         .map(|p| KeptPod {
             uid: p.uid,
             pod: Arc::new(KubeletPod { identity: p.identity.unwrap_or_default(), host_network: p.host_network }),
-            gone_at: (p.gone_at_ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(p.gone_at_ms)),
+            gone_at: at(p.gone_at_ms),
+            restored_at: at(p.restored_at_ms),
         })
         .collect();
     Ok(Some(KeptBook { node: Some(on_disk.node).filter(|n| !n.is_empty()), pods }))
@@ -140,6 +165,7 @@ pub fn encode(book: &KeptBook) -> Vec<u8> {
                 identity: Some(p.pod.identity.clone()),
                 host_network: p.pod.host_network,
                 gone_at_ms: p.gone_at.map_or(0, ms),
+                restored_at_ms: p.restored_at.map_or(0, ms),
             })
             .collect(),
     };
@@ -196,7 +222,12 @@ mod tests {
             source: api::IdentitySource::PodsApi as i32,
             ..Default::default()
         };
-        KeptPod { uid: uid.into(), pod: Arc::new(KubeletPod { identity, host_network: false }), gone_at }
+        KeptPod {
+            uid: uid.into(),
+            pod: Arc::new(KubeletPod { identity, host_network: false }),
+            gone_at,
+            restored_at: None,
+        }
     }
 
     #[test]
@@ -215,12 +246,34 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(FILE), [0xff, 0xff, 0xff]).unwrap();
         assert!(matches!(read(dir.path()), Err(SavedError::Decode { .. })));
+        std::fs::write(dir.path().join(FILE), []).unwrap();
+        assert!(matches!(read(dir.path()), Err(SavedError::NoFormat { .. })), "an empty file is no book");
         assert_eq!(load(dir.path()), None);
         let newer = OnDisk { format: FORMAT + 1, node: "n".into(), pods: vec![] };
         std::fs::write(dir.path().join(FILE), prost::Message::encode_to_vec(&newer)).unwrap();
         let err = read(dir.path()).unwrap_err();
         assert!(err.to_string().contains("newer than this plegd's"), "{err}");
         assert_eq!(load(dir.path()), None, "never misread");
+    }
+
+    #[test]
+    fn a_restored_pod_no_replay_names_again_is_forgotten_as_a_gone_one_is_across_restarts() {
+        use crate::model::identity::GONE_SLACK;
+        let keep = Duration::from_secs(60);
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_796_000_000);
+        let ids = Identities::new("n", keep);
+        ids.restore(KeptBook { node: None, pods: vec![pod("a", "web", None), pod("b", "db", None)] }, t0);
+        assert!(!ids.said("b", (*pod("b", "db", None).pod).clone()), "the same word again: no change");
+        // Restarted again before the kubelet came back: the clock is not reset.
+        let again = Identities::new("n", keep);
+        again.restore(ids.kept(), t0 + Duration::from_secs(30));
+        for book in [&ids, &again] {
+            book.prune(t0 + keep + GONE_SLACK - Duration::from_secs(1));
+            assert!(book.kubelet_pod("a").is_some(), "within the retention: the last heard stands");
+            book.prune(t0 + keep + GONE_SLACK + Duration::from_secs(1));
+            assert!(book.kubelet_pod("a").is_none(), "never named again: forgotten");
+        }
+        assert!(ids.kubelet_pod("b").is_some(), "named again: running, kept");
     }
 
     #[tokio::test]
@@ -240,7 +293,7 @@ mod tests {
         keep(&ids, dir.path(), written).await;
 
         let restarted = Identities::new("flag-node", Duration::from_secs(3600));
-        restarted.restore(load(dir.path()).expect("kept"));
+        restarted.restore(load(dir.path()).expect("kept"), SystemTime::now());
         assert_eq!(restarted.kept(), ids.kept());
         assert_eq!(restarted.node(), "node-k", "the kubelet's node name, not the flag's");
         assert!(!restarted.running("a"), "gone as the kubelet said");

@@ -176,6 +176,9 @@ pub struct KeptPod {
     pub pod: Arc<KubeletPod>,
     /// When the kubelet said it is gone; `None`: running when last heard.
     pub gone_at: Option<SystemTime>,
+    /// Running when a run of plegd before this one last heard, and not heard since this
+    /// was restored: since when.
+    pub restored_at: Option<SystemTime>,
 }
 
 /// Everything [`Identities`] holds of the kubelet's word, as it is kept across restarts.
@@ -192,6 +195,9 @@ struct Known {
     pod: Arc<KubeletPod>,
     /// When the kubelet said it is gone.
     gone_at: Option<SystemTime>,
+    /// Running as an earlier run of plegd last heard, taken back at this start and not
+    /// said again since: when. Forgotten as a gone pod is, unless the kubelet names it.
+    restored_at: Option<SystemTime>,
 }
 
 #[derive(Debug)]
@@ -246,21 +252,29 @@ impl Identities {
         let mut pods: Vec<KeptPod> = book
             .pods
             .iter()
-            .map(|(uid, k)| KeptPod { uid: uid.clone(), pod: k.pod.clone(), gone_at: k.gone_at })
+            .map(|(uid, k)| KeptPod {
+                uid: uid.clone(),
+                pod: k.pod.clone(),
+                gone_at: k.gone_at,
+                restored_at: k.restored_at,
+            })
             .collect();
         pods.sort_by(|a, b| a.uid.cmp(&b.uid));
         KeptBook { node: book.node.clone(), pods }
     }
 
-    /// Takes back what an earlier run of plegd held (the last heard, until the kubelet's
-    /// watch replays): a pod held already is not replaced.
-    pub fn restore(&self, kept: KeptBook) {
+    /// Takes back what an earlier run of plegd held, at `now` (the last heard, until the
+    /// kubelet's watch replays): a pod held already is not replaced. A pod running when
+    /// last heard that no replay names again (the kubelet never came back) is forgotten
+    /// as a gone pod is, counted from now.
+    pub fn restore(&self, kept: KeptBook, now: SystemTime) {
         let mut book = self.write();
         if book.node.is_none() {
             book.node = kept.node;
         }
-        for KeptPod { uid, pod, gone_at } in kept.pods {
-            book.pods.entry(uid).or_insert(Known { pod, gone_at });
+        for KeptPod { uid, pod, gone_at, restored_at } in kept.pods {
+            let restored_at = restored_at.or(gone_at.is_none().then_some(now));
+            book.pods.entry(uid).or_insert(Known { pod, gone_at, restored_at });
         }
         drop(book);
         self.changed();
@@ -313,10 +327,11 @@ impl Identities {
         let updated = match book.pods.get_mut(uid) {
             Some(k) if *k.pod == pod => {
                 moved |= k.gone_at.take().is_some();
+                k.restored_at = None;
                 false
             }
             _ => {
-                book.pods.insert(uid.to_owned(), Known { pod: Arc::new(pod), gone_at: None });
+                book.pods.insert(uid.to_owned(), Known { pod: Arc::new(pod), gone_at: None, restored_at: None });
                 true
             }
         };
@@ -367,7 +382,8 @@ impl Identities {
         let keep = self.keep_gone + GONE_SLACK;
         let mut book = self.write();
         let held = book.pods.len();
-        book.pods.retain(|_, k| k.gone_at.is_none_or(|t| now.duration_since(t).unwrap_or_default() < keep));
+        let recent = |t: SystemTime| now.duration_since(t).unwrap_or_default() < keep;
+        book.pods.retain(|_, k| k.gone_at.or(k.restored_at).is_none_or(recent));
         let over = book.pods.len().saturating_sub(MAX_KUBELET_PODS);
         if over > 0 {
             let mut gone: Vec<(SystemTime, String)> =

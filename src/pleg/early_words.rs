@@ -42,9 +42,9 @@ const RECENT: Duration = Duration::from_secs(120);
 const PACE: Pace = Pace { first: FIRST, reads: READS, max_doubling: 8, recent: RECENT };
 
 /// A start's word is read again sooner: CRI-O's status leaves `CREATED` the moment its
-/// `StartContainer` returns, a few milliseconds after the call (10, 30, 70 … ms; eight
-/// reads over about 2.5 s).
-const START_PACE: Pace = Pace { first: Duration::from_millis(10), ..PACE };
+/// `StartContainer` returns, a few milliseconds after the call (10, 30, 70 … ms; eleven
+/// reads over about 20 s, as CRI-O first calls every plugin's post-start).
+const START_PACE: Pace = Pace { first: Duration::from_millis(10), reads: 11, max_doubling: 10, recent: RECENT };
 
 /// What the runtime said of a container or a sandbox, and so what its status is read
 /// for.
@@ -81,6 +81,17 @@ impl Word {
 
     fn index(self) -> usize {
         Self::ALL.iter().position(|w| *w == self).expect("every word is in ALL")
+    }
+
+    /// Where the word stands in its object's life: a word of an earlier step never
+    /// replaces one of a later step (a start told after the stop of the same container,
+    /// as containerd may when the container ended at once, is not followed).
+    fn step(self) -> u8 {
+        match self {
+            Self::ContainerStarted | Self::SandboxStarted => 0,
+            Self::ContainerStopped | Self::SandboxStopped => 1,
+            Self::ContainerRemoved | Self::SandboxRemoved => 2,
+        }
     }
 
     fn of_container(self) -> bool {
@@ -149,9 +160,13 @@ impl Default for EarlyWords {
 impl EarlyWords {
     /// The runtime said `word` of object `id` of pod `uid`: read again [`FIRST`] from now
     /// (the time returned, for an object not followed yet) unless a read of the pod shows
-    /// it before. A newer word of the same object replaces an older one (a container said
-    /// removed is no longer read for its stop).
+    /// it before. A word of a later step of the same object replaces one of an earlier
+    /// step (a container said removed is no longer read for its stop); one of an earlier
+    /// step is not taken (a start told after the stop).
     pub fn said(&mut self, word: Word, uid: &str, id: &str) -> Option<Instant> {
+        if self.word_of.get(id).is_some_and(|held| held.step() > word.step()) {
+            return None;
+        }
         match self.word_of.insert(id.to_owned(), word) {
             Some(older) if older != word => self.by_word[older.index()].forget(id),
             _ => {}
@@ -260,7 +275,8 @@ mod tests {
         assert_eq!(shown, [50, 150]);
         // A start's word is read again sooner (CRI-O's status follows within milliseconds).
         say(&mut d, &mut s, Word::ContainerStarted, "n");
-        assert_eq!(times(&mut d, &mut s, |_| Reread::Same).await, [10, 30, 70, 150, 310, 630, 1270, 2550]);
+        let started = times(&mut d, &mut s, |_| Reread::Same).await;
+        assert_eq!(started, [10, 30, 70, 150, 310, 630, 1270, 2550, 5110, 10230, 20470]);
         // A read of another pod settles nothing of this one's.
         d.said(Word::ContainerRemoved, "p", "c");
         d.note("q", |_, _| Shown { found: false, up: false, begun: false });
@@ -320,6 +336,11 @@ mod tests {
         assert_eq!(d.pod_of("c"), Some("p"), "stopped is shown, removed is not");
         assert_eq!(d.word_of.get("c"), Some(&Word::ContainerRemoved));
         assert_eq!(d.by_word[Word::ContainerStopped.index()].pod_of("c"), None);
+        // A start told after the stop (the container ended at once): the stop is followed.
+        assert!(d.said(Word::ContainerStopped, "p", "e").is_some());
+        assert_eq!(d.said(Word::ContainerStarted, "p", "e"), None);
+        assert_eq!(d.word_of.get("e"), Some(&Word::ContainerStopped));
+        assert_eq!(d.by_word[Word::ContainerStarted.index()].pod_of("e"), None);
     }
 
     #[test]

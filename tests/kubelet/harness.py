@@ -512,7 +512,7 @@ class Run:
         self.cpu["kubelet"] += self.kubelets[-1].cpu_seconds() - cpu0["kubelet"]
         self.before_outage = {p["metadata"]["uid"]: p for p in self.kubelet_pods().get("items") or []}
         self.manifests_before_outage = self.manifest_names()
-        kdown = now()
+        kdown = self.kubelet_down = now()
         self.kubelets[-1].stop()
         self.at(t0, 110)
         self.kubelet_up()
@@ -736,9 +736,11 @@ class Run:
             if got_uid != uid:
                 wrong.append(f"{ip} at {at}: {got_uid} (plegd) vs {uid} (the kubelet)")
         self.figures["addresses"] = {"holdings": len(seen), "addresses": len(holders), "reused": len(reused)}
-        self.ok(seen and reused and not wrong,
+        # Reuse depends on the run (13 addresses, round-robin): said, not required.
+        self.ok(seen and not wrong,
                 f"each address names the pod that held it at the time asked: {len(seen)} holdings of "
-                f"{len(holders)} addresses, {len(reused)} reused by a later pod ({reused[:4]})")
+                f"{len(holders)} addresses, {len(reused)} reused by a later pod ({reused[:4]})"
+                + ("" if reused else " — no address was reused in this run: reuse not covered"))
         for w in wrong[:10]:
             print("   ", w)
         probe = next(p for p in self.kubelet_pods()["items"] if p["metadata"]["name"].startswith("probe"))
@@ -765,12 +767,17 @@ class Run:
         # The case pods that ran before and after (a churn pod may end meanwhile).
         through = {u for u, p in self.before_outage.items() if p["status"].get("phase") == "Running"
                    and of(p) in self.manifests_after_outage and "churn" not in p["metadata"].get("labels", {})}
-        back = self.kubelet_back
+        down, back = self.kubelet_down, self.kubelet_back
         with open(self.work / "watch-bin.jsonl") as f:
             told = [e for e in oracle.plegd_stream(f).events
-                    if e.type == "POD_UPDATED" and e.uid in through and back <= e.at <= back + dt.timedelta(seconds=20)]
-        log = (self.work / "plegd.log").read_text(errors="replace")
-        noticed = [int(m) for m in re.findall(r"the kubelet's Pods API is watched pods=\d+ gone=(\d+)", log)]
+                    if e.type == "POD_UPDATED" and e.uid in through and down <= e.at <= back + dt.timedelta(seconds=20)]
+        # Only the watches after the kubelet stopped (plegd's own restart earlier also
+        # finds pods deleted while it was down).
+        noticed = []
+        for line in (self.work / "plegd.log").read_text(errors="replace").splitlines():
+            m = re.match(r"(\S+Z)\s.*the kubelet's Pods API is watched pods=\d+ gone=(\d+)", line)
+            if m and oracle.parse_time(m.group(1)) > down:
+                noticed.append(int(m.group(2)))
         kept = {}
         for uid, p in deleted.items():
             c = p["spec"]["containers"][0]["name"]
