@@ -141,13 +141,18 @@ impl PodsApiWatcher {
         state_dir: Option<&std::path::Path>,
     ) -> Self {
         let backoff = Backoff::new(Duration::from_millis(500), RETRY_AT_MOST).with_jitter(0.2);
-        match (state_dir, &cfg.pods_socket) {
+        let restored = match (state_dir, &cfg.pods_socket) {
             (Some(dir), Some(_)) => saved::restore(identities, dir),
             // Not asked: every identity is inferred, and an earlier run's word is dropped.
-            (Some(dir), None) => saved::discard(dir),
-            (None, _) => {}
-        }
-        let kept = identities.changes();
+            (Some(dir), None) => {
+                saved::discard(dir);
+                false
+            }
+            (None, _) => false,
+        };
+        // A restored book is written again at the first upkeep (with when it was restored,
+        // so the next start does not count afresh); otherwise only after a change.
+        let kept = if restored { u64::MAX } else { identities.changes() };
         let (identities, cache, metrics) = (identities.clone(), cache.clone(), metrics.clone());
         let state_dir = state_dir.map(ToOwned::to_owned);
         Self { socket: cfg.pods_socket, identities, publish, cache, metrics, backoff, state_dir, kept }

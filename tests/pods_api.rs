@@ -360,6 +360,13 @@ async fn a_restarted_plegd_answers_the_kubelets_last_word_at_once_and_the_replay
     assert_eq!(listed.node_name, "node-k", "the node's name as the kubelet said it");
     let (_, m) = http(p.app.admin_addr(), "GET", "/metrics").await;
     assert_eq!(metric(&m, "plegd_kubelet_pods_api_up"), 0.0, "no watch yet");
+    // The book is written again, saying since when the last heard stands unconfirmed
+    // (so a restart before the kubelet returns does not count afresh).
+    until("the restored book kept with its time", || async {
+        let book = plegd::kubelet::saved::read(&state).ok().flatten();
+        book.is_some_and(|b| b.pods.iter().any(|k| k.uid == web.uid && k.restored_at.is_some()))
+    })
+    .await;
     let got = p
         .client()
         .get_container(api::GetContainerRequest {

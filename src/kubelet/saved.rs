@@ -98,15 +98,13 @@ pub fn load(dir: &Path) -> Option<KeptBook> {
 }
 
 /// Takes what an earlier run kept in `dir` back into `identities`: once, at start, with
-/// the state dir locked and before anything serves an identity.
-pub fn restore(identities: &Identities, dir: &Path) {
-    if let Some(book) = load(dir) {
-        tracing::info!(
-            pods = book.pods.len(),
-            "what the kubelet said before this start stands until its watch replays"
-        );
-        identities.restore(book, SystemTime::now());
-    }
+/// the state dir locked and before anything serves an identity. Whether there was a
+/// book (it is to be written again: it now says since when each pod was restored).
+pub fn restore(identities: &Identities, dir: &Path) -> bool {
+    let Some(book) = load(dir) else { return false };
+    tracing::info!(pods = book.pods.len(), "what the kubelet said before this start stands until its watch replays");
+    identities.restore(book, SystemTime::now());
+    true
 }
 
 /// Removes the book kept in `dir`, if any: the Pods API is not asked any more, and a
