@@ -93,6 +93,14 @@ async fn identity(p: &Plegd, uid: &str) -> api::PodIdentity {
     pod.identity.clone().expect("every pod has an identity")
 }
 
+/// The identity of removed container `id`'s pod, as its tombstone keeps it.
+async fn tombstone_identity(p: &Plegd, id: &str) -> api::PodIdentity {
+    let key = Some(api::get_container_request::Key::ContainerId(id.to_owned()));
+    let got = p.client().get_container(api::GetContainerRequest { key, at: None }).await;
+    let got = got.expect("a removed container within the retention").into_inner();
+    got.pod.and_then(|p| p.identity).expect("the tombstone's pod has its identity")
+}
+
 /// Waits until `check` holds, for at most 10 s.
 async fn until<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -237,16 +245,7 @@ async fn each_pods_identity_is_the_kubelets_through_its_faults_and_its_secret_is
     p.h.stop_pod(&sid).await;
     p.h.remove_pod(&sid).await;
     until("the pod is gone", || async { !pods(&p).await.iter().any(|x| x.uid == web.uid) }).await;
-    let got = p
-        .client()
-        .get_container(api::GetContainerRequest {
-            key: Some(api::get_container_request::Key::ContainerId(ids[0].clone())),
-            at: None,
-        })
-        .await
-        .expect("a removed container within the retention")
-        .into_inner();
-    let kept = got.pod.and_then(|p| p.identity).expect("the tombstone's pod has its identity");
+    let kept = tombstone_identity(&p, &ids[0]).await;
     assert_eq!(kept.source, api::IdentitySource::PodsApi as i32);
     assert_eq!(kept.workload.map(|w| w.name), Some("web".into()));
 
@@ -367,16 +366,7 @@ async fn a_restarted_plegd_answers_the_kubelets_last_word_at_once_and_the_replay
         book.is_some_and(|b| b.pods.iter().any(|k| k.uid == web.uid && k.restored_at.is_some()))
     })
     .await;
-    let got = p
-        .client()
-        .get_container(api::GetContainerRequest {
-            key: Some(api::get_container_request::Key::ContainerId(old_ids[0].clone())),
-            at: None,
-        })
-        .await
-        .expect("the removed container's tombstone")
-        .into_inner();
-    let kept = got.pod.and_then(|p| p.identity).expect("the tombstone's pod has its identity");
+    let kept = tombstone_identity(&p, &old_ids[0]).await;
     assert_eq!(kept.source, api::IdentitySource::PodsApi as i32, "removed before the restart, still the kubelet's");
     assert_eq!(kept.pod_ips, vec!["10.244.0.8".to_string()]);
 
