@@ -126,9 +126,12 @@ impl KubeletWord {
         let spec = pod.spec.unwrap_or_default();
         let status = pod.status.unwrap_or_default();
         let labels: crate::labels::Labels = meta.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        // A static pod (the kubelet's own, from a manifest file) has no creation time:
+        // its bytes carry a zero Time, which is "unknown", not 1970.
         let made = meta
             .creation_timestamp
-            .map(|t| std::time::UNIX_EPOCH + Duration::from_secs(t.seconds().max(0) as u64))
+            .filter(|t| t.seconds() > 0)
+            .map(|t| std::time::UNIX_EPOCH + Duration::from_secs(t.seconds() as u64))
             .unwrap_or_else(SystemTime::now);
         let controller = meta.owner_references.iter().find(|o| o.controller()).map(|o| api::WorkloadRef {
             kind: o.kind().into(),
@@ -507,6 +510,7 @@ mod tests {
 
     #[test]
     fn the_kubelets_pod_is_read_for_whose_it_is_and_its_environment_is_never_decoded() {
+        use crate::proto::pod_view as v;
         let bytes = written("u1", Some(("ReplicaSet", "web-5f7b9c6d48")), &["10.244.0.9"], "s3cr3t-value");
         assert!(bytes.windows(12).any(|w| w == b"s3cr3t-value"), "the bytes do hold it");
         let word = KubeletWord::decode(&bytes).unwrap();
@@ -521,11 +525,17 @@ mod tests {
         let job = format!("backup-{minute}");
         let cron = KubeletWord::decode(&written("u2", Some(("Job", &job)), &[], "")).unwrap();
         assert_eq!(cron.pod.identity.workload.map(|w| (w.kind, w.name)), Some(("CronJob".into(), "backup".into())));
+        // A static pod's zero creation time (the real kubelet sends one) is unknown, not
+        // 1970: its CronJob is still found.
+        let mut stat =
+            <v::WrittenPod as prost::Message>::decode(&written("u5", Some(("Job", &job)), &[], "")[..]).unwrap();
+        stat.metadata.as_mut().unwrap().creation_timestamp = Some(v::Time { seconds: Some(0), nanos: Some(0) });
+        let stat = KubeletWord::decode(&prost::Message::encode_to_vec(&stat)).unwrap();
+        assert_eq!(stat.pod.identity.workload.map(|w| (w.kind, w.name)), Some(("CronJob".into(), "backup".into())));
         let custom = KubeletWord::decode(&written("u3", Some(("Rollout", "canary")), &[], "")).unwrap();
         assert_eq!(custom.pod.identity.workload.map(|w| (w.kind, w.name)), Some(("Rollout".into(), "canary".into())));
         // A host-network pod: the kubelet names the node's address as the pod's; plegd
         // names it as the host's only.
-        use crate::proto::pod_view as v;
         let mut host =
             <v::WrittenPod as prost::Message>::decode(&written("u4", None, &["192.168.1.10"], "")[..]).unwrap();
         let spec = host.spec.as_mut().unwrap();

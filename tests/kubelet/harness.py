@@ -15,12 +15,14 @@ What it does, on a timeline from the moment the cases start (t):
           pod that completes (restartPolicy Never, exit 0 and 7), an OOM kill under the
           memory limit the kubelet sets, a pod with an init container and two others, a
           liveness probe that starts failing, a pod that will be deleted; and churn: a
-          short-lived pod made every 10 s and deleted 20 s later
+          short-lived pod of a CronJob's Job made every 10 s and deleted 20 s later
   t+35    plegd (the binary) killed with -9; t+42 started again on its state dir
   t+60    the doomed pod's manifest removed: the kubelet stops and removes it
-  t+80    the kubelet stopped; t+86 started again on its root dir
-  t+110   containerd killed (its containers keep running); t+114 started again
-  t+S     churn stops; the end states are compared; everything stops
+  t+80    the kubelet stopped (churn goes on); t+110 started again on its root dir
+  t+130   containerd killed (its containers keep running); t+134 started again
+  t+S     churn stops; the end states, identities and addresses are compared (and the
+          collector processor, in a real collector, places a flow log by address at
+          each line's own time); everything stops
 Then each plegd's recording is checked against both kubelet logs (oracle.py), and plegd's
 pod must have stayed ready, never restarted, under its memory limit.
 
@@ -180,10 +182,24 @@ def cases() -> dict[str, dict]:
 
 
 def churn_pod(i: int) -> dict:
-    return pod(f"churn-{i}", [{"name": "c", "command": sh("sleep 3")}], restart="Never", labels={"churn": "yes"})
+    """A short-lived pod of a CronJob's Job, named as the CronJob controller names its
+    Jobs (`<cronjob>-<scheduled minute>`), with the Job controller's labels."""
+    job = f"churn-{int(time.time() // 60)}"
+    p = pod(f"churn-{i}", [{"name": "c", "command": sh("sleep 3")}], restart="Never", labels={"churn": "yes"})
+    return owned(p, "Job", job, {"batch.kubernetes.io/job-name": job, "job-name": job})
 
 
 # ---------------------------------------------------------------- processes
+
+
+def pid_rss_mib(pid: int) -> float:
+    """A process's resident set now, in MiB (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return 0.0
+    return round(kib / 1024, 1)
 
 
 def pid_cpu_seconds(pid: int) -> float:
@@ -198,7 +214,7 @@ def pid_cpu_seconds(pid: int) -> float:
 class Proc:
     def __init__(self, name: str, argv: list[str], log: pathlib.Path, env=None, stdout=None):
         self.name, self.argv, self.log = name, argv, log
-        self.env = dict(os.environ, **(env or {}))
+        self.env = os.environ if env is None else env
         self.stdout = stdout
         self.p: subprocess.Popen | None = None
 
@@ -259,6 +275,8 @@ class Run:
         # (when, pod uid, pod name, address) of every running pod on the pod network, as
         # the kubelet's /pods said it at each poll: who held which address when.
         self.ip_samples: list[tuple[dt.datetime, str, str, str]] = []
+        # Each sampled pod's metadata (its owners and labels), by uid.
+        self.sampled: dict[str, dict] = {}
         self.plegd_pod_first_ready: dt.datetime | None = None
         self.stop_polling = threading.Event()
         self.figures: dict = {"containerd": a.version}
@@ -270,7 +288,9 @@ class Run:
         print(("PASS " if cond else "FAIL ") + what, flush=True)
 
     # -- plegd, the binary beside the kubelet
-    def plegd_up(self):
+    def plegd_up(self, pods_api: bool = True):
+        """plegd beside the kubelet, watching its Pods API (`pods_api`), else told there is
+        none (`--kubelet-pods-socket ""`)."""
         self.bin_admin = getattr(self, "bin_admin", free_port())
         self.bin_sock = f"unix://{self.work}/bin-run/plegd.sock"
         # containerd's NRI socket (tests/e2e/containerd.sh puts it beside its CRI socket):
@@ -284,7 +304,8 @@ class Run:
             [self.a.plegd, "run", "--runtime-endpoint", self.a.endpoint, "--listen", self.bin_sock,
              "--admin-addr", f"127.0.0.1:{self.bin_admin}", "--debug-addr", "127.0.0.1:0",
              "--state-dir", str(self.work / "bin-state"), "--node-name", NODE,
-             "--kubelet-pods-socket", str(self.work / "kubelet" / "pods-api" / "pods-api.sock"), *nri],
+             "--kubelet-pods-socket", str(self.work / "kubelet" / "pods-api" / "pods-api.sock") if pods_api else "",
+             *nri],
             self.work / "plegd.log",
         ).start()
         wait_for("plegd's /readyz", lambda: urllib.request.urlopen(f"http://127.0.0.1:{self.bin_admin}/readyz", timeout=1).status == 200)
@@ -378,6 +399,7 @@ class Run:
                 st = p.get("status", {})
                 if st.get("phase") == "Running" and st.get("podIP") and not p.get("spec", {}).get("hostNetwork"):
                     self.ip_samples.append((at, p["metadata"]["uid"], p["metadata"]["name"], st["podIP"]))
+                    self.sampled[p["metadata"]["uid"]] = p["metadata"]
             p = next((p for p in items if p["metadata"]["namespace"] == "plegd"), None)
             if not p:
                 continue
@@ -553,6 +575,7 @@ class Run:
         self.compare_end_states(pod_sock)
         self.check_identity(pod_sock)
         self.check_addresses()
+        self.check_processor()
         self.check_kubelet_outage()
         self.check_plegd_pod(pod_sock)
         self.plegd_pod_stops()
@@ -570,9 +593,10 @@ class Run:
         return all(ok for ok, _ in self.results)
 
     def bench(self, pods: int, window: int):
-        """What plegd costs beside the kubelet at `pods` pods, nothing changing: the CPU of
-        each over the same window, and the CRI calls containerd served with plegd and
-        without it (its own gRPC metrics), per method."""
+        """What plegd costs beside the kubelet at `pods` pods, nothing changing, over three
+        windows of the same length: plegd watching the kubelet's Pods API, plegd told there
+        is none, no plegd. The CPU of each, plegd's RSS, and the CRI calls containerd
+        served with plegd and without it (its own gRPC metrics), per method."""
         for d in ("manifests", "kubelet", "bin-run", "bin-state", "pod-logs"):
             (self.work / d).mkdir(parents=True, exist_ok=True)
         self.kubelet_config()
@@ -587,17 +611,28 @@ class Run:
             return running == pods and running
         wait_for(f"{pods} pods running", all_running, timeout=900, every=2)
         self.plegd_up()
-        say(f"all running; settling, then {window} s with plegd and {window} s without")
+        say(f"all running; settling, then {window} s with plegd watching the Pods API, {window} s with plegd "
+            f"without it, {window} s without plegd")
         time.sleep(20)
         kubelet = self.kubelets[-1]
         c0, k0, p0, t0 = self.cri_calls(), kubelet.cpu_seconds(), self.plegd.cpu_seconds(), time.monotonic()
         time.sleep(window)
         c1, k1, p1, t1 = self.cri_calls(), kubelet.cpu_seconds(), self.plegd.cpu_seconds(), time.monotonic()
+        rss_watching = pid_rss_mib(self.plegd.p.pid)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.bin_admin}/metrics", timeout=2).read().decode()
+        self.ok("plegd_kubelet_pods_api_up 1" in text.splitlines(), "plegd watched the Pods API through the first window")
+        self.plegd.stop()
+        self.plegd_up(pods_api=False)
+        time.sleep(20)
+        kb0, pb0, tb0 = kubelet.cpu_seconds(), self.plegd.cpu_seconds(), time.monotonic()
+        time.sleep(window)
+        kb1, pb1, tb1 = kubelet.cpu_seconds(), self.plegd.cpu_seconds(), time.monotonic()
+        rss_inferring = pid_rss_mib(self.plegd.p.pid)
         self.plegd.stop()
         time.sleep(10)
-        c2 = self.cri_calls()
+        c2, kc0, tc0 = self.cri_calls(), kubelet.cpu_seconds(), time.monotonic()
         time.sleep(window)
-        c3 = self.cri_calls()
+        c3, kc1, tc1 = self.cri_calls(), kubelet.cpu_seconds(), time.monotonic()
         with_plegd = {m: c1.get(m, 0) - c0.get(m, 0) for m in c1}
         without = {m: c3.get(m, 0) - c2.get(m, 0) for m in c3}
         methods = sorted(m for m in set(with_plegd) | set(without) if with_plegd.get(m) or without.get(m))
@@ -606,6 +641,14 @@ class Run:
             "pods": pods, "window_s": round(secs, 1),
             "cpu_percent_of_a_core": {"kubelet": round(100 * (k1 - k0) / secs, 2), "plegd": round(100 * (p1 - p0) / secs, 2)},
             "plegd_cpu_share_of_kubelet_percent": round(100 * (p1 - p0) / max(k1 - k0, 1e-9), 1),
+            # The kubelet's CPU in each window: its Pods API watched by plegd, plegd
+            # without the watch, no plegd.
+            "kubelet_cpu_percent_of_a_core": {
+                "plegd_watching_pods_api": round(100 * (k1 - k0) / secs, 2),
+                "plegd_without_pods_api": round(100 * (kb1 - kb0) / (tb1 - tb0), 2),
+                "no_plegd": round(100 * (kc1 - kc0) / (tc1 - tc0), 2)},
+            "plegd_cpu_percent_without_pods_api": round(100 * (pb1 - pb0) / (tb1 - tb0), 2),
+            "plegd_rss_mib": {"watching_pods_api": rss_watching, "without_pods_api": rss_inferring},
             "cri_calls_per_minute": {m: {"kubelet_and_plegd": round(with_plegd.get(m, 0) * 60 / secs, 1),
                                          "kubelet_alone": round(without.get(m, 0) * 60 / window, 1)} for m in methods},
         }
@@ -729,8 +772,10 @@ class Run:
             holders.setdefault(ip, set()).add(uid)
         reused = sorted(ip for ip, uids in holders.items() if len(uids) > 1)
         wrong = []
-        for (ip, uid), times in sorted(seen.items()):
-            at = times[len(times) // 2].strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        self.holdings = {key: times[len(times) // 2] for key, times in sorted(seen.items())}
+        self.reused = reused
+        for (ip, uid), when in self.holdings.items():
+            at = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             got = self.get("--pod-ip", ip, "--at", at)
             got_uid = got["pod"]["uid"] if got else None
             if got_uid != uid:
@@ -751,9 +796,97 @@ class Run:
         mine = next((p for p in self.plegd_pods(self.bin_sock)["pods"] if p["uid"] == probe["metadata"]["uid"]), {})
         ident = mine.get("identity") or {}
         answers = {ip: self.get("--pod-ip", ip) for ip in node_ips}
+        self.node_ips = node_ips
         self.ok(node_ips and not any(answers.values()) and not ident.get("pod_ips") and mine,
                 f"the host-network pod's address ({node_ips}, the node's as the kubelet names it) names no pod, "
                 f"and plegd gives the pod none of its own (pod_ips {ident.get('pod_ips')}, host_ips {ident.get('host_ips')})")
+
+    def check_processor(self):
+        """The collector processor in a real collector, placing records by address at their
+        own time: a flow log with a line for each holding check_addresses asked (the
+        address, the middle of the time the kubelet showed the pod holding it) and one for
+        each of the node's addresses, read by filelog (json_parser, the line's time as the
+        record's), placed by the plegd processor on plegd beside the kubelet with
+        pod_association [k8s.pod.ip] and no node name of its own, written by the file
+        exporter. Each holding's line must name the pod the kubelet said held the address
+        then, with the workload its owner references name and plegd's node; a node address's
+        line no pod."""
+        if not self.a.collector:
+            self.ok(False, "the collector processor by pod address: no --collector "
+                           "(tests/otelcol/build-collector.sh builds it; tests/kubelet/run.sh passes it)")
+            return
+        d = self.work / "collector"
+        d.mkdir(exist_ok=True)
+        want: dict[str, tuple[str, str] | None] = {}
+        lines = []
+        for n, ((ip, uid), when) in enumerate(self.holdings.items()):
+            want[f"h{n}"] = (ip, uid)
+            lines.append({"ts": str(int(when.timestamp() * 1e9)), "k8s.pod.ip": ip, "flow": f"h{n}"})
+        for n, ip in enumerate(self.node_ips):
+            want[f"node{n}"] = None
+            lines.append({"ts": str(time.time_ns()), "k8s.pod.ip": ip, "flow": f"node{n}"})
+        (d / "flows.log").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        out = d / "out.jsonl"
+        config = {
+            "receivers": {"filelog": {"include": [str(d / "flows.log")], "start_at": "beginning", "poll_interval": "100ms",
+                                      "operators": [{"type": "json_parser", "timestamp": {
+                                          "parse_from": "attributes.ts", "layout_type": "epoch", "layout": "ns"}}]}},
+            "processors": {"plegd": {"endpoint": self.bin_sock, "pod_association": ["k8s.pod.ip"],
+                                     "wait_for_sync": "5s", "lookup_timeout": "2s"}},
+            "exporters": {"file": {"path": str(out)}},
+            "service": {"telemetry": {"metrics": {"level": "none"}},
+                        "pipelines": {"logs": {"receivers": ["filelog"], "processors": ["plegd"], "exporters": ["file"]}}},
+        }
+        (d / "collector.yaml").write_text(json.dumps(config, indent=1))  # YAML is a superset of JSON
+        env = {k: v for k, v in os.environ.items() if k not in ("K8S_NODE_NAME", "NODE_NAME")}
+        collector = Proc("collector", [self.a.collector, f"--config={d / 'collector.yaml'}"], d / "collector.log", env=env).start()
+
+        def records() -> dict[str, list[dict]]:
+            got: dict[str, list[dict]] = {}
+            if not out.exists():
+                return got
+            for line in out.read_text().splitlines():
+                for rl in json.loads(line).get("resourceLogs", []):
+                    res = {a["key"]: a["value"].get("stringValue") for a in rl.get("resource", {}).get("attributes", [])}
+                    for sl in rl.get("scopeLogs", []):
+                        for r in sl.get("logRecords", []):
+                            attrs = {a["key"]: a["value"].get("stringValue") for a in r.get("attributes", [])}
+                            got.setdefault(attrs.get("flow", ""), []).append({**attrs, **res})
+            return got
+
+        try:
+            wait_for("the collector's output of every flow line", lambda: len(records()) >= len(want), timeout=60)
+        finally:
+            collector.stop()
+        got = records()
+        wrong = []
+        kinds: set[str] = set()
+        for flow, held in want.items():
+            recs = got.get(flow, [])
+            if len(recs) != 1:
+                wrong.append(f"{flow}: came out {len(recs)} times")
+                continue
+            r = recs[0]
+            if held is None:
+                if r.get("k8s.pod.uid"):
+                    wrong.append(f"{flow} (the node's {r.get('k8s.pod.ip')}): placed on pod {r.get('k8s.pod.uid')}")
+                continue
+            ip, uid = held
+            meta = self.sampled[uid]
+            expect = {"k8s.pod.uid": uid, "k8s.pod.name": meta["name"], "k8s.namespace.name": meta["namespace"],
+                      "k8s.node.name": NODE,
+                      **oracle.workload_attributes(meta, self.holdings[(ip, uid)])}
+            kinds |= {k for k in expect if k in oracle.WORKLOAD_ATTRIBUTES.values()}
+            have = {k: r.get(k) for k in expect}
+            extra = {k: r[k] for k in oracle.WORKLOAD_ATTRIBUTES.values() if k in r and k not in expect}
+            if have != expect or extra:
+                wrong.append(f"{flow} {ip} at {self.holdings[(ip, uid)]}: {have} {extra or ''} vs {expect}")
+        self.ok(got and not wrong,
+                f"the collector processor places records by address at their own time, as the kubelet held them: "
+                f"{len(self.holdings)} holdings ({len(self.reused)} addresses reused), with node and workload "
+                f"({sorted(kinds)}); the node's {len(self.node_ips)} addresses on no pod")
+        for w in wrong[:10]:
+            print("   ", w)
 
     def check_kubelet_outage(self):
         """The kubelet stopped for 30 s while manifests came and went: its watch came
@@ -872,8 +1005,10 @@ class Run:
             # had no relist of the kubelet left to meet it. plegd's pod is judged until
             # the kubelet began to stop it.
             end = until if name == "bin" else min(until, self.pod_gone_at)
-            mine = [t for t in transitions if t.at < end]
             relisting = dt.timedelta(seconds=1.5) if name == "pod" and self.a.pod_mode == "generic" else None
+            # A plegd that only relists sees a change a period and a read after it: the
+            # changes in that span before it was stopped had no relist of its own left.
+            mine = [t for t in transitions if t.at < (end - relisting if relisting else end)]
             v = oracle.check(mine, stream, blind, end - dt.timedelta(seconds=2), self.kubelet_blind, relisting=relisting)
             print(oracle.report(who, v), flush=True)
             self.ok(v.ok and stream.resets == 0 and len(transitions) > 0,
@@ -907,6 +1042,8 @@ def main():
     ap.add_argument("--bench", type=int, default=0, metavar="PODS",
                     help="instead of the cases: what plegd costs beside the kubelet at PODS steady pods")
     ap.add_argument("--bench-window", type=int, default=60)
+    ap.add_argument("--collector", default="", help="an OpenTelemetry Collector with the plegd processor, filelog "
+                                                  "and the file exporter (tests/otelcol/build-collector.sh)")
     a = ap.parse_args()
     if a.seconds < 150:
         ap.error("--seconds: at least 150 (the last fault is at t+134)")

@@ -489,6 +489,32 @@ def kubelet_identity(pod: dict) -> dict:
     }
 
 
+# The OpenTelemetry attribute of each controller kind (semantic conventions, k8s.*).
+WORKLOAD_ATTRIBUTES = {"Deployment": "k8s.deployment.name", "ReplicaSet": "k8s.replicaset.name",
+                       "StatefulSet": "k8s.statefulset.name", "DaemonSet": "k8s.daemonset.name",
+                       "Job": "k8s.job.name", "CronJob": "k8s.cronjob.name"}
+
+
+def workload_attributes(meta: dict, made: dt.datetime) -> dict[str, str]:
+    """The workload attributes a record of the pod with metadata `meta`, made at `made`,
+    must carry: its controller's (the owner reference with `controller: true`) and the
+    workload above it by the controllers' own naming, a ReplicaSet's Deployment
+    (`<deployment>-<pod-template-hash>`) and a Job's CronJob (`<cronjob>-<scheduled
+    minute>`, a minute within a day of the pod)."""
+    owner = next((o for o in meta.get("ownerReferences", []) if o.get("controller")), None)
+    if not owner or owner["kind"] not in WORKLOAD_ATTRIBUTES:
+        return {}
+    kind, name = owner["kind"], owner["name"]
+    attrs = {WORKLOAD_ATTRIBUTES[kind]: name}
+    h = (meta.get("labels") or {}).get("pod-template-hash", "")
+    if kind == "ReplicaSet" and h and name.endswith("-" + h) and len(name) > len(h) + 1:
+        attrs["k8s.deployment.name"] = name[:-len(h) - 1]
+    m = re.fullmatch(r"(.+)-(\d+)", name)
+    if kind == "Job" and m and abs(int(m[2]) - made.timestamp() / 60) <= 24 * 60:
+        attrs["k8s.cronjob.name"] = m[1]
+    return attrs
+
+
 def identity_diffs(kubelet_pods: dict, plegd_pods: dict, source: str = "PODS_API") -> list[str]:
     """Differences between each pod's identity as the kubelet's `/pods` says it and as
     plegd serves it, which must come from `source`. A host-network pod's addresses are

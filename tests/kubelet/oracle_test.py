@@ -362,5 +362,31 @@ class IdentityTest(unittest.TestCase):
         self.assertEqual(oracle.identity_diffs({"items": [done]}, {"pods": []}), [])
 
 
+class WorkloadAttributesTest(unittest.TestCase):
+    MADE = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
+
+    def meta(self, kind, name, **labels):
+        return {"ownerReferences": [{"kind": "Other", "name": "x"}, {"kind": kind, "name": name, "controller": True}],
+                "labels": labels}
+
+    def test_a_replicasets_deployment_is_named_by_its_pod_template_hash(self):
+        got = oracle.workload_attributes(self.meta("ReplicaSet", "web-5f7b9c6d48", **{"pod-template-hash": "5f7b9c6d48"}), self.MADE)
+        self.assertEqual(got, {"k8s.replicaset.name": "web-5f7b9c6d48", "k8s.deployment.name": "web"})
+        self.assertEqual(oracle.workload_attributes(self.meta("ReplicaSet", "web-5f7b9c6d48"), self.MADE),
+                         {"k8s.replicaset.name": "web-5f7b9c6d48"})
+
+    def test_a_jobs_cronjob_is_named_only_by_a_scheduled_minute_near_the_pod(self):
+        minute = int(self.MADE.timestamp() // 60)
+        self.assertEqual(oracle.workload_attributes(self.meta("Job", f"nightly-{minute - 5}"), self.MADE),
+                         {"k8s.job.name": f"nightly-{minute - 5}", "k8s.cronjob.name": "nightly"})
+        seconds = int(self.MADE.timestamp())
+        self.assertEqual(oracle.workload_attributes(self.meta("Job", f"migrate-{seconds}"), self.MADE),
+                         {"k8s.job.name": f"migrate-{seconds}"})
+
+    def test_a_pod_without_a_controller_or_of_an_unknown_kind_has_none(self):
+        self.assertEqual(oracle.workload_attributes({"ownerReferences": [{"kind": "Node", "name": "n"}]}, self.MADE), {})
+        self.assertEqual(oracle.workload_attributes(self.meta("Rollout", "r"), self.MADE), {})
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)

@@ -29,6 +29,8 @@ if ! [ -x /usr/lib/cni/bridge ] || ! [ -x /usr/lib/cni/host-local ]; then
 fi
 python3 -c 'import yaml' 2>/dev/null || python3 -m pip install -q pyyaml
 kubelet=$(bash tests/kubelet/build.sh | tail -1)
+# The collector with the plegd processor (cached; tests/otelcol/run.sh builds the same).
+collector=$(bash tests/otelcol/build-collector.sh | tail -1)
 "$kubelet" --version
 python3 tests/kubelet/oracle_test.py
 bench=${PLEGD_KUBELET_BENCH:-}
@@ -88,7 +90,7 @@ EOF
   set +e
   python3 tests/kubelet/harness.py --kubelet "$kubelet" --plegd "$plegd" --endpoint "$endpoint" \
     --containerd-dir "$(dirname "${endpoint#unix://}")" --ctl "$CTL" --version "$v" --work "$work" "${extra[@]}" \
-    --containerd-metrics "$metrics" 2>&1 | tee "$work.log"
+    --containerd-metrics "$metrics" --collector "$collector" 2>&1 | tee "$work.log"
   rc=${PIPESTATUS[0]}
   set -e
   "$CTL" stop "$v" >/dev/null 2>&1 || true
