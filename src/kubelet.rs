@@ -12,7 +12,9 @@
 //! heard of). Of each pod only its identity is decoded ([`KubeletWord::decode`]).
 //!
 //! With a state dir, what the kubelet said is kept there ([`saved`]) at each upkeep
-//! that finds it changed and at shutdown, and taken back at the next start.
+//! that finds it changed and at shutdown, and taken back at the next start. The watch
+//! never waits for the disk: a write runs off the async threads, one at a time, and a
+//! slow one is looked at again at the next upkeep.
 
 pub mod saved;
 
@@ -55,6 +57,10 @@ const INITIALIZING_RETRY: Duration = Duration::from_secs(1);
 
 /// How often the pods' identity sources are counted and gone pods' identities pruned.
 const UPKEEP: Duration = Duration::from_secs(5);
+
+/// How long shutdown waits for each write of the kubelet's word (a disk that hangs must
+/// not hold plegd's exit; the word is told again by the watch's replay after a restart).
+const LAST_WRITE: Duration = Duration::from_secs(2);
 
 /// The Pods API watcher's metrics.
 #[derive(Clone, Default)]
@@ -124,6 +130,8 @@ pub struct PodsApiWatcher {
     state_dir: Option<PathBuf>,
     /// The [`Identities::changes`] last kept.
     kept: u64,
+    /// The book's write under way: the watch never waits for the disk.
+    writing: Option<saved::Writing>,
 }
 
 impl PodsApiWatcher {
@@ -155,14 +163,14 @@ impl PodsApiWatcher {
         let kept = if restored { u64::MAX } else { identities.changes() };
         let (identities, cache, metrics) = (identities.clone(), cache.clone(), metrics.clone());
         let state_dir = state_dir.map(ToOwned::to_owned);
-        Self { socket: cfg.pods_socket, identities, publish, cache, metrics, backoff, state_dir, kept }
+        Self { socket: cfg.pods_socket, identities, publish, cache, metrics, backoff, state_dir, kept, writing: None }
     }
 
     /// Watches until `shutdown`, coming back after every error; then keeps what the
     /// kubelet said.
     pub async fn run(mut self, shutdown: CancellationToken) {
         self.watch_until(shutdown).await;
-        self.keep().await;
+        self.keep_last().await;
     }
 
     async fn watch_until(&mut self, shutdown: CancellationToken) {
@@ -216,10 +224,39 @@ impl PodsApiWatcher {
         }
     }
 
-    /// Keeps what the kubelet said in the state dir, if it changed since last kept.
+    /// Keeps what the kubelet said in the state dir, if it changed since last kept,
+    /// without waiting for the disk: a write still under way (a slow disk) is left to
+    /// end, and what changed meanwhile is written at a later upkeep.
     async fn keep(&mut self) {
-        if let Some(dir) = &self.state_dir {
-            self.kept = saved::keep(&self.identities, dir, self.kept).await;
+        let Some(dir) = &self.state_dir else { return };
+        if let Some(w) = self.writing.take() {
+            match w.finish(self.kept, Duration::ZERO).await {
+                Ok(kept) => self.kept = kept,
+                Err(under_way) => {
+                    self.writing = Some(under_way);
+                    return;
+                }
+            }
+        }
+        self.writing = saved::start(&self.identities, dir, self.kept);
+    }
+
+    /// At shutdown: the write under way, then what changed since, each waited for at
+    /// most [`LAST_WRITE`].
+    async fn keep_last(&mut self) {
+        let Some(dir) = &self.state_dir else { return };
+        let unfinished = || tracing::warn!(limit = ?LAST_WRITE, "the kubelet's last word was not kept: a write to the state dir did not end in time");
+        if let Some(w) = self.writing.take() {
+            match w.finish(self.kept, LAST_WRITE).await {
+                Ok(kept) => self.kept = kept,
+                Err(_) => return unfinished(),
+            }
+        }
+        if let Some(w) = saved::start(&self.identities, dir, self.kept) {
+            match w.finish(self.kept, LAST_WRITE).await {
+                Ok(kept) => self.kept = kept,
+                Err(_) => unfinished(),
+            }
         }
     }
 

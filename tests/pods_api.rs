@@ -337,6 +337,7 @@ async fn a_restarted_plegd_answers_the_kubelets_last_word_at_once_and_the_replay
     p.h.run_pod(&web, &[ContainerSpec::new("app")]).await;
     let (old_sid, old_ids) = p.h.run_pod(&old, &[ContainerSpec::new("app")]).await;
     for uid in [&web.uid, &old.uid] {
+        until("the pod is listed", || async { pods(&p).await.iter().any(|x| &x.uid == uid) }).await;
         until("the kubelet's word", || async { identity(&p, uid).await.source == api::IdentitySource::PodsApi as i32 })
             .await;
     }
@@ -397,4 +398,75 @@ async fn a_restarted_plegd_answers_the_kubelets_last_word_at_once_and_the_replay
     assert!(!state.join(plegd::kubelet::saved::FILE).exists(), "not asked: the kept word is dropped");
     p.stop().await;
     kubelet.stop();
+}
+
+/// Opens FIFO `.0` to read, without waiting, when dropped: a write blocked on it ends (a
+/// failing test must not leave a blocking thread that the runtime's drop waits for).
+struct Unblock(PathBuf);
+
+impl Drop for Unblock {
+    fn drop(&mut self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        const O_NONBLOCK: i32 = 0o4000; // Linux
+        let _ = std::fs::OpenOptions::new().read(true).custom_flags(O_NONBLOCK).open(&self.0);
+    }
+}
+
+/// The state dir's disk hangs: the kept book's temporary file is a FIFO nobody reads, so
+/// opening it to write blocks as a write stalled in the kernel does. The kubelet's word
+/// goes on reaching every surface, and plegd's shutdown does not wait on the disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_dir_that_hangs_holds_up_neither_the_kubelets_word_nor_plegds_exit() {
+    let h = support::SimHarness::start().await;
+    let socket = h.dir.path().join("kubelet/pods-api/pods-api.sock");
+    let state_dir = tempfile::tempdir().expect("tempdir");
+    let state = state_dir.path().to_path_buf();
+    let fifo = state.join(format!("{}.tmp", plegd::kubelet::saved::FILE));
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo (coreutils)");
+    assert!(made.success(), "mkfifo {fifo:?}");
+    let _unblock = Unblock(fifo.clone());
+    let sim = SimKubelet::default();
+    sim.set_ready(true);
+    let mut kubelet = Kubelet::start(socket.clone(), sim.clone());
+    let p = start_plegd_on(h, |cfg| {
+        cfg.kubelet.pods_socket = Some(socket.clone());
+        cfg.state_dir = Some(state.clone());
+    })
+    .await;
+    let mut web = PodSpec::new("shop", "web-5f7b9c6d48-q2xkz");
+    web.host_network = false;
+    p.h.run_pod(&web, &[ContainerSpec::new("app")]).await;
+    let addresses = |ips: &'static [&'static str]| {
+        let (p, uid) = (&p, web.uid.clone());
+        move || {
+            let uid = uid.clone();
+            async move {
+                let pods = pods(p).await;
+                pods.iter().find(|x| x.uid == uid).and_then(|x| x.identity.as_ref()).is_some_and(|i| i.pod_ips == ips)
+            }
+        }
+    };
+    sim.put(kubelet_pod(&web, &["10.244.0.9"]));
+    until("the kubelet's word", addresses(&["10.244.0.9"])).await;
+    // Past an upkeep (5 s): the book changed, and its write now hangs.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let updated = updates(&events(&p).await, &web.uid);
+    sim.put(kubelet_pod(&web, &["10.244.0.9", "fd00::9"]));
+    until("a change of the kubelet's word while the disk hangs", addresses(&["10.244.0.9", "fd00::9"])).await;
+    // Another upkeep finds the write still under way and starts none beside it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    sim.put(kubelet_pod(&web, &["10.244.0.10"]));
+    until("another change", addresses(&["10.244.0.10"])).await;
+    assert_eq!(updates(&events(&p).await, &web.uid), updated + 2, "each change told as POD_UPDATED");
+
+    let stopping = std::time::Instant::now();
+    let h = tokio::time::timeout(Duration::from_secs(15), p.stop_plegd()).await.expect("plegd stops");
+    assert!(stopping.elapsed() < Duration::from_secs(10), "shutdown waited {:?} on the disk", stopping.elapsed());
+    // The disk comes back: the hung write ends (a FIFO cannot be synced: it fails, and
+    // nothing half-written is ever renamed into place).
+    let drained = tokio::task::spawn_blocking(move || std::fs::read(&fifo)).await.unwrap().expect("read the FIFO");
+    assert!(!drained.is_empty(), "the write under way was the book");
+    assert!(plegd::kubelet::saved::read(&state).ok().flatten().is_none(), "no book from a write that failed");
+    kubelet.stop();
+    h.stop().await;
 }

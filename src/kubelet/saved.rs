@@ -184,25 +184,53 @@ pub fn store(dir: &Path, bytes: &[u8]) -> Result<(), SavedError> {
     Ok(())
 }
 
-/// Writes what `identities` holds to `dir` when it changed since `written` (the
-/// [`Identities::changes`] last written); returns the changes now written. Off the async
-/// threads: a node's book is a few hundred pods, at most [`MAX_KUBELET_PODS`] gone ones.
+/// A write of the book under way, off the async threads: whoever started it goes on
+/// while the disk is slow, and looks at it again later.
+pub struct Writing {
+    task: tokio::task::JoinHandle<Result<(), SavedError>>,
+    /// The [`Identities::changes`] it writes.
+    changes: u64,
+}
+
+/// Starts writing what `identities` holds to `dir` when it changed since `written` (the
+/// [`Identities::changes`] last written); `None` when nothing changed. A node's book is
+/// a few hundred pods, at most [`MAX_KUBELET_PODS`] gone ones. One write at a time: the
+/// caller starts the next only once [`Writing::finish`] gave this one's result.
 ///
 /// [`MAX_KUBELET_PODS`]: crate::model::identity::MAX_KUBELET_PODS
-pub async fn keep(identities: &Identities, dir: &Path, written: u64) -> u64 {
+pub fn start(identities: &Identities, dir: &Path, written: u64) -> Option<Writing> {
     let changes = identities.changes();
     if changes == written {
-        return written;
+        return None;
     }
     let bytes = encode(&identities.kept());
     let dir = dir.to_owned();
-    match tokio::task::spawn_blocking(move || store(&dir, &bytes)).await {
-        Ok(Ok(())) => changes,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "what the kubelet said was not kept; a restart infers until the kubelet's watch replays");
-            written
+    Some(Writing { task: tokio::task::spawn_blocking(move || store(&dir, &bytes)), changes })
+}
+
+impl Writing {
+    /// Waits at most `limit` (zero: only looks) for the write. `Ok`: it ended, with the
+    /// changes now on disk (`written` again when it failed, logged); `Err`: still under
+    /// way, handed back.
+    pub async fn finish(mut self, written: u64, limit: Duration) -> Result<u64, Writing> {
+        match tokio::time::timeout(limit, &mut self.task).await {
+            Err(_) => Err(self),
+            Ok(Ok(Ok(()))) => Ok(self.changes),
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(error = %e, "what the kubelet said was not kept; a restart infers until the kubelet's watch replays");
+                Ok(written)
+            }
+            Ok(Err(_)) => Ok(written),
         }
-        Err(_) => written,
+    }
+}
+
+/// Writes what `identities` holds to `dir` when it changed since `written`, waiting for
+/// the disk; returns the changes now written.
+pub async fn keep(identities: &Identities, dir: &Path, written: u64) -> u64 {
+    match start(identities, dir, written) {
+        Some(w) => w.finish(written, Duration::MAX).await.unwrap_or(written),
+        None => written,
     }
 }
 
