@@ -246,6 +246,67 @@ async fn plegd_registers_answers_every_call_with_success_at_once_and_hands_each_
     p.task.await.unwrap();
 }
 
+/// The runtime's end played by a process of another user (nobody, by `setpriv`): a
+/// listener that counts the bytes each connection sent it, one line per connection.
+const OTHER_USERS_LISTENER: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+while True:
+    c, _ = s.accept()
+    n = 0
+    while True:
+        b = c.recv(4096)
+        if not b:
+            break
+        n += len(b)
+    with open(sys.argv[2], "a") as f:
+        f.write(f"{n}\n")
+"#;
+
+#[tokio::test]
+#[ignore = "needs root, to run the socket's other end as another user: .ci/run runs it"]
+async fn a_socket_served_by_another_user_than_root_or_plegds_own_is_never_spoken_to() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // /proc/self belongs to the process's effective user.
+    let me = std::fs::metadata("/proc/self").unwrap().uid();
+    assert_eq!(me, 0, "*** this test needs root: it runs the socket's other end as nobody ***");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let socket = dir.path().join("nri.sock");
+    let heard = dir.path().join("heard");
+    let mut other = std::process::Command::new("setpriv")
+        // Debian's python: nobody cannot reach a python installed under root's home.
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", OTHER_USERS_LISTENER])
+        .arg(&socket)
+        .arg(&heard)
+        .spawn()
+        .expect("setpriv (util-linux) and /usr/bin/python3 run the other user's listener");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(std::time::Instant::now() < deadline, "the other user's listener never bound {socket:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (tx, mut rx) = inbox(Default::default());
+    let metrics = NriMetrics::register(&mut Default::default());
+    let shutdown = CancellationToken::new();
+    let cfg = NriConfig { mode: NriMode::On, socket };
+    let task = tokio::spawn(NriPlugin::new(cfg, tx, metrics.clone()).run(shutdown.clone()));
+    // plegd tries again with backoff (0.1, 0.2, 0.4 … s): several connections in 2 s.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    shutdown.cancel();
+    task.await.unwrap();
+    other.kill().unwrap();
+    other.wait().unwrap();
+    let conns: Vec<usize> =
+        std::fs::read_to_string(&heard).unwrap_or_default().lines().map(|l| l.parse().unwrap()).collect();
+    assert!(conns.len() >= 2, "plegd connected and, refused, tried again: {conns:?}");
+    assert!(conns.iter().all(|&n| n == 0), "plegd sent nothing to a peer that is not the runtime: {conns:?}");
+    assert_eq!(metrics.registered.get(), 0);
+    assert!(drain(&mut rx).is_empty(), "nothing reached the relister");
+}
+
 #[tokio::test]
 async fn a_bad_frame_or_a_runtime_gone_ends_the_connection_and_plegd_registers_again() {
     let mut p = plugin();
