@@ -7,7 +7,10 @@
 //! other (5,000 × 4 without watchers; 1,000 × 5 with 10); with `--pods N` it runs that
 //! one load. With `--before PATH` each load runs first with the `plegd` at PATH (an
 //! earlier build), then with this one, back to back, and both lines are printed: a
-//! before/after pair on a shared machine sees the same load.
+//! before/after pair on a shared machine sees the same load. With `--pods-api` instead,
+//! each load runs twice, back to back, with the simulator serving a kubelet Pods API that
+//! names every pod's controller, node and address: plegd once told not to watch it
+//! (`--kubelet-pods-socket ""`, identities inferred) and once watching it.
 #![allow(missing_docs)]
 
 mod support;
@@ -67,10 +70,39 @@ fn populated(cri: &str, n: usize) {
     });
 }
 
-/// One load: returns (seconds to ready, share of a core, RSS in MiB).
-fn measure(bin: &str, pods: usize, containers: usize, watchers: usize, secs: u64) -> (f64, f64, f64) {
+/// Whether plegd's `/metrics` on `port` says its Pods API watch is up.
+fn pods_api_up(port: u16) -> bool {
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut body = String::new();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").is_ok()
+        && s.read_to_string(&mut body).is_ok()
+        && body.lines().any(|l| l == "plegd_kubelet_pods_api_up 1")
+}
+
+/// One load: returns (seconds to ready, share of a core, RSS in MiB). `pods_api`: the
+/// simulator serves a kubelet Pods API, and plegd watches it (`Some(true)`) or is told
+/// there is none (`Some(false)`); `None`: neither (a build from before the flag).
+fn measure(
+    bin: &str,
+    pods: usize,
+    containers: usize,
+    watchers: usize,
+    secs: u64,
+    pods_api: Option<bool>,
+) -> (f64, f64, f64) {
     let dir = tempfile::tempdir().unwrap();
-    let (_sim, cri) = sim(dir.path(), pods, containers, 0.0);
+    let kubelet = dir.path().join("pods-api.sock").display().to_string();
+    let (_sim, cri) = if pods_api.is_some() {
+        let cri = format!("unix://{}", dir.path().join("cri.sock").display());
+        let (n, cpp) = (pods.to_string(), containers.to_string());
+        let args = ["--pods", &n, "--containers-per-pod", &cpp, "--churn-per-sec", "0", "--pods-api", &kubelet];
+        let sim = spawn(&[&["sim", "--listen", &cri][..], &args].concat());
+        wait_path(&dir.path().join("cri.sock"));
+        (sim, cri)
+    } else {
+        sim(dir.path(), pods, containers, 0.0)
+    };
     populated(&cri, pods * containers);
     let api = format!("unix://{}", dir.path().join("plegd.sock").display());
     let admin = format!("127.0.0.1:{}", free_port());
@@ -80,7 +112,10 @@ fn measure(bin: &str, pods: usize, containers: usize, watchers: usize, secs: u64
     // on any port (another plegd on the machine may hold the default one).
     let mut args = run_args(&cri, &api, "generic", &state);
     args[6] = &admin;
-    let args = [&args[..], &["--debug-addr", "127.0.0.1:0", "--relist-period", "1s"]].concat();
+    let mut args = [&args[..], &["--debug-addr", "127.0.0.1:0", "--relist-period", "1s"]].concat();
+    if let Some(watch) = pods_api {
+        args.extend(["--kubelet-pods-socket", if watch { kubelet.as_str() } else { "" }]);
+    }
     let run = Proc(
         std::process::Command::new(bin)
             .args(args)
@@ -95,6 +130,10 @@ fn measure(bin: &str, pods: usize, containers: usize, watchers: usize, secs: u64
         std::thread::sleep(Duration::from_millis(10));
     }
     let to_ready = started.elapsed().as_secs_f64();
+    while pods_api == Some(true) && !pods_api_up(port) {
+        assert!(started.elapsed() < Duration::from_secs(300), "plegd never watched the simulated Pods API");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     wait_path(&dir.path().join("plegd.sock"));
     let _watchers: Vec<_> = (0..watchers).map(|_| spawn(&["watch", "--socket", &api])).collect();
     // The start's burst (the first relist, the journal's first commits) settles.
@@ -115,14 +154,17 @@ fn main() {
         pods => vec![(pods, arg(&args, "--containers", 5usize), arg(&args, "--watchers", 0usize))],
     };
     let before = args.windows(2).find(|w| w[0] == "--before").map(|w| w[1].clone());
-    let bins: Vec<(&str, &str)> = match &before {
-        Some(b) => vec![("before", b.as_str()), ("after", BIN)],
-        None => vec![("", BIN)],
+    let mut runs: Vec<(&str, &str, Option<bool>)> = match &before {
+        Some(b) => vec![("before", b.as_str(), None), ("after", BIN, None)],
+        None => vec![("", BIN, None)],
     };
+    if args.iter().any(|a| a == "--pods-api") {
+        runs = vec![("inferred", BIN, Some(false)), ("kubelet Pods API", BIN, Some(true))];
+    }
     for (pods, containers, watchers) in loads {
-        for (name, bin) in &bins {
+        for &(name, bin, pods_api) in &runs {
             let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-            let (to_ready, cpu, rss) = measure(bin, pods, containers, watchers, secs);
+            let (to_ready, cpu, rss) = measure(bin, pods, containers, watchers, secs, pods_api);
             println!(
                 "scale{name_sep}{name} (generic, 1 s relist, journal on disk, nothing changing): {pods} pods × \
                  {containers} containers, {watchers} watchers: ready after {to_ready:.1} s, plegd CPU {cpu:.2}% of a \

@@ -104,7 +104,8 @@ pub async fn execute(command: Command, tracker: &TaskTracker, shutdown: &Cancell
                 crate::cli::trouble::serve(&args.listen, churn, args.events, tracker, shutdown.clone()).await
             } else {
                 let root = args.host_root.clone();
-                crate::sim::serve_cli(&args.listen, churn, args.events, root, tracker, shutdown.clone()).await
+                let pods_api = args.pods_api.clone();
+                crate::sim::serve_cli(&args.listen, churn, args.events, root, pods_api, tracker, shutdown.clone()).await
             };
             // The simulator fails only on its socket: the flag's value.
             served.map_err(Failure::usage)

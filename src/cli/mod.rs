@@ -293,6 +293,10 @@ pub struct SimArgs {
     /// `sys/fs/cgroup/`), for `plegd run --host-root` with the same directory.
     #[arg(long, env = "PLEGD_SIM_HOST_ROOT")]
     pub host_root: Option<std::path::PathBuf>,
+    /// Serves a simulated kubelet Pods API on this socket, naming each pod's controller
+    /// as the controllers' naming says, for `plegd run --kubelet-pods-socket` with it.
+    #[arg(long, env = "PLEGD_SIM_PODS_API", conflicts_with = "trouble")]
+    pub pods_api: Option<std::path::PathBuf>,
     /// Adds pods in trouble to the churn: shop/checkout crash-loops, batch/indexer is
     /// OOM-killed, default/hostile carries markup in its labels (for the pages' tests).
     #[arg(long, env = "PLEGD_SIM_TROUBLE")]

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::SimRuntime;
+use super::kubelet::{SimKubelet, pod_of};
 use crate::cri::spec::{ContainerSpec, PodSpec};
 
 /// How much churn to make.
@@ -25,6 +26,8 @@ pub struct Churn {
     cfg: ChurnConfig,
     pods: Vec<LivePod>,
     serial: u64,
+    /// The kubelet's Pods API, told of each pod run and deleted.
+    kubelet: Option<SimKubelet>,
 }
 
 struct LivePod {
@@ -87,7 +90,13 @@ fn generated_suffix(mut serial: u64) -> String {
 impl Churn {
     /// A driver for `sim`.
     pub fn new(sim: SimRuntime, cfg: ChurnConfig) -> Self {
-        Self { sim, cfg, pods: Vec::new(), serial: 0 }
+        Self { sim, cfg, pods: Vec::new(), serial: 0, kubelet: None }
+    }
+
+    /// Tells `kubelet`'s Pods API of every pod run and deleted, as the kubelet would.
+    pub fn with_kubelet(mut self, kubelet: SimKubelet) -> Self {
+        self.kubelet = Some(kubelet);
+        self
     }
 
     async fn add_pod(&mut self) {
@@ -104,6 +113,11 @@ impl Churn {
                 let _ = self.sim.start_container(&id).await;
                 containers.push(LiveContainer { spec: c, id, previous: None });
             }
+        }
+        if let Some(kubelet) = &self.kubelet {
+            let ip = self.sim.pod_sandbox_status(&sandbox_id).await.ok().and_then(|s| s.network).map(|n| n.ip);
+            let names: Vec<&str> = containers.iter().map(|c| c.spec.name.as_str()).collect();
+            kubelet.put(pod_of(&spec, &names, &ip.unwrap_or_default(), std::time::SystemTime::now()));
         }
         self.pods.push(LivePod { spec, sandbox_id, containers });
     }
@@ -162,6 +176,9 @@ impl Churn {
                 let pod = self.pods.swap_remove(p);
                 let _ = self.sim.stop_pod_sandbox(&pod.sandbox_id).await;
                 let _ = self.sim.remove_pod_sandbox(&pod.sandbox_id).await;
+                if let Some(kubelet) = &self.kubelet {
+                    kubelet.delete(&pod.spec.uid, false);
+                }
                 self.add_pod().await;
                 // What a test that churns a node while plegd is away waits for.
                 tracing::debug!(removed = %pod.spec.name, "churn replaced a pod");
@@ -215,6 +232,35 @@ mod tests {
             };
             assert_eq!((w.workload.kind, w.workload.name.as_str()), (want, app), "{}", spec.name);
             assert!(!spec.host_network);
+        }
+    }
+
+    #[tokio::test]
+    async fn with_a_kubelet_its_pods_api_holds_each_running_pod_with_its_controller_and_address() {
+        let sim = SimRuntime::new();
+        let kubelet = SimKubelet::default();
+        let cfg = ChurnConfig { pods: 12, containers_per_pod: 2, churn_per_sec: 0.0 };
+        let mut churn = Churn::new(sim.clone(), cfg).with_kubelet(kubelet.clone());
+        for _ in 0..300 {
+            churn.step().await;
+        }
+        let served = kubelet.pods();
+        let mut uids: Vec<&str> = served.iter().map(|p| p.metadata.as_ref().unwrap().uid()).collect();
+        let mut running: Vec<&str> = churn.pods.iter().map(|p| p.spec.uid.as_str()).collect();
+        uids.sort_unstable();
+        running.sort_unstable();
+        assert_eq!(uids, running, "every pod run is served, every pod deleted is gone");
+        for live in &churn.pods {
+            let pod = served.iter().find(|p| p.metadata.as_ref().unwrap().uid() == live.spec.uid).unwrap();
+            let meta = pod.metadata.as_ref().unwrap();
+            let labels: Labels = live.spec.labels.iter().collect();
+            let w = infer(&live.spec.name, &labels, std::time::SystemTime::now()).unwrap();
+            let owner = &meta.owner_references[0];
+            assert_eq!((owner.kind(), owner.name()), (w.controller.kind.name(), w.controller.name.as_str()));
+            let ip = sim.pod_sandbox_status(&live.sandbox_id).await.unwrap().network.unwrap().ip;
+            let status = pod.status.as_ref().unwrap();
+            assert_eq!(status.pod_i_ps.iter().map(|i| i.ip()).collect::<Vec<_>>(), [ip.as_str()]);
+            assert_eq!(pod.spec.as_ref().unwrap().containers.len(), 2);
         }
     }
 }

@@ -16,11 +16,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use crate::cri::spec::PodSpec;
 use crate::proto::kubelet_pods::pods_server::{Pods, PodsServer};
 use crate::proto::kubelet_pods::{
     EventType, GetPodRequest, GetPodResponse, ListPodsRequest, ListPodsResponse, WatchPodsEvent, WatchPodsRequest,
 };
-use crate::proto::pod_view::{ObjectMeta, WrittenPod};
+use crate::proto::pod_view::{
+    EnvVar, ObjectMeta, OwnerReference, PodIp, PodStatus, WrittenContainer, WrittenPod, WrittenPodSpec,
+};
 
 /// Events a watcher may have queued before it is cut off (the kubelet's is 100).
 const WATCHER_BUFFER: usize = 100;
@@ -105,6 +108,11 @@ impl SimKubelet {
         }
     }
 
+    /// The pods it serves now.
+    pub fn pods(&self) -> Vec<WrittenPod> {
+        self.lock().pods.values().cloned().collect()
+    }
+
     /// Watches open.
     pub fn watchers(&self) -> usize {
         let mut st = self.lock();
@@ -125,6 +133,56 @@ impl SimKubelet {
 
     fn ready(&self) -> Result<(), Status> {
         if self.lock().ready { Ok(()) } else { Err(Status::failed_precondition("Kubelet is initializing")) }
+    }
+}
+
+/// The node the simulated kubelet names.
+pub const SIM_NODE: &str = "sim-node";
+
+/// The kubelet's pod for `spec`, run at `made` with address `ip` (empty: none): its
+/// controller where the controllers' naming and labels say one
+/// ([`crate::model::workload::infer`]), on [`SIM_NODE`], BestEffort, and each of
+/// `containers` with an environment value (the kubelet sends the whole spec; plegd keeps
+/// none of it).
+pub fn pod_of(spec: &PodSpec, containers: &[&str], ip: &str, made: std::time::SystemTime) -> WrittenPod {
+    let labels: crate::labels::Labels = spec.labels.iter().collect();
+    let owner = crate::model::workload::infer(&spec.name, &labels, made).map(|w| OwnerReference {
+        kind: Some(w.controller.kind.name().into()),
+        name: Some(w.controller.name.clone()),
+        uid: Some(format!("{}-{}", w.controller.kind.name().to_lowercase(), w.controller.name)),
+        api_version: Some(if w.controller.kind.name() == "Job" { "batch/v1" } else { "apps/v1" }.into()),
+        controller: Some(true),
+    });
+    let ips = |ip: &str| if ip.is_empty() { Vec::new() } else { vec![PodIp { ip: Some(ip.into()) }] };
+    WrittenPod {
+        metadata: Some(ObjectMeta {
+            name: Some(spec.name.clone()),
+            namespace: Some(spec.namespace.clone()),
+            uid: Some(spec.uid.clone()),
+            labels: spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            owner_references: owner.into_iter().collect(),
+            ..Default::default()
+        }),
+        spec: Some(WrittenPodSpec {
+            containers: containers
+                .iter()
+                .map(|c| WrittenContainer {
+                    name: Some((*c).into()),
+                    env: vec![EnvVar { name: Some("TOKEN".into()), value: Some(format!("sim-secret-{}", spec.uid)) }],
+                })
+                .collect(),
+            service_account_name: Some("default".into()),
+            node_name: Some(SIM_NODE.into()),
+            host_network: Some(spec.host_network),
+            priority_class_name: None,
+            priority: Some(0),
+            runtime_class_name: None,
+        }),
+        status: Some(PodStatus {
+            qos_class: Some("BestEffort".into()),
+            pod_i_ps: if spec.host_network { ips("192.168.0.10") } else { ips(ip) },
+            host_i_ps: ips("192.168.0.10"),
+        }),
     }
 }
 

@@ -167,6 +167,9 @@ pub enum SimError {
     /// The listen address is unusable.
     #[error("--listen: {0}")]
     Listen(#[from] crate::uds::UdsError),
+    /// The Pods API socket cannot be served.
+    #[error("--pods-api {0}: {1}")]
+    PodsApi(std::path::PathBuf, std::io::Error),
 }
 
 /// `plegd sim`: serves the simulated runtime on `listen` with churn until shutdown.
@@ -175,6 +178,7 @@ pub async fn serve_cli(
     churn: super::churn::ChurnConfig,
     events: super::EventsMode,
     host_root: Option<std::path::PathBuf>,
+    pods_api: Option<std::path::PathBuf>,
     tracker: &tokio_util::task::TaskTracker,
     shutdown: CancellationToken,
 ) -> Result<(), SimError> {
@@ -186,7 +190,15 @@ pub async fn serve_cli(
         sim.set_host_root(root);
     }
     tracing::info!(socket = %path.display(), pods = churn.pods, churn_per_sec = churn.churn_per_sec, "simulated runtime serving");
-    tracker.spawn(super::churn::Churn::new(sim.clone(), churn).run(shutdown.clone()));
+    let mut driver = super::churn::Churn::new(sim.clone(), churn);
+    if let Some(socket) = pods_api {
+        let kubelet = super::kubelet::SimKubelet::default();
+        kubelet.set_ready(true);
+        kubelet.serve(&socket, shutdown.clone()).map_err(|e| SimError::PodsApi(socket.clone(), e))?;
+        tracing::info!(socket = %socket.display(), "simulated kubelet Pods API serving");
+        driver = driver.with_kubelet(kubelet);
+    }
+    tracker.spawn(driver.run(shutdown.clone()));
     if let Err(e) = serve(sim, listener, shutdown.clone()).await {
         tracing::error!(error = %e, "simulated runtime stopped");
     }
