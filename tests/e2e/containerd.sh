@@ -15,7 +15,8 @@
 #
 # PLEGD_E2E_INSTANCE runs a second containerd of a version beside the first;
 # PLEGD_E2E_CNI_CONF_DIR and PLEGD_E2E_METRICS_ADDR, at start, give it a CNI
-# configuration directory and a metrics listener (tests/kubelet uses all three).
+# configuration directory and a metrics listener with each gRPC call's time
+# (tests/kubelet uses all three; tests/e2e/run.sh the metrics).
 set -euo pipefail
 
 E2E=${PLEGD_E2E_ROOT:-/var/tmp/plegd-e2e}
@@ -163,6 +164,8 @@ if cni_conf_dir:
     s = re.sub(r"conf_dir = ['\"]/etc/cni/net.d['\"]", f"conf_dir = '{cni_conf_dir}'", s)
 if metrics:
     s = re.sub(r"(\[metrics\]\s*\n\s*address = )['\"]['\"]", lambda m: f"{m.group(1)}'{metrics}'", s)
+    # Each call's time on containerd's own clock (grpc_server_handling_seconds).
+    s = re.sub(r"grpc_histogram = false", "grpc_histogram = true", s)
 # Version 2 configs (1.6, 1.7) quote with ", version 3 (2.x) with '.
 s = re.sub(r"restrict_oom_score_adj = false", "restrict_oom_score_adj = true", s)
 s = re.sub(r"disable_apparmor = false", "disable_apparmor = true", s)

@@ -26,7 +26,8 @@ suite() {
   local name=$1 log=$2 rc
   shift 2
   set +e
-  PLEGD_E2E_ENDPOINT=$endpoint PLEGD_E2E_VERSION=$v PLEGD_E2E_CTL=$CTL cargo test --locked "$@" 2>&1 | tee "$log"
+  PLEGD_E2E_ENDPOINT=$endpoint PLEGD_E2E_VERSION=$v PLEGD_E2E_CTL=$CTL PLEGD_E2E_METRICS=$metrics \
+    cargo test --locked "$@" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   set -e
   [ "$rc" = 0 ] || failed+=("$name")
@@ -34,7 +35,9 @@ suite() {
 }
 for v in ${PLEGD_E2E_VERSIONS:-1.6 1.7 2.1}; do
   echo "== containerd $v"
-  endpoint=$("$CTL" start "$v")
+  # containerd's own metrics, each call's time on its clock (tests/e2e_nri.rs reads them).
+  metrics=127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  endpoint=$(PLEGD_E2E_METRICS_ADDR=$metrics "$CTL" start "$v")
   ran=0
   suite "$v" "/tmp/plegd-e2e-$v.log" --test e2e_containerd -- --ignored --test-threads=1 "${filter[@]}"
   echo "== containerd $v: container lookup"
