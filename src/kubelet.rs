@@ -229,14 +229,14 @@ impl PodsApiWatcher {
     /// end, and what changed meanwhile is written at a later upkeep.
     async fn keep(&mut self) {
         let Some(dir) = &self.state_dir else { return };
+        // Taken only once it has ended, so awaiting its result returns at once: a watch
+        // dropped at shutdown never loses a write that is still under way (keep_last
+        // would start a second one on the same temporary file).
+        if self.writing.as_ref().is_some_and(|w| !w.is_finished()) {
+            return;
+        }
         if let Some(w) = self.writing.take() {
-            match w.finish(self.kept, Duration::ZERO).await {
-                Ok(kept) => self.kept = kept,
-                Err(under_way) => {
-                    self.writing = Some(under_way);
-                    return;
-                }
-            }
+            self.kept = w.finish(self.kept, Duration::MAX).await.unwrap_or(self.kept);
         }
         self.writing = saved::start(&self.identities, dir, self.kept);
     }

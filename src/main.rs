@@ -14,6 +14,8 @@ use tokio_util::task::TaskTracker;
 const EX_USAGE: u8 = 64;
 /// How long tasks get to finish after a shutdown signal.
 const GRACE: Duration = Duration::from_secs(10);
+/// How long the runtime's blocking threads get after the tasks have ended.
+const BLOCKING_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     // Before any thread exists: the allocator's arenas are set when threads first
@@ -26,7 +28,13 @@ fn main() -> ExitCode {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(cli.worker_threads.into()).enable_all().build();
     let res = match runtime {
-        Ok(rt) => rt.block_on(run(cli)),
+        Ok(rt) => {
+            let res = rt.block_on(run(cli));
+            // A blocking task that never returns (a read or write on a disk that hangs)
+            // must not hold the exit: dropping the runtime would wait for it forever.
+            rt.shutdown_timeout(BLOCKING_GRACE);
+            res
+        }
         Err(e) => Err(Failure::failed(format!("cannot start the async runtime: {e}"))),
     };
     match res {

@@ -67,6 +67,16 @@ fn a_worker_thread_count_out_of_range_names_the_flag() {
 }
 
 #[test]
+fn sim_never_replaces_a_file_it_is_asked_to_serve_the_pods_api_at() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pods-api.sock");
+    std::fs::write(&file, "not a socket").unwrap();
+    let cri = format!("unix://{}", dir.path().join("cri.sock").display());
+    assert_usage_error(&["sim", "--listen", &cri, "--pods-api", &file.display().to_string()], "--pods-api");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "not a socket", "left as it was");
+}
+
+#[test]
 fn an_endpoint_that_is_not_unix_names_the_flag() {
     assert_usage_error(&["run", "--runtime-endpoint", "tcp://127.0.0.1:1"], "--runtime-endpoint");
 }

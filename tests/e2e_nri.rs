@@ -364,7 +364,6 @@ async fn a_stopped_or_killed_plegd_never_stops_a_pod_from_starting_and_catches_u
     }
 }
 
-/// The p-th quantile of `v`, in milliseconds.
 /// The CRI calls the test times, as containerd's metrics name them.
 const TIMED_CALLS: [&str; 3] = ["RunPodSandbox", "CreateContainer", "StartContainer"];
 
@@ -397,6 +396,7 @@ fn standard_error_ms(v: &[Duration]) -> f64 {
     (var / n).sqrt()
 }
 
+/// The p-th quantile of `v`, in milliseconds.
 fn quantile_ms(v: &mut [Duration], q: f64) -> f64 {
     v.sort();
     v[((v.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e3

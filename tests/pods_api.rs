@@ -457,7 +457,8 @@ async fn a_state_dir_that_hangs_holds_up_neither_the_kubelets_word_nor_plegds_ex
     tokio::time::sleep(Duration::from_secs(5)).await;
     sim.put(kubelet_pod(&web, &["10.244.0.10"]));
     until("another change", addresses(&["10.244.0.10"])).await;
-    assert_eq!(updates(&events(&p).await, &web.uid), updated + 2, "each change told as POD_UPDATED");
+    // Each change told as POD_UPDATED (through the publish path, a moment after the book).
+    until("both changes told", || async { updates(&events(&p).await, &web.uid) == updated + 2 }).await;
 
     let stopping = std::time::Instant::now();
     let h = tokio::time::timeout(Duration::from_secs(15), p.stop_plegd()).await.expect("plegd stops");
@@ -469,4 +470,49 @@ async fn a_state_dir_that_hangs_holds_up_neither_the_kubelets_word_nor_plegds_ex
     assert!(plegd::kubelet::saved::read(&state).ok().flatten().is_none(), "no book from a write that failed");
     kubelet.stop();
     h.stop().await;
+}
+
+/// The same hanging disk under the plegd binary: SIGTERM ends the process, with status 0,
+/// though a write on the disk never returns (the async runtime's drop would wait for its
+/// blocking thread forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plegd_process_exits_on_sigterm_though_a_write_to_its_state_dir_never_returns() {
+    let h = support::SimHarness::start().await;
+    let socket = h.dir.path().join("kubelet/pods-api/pods-api.sock");
+    let state_dir = tempfile::tempdir().expect("tempdir");
+    let fifo = state_dir.path().join(format!("{}.tmp", plegd::kubelet::saved::FILE));
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo (coreutils)");
+    assert!(made.success(), "mkfifo {fifo:?}");
+    let _unblock = Unblock(fifo.clone());
+    let sim = SimKubelet::default();
+    sim.set_ready(true);
+    let mut kubelet = Kubelet::start(socket.clone(), sim.clone());
+    let kubelet_flag = socket.display().to_string();
+    let extra = ["--kubelet-pods-socket", kubelet_flag.as_str()];
+    let mut p =
+        support::binary::start_with(env!("CARGO_BIN_EXE_plegd"), &h.endpoint, state_dir.path(), h.dir.path(), &extra)
+            .await;
+    let mut web = PodSpec::new("shop", "web-5f7b9c6d48-q2xkz");
+    web.host_network = false;
+    sim.put(kubelet_pod(&web, &["10.244.0.9"]));
+    until("the kubelet watched", || async {
+        let (_, m) = http(p.admin, "GET", "/metrics").await;
+        metric(&m, "plegd_kubelet_pods_api_up") == 1.0
+    })
+    .await;
+    // Past an upkeep (5 s): the book changed, and its write now hangs.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let term = std::process::Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status().unwrap();
+    assert!(term.success());
+    let asked = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = p.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(asked.elapsed() < Duration::from_secs(20), "plegd did not exit within 20 s of SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "plegd ends with status 0: {status}");
+    eprintln!("plegd exited {:?} after SIGTERM with a write hung", asked.elapsed());
+    kubelet.stop();
 }

@@ -209,6 +209,11 @@ pub fn start(identities: &Identities, dir: &Path, written: u64) -> Option<Writin
 }
 
 impl Writing {
+    /// Whether the write has ended (its result is ready).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
     /// Waits at most `limit` (zero: only looks) for the write. `Ok`: it ended, with the
     /// changes now on disk (`written` again when it failed, logged); `Err`: still under
     /// way, handed back.
@@ -220,7 +225,10 @@ impl Writing {
                 tracing::warn!(error = %e, "what the kubelet said was not kept; a restart infers until the kubelet's watch replays");
                 Ok(written)
             }
-            Ok(Err(_)) => Ok(written),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the write of what the kubelet said ended abnormally; written again at the next change");
+                Ok(written)
+            }
         }
     }
 }

@@ -172,6 +172,21 @@ pub enum SimError {
     PodsApi(std::path::PathBuf, std::io::Error),
 }
 
+/// Refuses a path that holds anything but a stale socket: a file, or a socket something
+/// (a real kubelet) still serves.
+fn refuse_taken(path: &std::path::Path) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(()) };
+    if !meta.file_type().is_socket() {
+        return Err(Error::new(ErrorKind::AlreadyExists, "not a socket: it is left as it is"));
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(Error::new(ErrorKind::AddrInUse, "something serves there already"));
+    }
+    Ok(())
+}
+
 /// `plegd sim`: serves the simulated runtime on `listen` with churn until shutdown.
 pub async fn serve_cli(
     listen: &str,
@@ -182,6 +197,9 @@ pub async fn serve_cli(
     tracker: &tokio_util::task::TaskTracker,
     shutdown: CancellationToken,
 ) -> Result<(), SimError> {
+    if let Some(socket) = &pods_api {
+        refuse_taken(socket).map_err(|e| SimError::PodsApi(socket.clone(), e))?;
+    }
     let path = crate::uds::parse_unix_endpoint(listen)?;
     let listener = crate::uds::bind(&path, 0o660).await?;
     let sim = SimRuntime::new();

@@ -500,7 +500,8 @@ def workload_attributes(meta: dict, made: dt.datetime) -> dict[str, str]:
     must carry: its controller's (the owner reference with `controller: true`) and the
     workload above it by the controllers' own naming, a ReplicaSet's Deployment
     (`<deployment>-<pod-template-hash>`) and a Job's CronJob (`<cronjob>-<scheduled
-    minute>`, a minute within a day of the pod)."""
+    minute>`, a minute at most 35 days before the pod and a day after it, as plegd reads
+    it)."""
     owner = next((o for o in meta.get("ownerReferences", []) if o.get("controller")), None)
     if not owner or owner["kind"] not in WORKLOAD_ATTRIBUTES:
         return {}
@@ -510,7 +511,7 @@ def workload_attributes(meta: dict, made: dt.datetime) -> dict[str, str]:
     if kind == "ReplicaSet" and h and name.endswith("-" + h) and len(name) > len(h) + 1:
         attrs["k8s.deployment.name"] = name[:-len(h) - 1]
     m = re.fullmatch(r"(.+)-(\d+)", name)
-    if kind == "Job" and m and abs(int(m[2]) - made.timestamp() / 60) <= 24 * 60:
+    if kind == "Job" and m and -35 * 24 * 60 <= int(m[2]) - made.timestamp() / 60 <= 24 * 60:
         attrs["k8s.cronjob.name"] = m[1]
     return attrs
 

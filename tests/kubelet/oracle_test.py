@@ -379,6 +379,8 @@ class WorkloadAttributesTest(unittest.TestCase):
         minute = int(self.MADE.timestamp() // 60)
         self.assertEqual(oracle.workload_attributes(self.meta("Job", f"nightly-{minute - 5}"), self.MADE),
                          {"k8s.job.name": f"nightly-{minute - 5}", "k8s.cronjob.name": "nightly"})
+        self.assertEqual(oracle.workload_attributes(self.meta("Job", f"weekly-{minute - 7 * 1440}"), self.MADE),
+                         {"k8s.job.name": f"weekly-{minute - 7 * 1440}", "k8s.cronjob.name": "weekly"})
         seconds = int(self.MADE.timestamp())
         self.assertEqual(oracle.workload_attributes(self.meta("Job", f"migrate-{seconds}"), self.MADE),
                          {"k8s.job.name": f"migrate-{seconds}"})
