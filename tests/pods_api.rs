@@ -412,6 +412,16 @@ impl Drop for Unblock {
     }
 }
 
+/// A state dir whose kept book's temporary file is a FIFO nobody reads: opening it to
+/// write blocks, as a write stalled in the kernel does. The guard releases it.
+fn hanging_state_dir() -> (tempfile::TempDir, Unblock) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join(format!("{}.tmp", plegd::kubelet::saved::FILE));
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo (coreutils)");
+    assert!(made.success(), "mkfifo {fifo:?}");
+    (dir, Unblock(fifo))
+}
+
 /// The state dir's disk hangs: the kept book's temporary file is a FIFO nobody reads, so
 /// opening it to write blocks as a write stalled in the kernel does. The kubelet's word
 /// goes on reaching every surface, and plegd's shutdown does not wait on the disk.
@@ -419,12 +429,9 @@ impl Drop for Unblock {
 async fn a_state_dir_that_hangs_holds_up_neither_the_kubelets_word_nor_plegds_exit() {
     let h = support::SimHarness::start().await;
     let socket = h.dir.path().join("kubelet/pods-api/pods-api.sock");
-    let state_dir = tempfile::tempdir().expect("tempdir");
+    let (state_dir, unblock) = hanging_state_dir();
     let state = state_dir.path().to_path_buf();
-    let fifo = state.join(format!("{}.tmp", plegd::kubelet::saved::FILE));
-    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo (coreutils)");
-    assert!(made.success(), "mkfifo {fifo:?}");
-    let _unblock = Unblock(fifo.clone());
+    let fifo = unblock.0.clone();
     let sim = SimKubelet::default();
     sim.set_ready(true);
     let mut kubelet = Kubelet::start(socket.clone(), sim.clone());
@@ -479,11 +486,7 @@ async fn a_state_dir_that_hangs_holds_up_neither_the_kubelets_word_nor_plegds_ex
 async fn the_plegd_process_exits_on_sigterm_though_a_write_to_its_state_dir_never_returns() {
     let h = support::SimHarness::start().await;
     let socket = h.dir.path().join("kubelet/pods-api/pods-api.sock");
-    let state_dir = tempfile::tempdir().expect("tempdir");
-    let fifo = state_dir.path().join(format!("{}.tmp", plegd::kubelet::saved::FILE));
-    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo (coreutils)");
-    assert!(made.success(), "mkfifo {fifo:?}");
-    let _unblock = Unblock(fifo.clone());
+    let (state_dir, _unblock) = hanging_state_dir();
     let sim = SimKubelet::default();
     sim.set_ready(true);
     let mut kubelet = Kubelet::start(socket.clone(), sim.clone());
