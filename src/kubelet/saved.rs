@@ -226,25 +226,25 @@ impl Writing {
                 Ok(written)
             }
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "the write of what the kubelet said ended abnormally; written again at the next change");
+                tracing::warn!(error = %e, "the write of what the kubelet said ended abnormally; written again at the next upkeep");
                 Ok(written)
             }
         }
     }
 }
 
-/// Writes what `identities` holds to `dir` when it changed since `written`, waiting for
-/// the disk; returns the changes now written.
-pub async fn keep(identities: &Identities, dir: &Path, written: u64) -> u64 {
-    match start(identities, dir, written) {
-        Some(w) => w.finish(written, Duration::MAX).await.unwrap_or(written),
-        None => written,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Writes what `identities` holds to `dir` when it changed since `written`, waiting
+    /// for the disk; returns the changes now written.
+    async fn keep(identities: &Identities, dir: &Path, written: u64) -> u64 {
+        match start(identities, dir, written) {
+            Some(w) => w.finish(written, Duration::MAX).await.unwrap_or(written),
+            None => written,
+        }
+    }
 
     fn pod(uid: &str, workload: &str, gone_at: Option<SystemTime>) -> KeptPod {
         let identity = api::PodIdentity {
