@@ -18,7 +18,7 @@ mod support;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use support::{BIN, Proc, arg, run_args, sim, spawn, wait_path};
+use support::{BIN, Proc, arg, run_args, sim, sim_with, spawn, wait_path};
 
 /// CPU seconds and RSS bytes of a process.
 fn usage(pid: u32) -> (f64, f64) {
@@ -39,15 +39,19 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// The whole answer to `GET path` on plegd's admin port, status line first.
+fn get(port: u16, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
 /// Whether `GET /readyz` answers 200.
 fn ready(port: u16) -> bool {
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n").is_err() {
-        return false;
-    }
-    let mut head = [0u8; 12];
-    s.read_exact(&mut head).is_ok() && head.ends_with(b"200")
+    get(port, "/readyz").is_some_and(|r| r.split(' ').nth(1) == Some("200"))
 }
 
 /// Waits until the simulated runtime at `cri` holds `n` containers: it listens before
@@ -72,12 +76,7 @@ fn populated(cri: &str, n: usize) {
 
 /// Whether plegd's `/metrics` on `port` says its Pods API watch is up.
 fn pods_api_up(port: u16) -> bool {
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut body = String::new();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").is_ok()
-        && s.read_to_string(&mut body).is_ok()
-        && body.lines().any(|l| l == "plegd_kubelet_pods_api_up 1")
+    get(port, "/metrics").is_some_and(|m| m.lines().any(|l| l == "plegd_kubelet_pods_api_up 1"))
 }
 
 /// One load: returns (seconds to ready, share of a core, RSS in MiB). `pods_api`: the
@@ -93,15 +92,9 @@ fn measure(
 ) -> (f64, f64, f64) {
     let dir = tempfile::tempdir().unwrap();
     let kubelet = dir.path().join("pods-api.sock").display().to_string();
-    let (_sim, cri) = if pods_api.is_some() {
-        let cri = format!("unix://{}", dir.path().join("cri.sock").display());
-        let (n, cpp) = (pods.to_string(), containers.to_string());
-        let args = ["--pods", &n, "--containers-per-pod", &cpp, "--churn-per-sec", "0", "--pods-api", &kubelet];
-        let sim = spawn(&[&["sim", "--listen", &cri][..], &args].concat());
-        wait_path(&dir.path().join("cri.sock"));
-        (sim, cri)
-    } else {
-        sim(dir.path(), pods, containers, 0.0)
+    let (_sim, cri) = match pods_api {
+        Some(_) => sim_with(dir.path(), pods, containers, 0.0, &["--pods-api", &kubelet]),
+        None => sim(dir.path(), pods, containers, 0.0),
     };
     populated(&cri, pods * containers);
     let api = format!("unix://{}", dir.path().join("plegd.sock").display());

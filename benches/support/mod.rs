@@ -38,10 +38,15 @@ pub fn wait_path(p: &std::path::Path) {
 /// `plegd sim` serving `pods` pods of `cpp` containers with `churn` changes a second on
 /// `dir/cri.sock`, once it listens; returns it and its endpoint.
 pub fn sim(dir: &std::path::Path, pods: usize, cpp: usize, churn: f64) -> (Proc, String) {
+    sim_with(dir, pods, cpp, churn, &[])
+}
+
+/// [`sim`] with the further flags `extra`.
+pub fn sim_with(dir: &std::path::Path, pods: usize, cpp: usize, churn: f64, extra: &[&str]) -> (Proc, String) {
     let cri = format!("unix://{}", dir.join("cri.sock").display());
     let args =
         ["--pods", &pods.to_string(), "--containers-per-pod", &cpp.to_string(), "--churn-per-sec", &churn.to_string()];
-    let sim = spawn(&[&["sim", "--listen", &cri][..], &args].concat());
+    let sim = spawn(&[&["sim", "--listen", &cri][..], &args, extra].concat());
     wait_path(&dir.join("cri.sock"));
     (sim, cri)
 }

@@ -53,7 +53,15 @@ impl SimKubelet {
             std::fs::create_dir_all(dir)?;
         }
         let _ = std::fs::remove_file(path);
-        let listener = tokio::net::UnixListener::bind(path)?;
+        Ok(self.serve_on(tokio::net::UnixListener::bind(path)?, shutdown))
+    }
+
+    /// Serves on `listener` until `shutdown`.
+    pub fn serve_on(
+        &self,
+        listener: tokio::net::UnixListener,
+        shutdown: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
         let svc = PodsServer::new(self.clone());
         let me = self.clone();
@@ -62,12 +70,12 @@ impl SimKubelet {
             shutdown.cancelled().await;
             me.lock().watchers.clear();
         };
-        Ok(tokio::spawn(async move {
+        tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(svc)
                 .serve_with_incoming_shutdown(incoming, stopped)
                 .await;
-        }))
+        })
     }
 
     /// Whether the kubelet's sources are ready (before: FAILED_PRECONDITION).

@@ -168,23 +168,8 @@ pub enum SimError {
     #[error("--listen: {0}")]
     Listen(#[from] crate::uds::UdsError),
     /// The Pods API socket cannot be served.
-    #[error("--pods-api {0}: {1}")]
-    PodsApi(std::path::PathBuf, std::io::Error),
-}
-
-/// Refuses a path that holds anything but a stale socket: a file, or a socket something
-/// (a real kubelet) still serves.
-fn refuse_taken(path: &std::path::Path) -> std::io::Result<()> {
-    use std::io::{Error, ErrorKind};
-    use std::os::unix::fs::FileTypeExt;
-    let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(()) };
-    if !meta.file_type().is_socket() {
-        return Err(Error::new(ErrorKind::AlreadyExists, "not a socket: it is left as it is"));
-    }
-    if std::os::unix::net::UnixStream::connect(path).is_ok() {
-        return Err(Error::new(ErrorKind::AddrInUse, "something serves there already"));
-    }
-    Ok(())
+    #[error("--pods-api: {0}")]
+    PodsApi(crate::uds::UdsError),
 }
 
 /// `plegd sim`: serves the simulated runtime on `listen` with churn until shutdown.
@@ -197,9 +182,11 @@ pub async fn serve_cli(
     tracker: &tokio_util::task::TaskTracker,
     shutdown: CancellationToken,
 ) -> Result<(), SimError> {
-    if let Some(socket) = &pods_api {
-        refuse_taken(socket).map_err(|e| SimError::PodsApi(socket.clone(), e))?;
-    }
+    // Bound first: a file or a live socket at the path is refused before anything serves.
+    let kubelet_listener = match &pods_api {
+        Some(socket) => Some(crate::uds::bind(socket, 0o660).await.map_err(SimError::PodsApi)?),
+        None => None,
+    };
     let path = crate::uds::parse_unix_endpoint(listen)?;
     let listener = crate::uds::bind(&path, 0o660).await?;
     let sim = SimRuntime::new();
@@ -209,10 +196,10 @@ pub async fn serve_cli(
     }
     tracing::info!(socket = %path.display(), pods = churn.pods, churn_per_sec = churn.churn_per_sec, "simulated runtime serving");
     let mut driver = super::churn::Churn::new(sim.clone(), churn);
-    if let Some(socket) = pods_api {
+    if let (Some(socket), Some(listener)) = (pods_api, kubelet_listener) {
         let kubelet = super::kubelet::SimKubelet::default();
         kubelet.set_ready(true);
-        kubelet.serve(&socket, shutdown.clone()).map_err(|e| SimError::PodsApi(socket.clone(), e))?;
+        kubelet.serve_on(listener, shutdown.clone());
         tracing::info!(socket = %socket.display(), "simulated kubelet Pods API serving");
         driver = driver.with_kubelet(kubelet);
     }
