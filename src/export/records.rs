@@ -76,12 +76,11 @@ pub fn log_record(entry: &Entry, epoch: u64, node: &str, ids: &Identities) -> Lo
     }
     let made = ev.pod.as_ref().map_or(ev.observed_at, |p| p.made_at());
     if let Some(said) = ids.kubelet_pod(&ev.pod_uid) {
-        let (c, w) = (&said.identity.controller, &said.identity.workload);
-        let mut owners: Vec<_> = [c, w].into_iter().flatten().collect();
-        owners.dedup_by(|a, b| a.kind == b.kind && a.name == b.name);
-        for o in owners {
-            if let Some(kind) = WorkloadKind::of(&o.kind) {
-                attrs.push(kv(kind.attribute(), &o.name));
+        let mut owners: Vec<_> = said.owners().collect();
+        owners.dedup();
+        for (kind, name) in owners {
+            if let Some(kind) = WorkloadKind::of(kind) {
+                attrs.push(kv(kind.attribute(), name));
             }
         }
         attrs.push(kv("plegd.pod.identity.source", "PODS_API"));
@@ -269,7 +268,7 @@ mod tests {
             source: api::IdentitySource::PodsApi as i32,
             ..Default::default()
         };
-        ids.said("u1", crate::model::identity::KubeletPod { identity, host_network: false });
+        ids.said("u1", crate::model::identity::KubeletPod::new(identity, false));
         let r = log_record(&entry, 7, "node-a", &ids);
         let s = |k| match attr(&r, k) {
             Some(Value::StringValue(s)) => Some(s.clone()),

@@ -141,7 +141,7 @@ pub fn read(dir: &Path) -> Result<Option<KeptBook>, SavedError> {
         .filter(|p| !p.uid.is_empty())
         .map(|p| KeptPod {
             uid: p.uid,
-            pod: Arc::new(KubeletPod { identity: p.identity.unwrap_or_default(), host_network: p.host_network }),
+            pod: Arc::new(KubeletPod::new(p.identity.unwrap_or_default(), p.host_network)),
             gone_at: at(p.gone_at_ms),
             restored_at: at(p.restored_at_ms),
         })
@@ -160,8 +160,8 @@ pub fn encode(book: &KeptBook) -> Vec<u8> {
             .iter()
             .map(|p| PodOnDisk {
                 uid: p.uid.clone(),
-                identity: Some(p.pod.identity.clone()),
-                host_network: p.pod.host_network,
+                identity: Some(p.pod.identity()),
+                host_network: p.pod.host_network(),
                 gone_at_ms: p.gone_at.map_or(0, ms),
                 restored_at_ms: p.restored_at.map_or(0, ms),
             })
@@ -256,12 +256,7 @@ mod tests {
             source: api::IdentitySource::PodsApi as i32,
             ..Default::default()
         };
-        KeptPod {
-            uid: uid.into(),
-            pod: Arc::new(KubeletPod { identity, host_network: false }),
-            gone_at,
-            restored_at: None,
-        }
+        KeptPod { uid: uid.into(), pod: Arc::new(KubeletPod::new(identity, false)), gone_at, restored_at: None }
     }
 
     #[test]

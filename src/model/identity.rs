@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use super::PodStatus;
 use super::workload::{self, Owner};
+use crate::labels::shared;
 use crate::proto::plegd as api;
 
 /// The QoS class the kubelet's cgroup layout names for a container's cgroup path:
@@ -82,13 +83,162 @@ pub enum KubeletSource {
 }
 
 /// What the kubelet said of one pod, kept while it runs and as long as its tombstones
-/// after.
-#[derive(Clone, Debug, PartialEq)]
+/// after. What pods share is held once for all that say the same ([`Identities`]
+/// interns it): a node's pods share one placement and a few controllers, so a pod costs
+/// little more than its own addresses.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct KubeletPod {
-    /// The pod's identity as the kubelet said it (`source: PODS_API`).
-    pub identity: api::PodIdentity,
+    placement: Arc<Placement>,
+    /// `None`: no controller.
+    owners: Option<Arc<Owners>>,
+    pod_ips: Box<[Box<str>]>,
+}
+
+/// Where and how a pod runs, the part of its identity a node's pods share.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Placement {
+    node_name: Box<str>,
+    qos_class: Box<str>,
+    priority: i32,
+    priority_class_name: Box<str>,
+    service_account: Box<str>,
+    runtime_class: Box<str>,
+    host_ips: Box<[Box<str>]>,
     /// `spec.hostNetwork`: the pod's addresses are the node's.
-    pub host_network: bool,
+    host_network: bool,
+}
+
+/// A pod's controller and the workload at the top of its chain, shared by the pods of
+/// one controller.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Owners {
+    controller: Option<Owned>,
+    workload: Option<Owned>,
+}
+
+/// One owner, as an [`api::WorkloadRef`] names it.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Owned {
+    kind: Box<str>,
+    name: Box<str>,
+    uid: Box<str>,
+}
+
+impl Owned {
+    fn of(r: api::WorkloadRef) -> Self {
+        Self { kind: r.kind.into(), name: r.name.into(), uid: r.uid.into() }
+    }
+
+    fn reference(&self) -> api::WorkloadRef {
+        api::WorkloadRef { kind: self.kind.to_string(), name: self.name.to_string(), uid: self.uid.to_string() }
+    }
+}
+
+fn boxed(v: Vec<String>) -> Box<[Box<str>]> {
+    v.into_iter().map(String::into_boxed_str).collect()
+}
+
+impl KubeletPod {
+    /// The kubelet's word `identity` (its source is always `PODS_API`) of a pod whose
+    /// network is the host's (`host_network`) or its own.
+    pub fn new(identity: api::PodIdentity, host_network: bool) -> Self {
+        let api::PodIdentity {
+            node_name,
+            controller,
+            workload,
+            qos_class,
+            priority,
+            priority_class_name,
+            service_account,
+            runtime_class,
+            pod_ips,
+            host_ips,
+            source: _,
+        } = identity;
+        let owners = (controller.is_some() || workload.is_some())
+            .then(|| Arc::new(Owners { controller: controller.map(Owned::of), workload: workload.map(Owned::of) }));
+        let placement = Placement {
+            node_name: node_name.into(),
+            qos_class: qos_class.into(),
+            priority,
+            priority_class_name: priority_class_name.into(),
+            service_account: service_account.into(),
+            runtime_class: runtime_class.into(),
+            host_ips: boxed(host_ips),
+            host_network,
+        };
+        Self { placement: Arc::new(placement), owners, pod_ips: boxed(pod_ips) }
+    }
+
+    /// The pod's identity as the API serves it (`source: PODS_API`).
+    pub fn identity(&self) -> api::PodIdentity {
+        let p = &*self.placement;
+        let strings = |v: &[Box<str>]| v.iter().map(|s| s.to_string()).collect();
+        api::PodIdentity {
+            node_name: p.node_name.to_string(),
+            controller: self.owners.as_ref().and_then(|o| o.controller.as_ref()).map(Owned::reference),
+            workload: self.owners.as_ref().and_then(|o| o.workload.as_ref()).map(Owned::reference),
+            qos_class: p.qos_class.to_string(),
+            priority: p.priority,
+            priority_class_name: p.priority_class_name.to_string(),
+            service_account: p.service_account.to_string(),
+            runtime_class: p.runtime_class.to_string(),
+            pod_ips: strings(&self.pod_ips),
+            host_ips: strings(&p.host_ips),
+            source: api::IdentitySource::PodsApi as i32,
+        }
+    }
+
+    /// `spec.hostNetwork`: the pod's addresses are the node's.
+    pub fn host_network(&self) -> bool {
+        self.placement.host_network
+    }
+
+    /// `spec.nodeName`.
+    pub fn node_name(&self) -> &str {
+        &self.placement.node_name
+    }
+
+    /// The pod's controller, then the workload at the top of its chain, as (kind, name).
+    pub fn owners(&self) -> impl Iterator<Item = (&str, &str)> {
+        let o = self.owners.as_deref();
+        [o.and_then(|o| o.controller.as_ref()), o.and_then(|o| o.workload.as_ref())]
+            .into_iter()
+            .flatten()
+            .map(|r| (&*r.kind, &*r.name))
+    }
+}
+
+/// The parts of [`KubeletPod`]s held once for every pod that says the same.
+#[derive(Debug, Default)]
+struct Interned {
+    placements: HashSet<Arc<Placement>>,
+    owners: HashSet<Arc<Owners>>,
+}
+
+impl Interned {
+    /// `pod`, its shared parts the ones already held where equal.
+    fn intern(&mut self, mut pod: KubeletPod) -> KubeletPod {
+        fn one<T: Eq + std::hash::Hash>(set: &mut HashSet<Arc<T>>, value: &mut Arc<T>) {
+            match set.get(&**value) {
+                Some(held) => *value = held.clone(),
+                None => {
+                    set.insert(value.clone());
+                }
+            }
+        }
+        one(&mut self.placements, &mut pod.placement);
+        if let Some(owners) = &mut pod.owners {
+            one(&mut self.owners, owners);
+        }
+        pod
+    }
+
+    /// Forgets the parts no pod holds any more.
+    fn forget_unused(&mut self) {
+        self.placements.retain(|p| Arc::strong_count(p) > 1);
+        self.owners.retain(|o| Arc::strong_count(o) > 1);
+    }
 }
 
 /// A pod as the kubelet's Pods API sends it, reduced to whose it is.
@@ -164,7 +314,7 @@ impl KubeletWord {
             uid,
             namespace: meta.namespace().into(),
             name: meta.name().into(),
-            pod: KubeletPod { identity, host_network: spec.host_network() },
+            pod: KubeletPod::new(identity, spec.host_network()),
         })
     }
 }
@@ -205,7 +355,9 @@ struct Known {
 
 #[derive(Debug)]
 struct Book {
-    pods: HashMap<String, Known>,
+    /// By uid (the one copy events and labels share).
+    pods: HashMap<Arc<str>, Known>,
+    interned: Interned,
     /// The node name the kubelet's pods say (`spec.nodeName`), which wins over the flag.
     node: Option<String>,
     source: KubeletSource,
@@ -228,7 +380,7 @@ impl Identities {
     /// No kubelet word yet, on node `node` (`--node-name`); a gone pod's identity is kept
     /// `keep_gone`.
     pub fn new(node: &str, keep_gone: Duration) -> Self {
-        let book = Book { pods: HashMap::new(), node: None, source: KubeletSource::Off };
+        let book = Book { pods: HashMap::new(), interned: Interned::default(), node: None, source: KubeletSource::Off };
         Self { flag_node: node.to_owned(), book: RwLock::new(book), keep_gone, changes: AtomicU64::new(0) }
     }
 
@@ -256,7 +408,7 @@ impl Identities {
             .pods
             .iter()
             .map(|(uid, k)| KeptPod {
-                uid: uid.clone(),
+                uid: uid.to_string(),
                 pod: k.pod.clone(),
                 gone_at: k.gone_at,
                 restored_at: k.restored_at,
@@ -276,8 +428,12 @@ impl Identities {
             book.node = kept.node;
         }
         for KeptPod { uid, pod, gone_at, restored_at } in kept.pods {
+            if book.pods.contains_key(uid.as_str()) {
+                continue;
+            }
             let restored_at = restored_at.or(gone_at.is_none().then_some(now));
-            book.pods.entry(uid).or_insert(Known { pod, gone_at, restored_at });
+            let pod = Arc::new(book.interned.intern(Arc::unwrap_or_clone(pod)));
+            book.pods.insert(shared(&uid), Known { pod, gone_at, restored_at });
         }
         drop(book);
         self.changed();
@@ -292,9 +448,9 @@ impl Identities {
     /// released, and the kubelet says none), else inferred.
     pub fn of(&self, pod: &PodStatus) -> api::PodIdentity {
         let book = self.read();
-        match book.pods.get(&pod.uid) {
+        match book.pods.get(&*pod.uid) {
             Some(k) => {
-                let mut id = k.pod.identity.clone();
+                let mut id = k.pod.identity();
                 if id.qos_class.is_empty() {
                     id.qos_class = pod.inferred_identity("").qos_class;
                 }
@@ -323,8 +479,8 @@ impl Identities {
     pub fn said(&self, uid: &str, pod: KubeletPod) -> bool {
         let mut book = self.write();
         let mut moved = false;
-        if !pod.identity.node_name.is_empty() && book.node.as_deref() != Some(&pod.identity.node_name) {
-            book.node = Some(pod.identity.node_name.clone());
+        if !pod.node_name().is_empty() && book.node.as_deref() != Some(pod.node_name()) {
+            book.node = Some(pod.node_name().to_owned());
             moved = true;
         }
         let updated = match book.pods.get_mut(uid) {
@@ -334,7 +490,8 @@ impl Identities {
                 false
             }
             _ => {
-                book.pods.insert(uid.to_owned(), Known { pod: Arc::new(pod), gone_at: None, restored_at: None });
+                let pod = Arc::new(book.interned.intern(pod));
+                book.pods.insert(shared(uid), Known { pod, gone_at: None, restored_at: None });
                 true
             }
         };
@@ -366,9 +523,9 @@ impl Identities {
         let mut book = self.write();
         let mut newly = Vec::new();
         for (uid, k) in book.pods.iter_mut() {
-            if k.gone_at.is_none() && !seen.contains(uid) {
+            if k.gone_at.is_none() && !seen.contains(&**uid) {
                 k.gone_at = Some(at);
-                newly.push(uid.clone());
+                newly.push(uid.to_string());
             }
         }
         drop(book);
@@ -389,7 +546,7 @@ impl Identities {
         book.pods.retain(|_, k| k.gone_at.or(k.restored_at).is_none_or(recent));
         let over = book.pods.len().saturating_sub(MAX_KUBELET_PODS);
         if over > 0 {
-            let mut gone: Vec<(SystemTime, String)> =
+            let mut gone: Vec<(SystemTime, Arc<str>)> =
                 book.pods.iter().filter_map(|(uid, k)| Some((k.gone_at?, uid.clone()))).collect();
             gone.sort();
             for (_, uid) in gone.into_iter().take(over) {
@@ -397,6 +554,7 @@ impl Identities {
             }
         }
         let forgot = book.pods.len() != held;
+        book.interned.forget_unused();
         drop(book);
         if forgot {
             self.changed();
@@ -516,7 +674,7 @@ mod tests {
         let word = KubeletWord::decode(&bytes).unwrap();
         assert!(!format!("{word:?}").contains("s3cr3t-value"), "nothing decoded holds it");
         assert_eq!((word.uid.as_str(), word.namespace.as_str()), ("u1", "shop"));
-        let id = &word.pod.identity;
+        let id = word.pod.identity();
         assert_eq!(id.workload.as_ref().map(|w| (w.kind.as_str(), w.name.as_str())), Some(("Deployment", "web")));
         assert_eq!((id.node_name.as_str(), id.pod_ips.as_slice()), ("node-k", &["10.244.0.9".to_string()][..]));
         assert_eq!(id.source, api::IdentitySource::PodsApi as i32);
@@ -524,16 +682,16 @@ mod tests {
         let minute = SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 60;
         let job = format!("backup-{minute}");
         let cron = KubeletWord::decode(&written("u2", Some(("Job", &job)), &[], "")).unwrap();
-        assert_eq!(cron.pod.identity.workload.map(|w| (w.kind, w.name)), Some(("CronJob".into(), "backup".into())));
+        assert_eq!(cron.pod.identity().workload.map(|w| (w.kind, w.name)), Some(("CronJob".into(), "backup".into())));
         // A static pod's zero creation time (the real kubelet sends one) is unknown, not
         // 1970: its CronJob is still found.
         let mut stat =
             <v::WrittenPod as prost::Message>::decode(&written("u5", Some(("Job", &job)), &[], "")[..]).unwrap();
         stat.metadata.as_mut().unwrap().creation_timestamp = Some(v::Time { seconds: Some(0), nanos: Some(0) });
         let stat = KubeletWord::decode(&prost::Message::encode_to_vec(&stat)).unwrap();
-        assert_eq!(stat.pod.identity.workload.map(|w| (w.kind, w.name)), Some(("CronJob".into(), "backup".into())));
+        assert_eq!(stat.pod.identity().workload.map(|w| (w.kind, w.name)), Some(("CronJob".into(), "backup".into())));
         let custom = KubeletWord::decode(&written("u3", Some(("Rollout", "canary")), &[], "")).unwrap();
-        assert_eq!(custom.pod.identity.workload.map(|w| (w.kind, w.name)), Some(("Rollout".into(), "canary".into())));
+        assert_eq!(custom.pod.identity().workload.map(|w| (w.kind, w.name)), Some(("Rollout".into(), "canary".into())));
         // A host-network pod: the kubelet names the node's address as the pod's; plegd
         // names it as the host's only.
         let mut host =
@@ -542,12 +700,53 @@ mod tests {
         spec.host_network = Some(true);
         host.status.as_mut().unwrap().host_i_ps = vec![v::PodIp { ip: Some("192.168.1.10".into()) }];
         let host = KubeletWord::decode(&prost::Message::encode_to_vec(&host)).unwrap();
-        assert!(host.pod.host_network);
-        assert_eq!(host.pod.identity.pod_ips, Vec::<String>::new(), "the node's address is not the pod's");
-        assert_eq!(host.pod.identity.host_ips, vec!["192.168.1.10".to_string()]);
+        assert!(host.pod.host_network());
+        assert_eq!(host.pod.identity().pod_ips, Vec::<String>::new(), "the node's address is not the pod's");
+        assert_eq!(host.pod.identity().host_ips, vec!["192.168.1.10".to_string()]);
         // Bad input: a clear error.
         assert!(matches!(KubeletWord::decode(&written("", None, &[], "")), Err(KubeletWordError::NoUid)));
         assert!(matches!(KubeletWord::decode(&[0xff, 0xff, 0xff]), Err(KubeletWordError::Decode(_))));
+    }
+
+    #[test]
+    fn pods_that_say_the_same_placement_and_controller_hold_it_once_until_the_last_is_forgotten() {
+        let said = |ip: &str, rs: &str| api::PodIdentity {
+            node_name: "node-k".into(),
+            controller: Some(api::WorkloadRef { kind: "ReplicaSet".into(), name: rs.into(), uid: format!("uid-{rs}") }),
+            workload: Some(api::WorkloadRef { kind: "Deployment".into(), name: "web".into(), uid: String::new() }),
+            qos_class: "Burstable".into(),
+            priority: 1000,
+            priority_class_name: "high".into(),
+            service_account: "web".into(),
+            runtime_class: "gvisor".into(),
+            pod_ips: vec![ip.into(), "fd00::9".into()],
+            host_ips: vec!["192.168.1.10".into()],
+            source: api::IdentitySource::PodsApi as i32,
+        };
+        // What is held is what was said, every field.
+        assert_eq!(KubeletPod::new(said("10.244.0.9", "web-1"), false).identity(), said("10.244.0.9", "web-1"));
+        let ids = Identities::new("n", Duration::ZERO);
+        ids.said("a", KubeletPod::new(said("10.244.0.9", "web-1"), false));
+        ids.said("b", KubeletPod::new(said("10.244.0.10", "web-1"), false));
+        ids.said("c", KubeletPod::new(said("10.244.0.11", "web-2"), false));
+        let (a, b, c) = (ids.kubelet_pod("a").unwrap(), ids.kubelet_pod("b").unwrap(), ids.kubelet_pod("c").unwrap());
+        assert!(Arc::ptr_eq(&a.placement, &b.placement) && Arc::ptr_eq(&a.placement, &c.placement));
+        assert!(Arc::ptr_eq(a.owners.as_ref().unwrap(), b.owners.as_ref().unwrap()));
+        assert!(!Arc::ptr_eq(a.owners.as_ref().unwrap(), c.owners.as_ref().unwrap()), "another controller");
+        assert_eq!(b.identity(), said("10.244.0.10", "web-1"), "each keeps its own addresses");
+        drop((a, b, c));
+        let held = |ids: &Identities| {
+            let book = ids.read();
+            (book.interned.placements.len(), book.interned.owners.len())
+        };
+        assert_eq!(held(&ids), (1, 2));
+        let now = SystemTime::now();
+        for uid in ["a", "b", "c"] {
+            ids.gone(uid, now - GONE_SLACK - Duration::from_secs(1));
+        }
+        ids.prune(now);
+        assert!(ids.is_empty());
+        assert_eq!(held(&ids), (0, 0), "nothing is held for pods forgotten");
     }
 
     #[derive(Clone, Debug)]
@@ -578,7 +777,7 @@ mod tests {
             source: api::IdentitySource::PodsApi as i32,
             ..Default::default()
         };
-        KubeletPod { identity, host_network: false }
+        KubeletPod::new(identity, false)
     }
 
     proptest::proptest! {
@@ -634,7 +833,7 @@ mod tests {
                 }
                 for p in 0..6u8 {
                     let uid = format!("u{p}");
-                    let held = ids.kubelet_pod(&uid).map(|k| k.identity.priority as u8);
+                    let held = ids.kubelet_pod(&uid).map(|k| k.identity().priority as u8);
                     let m = model.get(&uid);
                     proptest::prop_assert_eq!(held, m.map(|m| m.0), "{}", uid);
                     proptest::prop_assert_eq!(ids.running(&uid), m.is_some_and(|m| m.1.is_none()), "{}", uid);
