@@ -303,7 +303,8 @@ impl PodsApiWatcher {
             };
             match WatchType::try_from(ev.r#type) {
                 Ok(WatchType::Added | WatchType::Modified) => {
-                    let word = match KubeletWord::decode(&ev.pod) {
+                    let made = |uid: &str| self.cache.get(uid)?.status.as_ref()?.sandbox_made_at();
+                    let word = match KubeletWord::decode_made(&ev.pod, made) {
                         Ok(w) => w,
                         Err(e) => {
                             tracing::warn!(error = %e, "a pod from the kubelet's Pods API is skipped");

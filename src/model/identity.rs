@@ -269,6 +269,17 @@ impl KubeletWord {
     /// Decodes a `v1.Pod` the kubelet sent, keeping only whose it is: every other field
     /// (containers, environment values, volumes, …) is skipped unread.
     pub fn decode(bytes: &[u8]) -> Result<Self, KubeletWordError> {
+        Self::decode_made(bytes, |_| None)
+    }
+
+    /// [`Self::decode`], asking `made_if_unset` when the pod was made, by its uid, where
+    /// the kubelet sends no creation time (a static pod): the node's word for it (its
+    /// sandbox's creation) is steadier than now, so a Job's CronJob is found alike in
+    /// every replay, however long after the pod's start.
+    pub fn decode_made(
+        bytes: &[u8],
+        made_if_unset: impl FnOnce(&str) -> Option<SystemTime>,
+    ) -> Result<Self, KubeletWordError> {
         use crate::proto::pod_view;
         let pod = <pod_view::Pod as prost::Message>::decode(bytes)?;
         let meta = pod.metadata.unwrap_or_default();
@@ -282,6 +293,7 @@ impl KubeletWord {
             .creation_timestamp
             .filter(|t| t.seconds() > 0)
             .map(|t| std::time::UNIX_EPOCH + Duration::from_secs(t.seconds() as u64))
+            .or_else(|| made_if_unset(&uid))
             .unwrap_or_else(SystemTime::now);
         let controller = meta.owner_references.iter().find(|o| o.controller()).map(|o| api::WorkloadRef {
             kind: o.kind().into(),
@@ -688,8 +700,33 @@ mod tests {
         let mut stat =
             <v::WrittenPod as prost::Message>::decode(&written("u5", Some(("Job", &job)), &[], "")[..]).unwrap();
         stat.metadata.as_mut().unwrap().creation_timestamp = Some(v::Time { seconds: Some(0), nanos: Some(0) });
-        let stat = KubeletWord::decode(&prost::Message::encode_to_vec(&stat)).unwrap();
-        assert_eq!(stat.pod.identity().workload.map(|w| (w.kind, w.name)), Some(("CronJob".into(), "backup".into())));
+        let stat = prost::Message::encode_to_vec(&stat);
+        let decoded = KubeletWord::decode(&stat).unwrap();
+        assert_eq!(
+            decoded.pod.identity().workload.map(|w| (w.kind, w.name)),
+            Some(("CronJob".into(), "backup".into()))
+        );
+        // Replayed 40 days on, its CronJob is still found from when the node made it;
+        // from "now" the scheduled minute would be too far behind.
+        let later = SystemTime::now() + Duration::from_secs(40 * 24 * 3600);
+        let made = SystemTime::now() - Duration::from_secs(60);
+        let asked = std::cell::Cell::new(None);
+        let replayed = KubeletWord::decode_made(&stat, |uid| {
+            asked.set(Some(uid.to_owned()));
+            Some(made)
+        })
+        .unwrap();
+        assert_eq!(asked.take().as_deref(), Some("u5"));
+        assert_eq!(replayed.pod, decoded.pod);
+        let from_later = KubeletWord::decode_made(&stat, |_| Some(later)).unwrap();
+        assert_eq!(from_later.pod.identity().workload.map(|w| w.kind), Some("Job".into()), "the window holds");
+        // A pod that carries its creation time is never asked.
+        let mut dated =
+            <v::WrittenPod as prost::Message>::decode(&written("u6", Some(("Job", &job)), &[], "")[..]).unwrap();
+        let seconds = SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+        dated.metadata.as_mut().unwrap().creation_timestamp = Some(v::Time { seconds: Some(seconds), nanos: Some(0) });
+        let dated = KubeletWord::decode_made(&prost::Message::encode_to_vec(&dated), |_| panic!("asked")).unwrap();
+        assert_eq!(dated.pod.identity().workload.map(|w| w.kind), Some("CronJob".into()));
         let custom = KubeletWord::decode(&written("u3", Some(("Rollout", "canary")), &[], "")).unwrap();
         assert_eq!(custom.pod.identity().workload.map(|w| (w.kind, w.name)), Some(("Rollout".into(), "canary".into())));
         // A host-network pod: the kubelet names the node's address as the pod's; plegd
