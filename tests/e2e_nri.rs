@@ -402,9 +402,56 @@ fn quantile_ms(v: &mut [Duration], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e3
 }
 
+/// NRI's own Go plugin stub as a bare observer (tests/e2e/nri-reference, built by
+/// tests/e2e/run.sh), registered on `socket`: it answers every call at once and does
+/// nothing else. Killed when dropped.
+struct ReferencePlugin(std::process::Child);
+
+impl ReferencePlugin {
+    /// Started and synchronized by the runtime; `None` (said loudly) when it is not built.
+    fn start(socket: &str) -> Option<Self> {
+        use std::io::BufRead;
+        let Some(bin) = std::env::var("PLEGD_E2E_NRI_REFERENCE").ok().filter(|b| !b.is_empty()) else {
+            eprintln!(
+                "*** PLEGD_E2E_NRI_REFERENCE unset: NRI's reference plugin is not built, its way is left out ***"
+            );
+            return None;
+        };
+        let mut child = Command::new(&bin)
+            .args(["-socket", socket])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("NRI's reference plugin {bin}: {e}"));
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let synced = std::io::BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l == "synchronized");
+            let _ = tx.send(synced);
+        });
+        let plugin = Self(child);
+        let synced = rx.recv_timeout(Duration::from_secs(10)).unwrap_or(false);
+        assert!(synced, "NRI's reference plugin was not synchronized by the runtime within 10 s");
+        Some(plugin)
+    }
+}
+
+impl Drop for ReferencePlugin {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The ways the runtime's calls are timed, in each round's order.
+const WAYS: [&str; 4] =
+    ["no plegd", "plegd without NRI", "plegd registered", "plegd without NRI + NRI's reference plugin"];
+
 /// What registering plegd adds to the runtime's calls: the same pods made in rounds,
 /// alternately with no plegd, with plegd not registered (its reads of the runtime are
-/// the same) and with plegd registered, each call timed by the caller; and plegd's own
+/// the same), with plegd registered, and with plegd not registered beside NRI's own Go
+/// plugin stub registered as a bare observer (what any plugin costs the runtime), each
+/// call timed by the caller; and plegd's own
 /// time from a call's read to its answer's write (`plegd_nri_answer_duration_seconds`),
 /// and each way's mean on containerd's own clock (its gRPC handling time, which holds
 /// the plugin's calls made before it answers). A figure, with the machine's noise beside
@@ -420,12 +467,12 @@ async fn what_plegd_adds_to_the_runtimes_calls_is_measured_with_and_without_it()
     // machine is several ms, so a 1 ms difference needs hundreds of pods each way).
     let rounds: usize = std::env::var("PLEGD_E2E_NRI_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
     const PODS: usize = 8;
-    // [no plegd, plegd without NRI, plegd registered][call]
-    let mut times: [[Vec<Duration>; 3]; 3] = Default::default();
+    // [way][call], the ways as WAYS names them.
+    let mut times: [[Vec<Duration>; 3]; 4] = Default::default();
     let mut sids = Vec::new();
     let mut answers = (0.0, 0u64, 0u64);
     // [way][call]: (seconds, calls) on containerd's clock.
-    let mut served = [[(0.0, 0.0); 3]; 3];
+    let mut served = [[(0.0, 0.0); 3]; 4];
     for round in 0..rounds {
         for (way, samples) in times.iter_mut().enumerate() {
             let sc = if way > 0 {
@@ -443,6 +490,19 @@ async fn what_plegd_adds_to_the_runtimes_calls_is_measured_with_and_without_it()
             } else {
                 None
             };
+            let reference = if way == 3 {
+                match ReferencePlugin::start(&socket) {
+                    Some(p) => Some(p),
+                    None => {
+                        if let Some(sc) = sc {
+                            sc.stop().await;
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             let before = runtime_clock().await;
             for i in 0..PODS {
                 let (sid, calls) = timed_pod(&c, &format!("r{round}-{way}-{i}")).await;
@@ -457,6 +517,7 @@ async fn what_plegd_adds_to_the_runtimes_calls_is_measured_with_and_without_it()
                     served[way][k].1 += after[k].1 - before[k].1;
                 }
             }
+            drop(reference);
             if let Some(sc) = sc {
                 let text = sc.metrics.encode_text();
                 let sample = |name: &str| {
@@ -476,22 +537,21 @@ async fn what_plegd_adds_to_the_runtimes_calls_is_measured_with_and_without_it()
     }
     assert_eq!(times[2][2].len(), rounds * PODS, "every pod started with plegd registered");
     assert!(answers.1 >= (rounds * PODS * 2) as u64, "plegd answered the runtime's calls: {answers:?}");
+    // The ways that ran (the reference plugin's only where it is built).
+    let ran: Vec<usize> = (0..WAYS.len()).filter(|&w| !times[w][0].is_empty()).collect();
+    let names: Vec<&str> = ran.iter().map(|&w| WAYS[w]).collect();
     let mut line = format!(
-        "containerd {} caller-timed, {} pods each way in {rounds} rounds, p50/p99 ms with no plegd, plegd without NRI, plegd registered:",
+        "containerd {} caller-timed, {} pods each way in {rounds} rounds, p50/p99 ms with {}:",
         env.version,
-        rounds * PODS
+        rounds * PODS,
+        names.join(", ")
     );
     for (k, call) in TIMED_CALLS.iter().enumerate() {
-        let q = |t: &mut [[Vec<Duration>; 3]; 3], w: usize, p: f64| quantile_ms(&mut t[w][k], p);
-        line.push_str(&format!(
-            " {call} {:.1}/{:.1}, {:.1}/{:.1}, {:.1}/{:.1};",
-            q(&mut times, 0, 0.5),
-            q(&mut times, 0, 0.99),
-            q(&mut times, 1, 0.5),
-            q(&mut times, 1, 0.99),
-            q(&mut times, 2, 0.5),
-            q(&mut times, 2, 0.99),
-        ));
+        let cells: Vec<String> = ran
+            .iter()
+            .map(|&w| format!("{:.1}/{:.1}", quantile_ms(&mut times[w][k], 0.5), quantile_ms(&mut times[w][k], 0.99)))
+            .collect();
+        line.push_str(&format!(" {call} {};", cells.join(", ")));
     }
     line.push_str(&format!(
         " plegd's answer (read to write) mean {:.0} µs over {} calls, {} of them within 1 ms",
@@ -500,27 +560,24 @@ async fn what_plegd_adds_to_the_runtimes_calls_is_measured_with_and_without_it()
         answers.2
     ));
     if std::env::var("PLEGD_E2E_METRICS").is_ok_and(|a| !a.is_empty()) {
-        for (way, calls) in served.iter().enumerate() {
-            for (k, &(_, n)) in calls.iter().enumerate() {
-                assert_eq!(n as usize, rounds * PODS, "containerd counted each {} of way {way}", TIMED_CALLS[k]);
+        for &way in &ran {
+            for (k, &(_, n)) in served[way].iter().enumerate() {
+                assert_eq!(n as usize, rounds * PODS, "containerd counted each {} with {}", TIMED_CALLS[k], WAYS[way]);
             }
         }
-        line.push_str(
-            "; on containerd's own clock, mean ms (± the caller-timed samples' standard error) with no plegd, \
-             plegd without NRI, plegd registered:",
-        );
+        line.push_str(&format!(
+            "; on containerd's own clock, mean ms (± the caller-timed samples' standard error) with {}:",
+            names.join(", ")
+        ));
         for (k, call) in TIMED_CALLS.iter().enumerate() {
-            let mean = |w: usize| served[w][k].0 / served[w][k].1 * 1e3;
-            let se = |w: usize| standard_error_ms(&times[w][k]);
-            line.push_str(&format!(
-                " {call} {:.2}±{:.2}, {:.2}±{:.2}, {:.2}±{:.2};",
-                mean(0),
-                se(0),
-                mean(1),
-                se(1),
-                mean(2),
-                se(2)
-            ));
+            let cells: Vec<String> = ran
+                .iter()
+                .map(|&w| {
+                    let mean = served[w][k].0 / served[w][k].1 * 1e3;
+                    format!("{mean:.2}±{:.2}", standard_error_ms(&times[w][k]))
+                })
+                .collect();
+            line.push_str(&format!(" {call} {};", cells.join(", ")));
         }
     } else {
         line.push_str("; *** containerd's own clock not read: PLEGD_E2E_METRICS (its metrics listener) is unset ***");

@@ -12,6 +12,11 @@ CTL="$PWD/tests/e2e/containerd.sh"
 [ "$(id -u)" = 0 ] || { echo "tests/e2e/run.sh: needs root to run containerd" >&2; exit 1; }
 "$CTL" install
 cargo test --locked --test e2e_containerd --test e2e_lookup --test e2e_nri --test soak --no-run
+# NRI's own Go plugin stub as a bare observer, the way tests/e2e_nri.rs measures what any
+# NRI plugin costs the runtime beside what plegd costs it.
+PLEGD_E2E_NRI_REFERENCE=$(PLEGD_COLLECTOR_SRC="$PWD/tests/e2e/nri-reference" \
+  PLEGD_OTLP_COLLECTOR_BIN=target/nri-reference/nri-reference bash tests/otlp/build-collector.sh | tail -1)
+export PLEGD_E2E_NRI_REFERENCE
 failed=()
 export PLEGD_E2E_FIGURES=${PLEGD_E2E_FIGURES:-/tmp/plegd-e2e-figures.txt}
 : >"$PLEGD_E2E_FIGURES"

@@ -10,7 +10,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-# PLEGD_COLLECTOR_SRC builds another collector module the same way (tests/otelcol), and
+# PLEGD_COLLECTOR_SRC builds another Go module the same way (tests/otelcol's collector,
+# tests/e2e/nri-reference), and
 # PLEGD_COLLECTOR_DEPENDS names more files whose change must rebuild it (one a line).
 src="${PLEGD_COLLECTOR_SRC:-$here/collector}"
 
@@ -22,7 +23,7 @@ esac
 stamp="$bin.stamp"
 
 if ! command -v go >/dev/null 2>&1; then
-  echo "build-collector.sh: error: 'go' not found in PATH; Go >= 1.26 is needed to build the test OpenTelemetry Collector ($src)" >&2
+  echo "build-collector.sh: error: 'go' not found in PATH; Go >= 1.26 is needed to build $src" >&2
   exit 1
 fi
 
@@ -50,7 +51,7 @@ start=$(date +%s)
 nice_cmd=()
 command -v nice >/dev/null 2>&1 && nice_cmd=(nice -n 10)
 if ! (cd "$src" && "${nice_cmd[@]}" go build -buildvcs=false -trimpath -ldflags='-s -w' -o "$tmp" .); then
-  echo "build-collector.sh: error: go build of the test collector in $src failed" >&2
+  echo "build-collector.sh: error: go build of $src failed" >&2
   exit 1
 fi
 mv -f "$tmp" "$bin"
