@@ -303,14 +303,21 @@ impl PodsApiWatcher {
             };
             match WatchType::try_from(ev.r#type) {
                 Ok(WatchType::Added | WatchType::Modified) => {
-                    let made = |uid: &str| self.cache.get(uid)?.status.as_ref()?.sandbox_made_at();
-                    let word = match KubeletWord::decode_made(&ev.pod, made) {
+                    let made = |uid: &str| self.cache.get(uid)?.status.as_ref()?.first_sandbox_made_at();
+                    let mut word = match KubeletWord::decode_made(&ev.pod, made) {
                         Ok(w) => w,
                         Err(e) => {
                             tracing::warn!(error = %e, "a pod from the kubelet's Pods API is skipped");
                             continue;
                         }
                     };
+                    // A static pod heard before its sandbox was read (plegd just started):
+                    // the workload held stands, not one found from now.
+                    if word.made_guessed
+                        && let Some(held) = self.identities.kubelet_pod(&word.uid)
+                    {
+                        word.pod = word.pod.with_workload_of(&held);
+                    }
                     if let Some(seen) = &mut replay {
                         seen.insert(word.uid.clone());
                     }

@@ -199,6 +199,20 @@ impl KubeletPod {
         &self.placement.node_name
     }
 
+    /// This word with the workload `held` names above the same controller: for a word
+    /// whose creation time was a guess ([`KubeletWord::made_guessed`]: a static pod whose
+    /// sandbox plegd has not read yet, as at its start), whose Job's CronJob would be
+    /// found from now. Another controller: this word as it is.
+    pub fn with_workload_of(mut self, held: &KubeletPod) -> Self {
+        fn controller(p: &KubeletPod) -> Option<&Owned> {
+            p.owners.as_deref()?.controller.as_ref()
+        }
+        if controller(&self).is_some() && controller(&self) == controller(held) {
+            self.owners = held.owners.clone();
+        }
+        self
+    }
+
     /// The pod's controller, then the workload at the top of its chain, as (kind, name).
     pub fn owners(&self) -> impl Iterator<Item = (&str, &str)> {
         let o = self.owners.as_deref();
@@ -252,6 +266,9 @@ pub struct KubeletWord {
     pub name: String,
     /// The rest, as plegd keeps it.
     pub pod: KubeletPod,
+    /// The kubelet sent no creation time and the node knew none: the workload above the
+    /// controller was found from now ([`KubeletPod::with_workload_of`] keeps the one held).
+    pub made_guessed: bool,
 }
 
 /// The kubelet's pod bytes would not decode as a pod.
@@ -293,8 +310,9 @@ impl KubeletWord {
             .creation_timestamp
             .filter(|t| t.seconds() > 0)
             .map(|t| std::time::UNIX_EPOCH + Duration::from_secs(t.seconds() as u64))
-            .or_else(|| made_if_unset(&uid))
-            .unwrap_or_else(SystemTime::now);
+            .or_else(|| made_if_unset(&uid));
+        let made_guessed = made.is_none();
+        let made = made.unwrap_or_else(SystemTime::now);
         let controller = meta.owner_references.iter().find(|o| o.controller()).map(|o| api::WorkloadRef {
             kind: o.kind().into(),
             name: o.name().into(),
@@ -327,6 +345,7 @@ impl KubeletWord {
             namespace: meta.namespace().into(),
             name: meta.name().into(),
             pod: KubeletPod::new(identity, spec.host_network()),
+            made_guessed,
         })
     }
 }
@@ -435,17 +454,18 @@ impl Identities {
     /// last heard that no replay names again (the kubelet never came back) is forgotten
     /// as a gone pod is, counted from now.
     pub fn restore(&self, kept: KeptBook, now: SystemTime) {
+        let keys: Vec<Arc<str>> = kept.pods.iter().map(|p| shared(&p.uid)).collect();
         let mut book = self.write();
         if book.node.is_none() {
             book.node = kept.node;
         }
-        for KeptPod { uid, pod, gone_at, restored_at } in kept.pods {
-            if book.pods.contains_key(uid.as_str()) {
+        for (key, KeptPod { pod, gone_at, restored_at, .. }) in keys.into_iter().zip(kept.pods) {
+            if book.pods.contains_key(&key) {
                 continue;
             }
             let restored_at = restored_at.or(gone_at.is_none().then_some(now));
             let pod = Arc::new(book.interned.intern(Arc::unwrap_or_clone(pod)));
-            book.pods.insert(shared(&uid), Known { pod, gone_at, restored_at });
+            book.pods.insert(key, Known { pod, gone_at, restored_at });
         }
         drop(book);
         self.changed();
@@ -489,6 +509,9 @@ impl Identities {
 
     /// The kubelet says pod `uid` is `pod`; whether that changed its identity.
     pub fn said(&self, uid: &str, pod: KubeletPod) -> bool {
+        // The one copy of the uid, taken before the book's lock: the interner is the
+        // relister's too.
+        let key = shared(uid);
         let mut book = self.write();
         let mut moved = false;
         if !pod.node_name().is_empty() && book.node.as_deref() != Some(pod.node_name()) {
@@ -503,7 +526,7 @@ impl Identities {
             }
             _ => {
                 let pod = Arc::new(book.interned.intern(pod));
-                book.pods.insert(shared(uid), Known { pod, gone_at: None, restored_at: None });
+                book.pods.insert(key, Known { pod, gone_at: None, restored_at: None });
                 true
             }
         };
@@ -706,8 +729,8 @@ mod tests {
             decoded.pod.identity().workload.map(|w| (w.kind, w.name)),
             Some(("CronJob".into(), "backup".into()))
         );
-        // Replayed 40 days on, its CronJob is still found from when the node made it;
-        // from "now" the scheduled minute would be too far behind.
+        // Decoded with the node's time for it (its sandbox's creation) that time decides,
+        // not now: from a time past the window the scheduled minute is too far behind.
         let later = SystemTime::now() + Duration::from_secs(40 * 24 * 3600);
         let made = SystemTime::now() - Duration::from_secs(60);
         let asked = std::cell::Cell::new(None);
@@ -718,8 +741,16 @@ mod tests {
         .unwrap();
         assert_eq!(asked.take().as_deref(), Some("u5"));
         assert_eq!(replayed.pod, decoded.pod);
+        assert!(decoded.made_guessed && !replayed.made_guessed);
         let from_later = KubeletWord::decode_made(&stat, |_| Some(later)).unwrap();
         assert_eq!(from_later.pod.identity().workload.map(|w| w.kind), Some("Job".into()), "the window holds");
+        // A guess (plegd just started, the sandbox not read yet) keeps the workload held
+        // above the same controller, and only the same one's.
+        assert_eq!(from_later.pod.clone().with_workload_of(&decoded.pod), decoded.pod);
+        let other = KubeletWord::decode(&written("u7", Some(("Job", "backup-1")), &[], "")).unwrap();
+        assert_eq!(other.pod.clone().with_workload_of(&decoded.pod), other.pod, "another controller");
+        let bare = KubeletWord::decode(&written("u8", None, &[], "")).unwrap();
+        assert_eq!(bare.pod.clone().with_workload_of(&decoded.pod), bare.pod, "no controller");
         // A pod that carries its creation time is never asked.
         let mut dated =
             <v::WrittenPod as prost::Message>::decode(&written("u6", Some(("Job", &job)), &[], "")[..]).unwrap();
@@ -727,6 +758,7 @@ mod tests {
         dated.metadata.as_mut().unwrap().creation_timestamp = Some(v::Time { seconds: Some(seconds), nanos: Some(0) });
         let dated = KubeletWord::decode_made(&prost::Message::encode_to_vec(&dated), |_| panic!("asked")).unwrap();
         assert_eq!(dated.pod.identity().workload.map(|w| w.kind), Some("CronJob".into()));
+        assert!(!dated.made_guessed);
         let custom = KubeletWord::decode(&written("u3", Some(("Rollout", "canary")), &[], "")).unwrap();
         assert_eq!(custom.pod.identity().workload.map(|w| (w.kind, w.name)), Some(("Rollout".into(), "canary".into())));
         // A host-network pod: the kubelet names the node's address as the pod's; plegd
@@ -760,12 +792,15 @@ mod tests {
             host_ips: vec!["192.168.1.10".into()],
             source: api::IdentitySource::PodsApi as i32,
         };
-        // What is held is what was said, every field.
+        // What is held is what was said, every field; and of a pod with no controller.
         assert_eq!(KubeletPod::new(said("10.244.0.9", "web-1"), false).identity(), said("10.244.0.9", "web-1"));
+        let bare = api::PodIdentity { controller: None, workload: None, ..said("10.244.0.9", "web-1") };
+        assert_eq!(KubeletPod::new(bare.clone(), true).identity(), bare);
         let ids = Identities::new("n", Duration::ZERO);
-        ids.said("a", KubeletPod::new(said("10.244.0.9", "web-1"), false));
-        ids.said("b", KubeletPod::new(said("10.244.0.10", "web-1"), false));
-        ids.said("c", KubeletPod::new(said("10.244.0.11", "web-2"), false));
+        assert!(ids.said("a", KubeletPod::new(said("10.244.0.9", "web-1"), false)));
+        assert!(ids.said("b", KubeletPod::new(said("10.244.0.10", "web-1"), false)));
+        assert!(ids.said("c", KubeletPod::new(said("10.244.0.11", "web-2"), false)));
+        assert!(!ids.said("c", KubeletPod::new(said("10.244.0.11", "web-2"), false)), "said again: no change");
         let (a, b, c) = (ids.kubelet_pod("a").unwrap(), ids.kubelet_pod("b").unwrap(), ids.kubelet_pod("c").unwrap());
         assert!(Arc::ptr_eq(&a.placement, &b.placement) && Arc::ptr_eq(&a.placement, &c.placement));
         assert!(Arc::ptr_eq(a.owners.as_ref().unwrap(), b.owners.as_ref().unwrap()));
@@ -778,10 +813,15 @@ mod tests {
         };
         assert_eq!(held(&ids), (1, 2));
         let now = SystemTime::now();
-        for uid in ["a", "b", "c"] {
+        let forget = |uid: &str| {
             ids.gone(uid, now - GONE_SLACK - Duration::from_secs(1));
-        }
-        ids.prune(now);
+            ids.prune(now);
+        };
+        forget("c");
+        assert_eq!(held(&ids), (1, 1), "web-2's pod forgotten, its controller too");
+        forget("a");
+        assert_eq!(held(&ids), (1, 1), "web-1's other pod still holds it");
+        forget("b");
         assert!(ids.is_empty());
         assert_eq!(held(&ids), (0, 0), "nothing is held for pods forgotten");
     }
@@ -809,8 +849,14 @@ mod tests {
     }
 
     fn kubelet_pod(version: u8) -> KubeletPod {
+        // Each part changes with the version: the placement (priority), the controller
+        // (one of two), the pod's own address.
+        let controller =
+            api::WorkloadRef { kind: "ReplicaSet".into(), name: format!("rs-{}", version % 2), uid: String::new() };
         let identity = api::PodIdentity {
             priority: version as i32,
+            controller: Some(controller),
+            pod_ips: vec![format!("10.0.0.{version}")],
             source: api::IdentitySource::PodsApi as i32,
             ..Default::default()
         };
@@ -866,11 +912,21 @@ mod tests {
                         ids.prune(now);
                         let keep = Duration::from_secs(60) + GONE_SLACK;
                         model.retain(|_, m| m.1.is_none_or(|t| now.duration_since(t).unwrap() < keep));
+                        // Each shared part is held once, and only while a pod holds it.
+                        let versions: HashSet<u8> = model.values().map(|m| m.0).collect();
+                        let controllers: HashSet<u8> = versions.iter().map(|v| v % 2).collect();
+                        let book = ids.read();
+                        proptest::prop_assert_eq!(book.interned.placements.len(), versions.len());
+                        proptest::prop_assert_eq!(book.interned.owners.len(), controllers.len());
                     }
                 }
                 for p in 0..6u8 {
                     let uid = format!("u{p}");
-                    let held = ids.kubelet_pod(&uid).map(|k| k.identity().priority as u8);
+                    let held = ids.kubelet_pod(&uid).map(|k| {
+                        let id = k.identity();
+                        assert_eq!(id, kubelet_pod(id.priority as u8).identity(), "every part as said");
+                        id.priority as u8
+                    });
                     let m = model.get(&uid);
                     proptest::prop_assert_eq!(held, m.map(|m| m.0), "{}", uid);
                     proptest::prop_assert_eq!(ids.running(&uid), m.is_some_and(|m| m.1.is_none()), "{}", uid);

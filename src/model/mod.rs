@@ -318,12 +318,13 @@ impl PodStatus {
     /// When the pod was made, as far as plegd can tell: its newest sandbox's creation,
     /// else when plegd read it.
     pub fn made_at(&self) -> SystemTime {
-        self.sandbox_made_at().unwrap_or(self.observed_at)
+        self.sandboxes.iter().filter_map(|s| nanos_to_system(s.created_at)).max().unwrap_or(self.observed_at)
     }
 
-    /// When its newest sandbox was made; `None`: no sandbox read.
-    pub fn sandbox_made_at(&self) -> Option<SystemTime> {
-        self.sandboxes.iter().filter_map(|s| nanos_to_system(s.created_at)).max()
+    /// When its oldest sandbox plegd holds was made, the nearest it knows to the pod's
+    /// own creation (steady while that sandbox is kept); `None`: no sandbox read.
+    pub fn first_sandbox_made_at(&self) -> Option<SystemTime> {
+        self.sandboxes.iter().filter_map(|s| nanos_to_system(s.created_at)).min()
     }
 
     /// The process this status already holds for container `id`: what plegd reads once
