@@ -1,6 +1,7 @@
 // Command otelcol-plegd-processor is a minimal OpenTelemetry Collector distribution used
-// by plegd's collector-processor test: the filelog receiver (contrib), the plegd processor,
-// the file exporter (contrib) and the debug exporter, nothing else. It is the hand-written equivalent of
+// by plegd's collector-processor test: the filelog receiver (contrib), the OTLP receiver
+// (records from a pod, placed by their connection), the plegd processor, the file exporter
+// (contrib) and the debug exporter, nothing else. It is the hand-written equivalent of
 // what the OpenTelemetry Collector Builder (ocb) would generate for that
 // component list. Build it with tests/otelcol/build-collector.sh.
 package main
@@ -20,6 +21,7 @@ import (
 	"go.opentelemetry.io/collector/otelcol"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/collector/receiver/otlpreceiver"
 	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
 )
 
@@ -30,6 +32,7 @@ func components() (otelcol.Factories, error) {
 	}
 	factories.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](
 		filelogreceiver.NewFactory(),
+		otlpreceiver.NewFactory(),
 	)
 	if err != nil {
 		return otelcol.Factories{}, err
