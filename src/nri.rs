@@ -310,8 +310,9 @@ impl Hand for ToInbox<'_> {
 
 /// An event's read: its pod, named with the sandbox and container, and for a change the
 /// runtime tells ahead of its status, the word read again until shown; an event naming
-/// no pod asks for its container's.
-fn hand_event(inbox: &Inbox, ev: EventHint) {
+/// no pod asks for its container's. What the plugin hands the relister of each event
+/// (public for the relister-level tests).
+pub fn hand_event(inbox: &Inbox, ev: EventHint) {
     let now = Instant::now();
     // Said ahead of the runtime's own status (src/pleg/early_words.rs): read until shown.
     let word = match (ev.event, &ev.sandbox, &ev.container) {

@@ -15,10 +15,10 @@
 //! So the read a call prompts can still find the container running, or no sandbox, and
 //! no further word comes while the event stream is off or split. Unless a read of its
 //! pod shows the word first, the relister reads the object's status again 0.05, 0.15,
-//! 0.35 … s after the call (eight reads over about 13 s; a start's from 0.01 s; a read
-//! that fails is retried and not counted), and reads its pod in full once the status
-//! agrees. Owned by the
-//! relister; bounded by count ([`super::followed`]).
+//! 0.35 … s after the call (eight reads over about 13 s; a start's eleven from 0.01 s,
+//! over about 20 s; a read that fails is retried and not counted), and reads its pod in
+//! full once the status agrees. Owned by the relister; bounded by count
+//! ([`super::followed`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
